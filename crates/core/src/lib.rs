@@ -1,0 +1,31 @@
+//! # fencelock-core
+//!
+//! The lock model of fencelock and the [`LockStore`] trait every store implements, with no
+//! I/O: what a lease is, the rules that decide who gets it, and waiting in line for it.
+//!
+//! # Layout
+//!
+//! - [`model`]: the validated newtypes — [`Resource`], [`Owner`], [`Ttl`], [`FencingToken`],
+//!   [`Timestamp`] — and [`Lease`].
+//! - [`store`]: the [`LockStore`] trait, its outcome enums and [`StoreError`].
+//! - [`table`]: [`LockTable`], the rules as a pure state machine (used by the in-memory and
+//!   the embedded store).
+//! - [`memory`]: [`MemoryStore`], the reference store (`memory://`).
+//! - [`clock`]: the injectable [`Clock`]: a monotonic wall clock, and a manual one for tests.
+//! - [`wait`]: [`Waiters`], first-come first-served waiting above any store.
+
+pub mod clock;
+pub mod memory;
+pub mod model;
+pub mod store;
+pub mod table;
+pub mod wait;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use memory::MemoryStore;
+pub use model::{FencingToken, InvalidName, InvalidTtl, Lease, Owner, Resource, Timestamp, Ttl};
+pub use store::{
+    AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, ReleaseOutcome, RenewOutcome, StoreError,
+};
+pub use table::LockTable;
+pub use wait::Waiters;

@@ -1,0 +1,113 @@
+//! [`MemoryStore`] (`memory://`): the reference store, for tests and single processes.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use crate::clock::{Clock, SystemClock};
+use crate::model::{FencingToken, Lease, Owner, Resource, Ttl};
+use crate::store::{
+    AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, ReleaseOutcome, RenewOutcome, Result,
+};
+use crate::table::LockTable;
+
+/// How many release notices a slow listener may fall behind before it is told it lagged.
+pub const RELEASE_FEED_CAPACITY: usize = 1024;
+
+/// A store that keeps leases in this process's memory: nothing survives a restart and
+/// nothing is shared with another process.
+#[derive(Debug)]
+pub struct MemoryStore {
+    // A std mutex is right here: it is never held across an `.await`, and every critical
+    // section is a few map operations.
+    table: Mutex<LockTable>,
+    clock: Arc<dyn Clock>,
+    released: broadcast::Sender<Resource>,
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock::new()))
+    }
+
+    /// An empty store on `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            table: Mutex::new(LockTable::default()),
+            clock,
+            released: broadcast::channel(RELEASE_FEED_CAPACITY).0,
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, LockTable> {
+        // A panic while holding the lock cannot leave the table half-changed: every method
+        // of LockTable changes it in one step. So a poisoned lock is still safe to use.
+        self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl LockStore for MemoryStore {
+    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+        self.table().acquire(self.clock.now(), resource, owner, ttl)
+    }
+
+    async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
+        Ok(self.table().get(self.clock.now(), resource))
+    }
+
+    async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        let outcome = self.table().release(self.clock.now(), resource, owner, token);
+        if let ReleaseOutcome::Released(_) = outcome {
+            // Nobody listening is fine: the feed only wakes waiters.
+            let _ = self.released.send(resource.clone());
+        }
+        Ok(outcome)
+    }
+
+    async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        Ok(self.table().renew(self.clock.now(), resource, owner, ttl, token))
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        Ok(self.table().list(self.clock.now(), query))
+    }
+
+    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+        Ok(self.table().purge_expired(self.clock.now()))
+    }
+
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn releases(&self) -> Option<broadcast::Receiver<Resource>> {
+        Some(self.released.subscribe())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ttl_granularity: std::time::Duration::from_millis(1),
+            durable: false,
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! The nouns of fencelock: validated newtypes for what a lease is made of.
+//!
+//! Every value here is checked once, when it is built; code that holds a [`Resource`], an
+//! [`Owner`] or a [`Ttl`] can trust it without checking again.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The most bytes a resource name or an owner may have.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// Why a resource name or an owner was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidName {
+    /// Nothing left (for an owner: nothing left after trimming white space).
+    #[error("must not be empty or blank")]
+    Empty,
+    /// More than [`MAX_NAME_BYTES`] bytes of UTF-8.
+    #[error("must be at most 255 bytes of UTF-8")]
+    TooLong,
+    /// Contains U+0000–U+001F or U+007F.
+    #[error("must not contain control characters")]
+    ControlCharacter,
+}
+
+fn check_name(name: &str) -> Result<(), InvalidName> {
+    if name.is_empty() {
+        Err(InvalidName::Empty)
+    } else if name.len() > MAX_NAME_BYTES {
+        Err(InvalidName::TooLong)
+    } else if name.chars().any(|c| c.is_ascii_control()) {
+        Err(InvalidName::ControlCharacter)
+    } else {
+        Ok(())
+    }
+}
+
+/// The name of what is locked, e.g. `payment:42`: 1 to 255 bytes of UTF-8 without control
+/// characters, compared byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Resource(String);
+
+impl Resource {
+    /// Checks `name` and wraps it.
+    pub fn new(name: impl Into<String>) -> Result<Self, InvalidName> {
+        let name = name.into();
+        check_name(&name)?;
+        Ok(Self(name))
+    }
+
+    /// The name as it was given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Who holds a lease, chosen by the caller, e.g. `worker-7:pid-311`. Leading and trailing
+/// white space is trimmed; what is left is 1 to 255 bytes without control characters, and is
+/// compared byte for byte (`Worker-7` is not `worker-7`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner(String);
+
+impl Owner {
+    /// Trims `name` (as [`str::trim`] does), checks what is left and wraps it.
+    pub fn new(name: &str) -> Result<Self, InvalidName> {
+        let name = name.trim();
+        check_name(name)?;
+        Ok(Self(name.to_owned()))
+    }
+
+    /// The trimmed owner.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+macro_rules! display_as_str {
+    ($($t:ty),*) => {$(
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl std::borrow::Borrow<str> for $t {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+        impl std::str::FromStr for $t {
+            type Err = InvalidName;
+            fn from_str(s: &str) -> Result<Self, InvalidName> {
+                Self::new(s)
+            }
+        }
+    )*};
+}
+display_as_str!(Resource, Owner);
+
+/// The number that comes with every new lease. For one resource, every new lease gets a
+/// token greater than every token issued for it before; a protected resource rejects writes
+/// that carry a lower token than the highest it has seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FencingToken(pub u64);
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Why a TTL was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidTtl {
+    /// Zero: a lease that expires as it is granted protects nothing.
+    #[error("must be at least 1 millisecond")]
+    Zero,
+    /// Above the configured maximum.
+    #[error("must be at most {max_ms} milliseconds")]
+    TooLong {
+        /// The maximum, in milliseconds.
+        max_ms: u64,
+    },
+    /// Not a whole number of milliseconds.
+    #[error("must be a whole number of milliseconds")]
+    Fractional,
+}
+
+/// How long a lease lasts from the moment it is granted or renewed: a whole number of
+/// milliseconds, at least one, at most a maximum the caller chooses (see [`Ttl::DEFAULT_MAX`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ttl(u64);
+
+impl Ttl {
+    /// The default maximum TTL: one day.
+    pub const DEFAULT_MAX: Ttl = Ttl(86_400_000);
+
+    /// A TTL of `ms` milliseconds, refused if zero or above `max`.
+    pub fn from_millis(ms: u64, max: Ttl) -> Result<Self, InvalidTtl> {
+        match ms {
+            0 => Err(InvalidTtl::Zero),
+            ms if ms > max.0 => Err(InvalidTtl::TooLong { max_ms: max.0 }),
+            ms => Ok(Self(ms)),
+        }
+    }
+
+    /// A TTL of `duration`, refused if zero, above `max`, or not whole milliseconds.
+    pub fn from_duration(duration: Duration, max: Ttl) -> Result<Self, InvalidTtl> {
+        if !duration.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(InvalidTtl::Fractional);
+        }
+        let ms = u64::try_from(duration.as_millis()).map_err(|_| InvalidTtl::TooLong { max_ms: max.0 })?;
+        Self::from_millis(ms, max)
+    }
+
+    /// The TTL in milliseconds.
+    pub fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    /// The TTL as a [`Duration`].
+    pub fn as_duration(self) -> Duration {
+        Duration::from_millis(self.0)
+    }
+}
+
+/// A point in time: milliseconds since the Unix epoch, UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(u64);
+
+impl Timestamp {
+    /// The Unix epoch.
+    pub const EPOCH: Timestamp = Timestamp(0);
+
+    /// The time `ms` milliseconds after the Unix epoch.
+    pub const fn from_millis(ms: u64) -> Self {
+        Self(ms)
+    }
+
+    /// The system's wall clock now (clamped to the epoch if it is set before 1970).
+    pub fn now_wall() -> Self {
+        Self::from(SystemTime::now())
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    /// `self + ttl`, saturating at the end of time.
+    pub fn plus(self, ttl: Ttl) -> Self {
+        Self(self.0.saturating_add(ttl.0))
+    }
+
+    /// How long from `earlier` to `self`; zero if `earlier` is later.
+    pub fn since(self, earlier: Timestamp) -> Duration {
+        Duration::from_millis(self.0.saturating_sub(earlier.0))
+    }
+
+    /// RFC 3339 in UTC with exactly three fraction digits, e.g. `2026-11-29T06:30:00.123Z`.
+    pub fn to_rfc3339(self) -> String {
+        humantime::format_rfc3339_millis(self.into()).to_string()
+    }
+
+    /// Reads an RFC 3339 timestamp (as [`Timestamp::to_rfc3339`] writes them).
+    pub fn parse_rfc3339(text: &str) -> Option<Self> {
+        humantime::parse_rfc3339(text).ok().map(Self::from)
+    }
+}
+
+impl From<SystemTime> for Timestamp {
+    fn from(time: SystemTime) -> Self {
+        let ms = time
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Self(ms)
+    }
+}
+
+impl From<Timestamp> for SystemTime {
+    fn from(time: Timestamp) -> Self {
+        UNIX_EPOCH + Duration::from_millis(time.0)
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
+
+/// A grant of a resource to an owner until `expires_at`, with its fencing token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// What is locked.
+    pub resource: Resource,
+    /// Who holds it.
+    pub owner: Owner,
+    /// The token of this grant; unchanged by extension and renewal.
+    pub token: FencingToken,
+    /// When the lease was granted, or last extended by a re-acquire.
+    pub acquired_at: Timestamp,
+    /// When the lease ends, by the clock of the store that enforces it.
+    pub expires_at: Timestamp,
+}
+
+impl Lease {
+    /// Whether the lease is live at `now`: `now < expires_at`.
+    pub fn is_live(&self, now: Timestamp) -> bool {
+        now < self.expires_at
+    }
+
+    /// How long the lease has left at `now`.
+    pub fn expires_in(&self, now: Timestamp) -> Duration {
+        self.expires_at.since(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_names_are_checked_when_built() {
+        assert_eq!(Resource::new("payment:42").unwrap().as_str(), "payment:42");
+        assert_eq!(Resource::new(""), Err(InvalidName::Empty));
+        assert!(Resource::new("a".repeat(255)).is_ok());
+        assert_eq!(Resource::new("a".repeat(256)), Err(InvalidName::TooLong));
+        // 128 two-byte characters are 256 bytes: the limit is in bytes, not characters.
+        assert_eq!(Resource::new("é".repeat(128)), Err(InvalidName::TooLong));
+        for bad in ["a\u{0}b", "a\nb", "a\u{1f}", "\u{7f}"] {
+            assert_eq!(Resource::new(bad), Err(InvalidName::ControlCharacter), "{bad:?}");
+        }
+        // Resources are not trimmed: white space is part of the name.
+        assert_eq!(Resource::new(" x ").unwrap().as_str(), " x ");
+        assert!(Resource::new("résumé/€").is_ok());
+    }
+
+    #[test]
+    fn owners_are_trimmed_then_checked() {
+        assert_eq!(Owner::new("  worker-7 \t").unwrap().as_str(), "worker-7");
+        assert_eq!(Owner::new(""), Err(InvalidName::Empty));
+        assert_eq!(Owner::new(" \t\n\u{3000}"), Err(InvalidName::Empty));
+        assert_eq!(Owner::new(&"o".repeat(256)), Err(InvalidName::TooLong));
+        assert!(Owner::new(&format!("  {}  ", "o".repeat(255))).is_ok());
+        assert_eq!(Owner::new("a\u{1}b"), Err(InvalidName::ControlCharacter));
+        assert_ne!(Owner::new("Worker-7"), Owner::new("worker-7"));
+    }
+
+    #[test]
+    fn ttls_are_whole_milliseconds_within_bounds() {
+        let max = Ttl::DEFAULT_MAX;
+        assert_eq!(Ttl::from_millis(0, max), Err(InvalidTtl::Zero));
+        assert_eq!(Ttl::from_millis(1, max).unwrap().as_millis(), 1);
+        assert!(Ttl::from_millis(86_400_000, max).is_ok());
+        assert_eq!(
+            Ttl::from_millis(86_400_001, max),
+            Err(InvalidTtl::TooLong { max_ms: 86_400_000 })
+        );
+        assert_eq!(
+            Ttl::from_duration(Duration::from_micros(1500), max),
+            Err(InvalidTtl::Fractional)
+        );
+        assert_eq!(
+            Ttl::from_duration(Duration::from_secs(30), max)
+                .unwrap()
+                .as_duration(),
+            Duration::from_secs(30)
+        );
+    }
+
+    #[test]
+    fn timestamps_have_three_fraction_digits_and_end_in_z() {
+        let t = Timestamp::from_millis(1_795_933_800_123);
+        assert_eq!(t.to_rfc3339(), "2026-11-29T06:30:00.123Z");
+        assert_eq!(
+            Timestamp::from_millis(1_795_933_800_000).to_rfc3339(),
+            "2026-11-29T06:30:00.000Z"
+        );
+        assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()), Some(t));
+    }
+
+    #[test]
+    fn a_lease_is_live_strictly_before_its_expiry() {
+        let lease = Lease {
+            resource: Resource::new("r").unwrap(),
+            owner: Owner::new("o").unwrap(),
+            token: FencingToken(1),
+            acquired_at: Timestamp::from_millis(1000),
+            expires_at: Timestamp::from_millis(2000),
+        };
+        assert!(lease.is_live(Timestamp::from_millis(1999)));
+        assert!(!lease.is_live(Timestamp::from_millis(2000)));
+        assert_eq!(
+            lease.expires_in(Timestamp::from_millis(1500)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(lease.expires_in(Timestamp::from_millis(2500)), Duration::ZERO);
+    }
+}

@@ -1,0 +1,189 @@
+//! The [`LockStore`] trait: what every store (in-memory, embedded, PostgreSQL, Redis, etcd,
+//! and the HTTP client of a fencelock server) promises.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use crate::model::{FencingToken, Lease, Owner, Resource, Ttl};
+
+/// A store's result.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// What an acquire did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    /// The resource was free or its lease had expired: a new lease with a new token.
+    Granted {
+        /// The new lease.
+        lease: Lease,
+        /// The expired lease this grant replaced, where the store still knew it.
+        expired: Option<Lease>,
+    },
+    /// The caller already held the live lease: same token, `acquired_at` and `expires_at`
+    /// set anew.
+    Extended(Lease),
+    /// Another owner holds a live lease. Not an error: the caller may retry or wait.
+    Held {
+        /// The live lease of the other owner.
+        holder: Lease,
+        /// How long that lease has left, by the store's clock.
+        expires_in: Duration,
+    },
+}
+
+/// What a release did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The caller's live lease is gone; this is what it was.
+    Released(Lease),
+    /// No live lease on the resource (absent or expired), whatever the token.
+    NotFound,
+    /// A live lease of another owner, whatever the token.
+    Forbidden,
+    /// The caller's live lease has another token than the one given: nothing changed.
+    Conflict,
+}
+
+/// What a renew did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenewOutcome {
+    /// `expires_at` is now + TTL; token and `acquired_at` are unchanged.
+    Renewed(Lease),
+    /// No live lease on the resource: an expired lease is never renewed.
+    NotFound,
+    /// A live lease of another owner, whatever the token.
+    Forbidden,
+    /// The caller's live lease has another token than the one given: nothing changed.
+    Conflict,
+}
+
+/// One page of live leases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Only resources whose name starts with this (empty: all).
+    pub prefix: String,
+    /// Only resources ordered after this one (the previous page's cursor).
+    pub after: Option<Resource>,
+    /// At most this many leases (at least one).
+    pub limit: usize,
+}
+
+/// Live leases ordered by the bytes of their resource name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeasePage {
+    /// The leases of this page.
+    pub leases: Vec<Lease>,
+    /// Where the next page starts, or `None` on the last page.
+    pub next: Option<Resource>,
+}
+
+/// How a store differs from the others by nature. The conformance suite reads these instead
+/// of skipping tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The store rounds a TTL up to a multiple of this (etcd: whole seconds; most: 1 ms).
+    /// A lease never lasts less than asked.
+    pub ttl_granularity: Duration,
+    /// A grant or release answered before a crash survives the crash.
+    pub durable: bool,
+}
+
+/// Why a store could not answer. Contention is not an error: see [`AcquireOutcome::Held`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store cannot be reached or failed; nothing was changed, or the change is unknown
+    /// to have happened (the caller must not assume it did).
+    #[error("store unavailable: {message}")]
+    Unavailable {
+        /// What went wrong, for people.
+        message: String,
+        /// The driver's error.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// The store refused the request as invalid (e.g. a TTL above a server's maximum).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The store holds data it cannot read, or broke an invariant (e.g. tokens exhausted).
+    #[error("store is corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// An [`StoreError::Unavailable`] from a driver error.
+    pub fn unavailable(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Unavailable {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+}
+
+/// A place that keeps lock state and applies the rules of fencelock to it.
+///
+/// # Contract
+///
+/// - Each call is atomic: it happens whole or not at all, and concurrent calls behave as if
+///   made one after another (one live lease per resource, whatever the timing).
+/// - The store decides expiry by its own clock: a lease is live while `now < expires_at`.
+/// - Every grant gets a [`FencingToken`] greater than every token the store issued for that
+///   resource before, across releases, expiries and restarts; tokens are never reused.
+/// - A durable store ([`Capabilities::durable`]) has made a grant, extension, renewal or
+///   release durable before it returns it.
+/// - Release and renew check, in this order: no live lease → `NotFound`; another owner →
+///   `Forbidden`; a token given that is not the lease's → `Conflict`.
+/// - On `Err`, nothing was changed — or, where the store cannot know (a connection lost
+///   mid-call), the outcome is unknown and the caller must treat it as not granted.
+///
+/// Waiting for a busy lock is not the store's job: see [`crate::wait::Waiters`].
+#[async_trait]
+pub trait LockStore: Send + Sync + fmt::Debug + 'static {
+    /// Grants a free or expired resource to `owner` (new token), extends `owner`'s live lease
+    /// (same token), or reports the live lease of another owner.
+    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome>;
+
+    /// The live lease on `resource`, if any.
+    async fn get(&self, resource: &Resource) -> Result<Option<Lease>>;
+
+    /// Ends `owner`'s live lease on `resource`.
+    async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome>;
+
+    /// Sets the expiry of `owner`'s live lease on `resource` to now + `ttl`.
+    async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome>;
+
+    /// Live leases in the order of their resource names' bytes, one page at a time.
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage>;
+
+    /// Forgets leases that have expired and returns them, so that expiry can be logged and
+    /// counted. Stores that forget expired leases by themselves (etcd) may return none.
+    async fn purge_expired(&self) -> Result<Vec<Lease>>;
+
+    /// Answers if the store can serve requests (for readiness checks).
+    async fn ping(&self) -> Result<()>;
+
+    /// A feed of resources whose lease was released, from any server sharing the store, so
+    /// waiters can be woken without polling. `None` if the store cannot tell (waiters then
+    /// rely on the expiry of the lease they wait for).
+    fn releases(&self) -> Option<broadcast::Receiver<Resource>>;
+
+    /// How this store differs from the others by nature.
+    fn capabilities(&self) -> Capabilities;
+}
