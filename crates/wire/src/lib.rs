@@ -1,1 +1,22 @@
-//! placeholder
+//! # fencelock-wire
+//!
+//! The JSON of the fencelock HTTP API, in one place that the server and the client both use,
+//! so they cannot drift apart; the same types generate the OpenAPI description.
+//!
+//! # Layout
+//!
+//! - [`body`]: requests and answers as they travel ([`LeaseBody`], [`AcquireResponse`], …).
+//! - [`parse`]: strict validation of request bodies, path segments and query parameters
+//!   into the model's newtypes, listing every bad field.
+//! - [`problem`]: RFC 9457 problems and [`ProblemKind`], the one table from outcome to
+//!   HTTP status.
+
+pub mod body;
+pub mod parse;
+pub mod problem;
+
+pub use body::{
+    AcquireRequest, AcquireResponse, Granted, Held, LeaseBody, ListResponse, ReleaseRequest, RenewRequest,
+};
+pub use parse::{Acquire, Limits, Release, Renew};
+pub use problem::{FieldError, Problem, ProblemKind};

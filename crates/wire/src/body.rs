@@ -1,0 +1,144 @@
+//! Requests and answers as they travel over HTTP.
+
+use fencelock_core::{FencingToken, InvalidName, Lease, Owner, Resource, Timestamp};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A lease, as written in every answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"resource": "payment:42", "owner": "worker-7", "fencing_token": 17,
+    "acquired_at": "2026-11-29T06:30:00.123Z", "expires_at": "2026-11-29T06:30:30.123Z"}))]
+pub struct LeaseBody {
+    /// The locked resource.
+    pub resource: String,
+    /// Who holds it.
+    pub owner: String,
+    /// The fencing token of this grant; pass it to the protected resource.
+    pub fencing_token: u64,
+    /// When the lease was granted or last extended (RFC 3339, UTC, milliseconds).
+    pub acquired_at: String,
+    /// When the lease ends (RFC 3339, UTC, milliseconds).
+    pub expires_at: String,
+}
+
+impl From<&Lease> for LeaseBody {
+    fn from(lease: &Lease) -> Self {
+        Self {
+            resource: lease.resource.to_string(),
+            owner: lease.owner.to_string(),
+            fencing_token: lease.token.0,
+            acquired_at: lease.acquired_at.to_rfc3339(),
+            expires_at: lease.expires_at.to_rfc3339(),
+        }
+    }
+}
+
+/// Why a lease from a server could not be read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidLease {
+    /// The resource or owner breaks the model's rules.
+    #[error("invalid name in lease: {0}")]
+    Name(#[from] InvalidName),
+    /// A timestamp is not RFC 3339.
+    #[error("invalid timestamp in lease: {0:?}")]
+    Timestamp(String),
+}
+
+impl TryFrom<LeaseBody> for Lease {
+    type Error = InvalidLease;
+
+    fn try_from(body: LeaseBody) -> Result<Self, InvalidLease> {
+        let time = |text: String| Timestamp::parse_rfc3339(&text).ok_or(InvalidLease::Timestamp(text));
+        Ok(Lease {
+            resource: Resource::new(body.resource)?,
+            owner: Owner::new(&body.owner)?,
+            token: FencingToken(body.fencing_token),
+            acquired_at: time(body.acquired_at)?,
+            expires_at: time(body.expires_at)?,
+        })
+    }
+}
+
+/// `POST /locks/{resource}`: acquire. Exactly one of `ttl_seconds` and `ttl_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AcquireRequest {
+    /// Who asks; trimmed of white space, 1 to 255 bytes, no control characters.
+    pub owner: String,
+    /// The TTL in whole seconds, 1 to the server's maximum (default 86400).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u64>,
+    /// The TTL in whole milliseconds, 1 to the server's maximum (default 86400000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// If another owner holds the lock, wait up to this long for it (first come, first
+    /// served), 0 to the server's maximum (default 300000). Default 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+}
+
+/// `DELETE /locks/{resource}`: release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ReleaseRequest {
+    /// The owner of the lease.
+    pub owner: String,
+    /// If given, the release happens only if this is the current lease's token (else 409).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+}
+
+/// `POST /locks/{resource}/renew`: renew. Exactly one of `ttl_seconds` and `ttl_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RenewRequest {
+    /// The owner of the lease.
+    pub owner: String,
+    /// The new TTL from now, in whole seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u64>,
+    /// The new TTL from now, in whole milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// If given, the renewal happens only if this is the current lease's token (else 409).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+}
+
+/// The answer to an acquire: granted, or held by another owner (not an error).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum AcquireResponse {
+    /// `{"acquired": true, "lock": LEASE}`.
+    Granted(Granted),
+    /// `{"acquired": false, "resource": "...", "holder": LEASE, "expires_in_ms": N}`.
+    Held(Held),
+}
+
+/// The lease was granted (new or extended).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Granted {
+    /// Always `true`.
+    pub acquired: bool,
+    /// The caller's lease.
+    pub lock: LeaseBody,
+}
+
+/// Another owner holds a live lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Held {
+    /// Always `false`.
+    pub acquired: bool,
+    /// The resource asked for.
+    pub resource: String,
+    /// The live lease of the other owner.
+    pub holder: LeaseBody,
+    /// How long, in milliseconds, until that lease ends unless it is renewed.
+    pub expires_in_ms: u64,
+}
+
+/// `GET /locks`: one page of live leases, ordered by the bytes of the resource name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ListResponse {
+    /// The leases of this page.
+    pub locks: Vec<LeaseBody>,
+    /// Pass as `cursor` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}

@@ -1,0 +1,447 @@
+//! Strict validation of what a client sends, into the model's newtypes.
+//!
+//! A request body is read as a JSON object and every field is checked, so that a 422 lists
+//! every bad field, not just the first. The rules are the SPEC's: integers are JSON integers
+//! (`"3600"`, `60.5`, `60.0`, `1e3`, `true` and `null` are not), `null` is never a value,
+//! exactly one of `ttl_seconds` and `ttl_ms`, unknown fields are ignored.
+
+use std::time::Duration;
+
+use fencelock_core::{FencingToken, InvalidName, Owner, Resource, Ttl};
+use serde_json::{Map, Value};
+
+use crate::problem::FieldError;
+
+/// The limits a server enforces (all configurable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest TTL (default one day).
+    pub max_ttl: Ttl,
+    /// The longest `wait_ms` (default 300,000 ms).
+    pub max_wait: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_ttl: Ttl::DEFAULT_MAX,
+            max_wait: Duration::from_millis(300_000),
+        }
+    }
+}
+
+/// A valid acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquire {
+    /// Who asks.
+    pub owner: Owner,
+    /// For how long.
+    pub ttl: Ttl,
+    /// How long to wait if another owner holds the lock.
+    pub wait: Duration,
+}
+
+/// A valid release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// The owner of the lease.
+    pub owner: Owner,
+    /// The token the caller holds, if it sent one.
+    pub token: Option<FencingToken>,
+}
+
+/// A valid renew.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renew {
+    /// The owner of the lease.
+    pub owner: Owner,
+    /// The new TTL from now.
+    pub ttl: Ttl,
+    /// The token the caller holds, if it sent one.
+    pub token: Option<FencingToken>,
+}
+
+/// Checks the body of an acquire.
+pub fn acquire(body: &Map<String, Value>, limits: &Limits) -> Result<Acquire, Vec<FieldError>> {
+    let mut fields = Fields::new(body);
+    let owner = fields.owner();
+    let ttl = fields.ttl(limits.max_ttl);
+    let max_wait = u64::try_from(limits.max_wait.as_millis()).unwrap_or(u64::MAX);
+    let wait = fields.integer("wait_ms", 0, max_wait);
+    fields.finish()?;
+    match (owner, ttl, wait) {
+        (Some(owner), Some(ttl), Some(wait)) => Ok(Acquire {
+            owner,
+            ttl,
+            wait: Duration::from_millis(wait.unwrap_or(0)),
+        }),
+        _ => Err(vec![FieldError::new("body", "is invalid")]),
+    }
+}
+
+/// Checks the body of a release.
+pub fn release(body: &Map<String, Value>) -> Result<Release, Vec<FieldError>> {
+    let mut fields = Fields::new(body);
+    let owner = fields.owner();
+    let token = fields.token();
+    fields.finish()?;
+    match (owner, token) {
+        (Some(owner), Some(token)) => Ok(Release { owner, token }),
+        _ => Err(vec![FieldError::new("body", "is invalid")]),
+    }
+}
+
+/// Checks the body of a renew.
+pub fn renew(body: &Map<String, Value>, limits: &Limits) -> Result<Renew, Vec<FieldError>> {
+    let mut fields = Fields::new(body);
+    let owner = fields.owner();
+    let ttl = fields.ttl(limits.max_ttl);
+    let token = fields.token();
+    fields.finish()?;
+    match (owner, ttl, token) {
+        (Some(owner), Some(ttl), Some(token)) => Ok(Renew { owner, ttl, token }),
+        _ => Err(vec![FieldError::new("body", "is invalid")]),
+    }
+}
+
+/// Reads the fields of one JSON object, collecting every error.
+struct Fields<'a> {
+    body: &'a Map<String, Value>,
+    errors: Vec<FieldError>,
+}
+
+impl<'a> Fields<'a> {
+    fn new(body: &'a Map<String, Value>) -> Self {
+        Self {
+            body,
+            errors: Vec::new(),
+        }
+    }
+
+    fn fail(&mut self, field: &str, message: impl Into<String>) -> Option<Option<u64>> {
+        self.errors.push(FieldError::new(field, message));
+        None
+    }
+
+    /// An optional integer in `min..=max`: `Some(None)` if absent, `None` if invalid.
+    fn integer(&mut self, name: &str, min: u64, max: u64) -> Option<Option<u64>> {
+        let range = format!("must be a JSON integer from {min} to {max}");
+        match self.body.get(name) {
+            None => Some(None),
+            Some(Value::Null) => self.fail(name, "must not be null"),
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(v) if (min..=max).contains(&v) => Some(Some(v)),
+                _ => self.fail(name, range),
+            },
+            Some(_) => self.fail(name, range),
+        }
+    }
+
+    fn owner(&mut self) -> Option<Owner> {
+        let message = match self.body.get("owner") {
+            None => "is required".to_owned(),
+            Some(Value::Null) => "must not be null".to_owned(),
+            Some(Value::String(s)) => match Owner::new(s) {
+                Ok(owner) => return Some(owner),
+                Err(e) => e.to_string(),
+            },
+            Some(_) => "must be a JSON string".to_owned(),
+        };
+        self.errors.push(FieldError::new("owner", message));
+        None
+    }
+
+    /// Exactly one of `ttl_seconds` and `ttl_ms`, within `max`.
+    fn ttl(&mut self, max: Ttl) -> Option<Ttl> {
+        let max_ms = max.as_millis();
+        let seconds = self.integer("ttl_seconds", 1, max_ms / 1000);
+        let ms = self.integer("ttl_ms", 1, max_ms);
+        let ms = match (seconds?, ms?) {
+            (Some(_), Some(_)) => {
+                let both = "give exactly one of ttl_seconds and ttl_ms";
+                self.fail("ttl_seconds", both);
+                self.fail("ttl_ms", both);
+                return None;
+            }
+            (None, None) => {
+                self.fail("ttl_seconds", "is required (or ttl_ms)");
+                return None;
+            }
+            // Cannot overflow: seconds are at most max_ms / 1000.
+            (Some(seconds), None) => seconds * 1000,
+            (None, Some(ms)) => ms,
+        };
+        // Both fields were checked against `max` above, so this refuses nothing new.
+        Ttl::from_millis(ms, max).ok()
+    }
+
+    /// An optional fencing token: `Some(None)` if absent, `None` if invalid.
+    fn token(&mut self) -> Option<Option<FencingToken>> {
+        self.integer("fencing_token", 0, u64::MAX)
+            .map(|t| t.map(FencingToken))
+    }
+
+    fn finish(self) -> Result<(), Vec<FieldError>> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(self.errors)
+        }
+    }
+}
+
+/// The resource named by a raw (still percent-encoded) path segment: strict percent
+/// decoding, then UTF-8, then the model's rules. Errors name the field `resource`.
+pub fn resource(raw: &str) -> Result<Resource, FieldError> {
+    let fail = |message: String| FieldError::new("resource", message);
+    let bytes = percent_decode(raw).ok_or_else(|| fail("has a malformed %-escape".into()))?;
+    let name = String::from_utf8(bytes).map_err(|_| fail("is not valid UTF-8".into()))?;
+    Resource::new(name).map_err(|e| fail(e.to_string()))
+}
+
+/// Decodes `%XX` escapes; `None` if a `%` is not followed by two hex digits.
+fn percent_decode(raw: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut bytes = raw.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hi = hex(bytes.next()?)?;
+            let lo = hex(bytes.next()?)?;
+            out.push(hi << 4 | lo);
+        } else {
+            out.push(b);
+        }
+    }
+    Some(out)
+}
+
+fn hex(digit: u8) -> Option<u8> {
+    char::from(digit).to_digit(16).and_then(|d| u8::try_from(d).ok())
+}
+
+/// Percent-encodes a resource name as one path segment (everything but unreserved
+/// characters is escaped, so `/` travels as `%2F`).
+pub fn encode_segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A list cursor: the hex of the last resource name of the previous page, opaque to
+/// clients and safe in a query string.
+pub fn encode_cursor(after: &Resource) -> String {
+    after.as_str().bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reads a cursor made by [`encode_cursor`].
+pub fn cursor(text: &str) -> Result<Resource, FieldError> {
+    let fail = || FieldError::new("cursor", "is not a cursor this server gave");
+    if text.len() % 2 != 0 {
+        return Err(fail());
+    }
+    let bytes: Option<Vec<u8>> = text
+        .as_bytes()
+        .chunks(2)
+        .map(|pair| Some(hex(pair[0])? << 4 | hex(pair[1])?))
+        .collect();
+    let name = String::from_utf8(bytes.ok_or_else(fail)?).map_err(|_| fail())?;
+    Resource::new(name).map_err(|_| fail())
+}
+
+/// The largest page of a list.
+pub const MAX_LIST_LIMIT: usize = 1000;
+/// The page size when none is asked.
+pub const DEFAULT_LIST_LIMIT: usize = 100;
+
+/// A list's `limit` query parameter: 1 to 1,000, default 100.
+pub fn list_limit(text: Option<&str>) -> Result<usize, FieldError> {
+    match text {
+        None => Ok(DEFAULT_LIST_LIMIT),
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_LIST_LIMIT).contains(n))
+            .ok_or_else(|| FieldError::new("limit", "must be an integer from 1 to 1000")),
+    }
+}
+
+/// A list's `prefix` query parameter: at most 255 bytes, no control characters; may be empty.
+pub fn list_prefix(text: Option<&str>) -> Result<String, FieldError> {
+    let prefix = text.unwrap_or("");
+    match Resource::new(prefix) {
+        Ok(_) | Err(InvalidName::Empty) => Ok(prefix.to_owned()),
+        Err(e) => Err(FieldError::new("prefix", e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    fn fields(errors: &[FieldError]) -> Vec<&str> {
+        errors.iter().map(|e| e.field.as_str()).collect()
+    }
+
+    #[test]
+    fn a_valid_acquire_is_read_into_the_model() {
+        let limits = Limits::default();
+        let a = acquire(
+            &object(json!({"owner": " w ", "ttl_seconds": 30, "x": 1})),
+            &limits,
+        )
+        .unwrap();
+        assert_eq!(a.owner.as_str(), "w");
+        assert_eq!(a.ttl.as_millis(), 30_000);
+        assert_eq!(a.wait, Duration::ZERO);
+        let a = acquire(
+            &object(json!({"owner": "w", "ttl_ms": 1, "wait_ms": 300000})),
+            &limits,
+        )
+        .unwrap();
+        assert_eq!((a.ttl.as_millis(), a.wait), (1, Duration::from_millis(300_000)));
+        let a = acquire(&object(json!({"owner": "w", "ttl_seconds": 86400})), &limits).unwrap();
+        assert_eq!(a.ttl.as_millis(), 86_400_000);
+    }
+
+    #[test]
+    fn every_bad_ttl_is_refused() {
+        let limits = Limits::default();
+        for bad in [
+            json!("3600"),
+            json!(60.5),
+            json!(60.0),
+            json!(1e3),
+            json!(true),
+            json!(null),
+            json!(-100),
+            json!(0),
+            json!(86401),
+            json!([1]),
+            json!({"v": 1}),
+        ] {
+            let errors = acquire(&object(json!({"owner": "w", "ttl_seconds": bad})), &limits).unwrap_err();
+            assert_eq!(fields(&errors), ["ttl_seconds"], "{bad}");
+        }
+        let past_u64: Value = serde_json::from_str("18446744073709551616").unwrap();
+        let errors = acquire(&object(json!({"owner": "w", "ttl_ms": past_u64})), &limits).unwrap_err();
+        assert_eq!(fields(&errors), ["ttl_ms"]);
+        let errors = acquire(&object(json!({"owner": "w", "ttl_ms": 86_400_001})), &limits).unwrap_err();
+        assert_eq!(fields(&errors), ["ttl_ms"]);
+    }
+
+    #[test]
+    fn ttl_must_be_given_exactly_once() {
+        let limits = Limits::default();
+        let both = acquire(
+            &object(json!({"owner": "w", "ttl_seconds": 1, "ttl_ms": 5})),
+            &limits,
+        );
+        assert_eq!(fields(&both.unwrap_err()), ["ttl_seconds", "ttl_ms"]);
+        let neither = acquire(&object(json!({"owner": "w"})), &limits);
+        assert_eq!(fields(&neither.unwrap_err()), ["ttl_seconds"]);
+    }
+
+    #[test]
+    fn every_bad_field_is_listed_at_once() {
+        let body = object(json!({"owner": " ", "ttl_seconds": "1", "wait_ms": -1}));
+        let errors = acquire(&body, &Limits::default()).unwrap_err();
+        assert_eq!(fields(&errors), ["owner", "ttl_seconds", "wait_ms"]);
+        let errors = renew(
+            &object(json!({"owner": 7, "fencing_token": 1.5})),
+            &Limits::default(),
+        )
+        .unwrap_err();
+        assert_eq!(fields(&errors), ["owner", "ttl_seconds", "fencing_token"]);
+    }
+
+    #[test]
+    fn owners_are_checked() {
+        for (bad, message) in [
+            (json!(""), "must not be empty or blank"),
+            (json!("  \t"), "must not be empty or blank"),
+            (json!("a".repeat(256)), "must be at most 255 bytes of UTF-8"),
+            (json!("a\u{7}b"), "must not contain control characters"),
+            (json!(null), "must not be null"),
+            (json!(12), "must be a JSON string"),
+        ] {
+            let errors = release(&object(json!({ "owner": bad }))).unwrap_err();
+            assert_eq!(errors, [FieldError::new("owner", message)]);
+        }
+        let missing = release(&object(json!({}))).unwrap_err();
+        assert_eq!(missing, [FieldError::new("owner", "is required")]);
+    }
+
+    #[test]
+    fn release_and_renew_take_an_optional_token() {
+        let r = release(&object(json!({"owner": "w", "fencing_token": 7}))).unwrap();
+        assert_eq!(r.token, Some(FencingToken(7)));
+        assert_eq!(release(&object(json!({"owner": "w"}))).unwrap().token, None);
+        for bad in [json!(null), json!("7"), json!(-1), json!(7.0)] {
+            let errors = release(&object(json!({"owner": "w", "fencing_token": bad}))).unwrap_err();
+            assert_eq!(fields(&errors), ["fencing_token"]);
+        }
+    }
+
+    #[test]
+    fn resources_are_percent_decoded_strictly() {
+        assert_eq!(resource("payment%3A42").unwrap().as_str(), "payment:42");
+        assert_eq!(resource("payment:42").unwrap().as_str(), "payment:42");
+        assert_eq!(resource("a%2Fb").unwrap().as_str(), "a/b");
+        assert_eq!(resource("%C3%A9").unwrap().as_str(), "é");
+        for bad in [
+            "",
+            "%",
+            "%4",
+            "%zz",
+            "a%2",
+            "%FF",
+            "%C3",
+            "a%00b",
+            "%7F",
+            &"a".repeat(256),
+        ] {
+            let error = resource(bad).unwrap_err();
+            assert_eq!(error.field, "resource", "{bad:?}");
+        }
+        assert!(resource(&"%41".repeat(255)).is_ok());
+    }
+
+    #[test]
+    fn segments_and_cursors_round_trip() {
+        for name in ["payment:42", "a/b c%é", "resource'; DROP TABLE x; --"] {
+            let r = Resource::new(name).unwrap();
+            assert_eq!(resource(&encode_segment(name)).unwrap(), r);
+            assert_eq!(cursor(&encode_cursor(&r)).unwrap(), r);
+        }
+        assert_eq!(encode_segment("a/b"), "a%2Fb");
+        for bad in ["0", "zz", "ff", "00"] {
+            assert_eq!(cursor(bad).unwrap_err().field, "cursor");
+        }
+    }
+
+    #[test]
+    fn list_parameters_are_checked() {
+        assert_eq!(list_limit(None), Ok(100));
+        assert_eq!(list_limit(Some("1000")), Ok(1000));
+        for bad in ["0", "1001", "-1", "x", "1.5", ""] {
+            assert_eq!(list_limit(Some(bad)).unwrap_err().field, "limit");
+        }
+        assert_eq!(list_prefix(None), Ok(String::new()));
+        assert_eq!(list_prefix(Some("pay")), Ok("pay".into()));
+        assert_eq!(list_prefix(Some("a\nb")).unwrap_err().field, "prefix");
+    }
+}

@@ -1,0 +1,187 @@
+//! RFC 9457 problems, and [`ProblemKind`]: the one place where an outcome becomes an HTTP
+//! status (the server reads it one way, the client the other).
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Every kind of problem the API answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProblemKind {
+    /// 400: the body is not JSON, or not a JSON object.
+    BadRequest,
+    /// 403: a live lease of another owner.
+    Forbidden,
+    /// 404: no live lease (or no such route).
+    NotFound,
+    /// 405: the route does not take this method.
+    MethodNotAllowed,
+    /// 408: the client was too slow sending its request.
+    RequestTimeout,
+    /// 409: the fencing token given is not the current lease's.
+    Conflict,
+    /// 413: the body is over the limit.
+    PayloadTooLarge,
+    /// 415: the body is not `application/json`.
+    UnsupportedMediaType,
+    /// 422: one or more fields are invalid; see `errors`.
+    InvalidFields,
+    /// 500: a bug in the server. Never meant to be sent.
+    Internal,
+    /// 503: the store is unreachable or failing; nothing was done.
+    Unavailable,
+}
+
+impl ProblemKind {
+    const ALL: [ProblemKind; 11] = [
+        Self::BadRequest,
+        Self::Forbidden,
+        Self::NotFound,
+        Self::MethodNotAllowed,
+        Self::RequestTimeout,
+        Self::Conflict,
+        Self::PayloadTooLarge,
+        Self::UnsupportedMediaType,
+        Self::InvalidFields,
+        Self::Internal,
+        Self::Unavailable,
+    ];
+
+    /// The HTTP status code.
+    pub fn status(self) -> u16 {
+        match self {
+            Self::BadRequest => 400,
+            Self::Forbidden => 403,
+            Self::NotFound => 404,
+            Self::MethodNotAllowed => 405,
+            Self::RequestTimeout => 408,
+            Self::Conflict => 409,
+            Self::PayloadTooLarge => 413,
+            Self::UnsupportedMediaType => 415,
+            Self::InvalidFields => 422,
+            Self::Internal => 500,
+            Self::Unavailable => 503,
+        }
+    }
+
+    /// The kind for a status code, as a client reads it.
+    pub fn from_status(status: u16) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.status() == status)
+    }
+
+    /// The problem's `type` URI.
+    pub fn type_uri(self) -> String {
+        format!("urn:fencelock:problem:{}", self.slug())
+    }
+
+    fn slug(self) -> &'static str {
+        match self {
+            Self::BadRequest => "bad-request",
+            Self::Forbidden => "forbidden",
+            Self::NotFound => "not-found",
+            Self::MethodNotAllowed => "method-not-allowed",
+            Self::RequestTimeout => "request-timeout",
+            Self::Conflict => "conflict",
+            Self::PayloadTooLarge => "payload-too-large",
+            Self::UnsupportedMediaType => "unsupported-media-type",
+            Self::InvalidFields => "invalid-fields",
+            Self::Internal => "internal",
+            Self::Unavailable => "store-unavailable",
+        }
+    }
+
+    /// The problem's `title`: the same for every problem of a kind.
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::BadRequest => "The body is not a JSON object.",
+            Self::Forbidden => "The lock is held by another owner.",
+            Self::NotFound => "No live lock.",
+            Self::MethodNotAllowed => "Method not allowed.",
+            Self::RequestTimeout => "The request was not received in time.",
+            Self::Conflict => "The fencing token is not the current lease's.",
+            Self::PayloadTooLarge => "The body is too large.",
+            Self::UnsupportedMediaType => "The body must be application/json.",
+            Self::InvalidFields => "Invalid fields.",
+            Self::Internal => "Internal error.",
+            Self::Unavailable => "The lock store is unavailable.",
+        }
+    }
+}
+
+/// One invalid field of a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FieldError {
+    /// The field: a body member (`owner`, `ttl_seconds`, …), `resource` for the path, or a
+    /// query parameter (`limit`, `cursor`, `prefix`).
+    pub field: String,
+    /// What is wrong, e.g. `must be a JSON integer >= 1`.
+    pub message: String,
+}
+
+impl FieldError {
+    /// A field error.
+    pub fn new(field: &str, message: impl Into<String>) -> Self {
+        Self {
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// An RFC 9457 `application/problem+json` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Problem {
+    /// A URI naming the kind of problem, e.g. `urn:fencelock:problem:forbidden`.
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    /// A short summary, the same for every problem of a kind.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What happened this time.
+    pub detail: String,
+    /// The request path.
+    pub instance: String,
+    /// For 422: every invalid field.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub errors: Option<Vec<FieldError>>,
+}
+
+impl Problem {
+    /// A problem of `kind` about `instance`.
+    pub fn new(kind: ProblemKind, detail: impl Into<String>, instance: impl Into<String>) -> Self {
+        Self {
+            type_uri: kind.type_uri(),
+            title: kind.title().to_owned(),
+            status: kind.status(),
+            detail: detail.into(),
+            instance: instance.into(),
+            errors: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_round_trips_through_its_status() {
+        for kind in ProblemKind::ALL {
+            assert_eq!(ProblemKind::from_status(kind.status()), Some(kind));
+        }
+        assert_eq!(ProblemKind::from_status(200), None);
+    }
+
+    #[test]
+    fn a_problem_serializes_as_rfc_9457() {
+        let mut problem = Problem::new(ProblemKind::InvalidFields, "bad", "/locks/x");
+        problem.errors = Some(vec![FieldError::new("owner", "is required")]);
+        let json = serde_json::to_value(&problem).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"type": "urn:fencelock:problem:invalid-fields", "title": "Invalid fields.",
+                "status": 422, "detail": "bad", "instance": "/locks/x",
+                "errors": [{"field": "owner", "message": "is required"}]})
+        );
+    }
+}
