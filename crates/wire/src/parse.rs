@@ -242,7 +242,7 @@ pub fn encode_cursor(after: &Resource) -> String {
 /// Reads a cursor made by [`encode_cursor`].
 pub fn cursor(text: &str) -> Result<Resource, FieldError> {
     let fail = || FieldError::new("cursor", "is not a cursor this server gave");
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return Err(fail());
     }
     let bytes: Option<Vec<u8>> = text
