@@ -1,1 +1,72 @@
-//! placeholder
+//! # fencelock-server
+//!
+//! The fencelock HTTP server: the JSON API of the SPEC over any [`LockStore`], with
+//! first-come first-served waiting, problem+json errors, Prometheus metrics and an OpenAPI
+//! 3.1 description generated from the same types.
+//!
+//! [`serve`] takes an already-bound listener and a shutdown future, so every test can run a
+//! server on port 0 and stop it when it likes.
+//!
+//! # Layout
+//!
+//! - [`listener`]: accepting connections (a connection limit, header read timeouts) and
+//!   graceful shutdown.
+//! - [`routes`]: one file per endpoint; [`routes::ApiDoc`] is the OpenAPI description.
+//! - [`extract`]: reading the resource and the JSON body, with every input check.
+//! - [`problem`]: every failure turned into an RFC 9457 problem, in one place.
+//! - [`events`]: one structured log line per lease event.
+//! - [`metrics`]: Prometheus metrics.
+//! - [`state`]: [`Config`] and the state the handlers share.
+
+pub mod events;
+pub mod extract;
+pub mod listener;
+pub mod metrics;
+pub mod problem;
+pub mod routes;
+pub mod state;
+
+use std::sync::Arc;
+
+use fencelock_core::{LockStore, Waiters};
+use tokio::net::TcpListener;
+
+pub use state::{App, Config};
+
+/// Serves the API of `store` on `listener` until `shutdown` completes; then stops accepting,
+/// answers every waiting acquire, lets in-flight requests finish (up to
+/// [`Config::shutdown_grace`]) and returns.
+pub async fn serve(
+    listener: TcpListener,
+    store: Arc<dyn LockStore>,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let app = App {
+        waiters: Waiters::new(store),
+        config: Arc::new(config),
+        metrics: Arc::new(metrics::Metrics::new()),
+    };
+    let purger = tokio::spawn(purge_expired(app.clone()));
+    let result = listener::run(listener, app.clone(), shutdown).await;
+    purger.abort();
+    result
+}
+
+/// Forgets expired leases every [`Config::purge_interval`], logging and counting each.
+async fn purge_expired(app: App) {
+    let mut every = tokio::time::interval(app.config.purge_interval);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        match app.waiters.store().purge_expired().await {
+            Ok(expired) => {
+                for lease in &expired {
+                    events::expired(lease);
+                    app.metrics.expired();
+                }
+            }
+            Err(error) => tracing::warn!(%error, "purging expired leases failed"),
+        }
+    }
+}

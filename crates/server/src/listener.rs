@@ -1,0 +1,76 @@
+//! Accepting connections and serving them, split as mini-redis does: [`run`] accepts (under a
+//! connection limit), each connection is served by hyper with header read timeouts, and a
+//! shutdown drains them all.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::routes::router;
+use crate::state::App;
+
+/// How long to back off when `accept` fails (e.g. out of file descriptors).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Accepts and serves connections until `shutdown` completes, then drains them.
+pub async fn run(
+    listener: TcpListener,
+    app: App,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let service = TowerToHyperService::new(router(app.clone()));
+    let config = app.config.clone();
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout);
+    let graceful = GracefulShutdown::new();
+    // Each connection holds a permit; at the limit, new connections wait in the listen
+    // queue instead of taking memory and file descriptors.
+    let permits = Arc::new(Semaphore::new(config.max_connections));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Lock requests are small: send answers at once.
+        let _ = stream.set_nodelay(true);
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service.clone()));
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: answering waiters and finishing in-flight requests");
+    app.waiters.shut_down();
+    if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "some connections did not finish within {:?}",
+            config.shutdown_grace
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,80 @@
+//! `POST /locks/{resource}`: acquire, waiting up to `wait_ms` in line if another owner holds it.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::Uri;
+use fencelock_core::AcquireOutcome;
+use fencelock_wire::{AcquireRequest, AcquireResponse, Granted, Held, LeaseBody, Problem, parse};
+use tokio::time::Instant;
+
+use crate::events;
+use crate::extract::{JsonObject, both, resource};
+use crate::problem::ApiError;
+use crate::state::App;
+
+/// Acquire a lock.
+///
+/// Grants a free or expired resource with a new fencing token; extends the caller's own live
+/// lease (same token); or, if another owner holds it, answers `acquired: false` — at once,
+/// or after waiting up to `wait_ms` in first-come first-served order.
+#[utoipa::path(post, path = "/locks/{resource}", tag = "locks",
+    params(("resource" = String, Path, description = "The resource, percent-encoded (1 to 255 bytes decoded)")),
+    request_body(content = AcquireRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Granted (new or extended), or held by another owner", body = AcquireResponse),
+        (status = 400, description = "Not a JSON object", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Store unavailable", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn acquire(
+    State(app): State<App>,
+    uri: Uri,
+    JsonObject(body): JsonObject,
+) -> Result<Json<AcquireResponse>, ApiError> {
+    let (resource, request) = both(resource(&uri), parse::acquire(&body, &app.config.limits))?;
+    let started = Instant::now();
+    let outcome = app
+        .waiters
+        .acquire(&resource, &request.owner, request.ttl, request.wait)
+        .await;
+    let took = started.elapsed();
+    let (label, answer) = match outcome {
+        Err(error) => {
+            app.metrics.observe("acquire", "unavailable", took);
+            return Err(error.into());
+        }
+        Ok(AcquireOutcome::Granted { lease, expired }) => {
+            if let Some(expired) = expired {
+                events::expired(&expired);
+                app.metrics.expired();
+            }
+            events::granted(&lease, took);
+            ("granted", granted(&lease))
+        }
+        Ok(AcquireOutcome::Extended(lease)) => {
+            events::extended(&lease);
+            ("extended", granted(&lease))
+        }
+        Ok(AcquireOutcome::Held { holder, expires_in }) => {
+            events::refused("acquire", "held", &resource, &request.owner, Some(&holder));
+            let held = Held {
+                acquired: false,
+                resource: resource.to_string(),
+                holder: LeaseBody::from(&holder),
+                expires_in_ms: u64::try_from(expires_in.as_millis()).unwrap_or(u64::MAX),
+            };
+            ("held", AcquireResponse::Held(held))
+        }
+    };
+    app.metrics.observe("acquire", label, took);
+    Ok(Json(answer))
+}
+
+fn granted(lease: &fencelock_core::Lease) -> AcquireResponse {
+    AcquireResponse::Granted(Granted {
+        acquired: true,
+        lock: LeaseBody::from(lease),
+    })
+}

@@ -1,0 +1,55 @@
+//! `GET /locks?prefix=&limit=&cursor=`: live leases, ordered by resource, in pages.
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use fencelock_core::ListQuery;
+use fencelock_wire::{FieldError, LeaseBody, ListResponse, Problem, parse};
+use tokio::time::Instant;
+
+use crate::problem::ApiError;
+use crate::state::App;
+
+/// List live leases.
+///
+/// Ordered by the bytes of the resource name; `next_cursor` is `null` on the last page.
+#[utoipa::path(get, path = "/locks", tag = "locks",
+    params(
+        ("prefix" = Option<String>, Query, description = "Only resources starting with this"),
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 1000 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "The previous page's next_cursor"),
+    ),
+    responses(
+        (status = 200, description = "One page of live leases", body = ListResponse),
+        (status = 422, description = "Invalid parameters", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Store unavailable", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list(State(app): State<App>, RawQuery(query): RawQuery) -> Result<Json<ListResponse>, ApiError> {
+    let query = parse_query(query.as_deref().unwrap_or(""))?;
+    let started = Instant::now();
+    let page = app.waiters.store().list(&query).await;
+    let took = started.elapsed();
+    let page = page.inspect_err(|_| app.metrics.observe("list", "unavailable", took))?;
+    app.metrics.observe("list", "listed", took);
+    Ok(Json(ListResponse {
+        locks: page.leases.iter().map(LeaseBody::from).collect(),
+        next_cursor: page.next.as_ref().map(parse::encode_cursor),
+    }))
+}
+
+fn parse_query(raw: &str) -> Result<ListQuery, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw)
+        .map_err(|_| ApiError::Invalid(vec![FieldError::new("query", "is not a valid query string")]))?;
+    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let prefix = parse::list_prefix(get("prefix"));
+    let limit = parse::list_limit(get("limit"));
+    let after = get("cursor").map(parse::cursor).transpose();
+    match (prefix, limit, after) {
+        (Ok(prefix), Ok(limit), Ok(after)) => Ok(ListQuery { prefix, after, limit }),
+        (prefix, limit, after) => Err(ApiError::Invalid(
+            [prefix.err(), limit.err(), after.err()]
+                .into_iter()
+                .flatten()
+                .collect(),
+        )),
+    }
+}

@@ -1,0 +1,66 @@
+//! `DELETE /locks/{resource}`: release.
+
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
+use fencelock_core::{ReleaseOutcome, Timestamp};
+use fencelock_wire::{Problem, ReleaseRequest, parse};
+use tokio::time::Instant;
+
+use crate::events;
+use crate::extract::{JsonObject, both, resource};
+use crate::problem::ApiError;
+use crate::state::App;
+
+use super::Refused;
+
+/// Release a lock.
+///
+/// Only the owner of the live lease may release it; with `fencing_token`, only if it is the
+/// current lease's token, so a late release from an old lease never frees a newer one.
+#[utoipa::path(delete, path = "/locks/{resource}", tag = "locks",
+    params(("resource" = String, Path, description = "The resource, percent-encoded")),
+    request_body(content = ReleaseRequest, content_type = "application/json"),
+    responses(
+        (status = 204, description = "Released"),
+        (status = 403, description = "Held by another owner", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No live lease", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The token is not the current lease's", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Store unavailable", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn release(
+    State(app): State<App>,
+    uri: Uri,
+    JsonObject(body): JsonObject,
+) -> Result<StatusCode, ApiError> {
+    let (resource, request) = both(resource(&uri), parse::release(&body))?;
+    let started = Instant::now();
+    let outcome = app
+        .waiters
+        .store()
+        .release(&resource, &request.owner, request.token)
+        .await;
+    let took = started.elapsed();
+    match outcome {
+        Err(error) => {
+            app.metrics.observe("release", "unavailable", took);
+            Err(error.into())
+        }
+        Ok(ReleaseOutcome::Released(lease)) => {
+            let held = Timestamp::now_wall().since(lease.acquired_at);
+            events::released(&lease, held);
+            app.metrics.held_for(held);
+            app.metrics.observe("release", "released", took);
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Ok(ReleaseOutcome::NotFound) => {
+            Err(Refused::NotFound.answer(&app, "release", &resource, &request.owner, took))
+        }
+        Ok(ReleaseOutcome::Forbidden) => {
+            Err(Refused::Forbidden.answer(&app, "release", &resource, &request.owner, took))
+        }
+        Ok(ReleaseOutcome::Conflict) => {
+            Err(Refused::Conflict.answer(&app, "release", &resource, &request.owner, took))
+        }
+    }
+}

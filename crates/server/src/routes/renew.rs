@@ -1,0 +1,65 @@
+//! `POST /locks/{resource}/renew`: renew.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::Uri;
+use fencelock_core::RenewOutcome;
+use fencelock_wire::{LeaseBody, Problem, RenewRequest, parse};
+use tokio::time::Instant;
+
+use crate::events;
+use crate::extract::{JsonObject, both, resource};
+use crate::problem::ApiError;
+use crate::state::App;
+
+use super::Refused;
+
+/// Renew a lock.
+///
+/// Sets the live lease's `expires_at` to now + TTL; the token and `acquired_at` stay. An
+/// expired lease is never renewed: acquire it again.
+#[utoipa::path(post, path = "/locks/{resource}/renew", tag = "locks",
+    params(("resource" = String, Path, description = "The resource, percent-encoded")),
+    request_body(content = RenewRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Renewed", body = LeaseBody),
+        (status = 403, description = "Held by another owner", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No live lease", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The token is not the current lease's", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Store unavailable", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn renew(
+    State(app): State<App>,
+    uri: Uri,
+    JsonObject(body): JsonObject,
+) -> Result<Json<LeaseBody>, ApiError> {
+    let (resource, request) = both(resource(&uri), parse::renew(&body, &app.config.limits))?;
+    let started = Instant::now();
+    let outcome = app
+        .waiters
+        .store()
+        .renew(&resource, &request.owner, request.ttl, request.token)
+        .await;
+    let took = started.elapsed();
+    match outcome {
+        Err(error) => {
+            app.metrics.observe("renew", "unavailable", took);
+            Err(error.into())
+        }
+        Ok(RenewOutcome::Renewed(lease)) => {
+            events::renewed(&lease);
+            app.metrics.observe("renew", "renewed", took);
+            Ok(Json(LeaseBody::from(&lease)))
+        }
+        Ok(RenewOutcome::NotFound) => {
+            Err(Refused::NotFound.answer(&app, "renew", &resource, &request.owner, took))
+        }
+        Ok(RenewOutcome::Forbidden) => {
+            Err(Refused::Forbidden.answer(&app, "renew", &resource, &request.owner, took))
+        }
+        Ok(RenewOutcome::Conflict) => {
+            Err(Refused::Conflict.answer(&app, "renew", &resource, &request.owner, took))
+        }
+    }
+}

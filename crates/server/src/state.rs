@@ -1,0 +1,54 @@
+//! The state every handler shares: a cheap clonable handle.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_core::Waiters;
+use fencelock_wire::Limits;
+
+use crate::metrics::Metrics;
+
+/// How the server behaves; every field has the SPEC's default.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Maximum TTL and `wait_ms`.
+    pub limits: Limits,
+    /// The largest request body accepted (exactly this many bytes is accepted).
+    pub max_body_bytes: usize,
+    /// How long a client may take to send a request's headers (and how long an idle
+    /// keep-alive connection is kept).
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body.
+    pub body_read_timeout: Duration,
+    /// How many connections are served at once; more wait in the listen queue.
+    pub max_connections: usize,
+    /// How often expired leases are purged (and logged as expired).
+    pub purge_interval: Duration,
+    /// How long in-flight requests get to finish after shutdown is asked.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            max_body_bytes: 16_384,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            purge_interval: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(3),
+        }
+    }
+}
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct App {
+    /// The store, with first-come first-served waiting above it.
+    pub waiters: Waiters,
+    /// The configuration.
+    pub config: Arc<Config>,
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+}

@@ -1,0 +1,273 @@
+//! A real server on port 0 and a real HTTP client, for the HTTP tests.
+
+#![allow(dead_code)] // Each test file uses a different part of this.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_core::{LockStore, ManualClock, MemoryStore, Timestamp};
+use fencelock_server::Config;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A running server and a client for it.
+pub struct TestServer {
+    pub base: String,
+    pub addr: std::net::SocketAddr,
+    pub client: reqwest::Client,
+    pub clock: Option<Arc<ManualClock>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// An answer: status, headers and JSON body (`Value::Null` if empty or not JSON).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub content_type: String,
+    pub body: Value,
+}
+
+impl TestServer {
+    /// A server on an in-memory store whose clock the test moves.
+    pub async fn manual() -> Self {
+        let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_795_933_800_000)));
+        let mut server = Self::start(
+            Arc::new(MemoryStore::with_clock(clock.clone())),
+            Config::default(),
+        )
+        .await;
+        server.clock = Some(clock);
+        server
+    }
+
+    /// A server on an in-memory store on real time.
+    pub async fn real() -> Self {
+        Self::start(Arc::new(MemoryStore::new()), Config::default()).await
+    }
+
+    /// A server on `store` with `config`.
+    pub async fn start(store: Arc<dyn LockStore>, config: Config) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(fencelock_server::serve(listener, store, config, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            base: format!("http://{addr}"),
+            addr,
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            clock: None,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Moves the manual clock.
+    pub fn advance(&self, by: Duration) {
+        self.clock.as_ref().expect("a manual server").advance(by);
+    }
+
+    /// Sends `method path` with a JSON body (or none) and reads the answer.
+    pub async fn send(&self, method: Method, path: &str, body: Option<Value>) -> Answer {
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        answer(request.send().await.expect("request")).await
+    }
+
+    /// Sends raw bytes as the body with the given content type (if any).
+    pub async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> Answer {
+        let mut request = self
+            .client
+            .request(method, format!("{}{path}", self.base))
+            .body(body);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        answer(request.send().await.expect("request")).await
+    }
+
+    pub async fn acquire(&self, resource: &str, body: Value) -> Answer {
+        self.send(Method::POST, &format!("/locks/{resource}"), Some(body))
+            .await
+    }
+
+    pub async fn get(&self, resource: &str) -> Answer {
+        self.send(Method::GET, &format!("/locks/{resource}"), None).await
+    }
+
+    pub async fn release(&self, resource: &str, body: Value) -> Answer {
+        self.send(Method::DELETE, &format!("/locks/{resource}"), Some(body))
+            .await
+    }
+
+    pub async fn renew(&self, resource: &str, body: Value) -> Answer {
+        self.send(Method::POST, &format!("/locks/{resource}/renew"), Some(body))
+            .await
+    }
+
+    /// Acquires and asserts it was granted; returns the lease.
+    pub async fn grant(&self, resource: &str, owner: &str, ttl_seconds: u64) -> Value {
+        let answer = self
+            .acquire(
+                resource,
+                serde_json::json!({"owner": owner, "ttl_seconds": ttl_seconds}),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+        assert_eq!(answer.body["acquired"], true, "{answer:?}");
+        answer.body["lock"].clone()
+    }
+
+    /// The number of acquires waiting now, read from /metrics.
+    pub async fn waiters(&self) -> u64 {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix("fencelock_waiters "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("fencelock_waiters in /metrics")
+    }
+
+    /// Waits (polling with a deadline) until `n` acquires are waiting.
+    pub async fn until_waiters(&self, n: u64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.waiters().await != n {
+            assert!(tokio::time::Instant::now() < deadline, "never saw {n} waiters");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Asks the server to stop and waits for `serve` to return.
+    pub async fn stop(mut self) -> std::io::Result<()> {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn answer(response: reqwest::Response) -> Answer {
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let bytes = response.bytes().await.unwrap();
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Answer {
+        status,
+        content_type,
+        body,
+    }
+}
+
+/// Asserts `answer` is an RFC 9457 problem with `status` about `instance`.
+pub fn assert_problem(answer: &Answer, status: u16, instance: &str) {
+    assert_eq!(answer.status.as_u16(), status, "{answer:?}");
+    assert_eq!(answer.content_type, "application/problem+json", "{answer:?}");
+    let body = &answer.body;
+    assert_eq!(body["status"], status, "{answer:?}");
+    assert!(
+        body["type"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("urn:fencelock:problem:")),
+        "{answer:?}"
+    );
+    assert!(
+        body["title"].as_str().is_some_and(|t| !t.is_empty()),
+        "{answer:?}"
+    );
+    assert!(
+        body["detail"].as_str().is_some_and(|t| !t.is_empty()),
+        "{answer:?}"
+    );
+    assert_eq!(body["instance"], instance, "{answer:?}");
+}
+
+/// Asserts `answer` is a 422 naming exactly `fields`, in order.
+pub fn assert_invalid(answer: &Answer, fields: &[&str]) {
+    assert_eq!(answer.status.as_u16(), 422, "{answer:?}");
+    assert_eq!(answer.content_type, "application/problem+json");
+    let named: Vec<&str> = answer.body["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| {
+            assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()));
+            e["field"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(named, fields, "{answer:?}");
+}
+
+/// Sends raw bytes on a fresh TCP connection and returns it, for tests of the wire itself.
+pub async fn raw_connection(addr: std::net::SocketAddr, bytes: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    stream
+}
+
+/// Reads one HTTP/1.1 response (head and a Content-Length body) from `stream`.
+pub async fn read_response(stream: &mut TcpStream) -> (u16, String, Vec<u8>) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(
+            n > 0,
+            "connection closed before a response: {:?}",
+            String::from_utf8_lossy(&buffer)
+        );
+        buffer.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8(buffer[..head_end].to_vec()).unwrap();
+    let status: u16 = head[9..12].parse().unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    while buffer.len() < head_end + length {
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "connection closed mid-body");
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    (status, head, buffer[head_end..head_end + length].to_vec())
+}
