@@ -1,0 +1,29 @@
+//! # fencelock-testkit
+//!
+//! Throwaway servers for fencelock's tests: PostgreSQL and etcd, each on free loopback ports
+//! with its data in a temporary folder, started by the test itself and stopped after it.
+//! Used only as a dev-dependency.
+//!
+//! A server that is not installed is a failure, never a skip: the starters panic and name
+//! the Debian package to install.
+//!
+//! Servers never outlive the test binary, even when no destructor runs (a server kept in a
+//! `static`, or a test binary killed by a timeout): each is spawned so that the kernel kills
+//! it when the test binary goes away. The `process` module explains how.
+//!
+//! Readiness is polled with a deadline, never waited for with a fixed sleep.
+//!
+//! # Layout
+//!
+//! - [`Postgres`]: `initdb` and `postgres`, with [`Postgres::stop`] and
+//!   [`Postgres::start_again`] for restart tests; [`shared_postgres`] for one server per test
+//!   binary.
+//! - [`Etcd`]: one member; [`shared_etcd`] for one per test binary.
+//! - [`EtcdCluster`]: N members, with [`EtcdCluster::kill`] and [`EtcdCluster::restart`].
+
+mod etcd;
+mod postgres;
+mod process;
+
+pub use etcd::{Etcd, EtcdCluster, shared_etcd};
+pub use postgres::{Postgres, shared_postgres};

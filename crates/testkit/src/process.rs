@@ -1,0 +1,250 @@
+//! Child processes that die with the test binary, free ports, polling with a deadline, and
+//! finding a server's binary.
+//!
+//! # Why children cannot outlive the test binary
+//!
+//! A server kept in a `static` is never dropped, and a test binary killed by a timeout or a
+//! signal runs no destructor at all. So stopping a server cannot rest on `Drop` alone: every
+//! server is spawned with `PR_SET_PDEATHSIG = SIGKILL`, which makes the kernel kill it the
+//! moment its parent goes away, however the parent goes.
+//!
+//! The kernel ties that signal to the *thread* that forked the child, not to the process.
+//! Tests run on short-lived threads, so a server started by the first test would be killed
+//! when that test's thread ends, while other tests still use it. Every spawn therefore goes
+//! through one dedicated thread that lives as long as the process ([`spawn`]).
+//!
+//! Servers must be our direct children for this (a signal set before `exec` is cleared in a
+//! grandchild), which is why PostgreSQL is not started through `runuser` (it forks and waits)
+//! but with the postgres user's uid and gid set by [`std::os::unix::process::CommandExt`].
+//! The parent-death setting is made after that change of uid, because the kernel clears it on
+//! a change of credentials.
+//!
+//! Temporary folders of a killed test binary are left behind; [`scratch_dir`] removes those
+//! of test binaries that no longer run, the next time any test binary makes one.
+
+use std::fs;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::{Mutex, OnceLock, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// How often a wait for a condition looks again.
+const POLL: Duration = Duration::from_millis(20);
+
+type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
+
+/// Spawns `command` from the one long-lived spawner thread, so that the child gets SIGKILL
+/// when the test binary ends, however it ends (see the module docs).
+pub(crate) fn spawn(command: Command) -> io::Result<Child> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (requests, receive) = mpsc::channel::<SpawnRequest>();
+        thread::Builder::new()
+            .name("testkit-spawner".into())
+            .spawn(move || {
+                // Never returns while the process lives: the sender sits in a static.
+                for (mut command, reply) in receive {
+                    // SAFETY: the closure runs between fork and exec and only makes one
+                    // system call, which is async-signal-safe.
+                    unsafe {
+                        command.pre_exec(|| {
+                            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)
+                        });
+                    }
+                    // The requester may have given up; then the child is dropped, and still
+                    // dies with us.
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("start the testkit spawner thread");
+        Mutex::new(requests)
+    });
+    let (reply, answer) = mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .send((command, reply))
+        .map_err(|_| io::Error::other("the testkit spawner thread is gone"))?;
+    answer
+        .recv()
+        .map_err(|_| io::Error::other("the testkit spawner thread is gone"))?
+}
+
+/// A running server process, with the log file its output goes to.
+#[derive(Debug)]
+pub(crate) struct Proc {
+    child: Child,
+    name: String,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `command` (through [`spawn`]) with stdout and stderr appended to `log`.
+    pub(crate) fn start(name: &str, mut command: Command, log: &Path) -> Self {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap_or_else(|e| panic!("open log {}: {e}", log.display()));
+        let err = file.try_clone().expect("clone a log file handle");
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(file)
+            .stderr(err);
+        let child = spawn(command).unwrap_or_else(|e| panic!("start {name}: {e}"));
+        Self {
+            child,
+            name: name.to_owned(),
+            log: log.to_owned(),
+        }
+    }
+
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process has not exited yet.
+    pub(crate) fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Panics, with the end of the log, unless the process still runs.
+    pub(crate) fn assert_running(&mut self, doing: &str) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "{} exited ({status}) while {doing}; end of {}:\n{}",
+                self.name,
+                self.log.display(),
+                log_tail(&self.log)
+            );
+        }
+    }
+
+    /// Sends `signal`, waits up to `grace` for the process to exit, then kills it.
+    pub(crate) fn stop(&mut self, signal: Signal, grace: Duration) {
+        if !self.is_running() {
+            return;
+        }
+        let pid = Pid::from_raw(i32::try_from(self.pid()).expect("pids fit in i32"));
+        // It may exit between the check and the signal: then there is nothing to stop.
+        let _ = kill(pid, signal);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                return;
+            }
+            thread::sleep(POLL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The last lines of a log, for a panic message.
+pub(crate) fn log_tail(log: &Path) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// A loopback port that nobody listened on a moment ago. Another program may take it before
+/// the server binds it; starters retry with a new port when that happens.
+pub(crate) fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free loopback port")
+}
+
+/// Whether something accepts TCP connections on the loopback `port`.
+pub(crate) fn port_answers(port: u16) -> bool {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+/// Polls `ready` until it holds, or returns `false` at `deadline`. `alive` is asked first
+/// each time, so that a server that died is reported at once instead of at the deadline.
+pub(crate) fn wait_until(
+    deadline: Instant,
+    mut alive: impl FnMut(),
+    mut ready: impl FnMut() -> bool,
+) -> bool {
+    loop {
+        alive();
+        if ready() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(POLL);
+    }
+}
+
+/// The path of the server binary `name`: on `PATH`, else in one of `dirs` (glob-free: the
+/// caller lists them). Panics, naming the Debian package to install, if it is nowhere: a test
+/// that needs a server must fail without it, never skip.
+pub(crate) fn find_binary(name: &str, dirs: &[PathBuf], package: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(dirs.iter().cloned())
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "`{name}` is not installed (looked on PATH and in {dirs:?}): install Debian's \
+                 `{package}` package (`apt-get install -y {package}`); tests that need it fail \
+                 without it"
+            )
+        })
+}
+
+/// A fresh temporary folder for one server, named after this process so that folders left
+/// by killed test binaries can be found and removed (which this does, once per process).
+pub(crate) fn scratch_dir(kind: &str) -> tempfile::TempDir {
+    static SWEPT: OnceLock<()> = OnceLock::new();
+    SWEPT.get_or_init(sweep_stale_dirs);
+    tempfile::Builder::new()
+        .prefix(&format!("{PREFIX}{}-{kind}-", std::process::id()))
+        .tempdir()
+        .expect("create a temporary folder")
+}
+
+const PREFIX: &str = "fencelock-testkit-";
+
+/// Removes the scratch folders of test binaries that no longer run.
+fn sweep_stale_dirs() {
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            // Another test binary may be sweeping the same folder: losing that race is fine.
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}

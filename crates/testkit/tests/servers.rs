@@ -1,0 +1,63 @@
+//! The throwaway servers start, answer, stop, start again, and leave nothing behind.
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+
+use fencelock_testkit::{Etcd, EtcdCluster, Postgres, shared_etcd, shared_postgres};
+
+fn answers(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+fn port_of(endpoint: &str) -> u16 {
+    endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("endpoint has a port")
+}
+
+#[test]
+fn postgres_stops_starts_again_and_cleans_up() {
+    let mut pg = Postgres::start();
+    assert!(pg.url().starts_with("postgres://postgres@127.0.0.1:"));
+    assert!(answers(pg.port()));
+    let log: PathBuf = pg.log();
+    let dir = log.parent().expect("log is in the folder").to_path_buf();
+    pg.stop();
+    assert!(!pg.is_running());
+    assert!(!answers(pg.port()));
+    pg.start_again();
+    assert!(pg.is_running());
+    assert!(answers(pg.port()));
+    drop(pg);
+    assert!(!dir.exists(), "{} is left behind", dir.display());
+}
+
+#[test]
+fn shared_servers_are_started_once() {
+    assert_eq!(shared_postgres().port(), shared_postgres().port());
+    assert!(answers(shared_postgres().port()));
+    assert_eq!(shared_etcd().url(), shared_etcd().url());
+    assert!(answers(port_of(&shared_etcd().endpoint())));
+}
+
+#[test]
+fn one_etcd_member_answers() {
+    let etcd = Etcd::start();
+    assert!(etcd.url().starts_with("etcd://127.0.0.1:"));
+    assert!(answers(port_of(&etcd.endpoint())));
+}
+
+#[test]
+fn etcd_members_are_killed_and_restarted_one_by_one() {
+    let mut cluster = EtcdCluster::start(3);
+    assert_eq!(cluster.urls().len(), 3);
+    let ports: Vec<u16> = cluster.endpoints().iter().map(|e| port_of(e)).collect();
+    cluster.kill(1);
+    assert!(!answers(ports[1]));
+    assert!(cluster.wait_healthy(), "two of three members keep a quorum");
+    cluster.restart(1);
+    assert!(answers(ports[1]));
+    assert!(cluster.wait_healthy());
+}
