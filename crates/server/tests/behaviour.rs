@@ -1,0 +1,363 @@
+//! Behaviour under concurrency, waiting, slow or misbehaving clients, store failure and
+//! shutdown, through real connections.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::{TestServer, assert_problem, raw_connection, read_response};
+use fencelock_core::{
+    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, MemoryStore, Owner,
+    ReleaseOutcome, RenewOutcome, Resource, StoreError, Ttl,
+};
+use fencelock_server::Config;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::broadcast;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_acquirers_have_one_winner_over_twenty_rounds() {
+    let s = TestServer::real().await;
+    for round in 0..20 {
+        let url = format!("{}/locks/race-{round}", s.base);
+        let attempts: Vec<_> = (0..100)
+            .map(|i| {
+                let (client, url) = (s.client.clone(), url.clone());
+                tokio::spawn(async move {
+                    let body = json!({"owner": format!("w{i}"), "ttl_seconds": 60});
+                    client
+                        .post(url)
+                        .json(&body)
+                        .send()
+                        .await
+                        .unwrap()
+                        .json::<Value>()
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for attempt in attempts {
+            let answer = attempt.await.unwrap();
+            if answer["acquired"] == true {
+                winners.push(answer["lock"].clone());
+            } else {
+                assert_eq!(answer["acquired"], false, "{answer}");
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        assert_eq!(s.get(&format!("race-{round}")).await.body, winners[0]);
+    }
+}
+
+#[tokio::test]
+async fn tokens_strictly_increase_over_two_thousand_grants() {
+    let s = TestServer::real().await;
+    let mut last = 0;
+    for i in 0..2000 {
+        let owner = format!("o{}", i % 7);
+        let lease = s.grant("hot", &owner, 60).await;
+        let token = lease["fencing_token"].as_u64().unwrap();
+        assert!(token > last, "grant {i}: token {token} after {last}");
+        last = token;
+        let released = s
+            .release("hot", json!({"owner": owner, "fencing_token": token}))
+            .await;
+        assert_eq!(released.status, StatusCode::NO_CONTENT);
+    }
+}
+
+fn spawn_acquire(
+    s: &TestServer,
+    resource: &str,
+    owner: &str,
+    wait_ms: u64,
+) -> tokio::task::JoinHandle<Value> {
+    let url = format!("{}/locks/{resource}", s.base);
+    let body = json!({"owner": owner, "ttl_seconds": 60, "wait_ms": wait_ms});
+    let client = s.client.clone();
+    tokio::spawn(async move {
+        client
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    })
+}
+
+#[tokio::test]
+async fn waiters_get_the_lease_in_arrival_order() {
+    let s = TestServer::real().await;
+    let holder = s.grant("job", "a", 60).await;
+    let mut waiting = Vec::new();
+    for (n, owner) in ["b", "c", "d"].into_iter().enumerate() {
+        waiting.push(spawn_acquire(&s, "job", owner, 20_000));
+        // Make sure each waiter has arrived before the next one is sent.
+        s.until_waiters(n as u64 + 1).await;
+    }
+    let mut last = holder;
+    for (owner, waiter) in ["a", "b", "c"].into_iter().zip(waiting) {
+        let token = last["fencing_token"].clone();
+        let released = s
+            .release("job", json!({"owner": owner, "fencing_token": token}))
+            .await;
+        assert_eq!(released.status, StatusCode::NO_CONTENT);
+        let answer = waiter.await.unwrap();
+        assert_eq!(answer["acquired"], true, "{answer}");
+        let next = answer["lock"].clone();
+        assert!(next["fencing_token"].as_u64() > last["fencing_token"].as_u64());
+        assert_eq!(s.get("job").await.body, next);
+        last = next;
+    }
+    assert_eq!(last["owner"], "d");
+    assert_eq!(s.waiters().await, 0);
+}
+
+#[tokio::test]
+async fn a_waiter_whose_wait_runs_out_is_told_acquired_false() {
+    let s = TestServer::real().await;
+    let holder = s.grant("job", "a", 60).await;
+    let answer = spawn_acquire(&s, "job", "b", 200).await.unwrap();
+    assert_eq!(answer["acquired"], false, "{answer}");
+    assert_eq!(answer["holder"], holder);
+    assert_eq!(s.get("job").await.body, holder);
+    assert_eq!(s.waiters().await, 0);
+}
+
+#[tokio::test]
+async fn a_waiter_is_woken_by_the_holders_expiry() {
+    let s = TestServer::real().await;
+    let holder = s.acquire("job", json!({"owner": "a", "ttl_ms": 300})).await.body["lock"].clone();
+    // Nobody releases: only the expiry of a's lease can hand it over.
+    let answer = spawn_acquire(&s, "job", "b", 20_000).await.unwrap();
+    assert_eq!(answer["acquired"], true, "{answer}");
+    assert!(answer["lock"]["fencing_token"].as_u64() > holder["fencing_token"].as_u64());
+}
+
+#[tokio::test]
+async fn a_waiter_that_goes_away_leaves_the_line() {
+    let s = TestServer::real().await;
+    s.grant("job", "a", 60).await;
+    let gone = spawn_acquire(&s, "job", "b", 20_000);
+    s.until_waiters(1).await;
+    let next = spawn_acquire(&s, "job", "c", 20_000);
+    s.until_waiters(2).await;
+    gone.abort(); // drops the client's connection
+    s.until_waiters(1).await;
+    assert_eq!(
+        s.release("job", json!({"owner": "a"})).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let answer = next.await.unwrap();
+    assert_eq!(answer["lock"]["owner"], "c", "{answer}");
+}
+
+fn post(path: &str, body: &str) -> String {
+    let length = body.len();
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n{body}"
+    )
+}
+
+#[tokio::test]
+async fn a_keep_alive_connection_stays_usable_after_a_4xx() {
+    let s = TestServer::manual().await;
+    let requests = [
+        "GET /locks/absent HTTP/1.1\r\nHost: x\r\n\r\n".to_owned(),
+        post("/locks/r", r#"{"owner": 1}"#),
+        post("/locks/r", "not json"),
+        post("/locks/r/renew", r#"{"owner": "a", "ttl_seconds": 5}"#),
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".to_owned(),
+    ];
+    let mut stream = raw_connection(s.addr, b"").await;
+    for (request, expected) in requests.iter().zip([404, 422, 400, 404, 200]) {
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let (status, head, _) = read_response(&mut stream).await;
+        assert_eq!(status, expected, "{head}");
+        assert!(!head.to_ascii_lowercase().contains("connection: close"), "{head}");
+    }
+}
+
+#[tokio::test]
+async fn an_answer_that_leaves_a_body_unread_closes_the_connection() {
+    let s = TestServer::manual().await;
+    let request =
+        "POST /locks/r HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello";
+    let mut stream = raw_connection(s.addr, request.as_bytes()).await;
+    let (status, head, body) = read_response(&mut stream).await;
+    assert_eq!(status, 415);
+    assert!(head.to_ascii_lowercase().contains("connection: close"), "{head}");
+    let problem: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(problem["status"], 415);
+}
+
+fn config_with(change: impl FnOnce(&mut Config)) -> Config {
+    let mut config = Config::default();
+    change(&mut config);
+    config
+}
+
+/// Reads until the server closes the connection; fails if it does not within 10 s.
+async fn assert_closed_by_server(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    let mut seen = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut seen)).await;
+    assert!(read.is_ok(), "the server kept a stalled connection open");
+    seen
+}
+
+#[tokio::test]
+async fn a_client_that_stalls_in_its_headers_is_disconnected() {
+    let config = config_with(|c| c.header_read_timeout = Duration::from_millis(300));
+    let s = TestServer::start(Arc::new(MemoryStore::new()), config).await;
+    let mut stalled = raw_connection(s.addr, b"POST /locks/r HTTP/1.1\r\nHost: x\r\n").await;
+    assert_closed_by_server(&mut stalled).await;
+    let mut idle = raw_connection(s.addr, b"").await;
+    assert_closed_by_server(&mut idle).await;
+    assert_eq!(s.send(Method::GET, "/healthz", None).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_client_that_stalls_in_its_body_gets_408() {
+    let config = config_with(|c| c.body_read_timeout = Duration::from_millis(300));
+    let s = TestServer::start(Arc::new(MemoryStore::new()), config).await;
+    let head = "POST /locks/r HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"own";
+    let mut stream = raw_connection(s.addr, head.as_bytes()).await;
+    let (status, head, _) = read_response(&mut stream).await;
+    assert_eq!(status, 408, "{head}");
+    assert!(head.to_ascii_lowercase().contains("connection: close"));
+    assert_problem(&s.get("r").await, 404, "/locks/r");
+}
+
+#[tokio::test]
+async fn connections_over_the_limit_wait_for_a_free_slot() {
+    let config = config_with(|c| c.max_connections = 1);
+    let s = TestServer::start(Arc::new(MemoryStore::new()), config).await;
+    let first = raw_connection(s.addr, b"").await;
+    let mut second = raw_connection(s.addr, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let mut byte = [0u8; 1];
+    let early = tokio::time::timeout(Duration::from_millis(300), second.peek(&mut byte)).await;
+    assert!(early.is_err(), "served over the connection limit");
+    drop(first);
+    let (status, _, _) = read_response(&mut second).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn garbage_on_the_wire_never_stops_the_server() {
+    let config = config_with(|c| c.header_read_timeout = Duration::from_millis(500));
+    let s = TestServer::start(Arc::new(MemoryStore::new()), config).await;
+    for garbage in [
+        &b"\x00\x01\x02\r\n\r\n"[..],
+        b"GET\r\n\r\n",
+        b"POST /locks/r HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+        b"POST /locks/r HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\n",
+    ] {
+        let mut stream = raw_connection(s.addr, garbage).await;
+        let answer = assert_closed_by_server(&mut stream).await;
+        let text = String::from_utf8_lossy(&answer);
+        assert!(!text.starts_with("HTTP/1.1 5"), "{text}");
+    }
+    assert_eq!(s.send(Method::GET, "/healthz", None).await.status, StatusCode::OK);
+    s.grant("r", "a", 5).await;
+}
+
+/// A store that always fails, as an unreachable one does. A stand-in: the embedded store
+/// cannot be made unreachable from outside; the PostgreSQL and etcd tests stop real servers.
+#[derive(Debug)]
+struct UnreachableStore;
+
+fn unreachable() -> StoreError {
+    StoreError::Unavailable {
+        message: "connection refused".into(),
+        source: None,
+    }
+}
+
+#[async_trait]
+impl LockStore for UnreachableStore {
+    async fn acquire(&self, _: &Resource, _: &Owner, _: Ttl) -> Result<AcquireOutcome, StoreError> {
+        Err(unreachable())
+    }
+    async fn get(&self, _: &Resource) -> Result<Option<Lease>, StoreError> {
+        Err(unreachable())
+    }
+    async fn release(
+        &self,
+        _: &Resource,
+        _: &Owner,
+        _: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        Err(unreachable())
+    }
+    async fn renew(
+        &self,
+        _: &Resource,
+        _: &Owner,
+        _: Ttl,
+        _: Option<FencingToken>,
+    ) -> Result<RenewOutcome, StoreError> {
+        Err(unreachable())
+    }
+    async fn list(&self, _: &ListQuery) -> Result<LeasePage, StoreError> {
+        Err(unreachable())
+    }
+    async fn purge_expired(&self) -> Result<Vec<Lease>, StoreError> {
+        Err(unreachable())
+    }
+    async fn ping(&self) -> Result<(), StoreError> {
+        Err(unreachable())
+    }
+    fn releases(&self) -> Option<broadcast::Receiver<Resource>> {
+        None
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ttl_granularity: Duration::from_millis(1),
+            durable: true,
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_store_gives_503_and_readiness_fails() {
+    let s = TestServer::start(Arc::new(UnreachableStore), Config::default()).await;
+    assert_problem(
+        &s.acquire("r", json!({"owner": "a", "ttl_seconds": 5, "wait_ms": 1000}))
+            .await,
+        503,
+        "/locks/r",
+    );
+    assert_problem(&s.get("r").await, 503, "/locks/r");
+    assert_problem(&s.release("r", json!({"owner": "a"})).await, 503, "/locks/r");
+    assert_problem(
+        &s.renew("r", json!({"owner": "a", "ttl_seconds": 5})).await,
+        503,
+        "/locks/r/renew",
+    );
+    assert_problem(&s.send(Method::GET, "/locks", None).await, 503, "/locks");
+    assert_problem(&s.send(Method::GET, "/readyz", None).await, 503, "/readyz");
+    assert_eq!(s.send(Method::GET, "/healthz", None).await.status, StatusCode::OK);
+    // Bad input is still judged first: the store is not asked.
+    assert_eq!(s.acquire("r", json!({"owner": ""})).await.status.as_u16(), 422);
+}
+
+#[tokio::test]
+async fn shutdown_answers_waiters_and_finishes_in_flight_requests() {
+    let s = TestServer::real().await;
+    let holder = s.grant("job", "a", 60).await;
+    let waiter = spawn_acquire(&s, "job", "b", 60_000);
+    s.until_waiters(1).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(5), s.stop()).await;
+    assert!(stopped.expect("serve returns within 5 s").is_ok());
+    let answer = waiter.await.unwrap();
+    assert_eq!(answer["acquired"], false, "{answer}");
+    assert_eq!(answer["holder"], holder);
+}
