@@ -181,19 +181,27 @@ impl LockTable {
         });
     }
 
-    /// Ends journalling and returns what changed since [`LockTable::begin`], as it is now.
-    pub fn commit(&mut self) -> Vec<Dirty> {
-        let Some(journal) = self.journal.take() else {
+    /// What changed since [`LockTable::begin`], as it is now, keeping the journal open.
+    ///
+    /// A durable store writes these and only then calls [`LockTable::commit`] — or
+    /// [`LockTable::rollback`] if the write failed, which needs the journal still there.
+    pub fn changes(&self) -> Vec<Dirty> {
+        let Some(journal) = &self.journal else {
             return Vec::new();
         };
         journal
             .before
-            .into_keys()
-            .map(|r| {
-                let now = self.leases.get(&r).cloned();
-                (r, now)
-            })
+            .keys()
+            .map(|r| (r.clone(), self.leases.get(r).cloned()))
             .collect()
+    }
+
+    /// Ends journalling: the changes since [`LockTable::begin`] stay for good. Returns them,
+    /// as [`LockTable::changes`] does; after this, [`LockTable::rollback`] undoes nothing.
+    pub fn commit(&mut self) -> Vec<Dirty> {
+        let dirty = self.changes();
+        self.journal = None;
+        dirty
     }
 
     /// Undoes every change since [`LockTable::begin`], tokens included.
@@ -280,5 +288,192 @@ impl From<Refusal> for RenewOutcome {
             Refusal::Forbidden => Self::Forbidden,
             Refusal::Conflict => Self::Conflict,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Timestamp = Timestamp::from_millis(1_000_000);
+
+    fn r(name: &str) -> Resource {
+        Resource::new(name).unwrap()
+    }
+
+    fn o(name: &str) -> Owner {
+        Owner::new(name).unwrap()
+    }
+
+    fn ms(ms: u64) -> Ttl {
+        Ttl::from_millis(ms, Ttl::DEFAULT_MAX).unwrap()
+    }
+
+    fn at(offset_ms: u64) -> Timestamp {
+        Timestamp::from_millis(T0.as_millis() + offset_ms)
+    }
+
+    /// A table with a live lease on `held` (token 1), an expired one on `stale` (token 2),
+    /// a released resource behind them (token 3), and an idle resource `other`.
+    fn table() -> LockTable {
+        let mut table = LockTable::default();
+        table.acquire(T0, &r("held"), &o("a"), ms(10_000)).unwrap();
+        table.acquire(T0, &r("stale"), &o("b"), ms(10)).unwrap();
+        table.acquire(T0, &r("gone"), &o("c"), ms(10_000)).unwrap();
+        table.release(T0, &r("gone"), &o("c"), None);
+        table
+    }
+
+    /// Everything the table holds, expired leases included.
+    fn state(table: &LockTable) -> (BTreeMap<Resource, Lease>, u64) {
+        (table.leases.clone(), table.last_token())
+    }
+
+    /// Every kind of change, at a time when `stale` has expired.
+    fn change_everything(table: &mut LockTable) {
+        let now = at(100);
+        assert!(matches!(
+            table.acquire(now, &r("new"), &o("d"), ms(500)).unwrap(),
+            AcquireOutcome::Granted { .. }
+        ));
+        assert!(matches!(
+            table.acquire(now, &r("stale"), &o("e"), ms(500)).unwrap(),
+            AcquireOutcome::Granted { expired: Some(_), .. }
+        ));
+        assert!(matches!(
+            table.acquire(now, &r("held"), &o("a"), ms(500)).unwrap(),
+            AcquireOutcome::Extended(_)
+        ));
+        assert!(matches!(
+            table.renew(now, &r("held"), &o("a"), ms(700), None),
+            RenewOutcome::Renewed(_)
+        ));
+        assert!(matches!(
+            table.release(now, &r("new"), &o("d"), None),
+            ReleaseOutcome::Released(_)
+        ));
+        table.acquire(now, &r("gone"), &o("f"), ms(1)).unwrap();
+        assert_eq!(table.purge_expired(at(200)).len(), 1, "gone has expired");
+    }
+
+    #[test]
+    fn rollback_restores_leases_and_the_last_token_exactly() {
+        let mut table = table();
+        let before = state(&table);
+        table.begin();
+        change_everything(&mut table);
+        assert_ne!(state(&table), before);
+        assert_eq!(table.last_token(), 6, "three grants in the batch");
+        table.rollback();
+        assert_eq!(state(&table), before);
+        // The tokens of the undone batch were never given to anyone who could use them:
+        // the batch's callers were told it failed.
+        let next = table.acquire(at(100), &r("new"), &o("d"), ms(500)).unwrap();
+        let AcquireOutcome::Granted { lease, .. } = next else {
+            panic!("expected a grant, got {next:?}");
+        };
+        assert_eq!(lease.token, FencingToken(4));
+    }
+
+    #[test]
+    fn changes_report_each_touched_resource_once_as_it_is_now() {
+        let mut table = table();
+        table.begin();
+        change_everything(&mut table);
+        let mut changes = table.changes();
+        changes.sort_by(|a, b| a.0.cmp(&b.0));
+        let names: Vec<&str> = changes.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(names, ["gone", "held", "new", "stale"]);
+        for (resource, now) in &changes {
+            assert_eq!(now.as_ref(), table.leases.get(resource), "{resource}");
+        }
+        // Granted and released in the same batch: no row, as before it.
+        assert_eq!(changes[2].1, None);
+        assert_eq!(changes[1].1.as_ref().map(|l| l.expires_at), Some(at(800)));
+    }
+
+    #[test]
+    fn changes_keep_the_journal_open_so_a_failed_write_can_be_undone() {
+        let mut table = table();
+        let before = state(&table);
+        table.begin();
+        change_everything(&mut table);
+        assert!(!table.changes().is_empty());
+        assert_eq!(
+            table.changes().len(),
+            4,
+            "reading the changes does not end the batch"
+        );
+        table.rollback(); // the write of those changes failed
+        assert_eq!(state(&table), before);
+        assert!(table.changes().is_empty());
+    }
+
+    #[test]
+    fn commit_keeps_the_changes_and_ends_the_journal() {
+        let mut table = table();
+        table.begin();
+        change_everything(&mut table);
+        let after = state(&table);
+        let committed = table.commit();
+        assert_eq!(committed.len(), 4);
+        assert!(table.changes().is_empty());
+        table.rollback(); // nothing left to undo
+        assert_eq!(state(&table), after);
+    }
+
+    #[test]
+    fn refusals_and_reads_leave_nothing_to_write() {
+        let mut table = table();
+        let before = state(&table);
+        table.begin();
+        let now = at(1);
+        assert!(matches!(
+            table.acquire(now, &r("held"), &o("x"), ms(500)).unwrap(),
+            AcquireOutcome::Held { .. }
+        ));
+        assert_eq!(
+            table.release(now, &r("held"), &o("x"), None),
+            ReleaseOutcome::Forbidden
+        );
+        assert_eq!(
+            table.renew(now, &r("held"), &o("a"), ms(5), Some(FencingToken(9))),
+            RenewOutcome::Conflict
+        );
+        assert_eq!(
+            table.release(now, &r("other"), &o("a"), None),
+            ReleaseOutcome::NotFound
+        );
+        assert!(table.get(now, &r("held")).is_some());
+        assert_eq!(table.purge_expired(now), Vec::new());
+        assert!(table.changes().is_empty());
+        assert!(table.commit().is_empty());
+        assert_eq!(state(&table), before);
+    }
+
+    #[test]
+    fn without_begin_nothing_is_journalled() {
+        let mut table = table();
+        table.acquire(at(1), &r("new"), &o("d"), ms(500)).unwrap();
+        let after = state(&table);
+        assert!(table.changes().is_empty());
+        table.rollback();
+        assert_eq!(state(&table), after);
+    }
+
+    #[test]
+    fn a_table_loaded_with_a_counter_behind_its_leases_issues_above_both() {
+        let lease = Lease {
+            resource: r("held"),
+            owner: o("a"),
+            token: FencingToken(40),
+            acquired_at: T0,
+            expires_at: at(10),
+        };
+        let mut table = LockTable::new(7, [lease]);
+        assert_eq!(table.last_token(), 40);
+        let next = table.acquire(at(10), &r("held"), &o("b"), ms(5)).unwrap();
+        assert!(matches!(next, AcquireOutcome::Granted { lease, .. } if lease.token == FencingToken(41)));
+        assert_eq!(LockTable::new(99, []).last_token(), 99);
     }
 }

@@ -1,0 +1,598 @@
+//! [`SqliteStore`] (`sqlite://PATH`): the embedded store, one SQLite file owned by one server.
+//!
+//! # How a call travels
+//!
+//! One writer thread owns the connection and a [`LockTable`] loaded from the file at open.
+//! Callers queue their operation and wait for the answer. The writer takes whatever is
+//! queued (up to [`MAX_BATCH`] operations), applies it to the table, writes every changed
+//! row and the last fencing token in one transaction, and answers the callers only once
+//! that transaction is committed and fsynced: one fsync for the whole batch (*group
+//! commit*), and no caller ever hears of a change that a crash could take back. If the
+//! transaction fails, the table is rolled back and every caller of the batch gets
+//! [`StoreError::Unavailable`]: nothing is half-done.
+//!
+//! Reads (get, list) take the same queue, so they see every change answered before them and
+//! nothing that is not yet durable.
+//!
+//! # One server per file
+//!
+//! The connection holds an exclusive lock on the file from open until close, so a second
+//! server (in this process or another) fails at open instead of corrupting the lock state:
+//! to share a store between servers, use PostgreSQL, Redis or etcd.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencelock_core::memory::RELEASE_FEED_CAPACITY;
+use fencelock_core::store::Result;
+use fencelock_core::table::Dirty;
+use fencelock_core::{
+    AcquireOutcome, Capabilities, Clock, FencingToken, Lease, LeasePage, ListQuery, LockStore, LockTable,
+    Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, SystemClock, Timestamp, Ttl,
+};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+/// The most operations the writer commits together. A bound keeps one transaction, and the
+/// wait of the first caller in it, short under any load.
+pub const MAX_BATCH: usize = 1024;
+
+/// How many operations may wait for the writer before callers wait to queue.
+const QUEUE_CAPACITY: usize = 4 * MAX_BATCH;
+
+/// The schema, one migration per version; `PRAGMA user_version` counts those applied.
+/// Append only: a migration that has shipped is never edited.
+const MIGRATIONS: &[&str] = &[r"
+    CREATE TABLE leases (
+        resource    TEXT    NOT NULL UNIQUE,
+        owner       TEXT    NOT NULL,
+        token       INTEGER NOT NULL CHECK (token > 0),
+        acquired_at INTEGER NOT NULL,
+        expires_at  INTEGER NOT NULL
+    ) STRICT;
+    CREATE TABLE meta (
+        id         INTEGER PRIMARY KEY CHECK (id = 1),
+        last_token INTEGER NOT NULL CHECK (last_token >= 0)
+    ) STRICT;
+    INSERT INTO meta (id, last_token) VALUES (1, 0);
+    -- Once a lease row is gone, this counter is all that remembers its token: lowering or
+    -- losing it would let a token be issued twice.
+    CREATE TRIGGER meta_token_never_goes_back BEFORE UPDATE ON meta
+        WHEN NEW.last_token < OLD.last_token
+        BEGIN SELECT RAISE(ABORT, 'the fencing token counter never goes back'); END;
+    CREATE TRIGGER meta_is_never_deleted BEFORE DELETE ON meta
+        BEGIN SELECT RAISE(ABORT, 'the fencing token counter is never deleted'); END;
+"];
+
+/// A store in one SQLite file, for one server: durable, fast through group commit, and
+/// refusing a second opener of the same file.
+pub struct SqliteStore {
+    /// `None` only while dropping: dropping it lets the writer finish.
+    queue: Option<mpsc::Sender<Message>>,
+    /// Becomes `true` when the writer has closed the file.
+    closed: watch::Receiver<bool>,
+    writer: Option<JoinHandle<()>>,
+    released: broadcast::Sender<Resource>,
+    counters: Arc<Counters>,
+    path: PathBuf,
+}
+
+/// What the writer has done since the store was opened, for metrics and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriterStats {
+    /// Operations answered (reads included).
+    pub operations: u64,
+    /// Batches taken from the queue.
+    pub batches: u64,
+    /// Transactions committed: batches that changed something.
+    pub commits: u64,
+    /// Transactions that failed and were rolled back.
+    pub failed_commits: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    operations: AtomicU64,
+    batches: AtomicU64,
+    commits: AtomicU64,
+    failed_commits: AtomicU64,
+}
+
+/// One caller's operation: applied by the writer to the table at the time given, it returns
+/// how to answer the caller once the fate of its batch is known.
+type Job = Box<dyn FnOnce(&mut LockTable, Timestamp) -> Answer + Send>;
+
+/// Answers a caller: with its outcome if the batch committed, else with the batch's failure.
+type Answer = Box<dyn FnOnce(Option<&Arc<WriteError>>) + Send>;
+
+enum Message {
+    Job(Job),
+    /// Stop taking operations, answer those queued, close the file.
+    Close,
+}
+
+/// Why a batch could not be written.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{what} {value} does not fit in an SQLite integer")]
+    OutOfRange { what: &'static str, value: u64 },
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the store in the file at `path`, deciding expiry by the system's
+    /// wall clock, read at open and then advanced monotonically (see [`SystemClock`]).
+    ///
+    /// Fails if another server has the file open, if the file is not a fencelock store of
+    /// a schema this build knows, or if it cannot be read or written.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with_clock(path, Arc::new(SystemClock::new()))
+    }
+
+    /// Opens (or creates) the store in the file at `path`, deciding expiry by `clock`.
+    pub fn open_with_clock(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = connect(&path)?;
+        migrate(&mut conn, &path)?;
+        let table = load(&conn)?;
+        let counters = Arc::new(Counters::default());
+        let (closed_tx, closed) = watch::channel(false);
+        let writer = Writer {
+            persisted_token: table.last_token(),
+            conn,
+            table,
+            clock,
+            counters: counters.clone(),
+            closed: closed_tx,
+        };
+        let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
+        let writer = std::thread::Builder::new()
+            .name("fencelock-sqlite".into())
+            .spawn(move || writer.run(receiver))
+            .map_err(|e| StoreError::unavailable("cannot start the SQLite writer thread", e))?;
+        Ok(Self {
+            queue: Some(queue),
+            closed,
+            writer: Some(writer),
+            released: broadcast::channel(RELEASE_FEED_CAPACITY).0,
+            counters,
+            path,
+        })
+    }
+
+    /// The file of this store.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What the writer has done so far.
+    pub fn stats(&self) -> WriterStats {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        WriterStats {
+            operations: read(&self.counters.operations),
+            batches: read(&self.counters.batches),
+            commits: read(&self.counters.commits),
+            failed_commits: read(&self.counters.failed_commits),
+        }
+    }
+
+    /// How many operations are waiting for the writer to take them.
+    pub fn queued(&self) -> usize {
+        self.queue.as_ref().map_or(0, |q| q.max_capacity() - q.capacity())
+    }
+
+    /// Stops taking operations, answers those already queued, and closes the file, so that
+    /// another server may open it once this returns. Later calls get
+    /// [`StoreError::Unavailable`]. Dropping the store does the same, blocking the dropping
+    /// thread until the writer is done.
+    pub async fn close(&self) {
+        if let Some(queue) = &self.queue {
+            // Refused only if the writer is already stopping: then just wait for it.
+            let _ = queue.send(Message::Close).await;
+        }
+        // An error means the writer is gone (it panicked): the file is closed either way.
+        let _ = self.closed.clone().wait_for(|closed| *closed).await;
+    }
+
+    /// Queues `op` for the writer and waits until its batch is durable.
+    async fn call<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut LockTable, Timestamp) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let queue = self.queue.as_ref().ok_or_else(closed)?;
+        let (reply, answer) = oneshot::channel();
+        let job: Job = Box::new(move |table, now| {
+            let outcome = op(table, now);
+            Box::new(move |failure| {
+                let answer = match failure {
+                    None => outcome,
+                    Some(error) => Err(batch_failed(error)),
+                };
+                // The caller may have given up waiting; the change stands all the same.
+                let _ = reply.send(answer);
+            })
+        });
+        queue.send(Message::Job(job)).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| StoreError::Unavailable {
+            message: format!("the SQLite writer of {} stopped", self.path.display()),
+            source: None,
+        })?
+    }
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // With the last sender gone, the writer answers what is queued, closes the file and
+        // ends. Waiting for it means a reopen of the file right after this cannot be refused.
+        drop(self.queue.take());
+        if let Some(writer) = self.writer.take()
+            && writer.join().is_err()
+        {
+            tracing::error!(path = %self.path.display(), "the SQLite writer thread panicked");
+        }
+    }
+}
+
+#[async_trait]
+impl LockStore for SqliteStore {
+    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |table, now| table.acquire(now, &resource, &owner, ttl))
+            .await
+    }
+
+    async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
+        let resource = resource.clone();
+        self.call(move |table, now| Ok(table.get(now, &resource))).await
+    }
+
+    async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        let (r, o) = (resource.clone(), owner.clone());
+        let outcome = self
+            .call(move |table, now| Ok(table.release(now, &r, &o, token)))
+            .await?;
+        if let ReleaseOutcome::Released(_) = outcome {
+            // Announced only now that the release is durable. Nobody listening is fine: the
+            // feed only wakes waiters.
+            let _ = self.released.send(resource.clone());
+        }
+        Ok(outcome)
+    }
+
+    async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |table, now| Ok(table.renew(now, &resource, &owner, ttl, token)))
+            .await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        let query = query.clone();
+        self.call(move |table, now| Ok(table.list(now, &query))).await
+    }
+
+    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+        self.call(|table, now| Ok(table.purge_expired(now))).await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        // Through the queue, so a stopped or stuck writer fails readiness.
+        self.call(|_, _| Ok(())).await
+    }
+
+    fn releases(&self) -> Option<broadcast::Receiver<Resource>> {
+        Some(self.released.subscribe())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ttl_granularity: Duration::from_millis(1),
+            durable: true,
+        }
+    }
+}
+
+fn closed() -> StoreError {
+    StoreError::Unavailable {
+        message: "the SQLite store is closed".into(),
+        source: None,
+    }
+}
+
+fn batch_failed(error: &Arc<WriteError>) -> StoreError {
+    StoreError::unavailable(
+        "the SQLite store could not commit; nothing of this call was applied",
+        Arc::clone(error),
+    )
+}
+
+/// The thread that owns the connection and the table.
+struct Writer {
+    conn: Connection,
+    table: LockTable,
+    clock: Arc<dyn Clock>,
+    /// The last token the file holds; written again only when the table's moves past it.
+    persisted_token: u64,
+    counters: Arc<Counters>,
+    closed: watch::Sender<bool>,
+}
+
+impl Writer {
+    fn run(mut self, mut queue: mpsc::Receiver<Message>) {
+        let mut messages = Vec::with_capacity(MAX_BATCH);
+        // Blocks for the first operation, then takes whatever else is queued: the batch.
+        while queue.blocking_recv_many(&mut messages, MAX_BATCH) > 0 {
+            let mut jobs = Vec::with_capacity(messages.len());
+            for message in messages.drain(..) {
+                match message {
+                    Message::Job(job) => jobs.push(job),
+                    // Refuses new operations; those already queued are still taken.
+                    Message::Close => queue.close(),
+                }
+            }
+            self.run_batch(jobs);
+        }
+        let Self { conn, closed, .. } = self;
+        if let Err((_, error)) = conn.close() {
+            tracing::warn!(%error, "closing the SQLite store failed");
+        }
+        closed.send_replace(true);
+    }
+
+    fn run_batch(&mut self, jobs: Vec<Job>) {
+        self.table.begin();
+        let answers: Vec<Answer> = jobs
+            .into_iter()
+            .map(|job| job(&mut self.table, self.clock.now()))
+            .collect();
+        let failure = match self.persist() {
+            Ok(wrote) => {
+                self.table.commit();
+                if wrote {
+                    self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                }
+                None
+            }
+            Err(error) => {
+                // The transaction was rolled back; the table must match the file again.
+                self.table.rollback();
+                self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(%error, "an SQLite batch failed to commit and was rolled back");
+                Some(Arc::new(error))
+            }
+        };
+        self.counters.batches.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .operations
+            .fetch_add(answers.len() as u64, Ordering::Relaxed);
+        // Only now may anyone hear of the batch — reads included, as they may have seen its
+        // changes.
+        for answer in answers {
+            answer(failure.as_ref());
+        }
+    }
+
+    /// Writes the batch's changes and the last token in one transaction, committed and
+    /// fsynced on return. Returns whether there was anything to write.
+    fn persist(&mut self) -> Result<bool, WriteError> {
+        let changes = self.table.changes();
+        let last_token = self.table.last_token();
+        if changes.is_empty() && last_token == self.persisted_token {
+            return Ok(false);
+        }
+        // Dropped without commit on any error: SQLite rolls the transaction back.
+        let tx = self.conn.transaction()?;
+        for dirty in &changes {
+            write_row(&tx, dirty)?;
+        }
+        // max(): the counter only ever moves forward, whatever the table says.
+        tx.prepare_cached("UPDATE meta SET last_token = max(last_token, ?1) WHERE id = 1")?
+            .execute([to_sql("fencing token", last_token)?])?;
+        tx.commit()?;
+        self.persisted_token = last_token;
+        Ok(true)
+    }
+}
+
+fn write_row(tx: &rusqlite::Transaction<'_>, (resource, lease): &Dirty) -> Result<(), WriteError> {
+    let Some(lease) = lease else {
+        tx.prepare_cached("DELETE FROM leases WHERE resource = ?1")?
+            .execute([resource.as_str()])?;
+        return Ok(());
+    };
+    tx.prepare_cached(
+        "INSERT INTO leases (resource, owner, token, acquired_at, expires_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (resource) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+    )?
+    .execute(params![
+        lease.resource.as_str(),
+        lease.owner.as_str(),
+        to_sql("fencing token", lease.token.0)?,
+        to_sql("timestamp", lease.acquired_at.as_millis())?,
+        to_sql("timestamp", lease.expires_at.as_millis())?,
+    ])?;
+    Ok(())
+}
+
+fn to_sql(what: &'static str, value: u64) -> Result<i64, WriteError> {
+    i64::try_from(value).map_err(|_| WriteError::OutOfRange { what, value })
+}
+
+/// Opens the file and takes it for this server alone, durably journalled.
+fn connect(path: &Path) -> Result<Connection> {
+    let failed = |what: &str, error: rusqlite::Error| open_error(path, what, error);
+    let conn = Connection::open(path).map_err(|e| failed("cannot open", e))?;
+    // Another server holding the file must make this open fail at once, not wait for it.
+    conn.busy_timeout(Duration::ZERO)
+        .map_err(|e| failed("cannot configure", e))?;
+    // Exclusive before WAL: the lock taken by the first write below is then held until
+    // close, and WAL needs no shared memory, since no other connection may read.
+    conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
+        .map_err(|e| failed("cannot lock", e))?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(|e| failed("cannot set the journal mode of", e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Unavailable {
+            message: format!(
+                "{} cannot use a write-ahead log (journal mode {mode})",
+                path.display()
+            ),
+            source: None,
+        });
+    }
+    // FULL: every commit is fsynced before it returns, so an answered change survives a
+    // power loss, not just a crash of this process.
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(|e| failed("cannot configure", e))?;
+    Ok(conn)
+}
+
+/// Brings the schema up to date. Always writes, even when there is nothing to migrate: the
+/// write takes the exclusive lock that keeps other servers out from now on.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+    let failed = |error: rusqlite::Error| open_error(path, "cannot prepare", error);
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(failed)?;
+    let version: i64 = tx
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(failed)?;
+    let Some(applied) = usize::try_from(version).ok().filter(|v| *v <= MIGRATIONS.len()) else {
+        return Err(StoreError::Corrupt(format!(
+            "{} has schema version {version}, not one of this fencelock's (0 to {}): \
+             was it written by a newer fencelock?",
+            path.display(),
+            MIGRATIONS.len()
+        )));
+    };
+    for (version, migration) in (1_i64..).zip(MIGRATIONS).skip(applied) {
+        tx.execute_batch(migration).map_err(failed)?;
+        tx.pragma_update(None, "user_version", version).map_err(failed)?;
+    }
+    tx.execute("UPDATE meta SET last_token = last_token WHERE id = 1", [])
+        .map_err(failed)?;
+    tx.commit().map_err(failed)
+}
+
+/// Reads every lease (expired ones too: they are purged by the rules, not by a restart) and
+/// the last token issued.
+fn load(conn: &Connection) -> Result<LockTable> {
+    let unreadable = |e: rusqlite::Error| StoreError::unavailable("cannot read the SQLite store", e);
+    let last_token: i64 = conn
+        .query_row("SELECT last_token FROM meta WHERE id = 1", [], |row| row.get(0))
+        .map_err(unreadable)?;
+    let mut rows = conn
+        .prepare("SELECT resource, owner, token, acquired_at, expires_at FROM leases")
+        .map_err(unreadable)?;
+    let leases = rows
+        .query_map([], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+        })
+        .map_err(unreadable)?
+        .map(|row| lease_from_row(row.map_err(unreadable)?))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(LockTable::new(from_sql("last token", last_token)?, leases))
+}
+
+fn lease_from_row(
+    (resource, owner, token, acquired_at, expires_at): (String, String, i64, i64, i64),
+) -> Result<Lease> {
+    let corrupt =
+        |what: &str, why: String| StoreError::Corrupt(format!("lease of {resource:?}: {what} {why}"));
+    Ok(Lease {
+        resource: Resource::new(resource.clone()).map_err(|e| corrupt("resource", e.to_string()))?,
+        owner: Owner::new(&owner).map_err(|e| corrupt("owner", e.to_string()))?,
+        token: FencingToken(from_sql("token", token)?),
+        acquired_at: Timestamp::from_millis(from_sql("acquired_at", acquired_at)?),
+        expires_at: Timestamp::from_millis(from_sql("expires_at", expires_at)?),
+    })
+}
+
+fn from_sql(what: &str, value: i64) -> Result<u64> {
+    u64::try_from(value)
+        .map_err(|_| StoreError::Corrupt(format!("negative {what} {value} in the SQLite store")))
+}
+
+/// An error at open; a busy file means another server has it.
+fn open_error(path: &Path, what: &str, error: rusqlite::Error) -> StoreError {
+    let busy = matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    );
+    let message = if busy {
+        format!(
+            "{} is in use by another fencelock server: an embedded store belongs to one \
+             server; to share a store between servers, use PostgreSQL, Redis or etcd",
+            path.display()
+        )
+    } else {
+        format!("{what} the SQLite store {}", path.display())
+    };
+    StoreError::unavailable(message, error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pragma(conn: &Connection, name: &str) -> String {
+        conn.pragma_query_value(None, name, |row| row.get::<_, rusqlite::types::Value>(0))
+            .map(|value| format!("{value:?}"))
+            .unwrap()
+    }
+
+    #[test]
+    fn the_connection_is_durable_exclusive_and_never_waits_for_a_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        let mut conn = connect(&path).unwrap();
+        migrate(&mut conn, &path).unwrap();
+        assert_eq!(pragma(&conn, "journal_mode"), r#"Text("wal")"#);
+        assert_eq!(pragma(&conn, "synchronous"), "Integer(2)", "2 is FULL");
+        assert_eq!(pragma(&conn, "locking_mode"), r#"Text("exclusive")"#);
+        assert_eq!(pragma(&conn, "busy_timeout"), "Integer(0)");
+        assert_eq!(
+            pragma(&conn, "user_version"),
+            format!("Integer({})", MIGRATIONS.len())
+        );
+    }
+
+    #[test]
+    fn migrating_twice_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        let mut conn = connect(&path).unwrap();
+        migrate(&mut conn, &path).unwrap();
+        conn.execute("UPDATE meta SET last_token = 7", []).unwrap();
+        migrate(&mut conn, &path).unwrap();
+        assert_eq!(load(&conn).unwrap().last_token(), 7);
+    }
+}

@@ -1,0 +1,602 @@
+//! The embedded store: the conformance suite on a manual clock, then what only a durable,
+//! single-server, group-committing store promises.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use fencelock_conformance::{Harness, owner, ttl};
+use fencelock_core::store::Result;
+use fencelock_core::{
+    AcquireOutcome, Capabilities, Clock, FencingToken, Lease, LeasePage, ListQuery, LockStore, ManualClock,
+    Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+};
+use fencelock_stores::sqlite::SqliteStore;
+use tempfile::TempDir;
+use tokio::sync::broadcast;
+
+const T0: Timestamp = Timestamp::from_millis(1_795_933_800_000);
+
+fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(T0))
+}
+
+fn db(dir: &TempDir) -> PathBuf {
+    dir.path().join("fencelock.db")
+}
+
+fn resource(name: &str) -> Resource {
+    Resource::new(name).unwrap()
+}
+
+fn long() -> Ttl {
+    ttl(Duration::from_secs(600))
+}
+
+async fn grant(store: &SqliteStore, name: &str, who: &str, ttl: Ttl) -> Lease {
+    match store.acquire(&resource(name), &owner(who), ttl).await.unwrap() {
+        AcquireOutcome::Granted { lease, .. } => lease,
+        other => panic!("expected a grant of {name} to {who}, got {other:?}"),
+    }
+}
+
+fn is_unavailable<T: std::fmt::Debug>(result: &Result<T>) -> bool {
+    matches!(result, Err(StoreError::Unavailable { .. }))
+}
+
+/// Polls `done` until it holds, failing after a few seconds.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+// ---- The conformance suite ----
+
+/// The store under test with the folder of its file, removed once the store is closed.
+#[derive(Debug)]
+struct InTempDir {
+    store: SqliteStore, // dropped first: the file is closed before its folder goes
+    _dir: TempDir,
+}
+
+#[async_trait]
+impl LockStore for InTempDir {
+    async fn acquire(&self, r: &Resource, o: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+        self.store.acquire(r, o, ttl).await
+    }
+    async fn get(&self, r: &Resource) -> Result<Option<Lease>> {
+        self.store.get(r).await
+    }
+    async fn release(&self, r: &Resource, o: &Owner, t: Option<FencingToken>) -> Result<ReleaseOutcome> {
+        self.store.release(r, o, t).await
+    }
+    async fn renew(
+        &self,
+        r: &Resource,
+        o: &Owner,
+        ttl: Ttl,
+        t: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        self.store.renew(r, o, ttl, t).await
+    }
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        self.store.list(query).await
+    }
+    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+        self.store.purge_expired().await
+    }
+    async fn ping(&self) -> Result<()> {
+        self.store.ping().await
+    }
+    fn releases(&self) -> Option<broadcast::Receiver<Resource>> {
+        self.store.releases()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.store.capabilities()
+    }
+}
+
+async fn harness() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    Harness::manual(Arc::new(InTempDir { store, _dir: dir }), clock)
+}
+
+fencelock_conformance::suite!(harness);
+
+// ---- Durability (rule 7) ----
+
+#[tokio::test]
+async fn leases_and_the_token_counter_survive_close_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    assert!(store.capabilities().durable);
+    assert_eq!(store.capabilities().ttl_granularity, Duration::from_millis(1));
+    let a = grant(&store, "a", "worker-1", long()).await;
+    let b = grant(&store, "b", "worker-2", long()).await;
+    let RenewOutcome::Renewed(b) = store
+        .renew(&b.resource, &b.owner, ttl(Duration::from_secs(900)), None)
+        .await
+        .unwrap()
+    else {
+        panic!("renew of a held lease failed");
+    };
+    store.close().await;
+
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    assert_eq!(store.get(&a.resource).await.unwrap(), Some(a.clone()));
+    assert_eq!(store.get(&b.resource).await.unwrap(), Some(b.clone()));
+    match store.acquire(&a.resource, &owner("other"), long()).await.unwrap() {
+        AcquireOutcome::Held { holder, .. } => assert_eq!(holder, a),
+        outcome => panic!("a lease held before the restart was lost: {outcome:?}"),
+    }
+    // Dropping, like closing, frees the file for the next opener.
+    drop(store);
+    let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
+    let c = grant(&store, "c", "worker-3", long()).await;
+    assert_eq!(c.token, FencingToken(b.token.0 + 1));
+}
+
+#[tokio::test]
+async fn persisted_expiries_are_honoured_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let lease = grant(&store, "r", "a", ttl(Duration::from_secs(10))).await;
+    store.close().await;
+
+    clock.advance(Duration::from_secs(9));
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let held = store.acquire(&lease.resource, &owner("b"), long()).await.unwrap();
+    assert!(
+        matches!(&held, AcquireOutcome::Held { holder, expires_in } if *holder == lease && *expires_in == Duration::from_secs(1)),
+        "{held:?}"
+    );
+    clock.advance(Duration::from_secs(1));
+    match store.acquire(&lease.resource, &owner("b"), long()).await.unwrap() {
+        AcquireOutcome::Granted { lease: next, expired } => {
+            assert_eq!(expired, Some(lease.clone()));
+            assert!(next.token > lease.token);
+        }
+        outcome => panic!("expected a grant once the persisted lease expired, got {outcome:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_system_clock_store_keeps_leases_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(&dir)).unwrap();
+    let lease = grant(&store, "r", "a", long()).await;
+    let wall = Timestamp::now_wall();
+    assert!(
+        lease.acquired_at.since(wall) < Duration::from_secs(5)
+            && wall.since(lease.acquired_at) < Duration::from_secs(5)
+    );
+    store.close().await;
+    let store = SqliteStore::open(db(&dir)).unwrap();
+    assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease));
+}
+
+#[tokio::test]
+async fn a_release_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let lease = grant(&store, "r", "a", long()).await;
+    let released = store
+        .release(&lease.resource, &lease.owner, Some(lease.token))
+        .await
+        .unwrap();
+    assert_eq!(released, ReleaseOutcome::Released(lease.clone()));
+    drop(store);
+
+    let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
+    assert_eq!(store.get(&lease.resource).await.unwrap(), None);
+    let next = grant(&store, "r", "b", long()).await;
+    assert!(next.token > lease.token);
+}
+
+#[tokio::test]
+async fn the_token_counter_is_never_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let released = grant(&store, "released", "a", long()).await;
+    store
+        .release(&released.resource, &released.owner, None)
+        .await
+        .unwrap();
+    let expired = grant(&store, "expired", "a", ttl(Duration::from_secs(1))).await;
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(store.purge_expired().await.unwrap(), vec![expired.clone()]);
+    let last = grant(&store, "kept", "a", long()).await;
+    store.close().await;
+
+    // Even with every lease row deleted behind the store's back, the counter remembers;
+    // and the counter itself refuses to go back or be deleted.
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    assert_eq!(conn.execute("DELETE FROM leases", []).unwrap(), 1);
+    for tamper in ["UPDATE meta SET last_token = 0", "DELETE FROM meta"] {
+        let error = conn.execute(tamper, []).unwrap_err();
+        assert!(
+            error.to_string().contains("fencing token counter"),
+            "{tamper}: {error}"
+        );
+    }
+    drop(conn);
+
+    let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
+    assert_eq!(store.get(&last.resource).await.unwrap(), None);
+    for name in ["released", "expired", "kept", "new"] {
+        let next = grant(&store, name, "b", long()).await;
+        assert!(
+            next.token > last.token,
+            "{name} got {} after {}",
+            next.token,
+            last.token
+        );
+    }
+}
+
+// ---- One server per file ----
+
+const IN_USE: &str = "in use by another fencelock server";
+const USE_SHARED: &str = "use PostgreSQL, Redis or etcd";
+
+#[tokio::test]
+async fn a_second_open_of_the_same_file_fails_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = SqliteStore::open(db(&dir)).unwrap();
+    let lease = grant(&first, "r", "a", long()).await;
+
+    let error = SqliteStore::open(db(&dir)).unwrap_err().to_string();
+    assert!(error.contains(IN_USE) && error.contains(USE_SHARED), "{error}");
+    let address = format!("sqlite://{}", db(&dir).display());
+    let error = fencelock_stores::open(&address).await.unwrap_err().to_string();
+    assert!(error.contains(IN_USE) && error.contains(USE_SHARED), "{error}");
+
+    // The refused opener changed nothing for the server that has the file.
+    assert_eq!(first.get(&lease.resource).await.unwrap(), Some(lease.clone()));
+    assert!(matches!(
+        first.release(&lease.resource, &lease.owner, None).await.unwrap(),
+        ReleaseOutcome::Released(_)
+    ));
+    first.close().await;
+    SqliteStore::open(db(&dir)).unwrap().ping().await.unwrap();
+}
+
+/// Set by the test below for the copy of this test binary it starts.
+const CHILD_OPENS: &str = "FENCELOCK_TEST_CHILD_OPENS";
+
+/// Not a test of its own: the body of the other process in the test below (it does nothing
+/// unless that test started it).
+#[test]
+fn child_process_opens_the_store() {
+    let Ok(path) = std::env::var(CHILD_OPENS) else {
+        return;
+    };
+    match SqliteStore::open(&path) {
+        Ok(_) => println!("CHILD OPENED {path}"),
+        Err(error) => println!("CHILD REFUSED: {error}"),
+    }
+}
+
+#[tokio::test]
+async fn a_second_process_cannot_open_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(&dir)).unwrap();
+    let lease = grant(&store, "r", "a", long()).await;
+
+    let child = child_opens(&db(&dir)).await;
+    assert!(
+        child.contains("CHILD REFUSED: ") && child.contains(IN_USE) && child.contains(USE_SHARED),
+        "{child}"
+    );
+    assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease));
+
+    // Once this server closes the file, another process may have it.
+    store.close().await;
+    let child = child_opens(&db(&dir)).await;
+    assert!(child.contains("CHILD OPENED"), "{child}");
+}
+
+/// Runs `child_process_opens_the_store` in another process; returns what it printed.
+async fn child_opens(path: &Path) -> String {
+    let output = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_process_opens_the_store",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_OPENS, path)
+        .output()
+        .await
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "child failed: {printed}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    printed
+}
+
+#[tokio::test]
+async fn a_file_of_an_unknown_schema_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    SqliteStore::open(db(&dir)).unwrap().close().await;
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    drop(conn);
+    let error = SqliteStore::open(db(&dir)).unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
+    assert!(error.to_string().contains("schema version 99"), "{error}");
+}
+
+// ---- Group commit ----
+
+/// A clock that holds the writer inside its first batch until the test opens the gate, so
+/// that a test can line up calls behind it. Its time stands still.
+#[derive(Debug, Default)]
+struct GateClock {
+    gate: Mutex<Gate>,
+    opened: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Gate {
+    open: bool,
+    holding: bool,
+}
+
+impl GateClock {
+    fn holding(&self) -> bool {
+        self.gate.lock().unwrap().holding
+    }
+
+    fn open(&self) {
+        self.gate.lock().unwrap().open = true;
+        self.opened.notify_all();
+    }
+}
+
+impl Clock for GateClock {
+    fn now(&self) -> Timestamp {
+        let mut gate = self.gate.lock().unwrap();
+        gate.holding = !gate.open;
+        while !gate.open {
+            gate = self.opened.wait(gate).unwrap();
+        }
+        gate.holding = false;
+        T0
+    }
+}
+
+type Call<T> = tokio::task::JoinHandle<Result<T>>;
+
+/// Starts an acquire of `name` by `who` in a task of its own.
+fn spawn_acquire(store: &Arc<SqliteStore>, name: &str, who: &str) -> Call<AcquireOutcome> {
+    let (store, r, o) = (store.clone(), resource(name), owner(who));
+    tokio::spawn(async move { store.acquire(&r, &o, long()).await })
+}
+
+/// Opens a store on a closed gate and starts an acquire of `name` by `who`, holding the
+/// writer inside the batch of that one call; the test then queues more calls behind it.
+async fn held_writer(
+    path: &Path,
+    name: &str,
+    who: &str,
+) -> (Arc<SqliteStore>, Arc<GateClock>, Call<AcquireOutcome>) {
+    let gate = Arc::new(GateClock::default());
+    let store = Arc::new(SqliteStore::open_with_clock(path, gate.clone()).unwrap());
+    let first = spawn_acquire(&store, name, who);
+    until("the writer is held in its first batch", || gate.holding()).await;
+    (store, gate, first)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_queued_behind_a_busy_writer_share_one_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, gate, first) = held_writer(&db(&dir), "r0", "w0").await;
+    let rest: Vec<_> = (1..200)
+        .map(|i| spawn_acquire(&store, &format!("r{i}"), &format!("w{i}")))
+        .collect();
+    until("199 calls are queued", || store.queued() == 199).await;
+    gate.open();
+
+    let mut tokens = Vec::new();
+    for call in std::iter::once(first).chain(rest) {
+        match call.await.unwrap().unwrap() {
+            AcquireOutcome::Granted { lease, .. } => tokens.push(lease.token.0),
+            outcome => panic!("expected a grant, got {outcome:?}"),
+        }
+    }
+    tokens.sort(); // the calls reached the queue in whatever order the runtime ran them
+    assert_eq!(tokens, (1..=200).collect::<Vec<_>>());
+    let stats = store.stats();
+    assert_eq!(
+        (stats.operations, stats.batches, stats.commits),
+        (200, 2, 2),
+        "{stats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_callers_are_all_answered_and_share_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(db(&dir)).unwrap());
+    let callers: Vec<_> = (0..200)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let (r, o) = (resource(&format!("r{i}")), owner(&format!("w{i}")));
+                let AcquireOutcome::Granted { lease, .. } = store.acquire(&r, &o, long()).await.unwrap()
+                else {
+                    panic!("nobody else wants {r}");
+                };
+                let renewed = store.renew(&r, &o, long(), Some(lease.token)).await.unwrap();
+                assert!(matches!(renewed, RenewOutcome::Renewed(_)), "{renewed:?}");
+                let released = store.release(&r, &o, Some(lease.token)).await.unwrap();
+                assert!(matches!(released, ReleaseOutcome::Released(_)), "{released:?}");
+                lease.token
+            })
+        })
+        .collect();
+    let mut tokens = Vec::new();
+    for caller in callers {
+        tokens.push(caller.await.unwrap());
+    }
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 200, "every grant got a token of its own");
+
+    let stats = store.stats();
+    assert_eq!(stats.operations, 600);
+    assert!(
+        stats.commits < stats.operations,
+        "no commit was shared: {stats:?}"
+    );
+    println!(
+        "group commit: {} operations in {} batches, {} commits ({:.3} commits per operation)",
+        stats.operations,
+        stats.batches,
+        stats.commits,
+        stats.commits as f64 / stats.operations as f64
+    );
+}
+
+#[tokio::test]
+async fn reads_commit_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    let lease = grant(&store, "r", "a", long()).await;
+    let before = store.stats();
+    assert_eq!(before.commits, 1);
+    store.get(&lease.resource).await.unwrap();
+    store.ping().await.unwrap();
+    let query = ListQuery {
+        prefix: String::new(),
+        after: None,
+        limit: 10,
+    };
+    assert_eq!(store.list(&query).await.unwrap().leases, vec![lease.clone()]);
+    // Refusals change nothing either.
+    store.acquire(&lease.resource, &owner("b"), long()).await.unwrap();
+    store.release(&lease.resource, &owner("b"), None).await.unwrap();
+    assert_eq!(store.purge_expired().await.unwrap(), vec![]);
+    let after = store.stats();
+    assert_eq!(after.commits, before.commits, "{after:?}");
+    assert_eq!(after.operations, before.operations + 6);
+}
+
+// ---- Failure and shutdown ----
+
+/// A batch whose transaction fails is undone whole: every caller in it is told the store is
+/// unavailable, and nothing of it — leases or tokens — is seen afterwards, before or after a
+/// restart. The failure is real: a trigger planted in the file makes SQLite abort the write
+/// of one resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_answers_the_whole_batch_unavailable_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    let kept = grant(&store, "kept", "a", long()).await;
+    store.close().await;
+    rusqlite::Connection::open(db(&dir))
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER poison BEFORE INSERT ON leases WHEN NEW.resource = 'poison'
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+        )
+        .unwrap();
+
+    let (store, gate, first) = held_writer(&db(&dir), "first", "a").await;
+    let (s1, s2, k) = (store.clone(), store.clone(), kept.clone());
+    let batch: Vec<Call<()>> = vec![
+        tokio::spawn(async move { s1.release(&k.resource, &k.owner, None).await.map(drop) }),
+        spawn_map(spawn_acquire(&store, "fine", "b")),
+        spawn_map(spawn_acquire(&store, "poison", "c")),
+        tokio::spawn(async move { s2.get(&resource("kept")).await.map(drop) }),
+    ];
+    until("the batch is queued", || store.queued() == 4).await;
+    gate.open();
+
+    let first = match first.await.unwrap().unwrap() {
+        AcquireOutcome::Granted { lease, .. } => lease,
+        outcome => panic!("the batch before the failure stands, got {outcome:?}"),
+    };
+    for call in batch {
+        let answer = call.await.unwrap();
+        assert!(is_unavailable(&answer), "{answer:?}");
+    }
+    assert_eq!(store.stats().failed_commits, 1);
+
+    assert_no_trace_of_the_failed_batch(&store, &kept, &first).await;
+    assert_eq!(store.get(&resource("fine")).await.unwrap(), None);
+    // The tokens the failed batch drew were taken back with it: nobody ever held them.
+    let next = grant(&store, "fine", "b", long()).await;
+    assert_eq!(next.token, FencingToken(first.token.0 + 1));
+
+    drop(store);
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    assert_no_trace_of_the_failed_batch(&store, &kept, &first).await;
+    assert_eq!(store.get(&next.resource).await.unwrap(), Some(next.clone()));
+    assert!(grant(&store, "new", "d", long()).await.token > next.token);
+}
+
+/// The answer of `call`, whatever it was, reduced to success or failure.
+fn spawn_map<T: Send + 'static>(call: Call<T>) -> Call<()> {
+    tokio::spawn(async move { call.await.unwrap().map(drop) })
+}
+
+/// The leases before the failed batch are as they were; its grants are nowhere.
+async fn assert_no_trace_of_the_failed_batch(store: &SqliteStore, kept: &Lease, first: &Lease) {
+    assert_eq!(
+        store.get(&kept.resource).await.unwrap().as_ref(),
+        Some(kept),
+        "release undone"
+    );
+    assert_eq!(store.get(&first.resource).await.unwrap().as_ref(), Some(first));
+    assert_eq!(store.get(&resource("poison")).await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_answers_what_is_queued_then_refuses_new_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, gate, first) = held_writer(&db(&dir), "first", "a").await;
+    let queued = spawn_acquire(&store, "queued", "b");
+    until("a call is queued", || store.queued() == 1).await;
+    let closing = {
+        let store = store.clone();
+        tokio::spawn(async move { store.close().await })
+    };
+    until("close is queued", || store.queued() == 2).await;
+    gate.open();
+
+    assert!(matches!(
+        first.await.unwrap().unwrap(),
+        AcquireOutcome::Granted { .. }
+    ));
+    assert!(matches!(
+        queued.await.unwrap().unwrap(),
+        AcquireOutcome::Granted { .. }
+    ));
+    closing.await.unwrap();
+    let late = store.acquire(&resource("late"), &owner("c"), long()).await;
+    assert!(is_unavailable(&late), "{late:?}");
+    assert!(is_unavailable(&store.ping().await));
+    store.close().await; // closing twice is fine
+
+    // The file is free, and holds what was answered before the close.
+    let reopened = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    for name in ["first", "queued"] {
+        assert!(reopened.get(&resource(name)).await.unwrap().is_some(), "{name}");
+    }
+    assert_eq!(reopened.get(&resource("late")).await.unwrap(), None);
+}
