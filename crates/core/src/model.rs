@@ -134,6 +134,9 @@ impl Ttl {
     /// The default maximum TTL: one day.
     pub const DEFAULT_MAX: Ttl = Ttl(86_400_000);
 
+    /// The longest maximum a server may be configured with: one year.
+    pub const CEILING: Ttl = Ttl(365 * 86_400_000);
+
     /// A TTL of `ms` milliseconds, refused if zero or above `max`.
     pub fn from_millis(ms: u64, max: Ttl) -> Result<Self, InvalidTtl> {
         match ms {

@@ -1,0 +1,109 @@
+//! `fencelock serve`: runs the server until SIGTERM or Ctrl-C.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use fencelock_core::Ttl;
+use fencelock_server::Config;
+use fencelock_wire::Limits;
+use tokio::net::TcpListener;
+
+/// Flags of `fencelock serve`; every one also reads an environment variable.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The address to listen on.
+    #[arg(long, env = "FENCELOCK_LISTEN", default_value = "127.0.0.1:7070")]
+    listen: SocketAddr,
+    /// The store: sqlite://PATH (embedded, the default), memory://, postgres://…, etcd://….
+    #[arg(long, env = "FENCELOCK_STORE", default_value = "sqlite://fencelock.db")]
+    store: String,
+    /// The longest TTL a client may ask for.
+    #[arg(long, env = "FENCELOCK_MAX_TTL", default_value = "1day", value_parser = humantime::parse_duration)]
+    max_ttl: Duration,
+    /// The longest `wait_ms` a client may ask for.
+    #[arg(long, env = "FENCELOCK_MAX_WAIT", default_value = "5m", value_parser = humantime::parse_duration)]
+    max_wait: Duration,
+    /// The largest request body, in bytes.
+    #[arg(long, env = "FENCELOCK_MAX_BODY_BYTES", default_value_t = 16_384)]
+    max_body_bytes: usize,
+    /// How many connections are served at once.
+    #[arg(long, env = "FENCELOCK_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// How long a client may take to send its headers (also the keep-alive idle time).
+    #[arg(long, env = "FENCELOCK_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    header_timeout: Duration,
+    /// How long a client may take to send its body.
+    #[arg(long, env = "FENCELOCK_BODY_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    body_timeout: Duration,
+    /// How often expired leases are purged and logged.
+    #[arg(long, env = "FENCELOCK_PURGE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    purge_interval: Duration,
+}
+
+impl Args {
+    fn config(&self) -> Result<Config, String> {
+        let max_ttl = Ttl::from_duration(self.max_ttl, Ttl::CEILING).map_err(|e| format!("--max-ttl {e}"))?;
+        if self.max_connections == 0 || self.purge_interval.is_zero() {
+            return Err("--max-connections and --purge-interval must be above zero".into());
+        }
+        Ok(Config {
+            limits: Limits {
+                max_ttl,
+                max_wait: self.max_wait,
+            },
+            max_body_bytes: self.max_body_bytes,
+            header_read_timeout: self.header_timeout,
+            body_read_timeout: self.body_timeout,
+            max_connections: self.max_connections,
+            purge_interval: self.purge_interval,
+            ..Config::default()
+        })
+    }
+}
+
+/// Runs the server; exit 0 after a clean shutdown, 1 if it cannot start.
+pub async fn run(args: Args) -> ExitCode {
+    match serve(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            eprintln!("fencelock serve: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> Result<(), String> {
+    let config = args.config()?;
+    let shutdown = shutdown_signal()?;
+    let store = fencelock_stores::open(&args.store)
+        .await
+        .map_err(|e| e.to_string())?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(%address, store = %args.store, "fencelock is serving");
+    fencelock_server::serve(listener, store, config, shutdown)
+        .await
+        .map_err(|e| format!("server failed: {e}"))?;
+    tracing::info!("fencelock stopped");
+    Ok(())
+}
+
+/// Listens for SIGTERM and Ctrl-C (SIGINT) from now on; the future completes on either.
+/// Registered before the server says it is serving, so no signal falls in between.
+fn shutdown_signal() -> Result<impl Future<Output = ()>, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot listen for SIGTERM: {e}"))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot listen for SIGINT: {e}"))?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!("SIGTERM received"),
+            _ = interrupt.recv() => tracing::info!("Ctrl-C received"),
+        }
+    })
+}
