@@ -1,0 +1,347 @@
+//! The PostgreSQL store against a real, throwaway PostgreSQL: the conformance suite, many
+//! servers on one database, and the database going away and coming back.
+#![cfg(feature = "postgres")]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fencelock_conformance::{Harness, owner, ttl};
+use fencelock_core::{AcquireOutcome, FencingToken, LockStore, ReleaseOutcome, Resource, StoreError};
+use fencelock_stores::postgres::{PostgresOptions, PostgresStore};
+use fencelock_testkit::{Postgres, shared_postgres};
+
+/// The shared server's address; starting it blocks, so not on the async worker.
+async fn shared_url() -> String {
+    tokio::task::spawn_blocking(|| shared_postgres().url())
+        .await
+        .expect("start PostgreSQL")
+}
+
+async fn store(url: &str) -> Arc<PostgresStore> {
+    Arc::new(PostgresStore::connect(url).await.expect("connect to PostgreSQL"))
+}
+
+async fn harness() -> Harness {
+    Harness::real(store(&shared_url().await).await)
+}
+
+fencelock_conformance::suite!(harness);
+
+fn unique(name: &str) -> Resource {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let wall = fencelock_core::Timestamp::now_wall().as_millis();
+    Resource::new(format!("pg-{wall}-{}-{n}/{name}", std::process::id())).expect("valid name")
+}
+
+/// Two stores on one database stand for two fencelock servers.
+async fn two_servers() -> (Arc<PostgresStore>, Arc<PostgresStore>) {
+    let url = shared_url().await;
+    (store(&url).await, store(&url).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_acquirers_on_two_servers_have_one_winner() {
+    let (a, b) = two_servers().await;
+    let resource = unique("contended");
+    let attempts: Vec<_> = (0..100)
+        .map(|i| {
+            let store: Arc<dyn LockStore> = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let resource = resource.clone();
+            tokio::spawn(async move {
+                store
+                    .acquire(&resource, &owner(&format!("w{i}")), ttl(Duration::from_secs(60)))
+                    .await
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut holders = HashSet::new();
+    for attempt in attempts {
+        match attempt.await.expect("task").expect("acquire") {
+            AcquireOutcome::Granted { lease, .. } => winners.push(lease),
+            AcquireOutcome::Held { holder, .. } => {
+                holders.insert(holder.token);
+            }
+            AcquireOutcome::Extended(lease) => panic!("nobody held it, yet extended: {lease:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    assert!(holders.iter().all(|t| *t == winners[0].token), "{holders:?}");
+    assert_eq!(b.get(&resource).await.unwrap().as_ref(), Some(&winners[0]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_across_servers() {
+    let (a, b) = two_servers().await;
+    let resource = unique("alternating");
+    let mut last = FencingToken(0);
+    for i in 0..20 {
+        let (granting, releasing) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let who = owner(&format!("o{i}"));
+        let AcquireOutcome::Granted { lease, .. } = granting
+            .acquire(&resource, &who, ttl(Duration::from_secs(60)))
+            .await
+            .unwrap()
+        else {
+            panic!("round {i}: not granted");
+        };
+        assert!(lease.token > last, "token {} after {last}", lease.token);
+        last = lease.token;
+        assert_eq!(
+            releasing
+                .release(&resource, &who, Some(lease.token))
+                .await
+                .unwrap(),
+            ReleaseOutcome::Released(lease)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_one_server_is_heard_on_the_other() {
+    let (a, b) = two_servers().await;
+    let mut heard = b.releases().expect("the PostgreSQL store has a release feed");
+    let resource = unique("announced");
+    let who = owner("holder");
+    a.acquire(&resource, &who, ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    a.release(&resource, &who, None).await.unwrap();
+    wait_for_release(&mut heard, &resource, Duration::from_secs(10))
+        .await
+        .expect("release was not heard on the other server");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_outlives_the_purge_of_its_lease() {
+    let store = store(&shared_url().await).await;
+    let resource = unique("purged");
+    let AcquireOutcome::Granted { lease: first, .. } = store
+        .acquire(&resource, &owner("a"), ttl(Duration::from_millis(50)))
+        .await
+        .unwrap()
+    else {
+        panic!("not granted");
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.get(&resource).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "lease did not expire");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let purged = store.purge_expired().await.unwrap();
+    assert!(purged.contains(&first), "{first:?} not in {purged:?}");
+    let AcquireOutcome::Granted { lease: second, .. } = store
+        .acquire(&resource, &owner("a"), ttl(Duration::from_secs(60)))
+        .await
+        .unwrap()
+    else {
+        panic!("not granted");
+    };
+    assert!(second.token > first.token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_starting_together_migrate_once() {
+    let url = shared_url().await;
+    let name = format!("fresh_{}", std::process::id());
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let (server, _) = url.rsplit_once('/').expect("the address names a database");
+    let fresh = format!("{server}/{name}");
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let fresh = fresh.clone();
+            tokio::spawn(async move { PostgresStore::connect(&fresh).await.map(drop) })
+        })
+        .collect();
+    for start in starts {
+        start.await.unwrap().expect("a server starting alongside others");
+    }
+    let (fresh_client, connection) = tokio_postgres::connect(&fresh, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let versions: Vec<i32> = fresh_client
+        .query(
+            "SELECT version FROM fencelock_schema_version ORDER BY version",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(versions, vec![1]);
+}
+
+/// Waits until `resource` comes out of `feed`; `Err` after `within`.
+async fn wait_for_release(
+    feed: &mut tokio::sync::broadcast::Receiver<Resource>,
+    resource: &Resource,
+    within: Duration,
+) -> Result<(), tokio::time::error::Elapsed> {
+    tokio::time::timeout(within, async {
+        loop {
+            match feed.recv().await {
+                Ok(heard) if heard == *resource => return,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(closed) => panic!("release feed closed: {closed}"),
+            }
+        }
+    })
+    .await
+}
+
+/// Short timeouts, so that the failure test learns quickly that the database is gone.
+fn impatient() -> PostgresOptions {
+    PostgresOptions {
+        connect_timeout: Duration::from_secs(1),
+        statement_timeout: Duration::from_secs(2),
+        pool_size: 8,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_stops_while_postgres_is_down_and_resumes_by_itself() {
+    let mut pg = tokio::task::spawn_blocking(Postgres::start).await.unwrap();
+    let url = pg.url();
+    let a = Arc::new(PostgresStore::connect_with(&url, impatient()).await.unwrap());
+    let b = Arc::new(PostgresStore::connect_with(&url, impatient()).await.unwrap());
+    let ttl = ttl(Duration::from_secs(60));
+
+    // Load: workers acquire and release their own resource in a loop, through both stores,
+    // and record each token, each failure, and the time of their last success.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..6)
+        .map(|i| {
+            let store: Arc<dyn LockStore> = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let resource = unique(&format!("load-{i}"));
+                let who = owner(&format!("worker-{i}"));
+                let mut tokens = Vec::new();
+                let mut failures = 0_u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match store.acquire(&resource, &who, ttl).await {
+                        Ok(AcquireOutcome::Granted { lease, .. }) => {
+                            tokens.push(lease.token);
+                            // A release lost with the connection leaves the lease held by us:
+                            // the next acquire extends it, which is fine.
+                            let _ = store.release(&resource, &who, Some(lease.token)).await;
+                        }
+                        Ok(AcquireOutcome::Extended(lease)) => {
+                            let _ = store.release(&resource, &who, Some(lease.token)).await;
+                        }
+                        Ok(held @ AcquireOutcome::Held { .. }) => panic!("nobody else uses it: {held:?}"),
+                        Err(StoreError::Unavailable { .. }) => {
+                            failures += 1;
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        Err(other) => panic!("unexpected error: {other}"),
+                    }
+                }
+                (tokens, failures)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let stopped_at = Instant::now();
+    pg = tokio::task::spawn_blocking(move || {
+        pg.stop();
+        pg
+    })
+    .await
+    .unwrap();
+    eprintln!("PostgreSQL stopped in {:?}", stopped_at.elapsed());
+
+    // While it is down, every call fails promptly with Unavailable, and ping fails.
+    let resource = unique("while-down");
+    for _ in 0..3 {
+        let started = Instant::now();
+        let outcome = a.acquire(&resource, &owner("x"), ttl).await;
+        let took = started.elapsed();
+        assert!(
+            matches!(outcome, Err(StoreError::Unavailable { .. })),
+            "acquire while down: {outcome:?}"
+        );
+        assert!(took < Duration::from_secs(5), "acquire took {took:?} to fail");
+        eprintln!("acquire failed after {took:?} while PostgreSQL was down");
+    }
+    let started = Instant::now();
+    assert!(a.ping().await.is_err(), "ping while down");
+    assert!(matches!(
+        b.get(&resource).await,
+        Err(StoreError::Unavailable { .. })
+    ));
+    assert!(matches!(
+        b.release(&resource, &owner("x"), None).await,
+        Err(StoreError::Unavailable { .. })
+    ));
+    eprintln!("ping, get and release failed in {:?}", started.elapsed());
+
+    let restarted_at = Instant::now();
+    pg = tokio::task::spawn_blocking(move || {
+        pg.start_again();
+        pg
+    })
+    .await
+    .unwrap();
+    eprintln!("PostgreSQL started again in {:?}", restarted_at.elapsed());
+
+    // Service resumes by itself: the same store objects answer again.
+    let resumed = Instant::now();
+    let deadline = resumed + Duration::from_secs(30);
+    while a.ping().await.is_err() || b.ping().await.is_err() {
+        assert!(Instant::now() < deadline, "the stores did not come back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("both stores answered {:?} after the restart", resumed.elapsed());
+
+    // The listening connections are back too: a release on one is heard on the other.
+    let mut heard = b.releases().unwrap();
+    let announced = unique("after-restart");
+    loop {
+        a.acquire(&announced, &owner("x"), ttl)
+            .await
+            .expect("acquire after restart");
+        a.release(&announced, &owner("x"), None)
+            .await
+            .expect("release after restart");
+        if wait_for_release(&mut heard, &announced, Duration::from_millis(500))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "releases are not heard after the restart"
+        );
+    }
+    eprintln!("releases heard again {:?} after the restart", resumed.elapsed());
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for worker in workers {
+        let (tokens, failures) = worker.await.expect("worker");
+        assert!(failures > 0, "the worker never saw PostgreSQL down");
+        assert!(
+            tokens.len() >= 2,
+            "the worker did not work before and after: {tokens:?}"
+        );
+        assert!(
+            tokens.windows(2).all(|pair| pair[0] < pair[1]),
+            "tokens went back across the restart: {tokens:?}"
+        );
+    }
+    drop(pg);
+}
