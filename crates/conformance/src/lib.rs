@@ -32,12 +32,13 @@ use fencelock_core::{Lease, LockStore, ManualClock, Owner, Resource, Ttl};
 pub mod checks;
 
 /// The store under test, and how its time is moved.
-#[derive(Debug)]
 pub struct Harness {
     /// The store under test.
     pub store: Arc<dyn LockStore>,
     clock: Option<Arc<ManualClock>>,
     namespace: String,
+    /// Dropped after the store (fields drop in order): e.g. the folder of its file.
+    _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Harness {
@@ -47,6 +48,7 @@ impl Harness {
             store,
             clock: Some(clock),
             namespace: namespace(),
+            _keep: None,
         }
     }
 
@@ -56,7 +58,14 @@ impl Harness {
             store,
             clock: None,
             namespace: namespace(),
+            _keep: None,
         }
+    }
+
+    /// Keeps `guard` (a temporary folder, a test server) alive until the store is dropped.
+    pub fn keeping(mut self, guard: impl std::any::Any + Send + Sync) -> Self {
+        self._keep = Some(Box::new(guard));
+        self
     }
 
     /// A resource name of this harness alone, so checks can share one store.
@@ -116,6 +125,15 @@ impl Harness {
             Some(clock) => clock.advance(by),
             None => tokio::time::sleep(by).await,
         }
+    }
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness")
+            .field("store", &self.store)
+            .field("namespace", &self.namespace)
+            .finish()
     }
 }
 

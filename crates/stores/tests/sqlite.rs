@@ -5,16 +5,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Clock, FencingToken, Lease, LeasePage, ListQuery, LockStore, ManualClock,
-    Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+    AcquireOutcome, Clock, FencingToken, Lease, ListQuery, LockStore, ManualClock, ReleaseOutcome,
+    RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
 use fencelock_stores::sqlite::SqliteStore;
 use tempfile::TempDir;
-use tokio::sync::broadcast;
 
 const T0: Timestamp = Timestamp::from_millis(1_795_933_800_000);
 
@@ -56,55 +54,11 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 
 // ---- The conformance suite ----
 
-/// The store under test with the folder of its file, removed once the store is closed.
-#[derive(Debug)]
-struct InTempDir {
-    store: SqliteStore, // dropped first: the file is closed before its folder goes
-    _dir: TempDir,
-}
-
-#[async_trait]
-impl LockStore for InTempDir {
-    async fn acquire(&self, r: &Resource, o: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
-        self.store.acquire(r, o, ttl).await
-    }
-    async fn get(&self, r: &Resource) -> Result<Option<Lease>> {
-        self.store.get(r).await
-    }
-    async fn release(&self, r: &Resource, o: &Owner, t: Option<FencingToken>) -> Result<ReleaseOutcome> {
-        self.store.release(r, o, t).await
-    }
-    async fn renew(
-        &self,
-        r: &Resource,
-        o: &Owner,
-        ttl: Ttl,
-        t: Option<FencingToken>,
-    ) -> Result<RenewOutcome> {
-        self.store.renew(r, o, ttl, t).await
-    }
-    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
-        self.store.list(query).await
-    }
-    async fn purge_expired(&self) -> Result<Vec<Lease>> {
-        self.store.purge_expired().await
-    }
-    async fn ping(&self) -> Result<()> {
-        self.store.ping().await
-    }
-    fn releases(&self) -> Option<broadcast::Receiver<Resource>> {
-        self.store.releases()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
-    }
-}
-
 async fn harness() -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let clock = manual_clock();
     let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
-    Harness::manual(Arc::new(InTempDir { store, _dir: dir }), clock)
+    Harness::manual(Arc::new(store), clock).keeping(dir)
 }
 
 fencelock_conformance::suite!(harness);
