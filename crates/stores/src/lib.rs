@@ -1,7 +1,8 @@
 //! # fencelock-stores
 //!
 //! The stores behind a store address, and [`open`], which reads the address and opens the
-//! right one: `memory://` for tests, `sqlite://PATH` for the embedded store.
+//! right one: `memory://` for tests, `sqlite://PATH` for the embedded store, `postgres://…`
+//! and `etcd://…` for stores shared by many servers.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), fencelock_stores::OpenError> {
@@ -16,6 +17,8 @@
 //! - [`open`] and [`OpenError`]: the address parser, one `match` arm per scheme.
 //! - [`sqlite`] (feature `sqlite`, on by default): [`sqlite::SqliteStore`], one SQLite file
 //!   owned by one server, with group commit.
+//! - [`postgres`] (feature `postgres`, on by default): [`postgres::PostgresStore`], a
+//!   PostgreSQL database shared by many servers.
 //! - The in-memory store is [`fencelock_core::MemoryStore`]; it lives in the core crate as
 //!   the reference every store is tested against.
 
@@ -25,6 +28,8 @@ use fencelock_core::{LockStore, MemoryStore, StoreError};
 
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 /// Why a store address could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +66,9 @@ pub fn supported_schemes() -> Vec<&'static str> {
     if cfg!(feature = "sqlite") {
         schemes.push("sqlite://PATH");
     }
+    if cfg!(feature = "postgres") {
+        schemes.push("postgres://USER@HOST:PORT/DB");
+    }
     schemes
 }
 
@@ -70,6 +78,8 @@ pub fn supported_schemes() -> Vec<&'static str> {
 /// - `sqlite://PATH`: the embedded store in the file at `PATH`, relative to the current
 ///   folder (`sqlite://fencelock.db`) or absolute (`sqlite:///var/lib/fencelock.db`); the
 ///   file is created if missing, and refused if another server has it open.
+/// - `postgres://USER[:PASSWORD]@HOST:PORT/DB` (or `postgresql://`): a PostgreSQL database
+///   that many servers may share; see [`postgres`]. The schema is created or upgraded.
 ///
 /// Schemes are case-insensitive.
 pub async fn open(address: &str) -> Result<Arc<dyn LockStore>, OpenError> {
@@ -82,6 +92,8 @@ pub async fn open(address: &str) -> Result<Arc<dyn LockStore>, OpenError> {
         "memory" => open_memory(address, rest),
         #[cfg(feature = "sqlite")]
         "sqlite" => open_sqlite(address, rest).await,
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => open_postgres(address, rest).await,
         _ => Err(OpenError::UnsupportedScheme {
             address: address.into(),
         }),
@@ -113,6 +125,19 @@ async fn open_sqlite(address: &str, path: &str) -> Result<Arc<dyn LockStore>, Op
         .await
         .map_err(|e| store_error(StoreError::unavailable("opening the SQLite store panicked", e)))?;
     Ok(Arc::new(opened.map_err(store_error)?))
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(address: &str, rest: &str) -> Result<Arc<dyn LockStore>, OpenError> {
+    // The driver reads only the lower-case scheme.
+    match postgres::PostgresStore::connect(&format!("postgres://{rest}")).await {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(StoreError::Invalid(reason)) => Err(invalid(address, &reason)),
+        Err(source) => Err(OpenError::Store {
+            address: address.into(),
+            source,
+        }),
+    }
 }
 
 fn invalid(address: &str, reason: &str) -> OpenError {

@@ -345,3 +345,21 @@ async fn service_stops_while_postgres_is_down_and_resumes_by_itself() {
     }
     drop(pg);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_address_parser_opens_postgres() {
+    let url = shared_url().await;
+    for address in [url.clone(), url.replacen("postgres://", "PostgreSQL://", 1)] {
+        let store = fencelock_stores::open(&address).await.expect(&address);
+        store.ping().await.unwrap();
+        assert!(store.capabilities().durable);
+        assert_eq!(store.capabilities().ttl_granularity, Duration::from_millis(1));
+    }
+    let error = fencelock_stores::open("postgres://postgres@127.0.0.1:notaport/db")
+        .await
+        .expect_err("a bad port");
+    assert!(
+        matches!(error, fencelock_stores::OpenError::InvalidAddress { .. }),
+        "{error}"
+    );
+}
