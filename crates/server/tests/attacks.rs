@@ -84,7 +84,15 @@ async fn atk_05_zero_or_negative_ttl_is_refused() {
 
 #[tokio::test]
 async fn atk_06_sql_in_the_resource_name_is_just_a_name() {
-    let s = TestServer::manual().await;
+    sql_is_just_a_name(TestServer::manual().await).await;
+}
+
+#[tokio::test]
+async fn atk_06_sql_in_the_resource_name_is_just_a_name_on_the_embedded_store() {
+    sql_is_just_a_name(TestServer::embedded().await).await;
+}
+
+async fn sql_is_just_a_name(s: TestServer) {
     let bystander = s.grant("payment:42", "holder", 30).await;
     let name = "resource'; DROP TABLE distributed_locks; --";
     let encoded = fencelock_wire::parse::encode_segment(name);
@@ -92,6 +100,15 @@ async fn atk_06_sql_in_the_resource_name_is_just_a_name() {
     assert_eq!(lease["resource"], name);
     assert_eq!(s.get(&encoded).await.body, lease);
     assert_eq!(s.get("payment:42").await.body, bystander);
+    let owner = "x'); DELETE FROM leases; --";
+    assert_eq!(s.grant("other", owner, 30).await["owner"], owner);
+    assert_eq!(
+        s.send(Method::GET, "/locks", None).await.body["locks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
 }
 
 #[tokio::test]

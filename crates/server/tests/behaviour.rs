@@ -20,7 +20,15 @@ use tokio::sync::broadcast;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_concurrent_acquirers_have_one_winner_over_twenty_rounds() {
-    let s = TestServer::real().await;
+    one_winner_over_twenty_rounds(TestServer::real().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_acquirers_have_one_winner_over_twenty_rounds_on_the_embedded_store() {
+    one_winner_over_twenty_rounds(TestServer::embedded().await).await;
+}
+
+async fn one_winner_over_twenty_rounds(s: TestServer) {
     for round in 0..20 {
         let url = format!("{}/locks/race-{round}", s.base);
         let attempts: Vec<_> = (0..100)
@@ -56,7 +64,15 @@ async fn a_hundred_concurrent_acquirers_have_one_winner_over_twenty_rounds() {
 
 #[tokio::test]
 async fn tokens_strictly_increase_over_two_thousand_grants() {
-    let s = TestServer::real().await;
+    tokens_increase_over_two_thousand_grants(TestServer::real().await).await;
+}
+
+#[tokio::test]
+async fn tokens_strictly_increase_over_two_thousand_grants_on_the_embedded_store() {
+    tokens_increase_over_two_thousand_grants(TestServer::embedded().await).await;
+}
+
+async fn tokens_increase_over_two_thousand_grants(s: TestServer) {
     let mut last = 0;
     for i in 0..2000 {
         let owner = format!("o{}", i % 7);

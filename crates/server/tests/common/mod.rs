@@ -20,6 +20,7 @@ pub struct TestServer {
     pub addr: std::net::SocketAddr,
     pub client: reqwest::Client,
     pub clock: Option<Arc<ManualClock>>,
+    dir: Option<tempfile::TempDir>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -50,6 +51,15 @@ impl TestServer {
         Self::start(Arc::new(MemoryStore::new()), Config::default()).await
     }
 
+    /// A server on the embedded store, in a file of a temporary folder.
+    pub async fn embedded() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = fencelock_stores::sqlite::SqliteStore::open(dir.path().join("fencelock.db")).unwrap();
+        let mut server = Self::start(Arc::new(store), Config::default()).await;
+        server.dir = Some(dir);
+        server
+    }
+
     /// A server on `store` with `config`.
     pub async fn start(store: Arc<dyn LockStore>, config: Config) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -66,6 +76,7 @@ impl TestServer {
                 .build()
                 .unwrap(),
             clock: None,
+            dir: None,
             stop: Some(stop),
             task: Some(task),
         }
