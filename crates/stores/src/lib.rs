@@ -19,6 +19,8 @@
 //!   owned by one server, with group commit.
 //! - [`postgres`] (feature `postgres`, on by default): [`postgres::PostgresStore`], a
 //!   PostgreSQL database shared by many servers.
+//! - [`etcd`] (feature `etcd`, on by default): [`etcd::EtcdStore`], an etcd cluster shared by
+//!   many servers.
 //! - The in-memory store is [`fencelock_core::MemoryStore`]; it lives in the core crate as
 //!   the reference every store is tested against.
 
@@ -30,6 +32,8 @@ use fencelock_core::{LockStore, MemoryStore, StoreError};
 pub mod sqlite;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 
 /// Why a store address could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +73,9 @@ pub fn supported_schemes() -> Vec<&'static str> {
     if cfg!(feature = "postgres") {
         schemes.push("postgres://USER@HOST:PORT/DB");
     }
+    if cfg!(feature = "etcd") {
+        schemes.push("etcd://HOST:PORT[,HOST:PORT...]");
+    }
     schemes
 }
 
@@ -80,6 +87,8 @@ pub fn supported_schemes() -> Vec<&'static str> {
 ///   file is created if missing, and refused if another server has it open.
 /// - `postgres://USER[:PASSWORD]@HOST:PORT/DB` (or `postgresql://`): a PostgreSQL database
 ///   that many servers may share; see [`postgres`]. The schema is created or upgraded.
+/// - `etcd://HOST:PORT[,HOST:PORT…]`: an etcd cluster that many servers may share, given by
+///   the client addresses of its members; see [`etcd`].
 ///
 /// Schemes are case-insensitive.
 pub async fn open(address: &str) -> Result<Arc<dyn LockStore>, OpenError> {
@@ -94,6 +103,8 @@ pub async fn open(address: &str) -> Result<Arc<dyn LockStore>, OpenError> {
         "sqlite" => open_sqlite(address, rest).await,
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => open_postgres(address, rest).await,
+        #[cfg(feature = "etcd")]
+        "etcd" => open_etcd(address, rest).await,
         _ => Err(OpenError::UnsupportedScheme {
             address: address.into(),
         }),
@@ -131,6 +142,18 @@ async fn open_sqlite(address: &str, path: &str) -> Result<Arc<dyn LockStore>, Op
 async fn open_postgres(address: &str, rest: &str) -> Result<Arc<dyn LockStore>, OpenError> {
     // The driver reads only the lower-case scheme.
     match postgres::PostgresStore::connect(&format!("postgres://{rest}")).await {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(StoreError::Invalid(reason)) => Err(invalid(address, &reason)),
+        Err(source) => Err(OpenError::Store {
+            address: address.into(),
+            source,
+        }),
+    }
+}
+
+#[cfg(feature = "etcd")]
+async fn open_etcd(address: &str, rest: &str) -> Result<Arc<dyn LockStore>, OpenError> {
+    match etcd::EtcdStore::connect(&format!("etcd://{rest}")).await {
         Ok(store) => Ok(Arc::new(store)),
         Err(StoreError::Invalid(reason)) => Err(invalid(address, &reason)),
         Err(source) => Err(OpenError::Store {

@@ -1,0 +1,802 @@
+//! [`EtcdStore`] (`etcd://host:port[,host:port…]`): leases as etcd keys bound to etcd
+//! leases, shared by any number of fencelock servers.
+//!
+//! # Guarantees
+//!
+//! | question | answer |
+//! | --- | --- |
+//! | whose clock decides expiry | etcd's: a lock is one key attached to an etcd lease, and the key exists exactly as long as etcd keeps that lease alive; the leader's clock counts the lease down, and the servers' clocks decide nothing |
+//! | TTL | whole seconds: `ttl_ms` is rounded **up** to whole seconds, and etcd may raise a short TTL further to its minimum (about 1.5 × the election timeout); a lease never lasts less than asked. `expires_at` is the granting server's time before it asked for the lease plus the TTL etcd granted, so etcd frees the lock at that time or a little later (it checks for expired leases every half second or so) |
+//! | durable | yes: a grant, extension, renewal or release is answered only after a quorum of members has committed it (Raft) |
+//! | what a failover can lose | nothing answered: a new leader has every committed write. A new leader does extend the remaining time of every lease (it restarts their countdown), so locks can outlive their `expires_at` by up to a TTL after a leader change — later, never sooner |
+//! | fit for | correctness, with fencing tokens: tokens are etcd revisions, which the cluster never reuses |
+//!
+//! # How the rules are kept
+//!
+//! - A lock on resource `r` is the key `/fencelock/locks/` + `r` (so listing in key order is
+//!   listing in the order of the names' bytes). Its value is JSON with the owner,
+//!   `acquired_at` and `expires_at` (milliseconds since the epoch); the key is attached to an
+//!   etcd lease granted with the TTL.
+//! - The **fencing token is the key's create revision**. etcd's revision counts every change
+//!   in the whole cluster and never goes back, so a key created after another (after a
+//!   release or an expiry) always has a greater create revision; rewriting the key (an
+//!   extension or a renewal) keeps it.
+//! - Acquire grants an etcd lease, then runs a transaction that creates the key only if it
+//!   is absent (`create_revision == 0`). If the key exists and belongs to the caller, a second
+//!   transaction rewrites it with the new lease only if it is unchanged since it was read
+//!   (`mod_revision`), which extends it; if it changed, acquire starts over. A lease that ends
+//!   up unused is revoked.
+//! - Release and renew read the key (a linearizable read), judge the caller on what they
+//!   read (absent, other owner, other token), and then delete or rewrite the key in a
+//!   transaction that only succeeds if the key is still that same version (`mod_revision`)
+//!   with that token (`create_revision`); otherwise they start over.
+//! - Renew grants a **new** etcd lease with the new TTL and moves the key onto it (then
+//!   revokes the old lease): an etcd keep-alive could only restart the old lease's original
+//!   TTL, while a renew may ask for a shorter one.
+//! - All reads are linearizable (etcd's default), never served from a member's possibly
+//!   stale copy.
+//! - [`LockStore::releases`] is fed by a watch on the key prefix: every deletion, by a
+//!   release or by the expiry of a lease, wakes waiters, on every server. When the watch is
+//!   lost it resumes from the last revision it saw, so no deletion is missed unless etcd
+//!   compacted that history meanwhile.
+//! - [`LockStore::purge_expired`] returns nothing: etcd deletes expired keys by itself.
+//!
+//! # Failure
+//!
+//! Requests carry etcd's "require leader" flag, so a member cut off from the quorum refuses
+//! them at once instead of holding them; every request also has a timeout, and every call an
+//! overall deadline. Without a quorum, calls return [`StoreError::Unavailable`] and nothing
+//! is granted.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
+    TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+};
+use fencelock_core::store::Result;
+use fencelock_core::{
+    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner,
+    ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, oneshot};
+use tokio::task::JoinHandle;
+
+/// How many release notices a slow listener may fall behind before it is told it lagged.
+const RELEASE_FEED_CAPACITY: usize = 1024;
+
+/// How often a call reads and writes again when the key changed between the two, before it
+/// gives up. Each retry means another caller changed the key meanwhile, so this is only hit
+/// under extreme contention on one resource.
+const MAX_ATTEMPTS: usize = 32;
+
+/// How long a caller told "held" is asked to wait when the holder's `expires_at` has passed
+/// but etcd has not yet deleted the key (it finds expired leases about every half second).
+/// The deletion itself also wakes waiters, through the watch.
+const EXPIRY_RECHECK: Duration = Duration::from_millis(250);
+
+/// How an [`EtcdStore`] connects, where it keeps its keys, and how long it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdOptions {
+    /// The most one etcd request may take.
+    pub request_timeout: Duration,
+    /// How long to wait for a connection to a member.
+    pub connect_timeout: Duration,
+    /// The prefix of every lock key; the resource name follows it.
+    pub prefix: String,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            prefix: "/fencelock/locks/".into(),
+        }
+    }
+}
+
+impl EtcdOptions {
+    /// The most one call (a few requests) may take, whatever happens on the network.
+    fn call_deadline(&self) -> Duration {
+        self.request_timeout * 3 + self.connect_timeout
+    }
+}
+
+/// A [`LockStore`] in an etcd cluster; see the module docs for its guarantees.
+pub struct EtcdStore {
+    client: Client,
+    endpoints: Vec<String>,
+    options: EtcdOptions,
+    released: broadcast::Sender<Resource>,
+    watcher: JoinHandle<()>,
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("endpoints", &self.endpoints)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+/// What the value of a lock key holds; the token is the key's create revision.
+#[derive(Debug, Serialize, Deserialize)]
+struct Stored {
+    owner: String,
+    /// Milliseconds since the epoch.
+    acquired_at: u64,
+    /// Milliseconds since the epoch.
+    expires_at: u64,
+}
+
+impl EtcdStore {
+    /// Connects to the members in `url` (`etcd://host:port[,host:port…]`) with default
+    /// options, checks that the cluster answers, and starts watching for releases. Must be
+    /// called within a Tokio runtime.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, EtcdOptions::default()).await
+    }
+
+    /// As [`EtcdStore::connect`], with `options`.
+    pub async fn connect_with(url: &str, options: EtcdOptions) -> Result<Self> {
+        let endpoints = endpoints(url)?;
+        let connect = ConnectOptions::new()
+            .with_timeout(options.request_timeout)
+            .with_connect_timeout(options.connect_timeout)
+            .with_keep_alive(Duration::from_secs(5), options.request_timeout)
+            // A member cut off from the quorum refuses at once rather than holding requests.
+            .with_require_leader(true);
+        let deadline = options.call_deadline();
+        let client = within(deadline, "connect", async {
+            Client::connect(&endpoints, Some(connect))
+                .await
+                .map_err(|e| unavailable("connect", e))
+        })
+        .await?;
+        let (released, _) = broadcast::channel(RELEASE_FEED_CAPACITY);
+        let (ready, watching) = oneshot::channel();
+        let watcher = tokio::spawn(watch(
+            client.clone(),
+            options.prefix.clone(),
+            released.clone(),
+            ready,
+        ));
+        let store = Self {
+            client,
+            endpoints,
+            options,
+            released,
+            watcher,
+        };
+        // Only answer once the watch is in place, so that no release after this is missed;
+        // making the watch also proves the cluster answers.
+        within(deadline, "watch for releases", async {
+            watching.await.unwrap_or_else(|_| {
+                Err(StoreError::Unavailable {
+                    message: "etcd: the release watcher stopped".into(),
+                    source: None,
+                })
+            })
+        })
+        .await?;
+        Ok(store)
+    }
+
+    fn key(&self, resource: &Resource) -> Vec<u8> {
+        [self.options.prefix.as_bytes(), resource.as_str().as_bytes()].concat()
+    }
+
+    /// Runs `call` within the call deadline.
+    async fn call<T>(&self, doing: &'static str, call: impl Future<Output = Result<T>>) -> Result<T> {
+        within(self.options.call_deadline(), doing, call).await
+    }
+
+    /// The key of `resource` as it is now (a linearizable read).
+    async fn read(&self, key: &[u8]) -> Result<Option<KeyValue>> {
+        let kv = self.client.kv_client();
+        let mut answer = request("read a lock", || {
+            let mut kv = kv.clone();
+            async move { kv.get(key, None).await }
+        })
+        .await?;
+        Ok(answer.take_kvs().into_iter().next())
+    }
+
+    /// Grants an etcd lease of at least `ttl`, rounded up to whole seconds. Returns its id
+    /// and the lease's `(acquired_at, expires_at)`: the time before asking, and that time
+    /// plus the TTL etcd granted (which may be more than asked, never less). etcd starts
+    /// counting after that time, so it frees the lock no earlier than `expires_at`.
+    async fn grant(&self, ttl: Ttl) -> Result<(i64, Timestamp, Timestamp)> {
+        let seconds = i64::try_from(ttl.as_millis().div_ceil(1000))
+            .map_err(|_| StoreError::Invalid(format!("TTL {ttl:?} is too long")))?;
+        let asked_at = Timestamp::now_wall();
+        let leases = self.client.lease_client();
+        let granted = request("grant a lease", || {
+            let mut leases = leases.clone();
+            async move { leases.grant(seconds, None).await }
+        })
+        .await?;
+        if !granted.error().is_empty() {
+            return Err(StoreError::Unavailable {
+                message: format!("etcd: grant a lease: {}", granted.error()),
+                source: None,
+            });
+        }
+        let lasts = u64::try_from(granted.ttl().max(seconds)).unwrap_or(0) * 1000;
+        let expires_at = Timestamp::from_millis(asked_at.as_millis().saturating_add(lasts));
+        Ok((granted.id(), asked_at, expires_at))
+    }
+
+    /// Revokes an etcd lease nothing uses any more, in the background: if that fails, the
+    /// lease just runs out by itself, holding nothing.
+    fn revoke(&self, lease: i64) {
+        if lease == 0 {
+            return;
+        }
+        let mut leases = self.client.lease_client();
+        let deadline = self.options.request_timeout;
+        tokio::spawn(async move {
+            if let Ok(Err(e)) = tokio::time::timeout(deadline, leases.revoke(lease)).await {
+                tracing::debug!(lease, error = %e, "revoking an unused etcd lease failed");
+            }
+        });
+    }
+
+    async fn txn(&self, doing: &'static str, txn: Txn) -> Result<TxnResponse> {
+        let kv = self.client.kv_client();
+        request(doing, || {
+            let (mut kv, txn) = (kv.clone(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await
+    }
+
+    async fn try_acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+        let key = self.key(resource);
+        let (lease_id, acquired_at, expires_at) = self.grant(ttl).await?;
+        let value = encode(owner, acquired_at, expires_at)?;
+        let put = || {
+            TxnOp::put(
+                key.clone(),
+                value.clone(),
+                Some(PutOptions::new().with_lease(lease_id)),
+            )
+        };
+        let result = self.acquire_with(resource, owner, &key, lease_id, put).await;
+        match &result {
+            Ok(AcquireOutcome::Granted { .. } | AcquireOutcome::Extended(_)) => {}
+            // Held, or failed: the new lease holds nothing.
+            Ok(AcquireOutcome::Held { .. }) | Err(_) => self.revoke(lease_id),
+        }
+        result
+    }
+
+    async fn acquire_with(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        key: &[u8],
+        lease_id: i64,
+        put: impl Fn() -> TxnOp,
+    ) -> Result<AcquireOutcome> {
+        for _ in 0..MAX_ATTEMPTS {
+            let create = Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+                .and_then([put(), TxnOp::get(key, None)])
+                .or_else([TxnOp::get(key, None)]);
+            let answer = self.txn("acquire", create).await?;
+            let current = last_get(&answer);
+            if answer.succeeded() {
+                let kv =
+                    current.ok_or_else(|| StoreError::Corrupt("a created lock key is missing".into()))?;
+                return Ok(AcquireOutcome::Granted {
+                    lease: lease_from(resource.clone(), &kv)?,
+                    // etcd deletes an expired lease's key: there is never one to replace.
+                    expired: None,
+                });
+            }
+            // The key vanished (released or expired) between the two: try again.
+            let Some(kv) = current else { continue };
+            let holder = lease_from(resource.clone(), &kv)?;
+            if holder.owner != *owner {
+                let expires_in = holder.expires_at.since(Timestamp::now_wall());
+                return Ok(AcquireOutcome::Held {
+                    holder,
+                    expires_in: if expires_in.is_zero() {
+                        EXPIRY_RECHECK
+                    } else {
+                        expires_in
+                    },
+                });
+            }
+            // The caller holds it: move the key onto the new lease, if it is still the
+            // version just read.
+            let old_lease = kv.lease();
+            let extend = Txn::new()
+                .when([Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision())])
+                .and_then([put(), TxnOp::get(key, None)]);
+            let answer = self.txn("extend", extend).await?;
+            if answer.succeeded() {
+                let kv = last_get(&answer)
+                    .ok_or_else(|| StoreError::Corrupt("an extended lock key is missing".into()))?;
+                // The old lease may be this very one, when a retry after a lost answer
+                // extends the lock this call granted: never revoke the lease the key is on.
+                if old_lease != lease_id {
+                    self.revoke(old_lease);
+                }
+                return Ok(AcquireOutcome::Extended(lease_from(resource.clone(), &kv)?));
+            }
+        }
+        Err(contended("acquire"))
+    }
+
+    /// Reads the key, judges the caller on it (rules 5 and 8: absent, then owner, then
+    /// token), and gives the key and the lease it holds if the caller may change it.
+    async fn judge(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<Result<(KeyValue, Lease), Refusal>> {
+        let Some(kv) = self.read(&self.key(resource)).await? else {
+            return Ok(Err(Refusal::NotFound));
+        };
+        let lease = lease_from(resource.clone(), &kv)?;
+        Ok(if lease.owner != *owner {
+            Err(Refusal::Forbidden)
+        } else if token.is_some_and(|t| t != lease.token) {
+            Err(Refusal::Conflict)
+        } else {
+            Ok((kv, lease))
+        })
+    }
+
+    /// A transaction that succeeds only if the key is still the version `kv` (same value,
+    /// so same owner) of the lease with `kv`'s token.
+    fn unchanged(key: &[u8], kv: &KeyValue) -> Txn {
+        Txn::new().when([
+            Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision()),
+            Compare::create_revision(key, CompareOp::Equal, kv.create_revision()),
+        ])
+    }
+
+    async fn try_release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        let key = self.key(resource);
+        for _ in 0..MAX_ATTEMPTS {
+            let (kv, lease) = match self.judge(resource, owner, token).await? {
+                Ok(allowed) => allowed,
+                Err(refusal) => return Ok(refusal.into()),
+            };
+            let delete = Self::unchanged(&key, &kv).and_then([TxnOp::delete(key.clone(), None)]);
+            if self.txn("release", delete).await?.succeeded() {
+                // The key is gone; its lease holds nothing now.
+                self.revoke(kv.lease());
+                return Ok(ReleaseOutcome::Released(lease));
+            }
+        }
+        Err(contended("release"))
+    }
+
+    async fn try_renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        let key = self.key(resource);
+        for _ in 0..MAX_ATTEMPTS {
+            let (kv, lease) = match self.judge(resource, owner, token).await? {
+                Ok(allowed) => allowed,
+                Err(refusal) => return Ok(refusal.into()),
+            };
+            // A new etcd lease with the new TTL: a keep-alive could only restart the old
+            // lease's original TTL, and a renew may ask for a shorter one.
+            let (lease_id, _, expires_at) = self.grant(ttl).await?;
+            let value = encode(owner, lease.acquired_at, expires_at)?;
+            let put = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(lease_id)));
+            let renewed = match self
+                .txn("renew", Self::unchanged(&key, &kv).and_then([put]))
+                .await
+            {
+                Ok(answer) => answer.succeeded(),
+                Err(e) => {
+                    self.revoke(lease_id);
+                    return Err(e);
+                }
+            };
+            if renewed {
+                self.revoke(kv.lease());
+                return Ok(RenewOutcome::Renewed(Lease { expires_at, ..lease }));
+            }
+            self.revoke(lease_id);
+        }
+        Err(contended("renew"))
+    }
+
+    async fn try_list(&self, query: &ListQuery) -> Result<LeasePage> {
+        let limit = query.limit.max(1);
+        let prefix = [self.options.prefix.as_bytes(), query.prefix.as_bytes()].concat();
+        let start = match &query.after {
+            // Just after the cursor's key: the key with a zero byte appended.
+            Some(after) if after.as_str() >= query.prefix.as_str() => [&self.key(after)[..], &[0]].concat(),
+            _ => prefix.clone(),
+        };
+        // One more than asked, to know whether another page follows. Keys come back in
+        // ascending byte order, which is the order of the names' bytes.
+        let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
+        let options = GetOptions::new()
+            .with_range(prefix_end(&prefix))
+            .with_limit(fetch);
+        let kv = self.client.kv_client();
+        let mut answer = request("list locks", || {
+            let (mut kv, start, options) = (kv.clone(), start.clone(), options.clone());
+            async move { kv.get(start, Some(options)).await }
+        })
+        .await?;
+        let mut leases = answer
+            .take_kvs()
+            .iter()
+            .map(|kv| lease_from(self.resource_of(kv)?, kv))
+            .collect::<Result<Vec<_>>>()?;
+        let next = if leases.len() > limit {
+            leases.truncate(limit);
+            leases.last().map(|l| l.resource.clone())
+        } else {
+            None
+        };
+        Ok(LeasePage { leases, next })
+    }
+
+    fn resource_of(&self, kv: &KeyValue) -> Result<Resource> {
+        resource_of(&self.options.prefix, kv.key())
+    }
+}
+
+#[async_trait]
+impl LockStore for EtcdStore {
+    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+        self.call("acquire", self.try_acquire(resource, owner, ttl)).await
+    }
+
+    async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
+        self.call("get", async {
+            self.read(&self.key(resource))
+                .await?
+                .map(|kv| lease_from(resource.clone(), &kv))
+                .transpose()
+        })
+        .await
+    }
+
+    async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        self.call("release", self.try_release(resource, owner, token))
+            .await
+    }
+
+    async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        self.call("renew", self.try_renew(resource, owner, ttl, token))
+            .await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        self.call("list", self.try_list(query)).await
+    }
+
+    /// etcd deletes the key of an expired lease by itself: there is never anything left to
+    /// purge, so this returns no leases (and makes no request).
+    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+        Ok(Vec::new())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        // A linearizable read needs the leader and a quorum, which is what serving needs.
+        // The bare prefix is never a lock key (names are not empty).
+        let key = self.options.prefix.clone().into_bytes();
+        self.call("ping", async { self.read(&key).await.map(drop) }).await
+    }
+
+    fn releases(&self) -> Option<broadcast::Receiver<Resource>> {
+        Some(self.released.subscribe())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ttl_granularity: Duration::from_secs(1),
+            durable: true,
+        }
+    }
+}
+
+/// Why a release or renew was refused.
+enum Refusal {
+    NotFound,
+    Forbidden,
+    Conflict,
+}
+
+impl From<Refusal> for ReleaseOutcome {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::NotFound => Self::NotFound,
+            Refusal::Forbidden => Self::Forbidden,
+            Refusal::Conflict => Self::Conflict,
+        }
+    }
+}
+
+impl From<Refusal> for RenewOutcome {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::NotFound => Self::NotFound,
+            Refusal::Forbidden => Self::Forbidden,
+            Refusal::Conflict => Self::Conflict,
+        }
+    }
+}
+
+/// The member addresses of `etcd://host:port[,host:port…]`, as `http://host:port`.
+fn endpoints(url: &str) -> Result<Vec<String>> {
+    let invalid = |why: &str| StoreError::Invalid(format!("{url:?} is not an etcd address: {why}"));
+    let (scheme, members) = url
+        .split_once("://")
+        .ok_or_else(|| invalid("expected etcd://host:port[,host:port...]"))?;
+    if !scheme.eq_ignore_ascii_case("etcd") {
+        return Err(invalid("the scheme must be etcd://"));
+    }
+    members
+        .split(',')
+        .map(|member| {
+            let (host, port) = member
+                .rsplit_once(':')
+                .ok_or_else(|| invalid(&format!("member {member:?} has no port")))?;
+            if host.is_empty() || host.contains('/') {
+                return Err(invalid(&format!("member {member:?} has no host")));
+            }
+            port.parse::<u16>()
+                .map_err(|_| invalid(&format!("member {member:?} has no valid port")))?;
+            Ok(format!("http://{member}"))
+        })
+        .collect()
+}
+
+/// The end of the key range of every key that starts with `prefix` (etcd's usual rule:
+/// drop trailing 0xff bytes, add one to the last byte; nothing left means "to the end").
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Keeps a watch on the deletions under `prefix` and passes each deleted resource to `feed`,
+/// watching anew (from the next revision) whenever the watch is lost. Reports on `ready`
+/// whether the first watch was made; if not, gives up (the store is not made).
+async fn watch(
+    client: Client,
+    prefix: String,
+    feed: broadcast::Sender<Resource>,
+    ready: oneshot::Sender<Result<()>>,
+) {
+    let mut ready = Some(ready);
+    let mut next_revision: Option<i64> = None;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match watch_once(&client, &prefix, &feed, &mut ready, &mut next_revision).await {
+            Ok(()) => backoff = Duration::from_millis(50),
+            Err(e) => {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+                tracing::warn!(error = %e, "watching etcd for releases failed; retrying");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// One watch, from its creation until it is lost. `Ok` if it was made.
+async fn watch_once(
+    client: &Client,
+    prefix: &str,
+    feed: &broadcast::Sender<Resource>,
+    ready: &mut Option<oneshot::Sender<Result<()>>>,
+    next_revision: &mut Option<i64>,
+) -> Result<()> {
+    let mut options = WatchOptions::new()
+        .with_prefix()
+        .with_filters([WatchFilterType::NoPut]);
+    if let Some(revision) = *next_revision {
+        options = options.with_start_revision(revision);
+    }
+    let mut stream = client
+        .watch_client()
+        .watch(prefix, Some(options))
+        .await
+        .map_err(|e| unavailable("watch for releases", e))?;
+    loop {
+        let answer = match stream.message().await {
+            Ok(Some(answer)) => answer,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                return if ready.is_some() {
+                    Err(unavailable("watch for releases", e))
+                } else {
+                    tracing::warn!(error = %e, "the etcd watch was lost; watching anew");
+                    Ok(())
+                };
+            }
+        };
+        if answer.created() {
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(Ok(()));
+            }
+            if next_revision.is_none() {
+                *next_revision = answer.header().map(|h| h.revision() + 1);
+            }
+        }
+        if answer.canceled() {
+            // Compacted history cannot be replayed: carry on from now, the waiters of what
+            // was missed fall back on the expiry of the lease they wait for.
+            tracing::warn!(reason = answer.cancel_reason(), "the etcd watch was cancelled");
+            *next_revision = None;
+            return Ok(());
+        }
+        for event in answer.events() {
+            let Some(kv) = event.kv() else { continue };
+            *next_revision = Some(kv.mod_revision() + 1);
+            if event.event_type() != EventType::Delete {
+                continue;
+            }
+            match resource_of(prefix, kv.key()) {
+                // Nobody listening is fine: the feed only wakes waiters.
+                Ok(resource) => drop(feed.send(resource)),
+                Err(e) => tracing::warn!(error = %e, "odd key under the lock prefix"),
+            }
+        }
+    }
+}
+
+/// Runs `call`, or gives up with [`StoreError::Unavailable`] after `deadline`.
+async fn within<T>(deadline: Duration, doing: &str, call: impl Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(deadline, call).await.unwrap_or_else(|_| {
+        Err(StoreError::Unavailable {
+            message: format!("etcd: {doing}: no answer within {deadline:?}"),
+            source: None,
+        })
+    })
+}
+
+fn encode(owner: &Owner, acquired_at: Timestamp, expires_at: Timestamp) -> Result<Vec<u8>> {
+    serde_json::to_vec(&Stored {
+        owner: owner.as_str().to_owned(),
+        acquired_at: acquired_at.as_millis(),
+        expires_at: expires_at.as_millis(),
+    })
+    .map_err(|e| StoreError::Corrupt(format!("cannot encode a lock: {e}")))
+}
+
+/// The lease a lock key holds: its value, and its create revision as the token.
+fn lease_from(resource: Resource, kv: &KeyValue) -> Result<Lease> {
+    let stored: Stored = serde_json::from_slice(kv.value())
+        .map_err(|e| StoreError::Corrupt(format!("lock {resource} holds no lease: {e}")))?;
+    let owner = Owner::new(&stored.owner)
+        .map_err(|e| StoreError::Corrupt(format!("lock {resource} has owner {:?}: {e}", stored.owner)))?;
+    let token = u64::try_from(kv.create_revision())
+        .ok()
+        .filter(|t| *t > 0)
+        .ok_or_else(|| {
+            StoreError::Corrupt(format!("lock {resource} has revision {}", kv.create_revision()))
+        })?;
+    Ok(Lease {
+        resource,
+        owner,
+        token: FencingToken(token),
+        acquired_at: Timestamp::from_millis(stored.acquired_at),
+        expires_at: Timestamp::from_millis(stored.expires_at),
+    })
+}
+
+fn resource_of(prefix: &str, key: &[u8]) -> Result<Resource> {
+    let name = key
+        .strip_prefix(prefix.as_bytes())
+        .and_then(|name| std::str::from_utf8(name).ok())
+        .ok_or_else(|| StoreError::Corrupt(format!("odd lock key {}", String::from_utf8_lossy(key))))?;
+    Resource::new(name).map_err(|e| StoreError::Corrupt(format!("lock key for {name:?}: {e}")))
+}
+
+/// The key read by the last `get` of a transaction's answer.
+fn last_get(answer: &TxnResponse) -> Option<KeyValue> {
+    answer.op_responses().into_iter().rev().find_map(|op| match op {
+        TxnOpResponse::Get(mut get) => get.take_kvs().into_iter().next(),
+        _ => None,
+    })
+}
+
+/// How often a request is sent again when no member took it.
+const NOT_SENT_RETRIES: u32 = 8;
+
+/// Sends one etcd request (`send` makes it anew each time), again if it never reached a
+/// member. The client spreads requests over all members, and keeps trying a member that is
+/// down; a request refused at connection time did nothing, so another member may take it.
+/// Any other failure may have happened after etcd applied the request, so it is not retried.
+async fn request<T, F, Fut>(doing: &str, mut send: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let mut tries = 0;
+    loop {
+        match send().await {
+            Ok(answer) => return Ok(answer),
+            Err(e) if tries < NOT_SENT_RETRIES && never_sent(&e) => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(5) * tries).await;
+            }
+            Err(e) => return Err(unavailable(doing, e)),
+        }
+    }
+}
+
+/// Whether `e` says the connection to the member was refused, so the request never left.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = match e {
+        etcd_client::Error::GRpcStatus(status) => Some(status),
+        etcd_client::Error::TransportError(transport) => Some(transport),
+        _ => None,
+    };
+    while let Some(error) = cause {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+fn unavailable(doing: &str, e: etcd_client::Error) -> StoreError {
+    StoreError::unavailable(format!("etcd: {doing}"), e)
+}
+
+fn contended(doing: &str) -> StoreError {
+    StoreError::Unavailable {
+        message: format!("etcd: {doing}: the lock changed under every one of {MAX_ATTEMPTS} tries"),
+        source: None,
+    }
+}

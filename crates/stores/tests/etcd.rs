@@ -1,0 +1,337 @@
+//! The etcd store against real, throwaway etcd: the conformance suite on one member, many
+//! servers on one cluster, and members of a three-member cluster killed and restarted.
+#![cfg(feature = "etcd")]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fencelock_conformance::{Harness, owner, ttl};
+use fencelock_core::{AcquireOutcome, FencingToken, LockStore, ReleaseOutcome, Resource, StoreError};
+use fencelock_stores::etcd::{EtcdOptions, EtcdStore};
+use fencelock_testkit::{EtcdCluster, shared_etcd};
+
+/// The shared server's address; starting it blocks, so not on the async worker.
+async fn shared_url() -> String {
+    tokio::task::spawn_blocking(|| shared_etcd().url())
+        .await
+        .expect("start etcd")
+}
+
+async fn store(url: &str) -> Arc<EtcdStore> {
+    Arc::new(EtcdStore::connect(url).await.expect("connect to etcd"))
+}
+
+async fn harness() -> Harness {
+    Harness::real(store(&shared_url().await).await)
+}
+
+fencelock_conformance::suite!(harness);
+
+fn unique(name: &str) -> Resource {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let wall = fencelock_core::Timestamp::now_wall().as_millis();
+    Resource::new(format!("etcd-{wall}-{}-{n}/{name}", std::process::id())).expect("valid name")
+}
+
+/// Two stores on one cluster stand for two fencelock servers.
+async fn two_servers() -> (Arc<EtcdStore>, Arc<EtcdStore>) {
+    let url = shared_url().await;
+    (store(&url).await, store(&url).await)
+}
+
+fn granted(outcome: AcquireOutcome) -> fencelock_core::Lease {
+    match outcome {
+        AcquireOutcome::Granted { lease, .. } => lease,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_acquirers_on_two_servers_have_one_winner() {
+    let (a, b) = two_servers().await;
+    let resource = unique("contended");
+    let attempts: Vec<_> = (0..100)
+        .map(|i| {
+            let store: Arc<dyn LockStore> = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let resource = resource.clone();
+            tokio::spawn(async move {
+                store
+                    .acquire(&resource, &owner(&format!("w{i}")), ttl(Duration::from_secs(60)))
+                    .await
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut holders = HashSet::new();
+    for attempt in attempts {
+        match attempt.await.expect("task").expect("acquire") {
+            AcquireOutcome::Granted { lease, .. } => winners.push(lease),
+            AcquireOutcome::Held { holder, .. } => {
+                holders.insert(holder.token);
+            }
+            AcquireOutcome::Extended(lease) => panic!("nobody held it, yet extended: {lease:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    assert!(holders.iter().all(|t| *t == winners[0].token), "{holders:?}");
+    assert_eq!(b.get(&resource).await.unwrap().as_ref(), Some(&winners[0]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_across_servers() {
+    let (a, b) = two_servers().await;
+    let resource = unique("alternating");
+    let mut last = FencingToken(0);
+    for i in 0..20 {
+        let (granting, releasing) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let who = owner(&format!("o{i}"));
+        let lease = granted(
+            granting
+                .acquire(&resource, &who, ttl(Duration::from_secs(60)))
+                .await
+                .unwrap(),
+        );
+        assert!(lease.token > last, "token {} after {last}", lease.token);
+        last = lease.token;
+        assert_eq!(
+            releasing
+                .release(&resource, &who, Some(lease.token))
+                .await
+                .unwrap(),
+            ReleaseOutcome::Released(lease)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_one_server_is_heard_on_the_other() {
+    let (a, b) = two_servers().await;
+    let mut heard = b.releases().expect("the etcd store has a release feed");
+    let resource = unique("announced");
+    let who = owner("holder");
+    a.acquire(&resource, &who, ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    a.release(&resource, &who, None).await.unwrap();
+    wait_for_release(&mut heard, &resource, Duration::from_secs(10))
+        .await
+        .expect("release was not heard on the other server");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttls_are_whole_seconds_rounded_up() {
+    let store = store(&shared_url().await).await;
+    assert_eq!(store.capabilities().ttl_granularity, Duration::from_secs(1));
+    let resource = unique("rounded");
+    let lease = granted(
+        store
+            .acquire(&resource, &owner("a"), ttl(Duration::from_millis(2001)))
+            .await
+            .unwrap(),
+    );
+    let lasts = lease.expires_at.since(lease.acquired_at);
+    assert!(lasts >= Duration::from_secs(3), "asked 2.001 s, lasts {lasts:?}");
+    assert_eq!(lasts.subsec_millis(), 0, "{lasts:?}");
+    // The lock is still held a moment before its expiry by the server's clock, and gone
+    // soon after: etcd decides, within its half-second expiry check.
+    let before_expiry = lease.expires_at.since(fencelock_core::Timestamp::now_wall());
+    tokio::time::sleep(before_expiry.saturating_sub(Duration::from_millis(300))).await;
+    assert_eq!(store.get(&resource).await.unwrap(), Some(lease.clone()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.get(&resource).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "etcd did not expire the lease");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let gone_late_by = fencelock_core::Timestamp::now_wall().since(lease.expires_at);
+    eprintln!("etcd deleted the lock {gone_late_by:?} after expires_at");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_wakes_the_release_feed_and_the_next_token_is_greater() {
+    let store = store(&shared_url().await).await;
+    let mut heard = store.releases().unwrap();
+    let resource = unique("expiring");
+    let first = granted(
+        store
+            .acquire(&resource, &owner("a"), ttl(Duration::from_secs(1)))
+            .await
+            .unwrap(),
+    );
+    wait_for_release(&mut heard, &resource, Duration::from_secs(15))
+        .await
+        .expect("the expiry was not announced");
+    assert_eq!(store.get(&resource).await.unwrap(), None);
+    let second = granted(
+        store
+            .acquire(&resource, &owner("a"), ttl(Duration::from_secs(60)))
+            .await
+            .unwrap(),
+    );
+    assert!(second.token > first.token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_address_parser_opens_etcd() {
+    let url = shared_url().await;
+    let store = fencelock_stores::open(&url).await.expect(&url);
+    store.ping().await.unwrap();
+    assert!(store.capabilities().durable);
+    for bad in [
+        "etcd://",
+        "etcd://127.0.0.1",
+        "etcd://127.0.0.1:x",
+        "etcd://:2379",
+    ] {
+        let error = fencelock_stores::open(bad).await.expect_err(bad);
+        assert!(
+            matches!(error, fencelock_stores::OpenError::InvalidAddress { .. }),
+            "{bad}: {error}"
+        );
+    }
+}
+
+/// Waits until `resource` comes out of `feed`; `Err` after `within`.
+async fn wait_for_release(
+    feed: &mut tokio::sync::broadcast::Receiver<Resource>,
+    resource: &Resource,
+    within: Duration,
+) -> Result<(), tokio::time::error::Elapsed> {
+    tokio::time::timeout(within, async {
+        loop {
+            match feed.recv().await {
+                Ok(heard) if heard == *resource => return,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(closed) => panic!("release feed closed: {closed}"),
+            }
+        }
+    })
+    .await
+}
+
+/// Short timeouts, so that calls without a quorum fail quickly.
+fn impatient() -> EtcdOptions {
+    EtcdOptions {
+        request_timeout: Duration::from_secs(1),
+        connect_timeout: Duration::from_secs(1),
+        ..EtcdOptions::default()
+    }
+}
+
+/// Acquires and releases `resource` until both succeed or `within` runs out (a leader
+/// election after a kill takes a moment); returns the token granted.
+async fn acquire_and_release_until_it_works(
+    store: &EtcdStore,
+    resource: &Resource,
+    within: Duration,
+) -> FencingToken {
+    let deadline = Instant::now() + within;
+    let who = owner("cycler");
+    loop {
+        let attempt = async {
+            // An earlier attempt whose answer was lost may have left the lock to us: then
+            // this extends it, with that attempt's token.
+            let lease = match store
+                .acquire(resource, &who, ttl(Duration::from_secs(30)))
+                .await?
+            {
+                AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => lease,
+                held @ AcquireOutcome::Held { .. } => panic!("nobody else uses it: {held:?}"),
+            };
+            match store.release(resource, &who, Some(lease.token)).await? {
+                ReleaseOutcome::Released(_) => Ok::<_, StoreError>(lease.token),
+                other => panic!("release after a grant: {other:?}"),
+            }
+        };
+        match attempt.await {
+            Ok(token) => return token,
+            Err(e) => {
+                eprintln!(
+                    "  {e}: {:?}",
+                    std::error::Error::source(&e).map(ToString::to_string)
+                );
+                assert!(Instant::now() < deadline, "locks did not work again: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_serves_with_one_member_down_and_refuses_without_a_quorum() {
+    let mut cluster = tokio::task::spawn_blocking(|| EtcdCluster::start(3))
+        .await
+        .unwrap();
+    let store = EtcdStore::connect_with(&cluster.url(), impatient())
+        .await
+        .unwrap();
+    let resource = unique("quorum");
+    let mut last = acquire_and_release_until_it_works(&store, &resource, Duration::from_secs(10)).await;
+
+    // One member down (the first one, which the client may be talking to): locks work.
+    let killed_at = Instant::now();
+    cluster = tokio::task::spawn_blocking(move || {
+        cluster.kill(0);
+        cluster
+    })
+    .await
+    .unwrap();
+    let token = acquire_and_release_until_it_works(&store, &resource, Duration::from_secs(20)).await;
+    eprintln!(
+        "with one member killed, locks worked again after {:?}",
+        killed_at.elapsed()
+    );
+    assert!(token > last);
+    last = token;
+    for _ in 0..5 {
+        let token = acquire_and_release_until_it_works(&store, &resource, Duration::from_secs(1)).await;
+        assert!(token > last);
+        last = token;
+    }
+
+    // Two members down: no quorum, so acquire fails within its deadline and grants nothing.
+    cluster = tokio::task::spawn_blocking(move || {
+        cluster.kill(1);
+        cluster
+    })
+    .await
+    .unwrap();
+    let refused = unique("no-quorum");
+    for _ in 0..3 {
+        let started = Instant::now();
+        let outcome = store
+            .acquire(&refused, &owner("hopeful"), ttl(Duration::from_secs(60)))
+            .await;
+        let took = started.elapsed();
+        assert!(
+            matches!(outcome, Err(StoreError::Unavailable { .. })),
+            "acquire without a quorum: {outcome:?}"
+        );
+        assert!(took < Duration::from_secs(10), "acquire took {took:?} to fail");
+        eprintln!("without a quorum, acquire failed after {took:?}");
+    }
+    assert!(store.ping().await.is_err(), "ping without a quorum");
+
+    // Both return: service resumes, the refused acquire left nothing, tokens only grow.
+    let restarted_at = Instant::now();
+    cluster = tokio::task::spawn_blocking(move || {
+        cluster.restart(0);
+        cluster.restart(1);
+        cluster
+    })
+    .await
+    .unwrap();
+    let token = acquire_and_release_until_it_works(&store, &resource, Duration::from_secs(30)).await;
+    eprintln!(
+        "after the restarts, locks worked again after {:?}",
+        restarted_at.elapsed()
+    );
+    assert!(token > last, "token {token} after {last}");
+    assert_eq!(
+        store.get(&refused).await.unwrap(),
+        None,
+        "an acquire without quorum granted"
+    );
+    drop(cluster);
+}
