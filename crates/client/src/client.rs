@@ -1,0 +1,356 @@
+//! [`Client`]: one handle on a fencelock server or a store, whatever the address; and
+//! [`with_lock`].
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_core::{
+    AcquireOutcome, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome,
+    RenewOutcome, Resource, StoreError, Ttl, Waiters,
+};
+use fencelock_stores::OpenError;
+use futures_util::FutureExt;
+use tokio::time::{Instant, timeout};
+
+use crate::guard::{GuardOptions, InvalidGuardOptions, LeaseGuard, Timing};
+use crate::http::{HttpStore, InvalidServerAddress};
+
+/// The longest wait the client will count: longer waits are this (some ten years), which
+/// keeps deadline arithmetic from overflowing.
+const FOREVER: Duration = Duration::from_secs(10 * 365 * 86_400);
+
+/// Why [`connect`] could not make a client.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The address is neither a server's (`http://`, `https://`) nor a store's this build
+    /// knows.
+    #[error("unsupported address {address:?}: expected http://HOST:PORT or https://HOST:PORT for a fencelock server, or a store: {}", fencelock_stores::supported_schemes().join(", "))]
+    UnsupportedScheme {
+        /// The address as given.
+        address: String,
+    },
+    /// A server address that cannot be used.
+    #[error(transparent)]
+    Server(#[from] InvalidServerAddress),
+    /// A store address that is invalid, or a store that refused to open.
+    #[error(transparent)]
+    Store(OpenError),
+}
+
+impl ConnectError {
+    /// Whether the address itself is wrong (as opposed to a store that could not be
+    /// opened): worth telling apart for exit codes.
+    pub fn is_bad_address(&self) -> bool {
+        match self {
+            Self::UnsupportedScheme { .. } | Self::Server(_) => true,
+            Self::Store(OpenError::UnsupportedScheme { .. } | OpenError::InvalidAddress { .. }) => true,
+            Self::Store(_) => false,
+        }
+    }
+}
+
+/// Why an acquire did not give a lease.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AcquireError {
+    /// Another owner holds the lock (and kept it for the whole wait, if there was one).
+    /// Contention, not a failure: try again later.
+    #[error("{} is held by {} (fencing token {}) for {:?} more", holder.resource, holder.owner, holder.token, expires_in)]
+    Busy {
+        /// The other owner's live lease.
+        holder: Lease,
+        /// How long that lease has left unless it is renewed, by the store's clock.
+        expires_in: Duration,
+    },
+    /// The store (or server) failed or refused the request.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The guard options leave no time to renew a lease of this TTL.
+    #[error(transparent)]
+    Options(#[from] InvalidGuardOptions),
+}
+
+/// What the client talks to.
+#[derive(Debug, Clone)]
+enum Backend {
+    /// A fencelock server: waiting happens on the server, in its line (`wait_ms`).
+    Server(Arc<HttpStore>),
+    /// A store, with no server: waiting happens here, in line with this client's other
+    /// callers.
+    Direct(Waiters),
+}
+
+/// A handle on a fencelock server or a store, cheap to clone: acquire leases as guards
+/// ([`acquire`](Client::acquire), [`try_acquire`](Client::try_acquire)), or make plain
+/// calls ([`get`](Client::get), [`list`](Client::list), [`release`](Client::release),
+/// [`renew`](Client::renew)).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use fencelock_client::{AcquireError, Ttl, connect};
+///
+/// let client = connect("memory://").await?;
+/// let (resource, ttl) = ("payment:42".parse()?, Ttl::from_millis(30_000, Ttl::DEFAULT_MAX)?);
+/// let guard = client.try_acquire(&resource, &"worker-7".parse()?, ttl).await?;
+///
+/// // Another owner does not get it, and learns who has it.
+/// match client.try_acquire(&resource, &"worker-8".parse()?, ttl).await {
+///     Err(AcquireError::Busy { holder, .. }) => assert_eq!(holder.token, guard.token()),
+///     other => panic!("expected busy, got {other:?}"),
+/// }
+/// assert_eq!(client.get(&resource).await?.map(|l| l.token), Some(guard.token()));
+/// guard.release().await?;
+/// assert_eq!(client.get(&resource).await?, None);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Client {
+    store: Arc<dyn LockStore>,
+    backend: Backend,
+    guard_options: GuardOptions,
+}
+
+/// A client for `address`:
+///
+/// - `http://HOST:PORT` or `https://HOST:PORT`: a fencelock server (see [`HttpStore`]);
+///   nothing is sent until the first call;
+/// - any store address (`sqlite://PATH`, `memory://`, …; see [`fencelock_stores::open`]):
+///   that store, straight, with no server. Waiting for a busy lock is then first come, first
+///   served among this client's callers only, and wakes when the holder's lease ends or it
+///   is released through this process.
+///
+/// Must be called within a Tokio runtime.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let direct = fencelock_client::connect("memory://").await?;
+/// let server = fencelock_client::connect("http://127.0.0.1:7070").await?; // no request yet
+/// assert!(fencelock_client::connect("ftp://x").await.is_err());
+/// # Ok(())
+/// # }
+/// ```
+pub async fn connect(address: &str) -> Result<Client, ConnectError> {
+    let scheme = address
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    if matches!(scheme.as_deref(), Some("http" | "https")) {
+        return Ok(Client::from_http(HttpStore::new(address)?));
+    }
+    match fencelock_stores::open(address).await {
+        Ok(store) => Ok(Client::from_store(store)),
+        Err(OpenError::UnsupportedScheme { address }) => Err(ConnectError::UnsupportedScheme { address }),
+        Err(error) => Err(ConnectError::Store(error)),
+    }
+}
+
+impl Client {
+    /// A client of a fencelock server.
+    pub fn from_http(store: HttpStore) -> Self {
+        let store = Arc::new(store);
+        Self {
+            store: store.clone(),
+            backend: Backend::Server(store),
+            guard_options: GuardOptions::default(),
+        }
+    }
+
+    /// A client straight on `store`, with no server. Must be called within a Tokio runtime.
+    pub fn from_store(store: Arc<dyn LockStore>) -> Self {
+        Self {
+            backend: Backend::Direct(Waiters::new(store.clone())),
+            store,
+            guard_options: GuardOptions::default(),
+        }
+    }
+
+    /// The same client, making guards with `options`.
+    pub fn with_guard_options(mut self, options: GuardOptions) -> Self {
+        self.guard_options = options;
+        self
+    }
+
+    /// The options guards are made with.
+    pub fn guard_options(&self) -> &GuardOptions {
+        &self.guard_options
+    }
+
+    /// The store underneath (an [`HttpStore`] for a server).
+    pub fn store(&self) -> &Arc<dyn LockStore> {
+        &self.store
+    }
+
+    /// Acquires `resource` for `owner` and keeps the lease renewed until the guard is
+    /// released or dropped. If another owner holds it, waits up to `wait` — first come,
+    /// first served — and then answers [`AcquireError::Busy`] with the holder.
+    ///
+    /// Cancel-safe in the sense that matters: dropping the future while it waits on a
+    /// server closes the request, and the server takes the caller out of line.
+    pub async fn acquire(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<LeaseGuard, AcquireError> {
+        let timing = self.guard_options.timing(ttl)?;
+        let sent = Instant::now();
+        match self.acquire_lease(resource, owner, ttl, wait).await? {
+            AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => {
+                Ok(self.guard(lease, sent, timing).await)
+            }
+            AcquireOutcome::Held { holder, expires_in } => Err(AcquireError::Busy { holder, expires_in }),
+        }
+    }
+
+    /// [`acquire`](Self::acquire) without waiting: one try.
+    pub async fn try_acquire(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+    ) -> Result<LeaseGuard, AcquireError> {
+        self.acquire(resource, owner, ttl, Duration::ZERO).await
+    }
+
+    /// One acquire, waiting up to `wait` if another owner holds the lock, with no guard:
+    /// nothing renews or releases the lease (for commands that hand a lease to a script).
+    pub async fn acquire_lease(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<AcquireOutcome, StoreError> {
+        let wait = wait.min(FOREVER);
+        match &self.backend {
+            Backend::Direct(waiters) => waiters.acquire(resource, owner, ttl, wait).await,
+            Backend::Server(http) => {
+                // The server keeps a request in line for at most its maximum wait: a longer
+                // wait is several requests, each joining the line anew.
+                let deadline = Instant::now() + wait;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let outcome = http.acquire_waiting(resource, owner, ttl, left).await?;
+                    if !matches!(outcome, AcquireOutcome::Held { .. }) || Instant::now() >= deadline {
+                        return Ok(outcome);
+                    }
+                    // Answered early (e.g. the server is shutting down): do not hammer it.
+                    tokio::time::sleep(Duration::from_millis(100).min(left)).await;
+                }
+            }
+        }
+    }
+
+    /// A guard over `lease`, granted by a request sent at `sent`.
+    async fn guard(&self, lease: Lease, sent: Instant, timing: Timing) -> LeaseGuard {
+        // After a wait in line, the grant happened somewhere between the send and the
+        // answer, and the guard can only count from the send: it would count the whole
+        // wait against the lease. Renewing at once anchors it to now instead.
+        if sent.elapsed() > timing.ttl.as_duration() / 10 {
+            let resent = Instant::now();
+            let renewal = self
+                .store
+                .renew(&lease.resource, &lease.owner, timing.ttl, Some(lease.token));
+            if let Ok(Ok(RenewOutcome::Renewed(renewed))) = timeout(timing.request_timeout, renewal).await {
+                return LeaseGuard::start(self.store.clone(), renewed, resent, timing);
+            }
+            // Otherwise the guard starts from the send, and renews (or gives up) at once.
+        }
+        LeaseGuard::start(self.store.clone(), lease, sent, timing)
+    }
+
+    /// The live lease on `resource`, if any.
+    pub async fn get(&self, resource: &Resource) -> Result<Option<Lease>, StoreError> {
+        self.store.get(resource).await
+    }
+
+    /// One page of live leases, ordered by the bytes of their resource names.
+    pub async fn list(&self, query: &ListQuery) -> Result<LeasePage, StoreError> {
+        self.store.list(query).await
+    }
+
+    /// Releases `owner`'s live lease on `resource`; with `token`, only if it is that lease's.
+    pub async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        self.store.release(resource, owner, token).await
+    }
+
+    /// Renews `owner`'s live lease on `resource` for `ttl` from now; with `token`, only if it
+    /// is that lease's.
+    pub async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome, StoreError> {
+        self.store.renew(resource, owner, ttl, token).await
+    }
+
+    /// Whether the server (and its store), or the store, answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.store.ping().await
+    }
+}
+
+/// Runs `f` while holding `resource`, and releases the lease afterwards whatever happens:
+/// when `f` returns (an `Ok` or an `Err` of its own), and when it panics (the lease is
+/// released, then the panic goes on). If the future is dropped half-way, the guard's drop
+/// releases in the background.
+///
+/// Waits for the lock as long as it takes (like a mutex); to wait less, wrap the call in
+/// [`tokio::time::timeout`], or use [`Client::acquire`]. `f` gets the guard: its
+/// [`token`](LeaseGuard::token) for every write to the protected resource, and
+/// [`lost`](LeaseGuard::lost) to stop in time.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use fencelock_client::{Ttl, connect, with_lock};
+///
+/// let client = connect("memory://").await?;
+/// let ttl = Ttl::from_millis(10_000, Ttl::DEFAULT_MAX)?;
+/// let (resource, owner) = ("invoice:7".parse()?, "billing-1".parse()?);
+/// let token = with_lock(&client, &resource, &owner, ttl, async |guard| {
+///     // ... write to the protected resource, passing guard.token() ...
+///     guard.token()
+/// })
+/// .await?;
+/// assert!(token.0 > 0);
+/// assert_eq!(client.get(&resource).await?, None, "released afterwards");
+/// # Ok(())
+/// # }
+/// ```
+pub async fn with_lock<T>(
+    client: &Client,
+    resource: &Resource,
+    owner: &Owner,
+    ttl: Ttl,
+    f: impl AsyncFnOnce(&LeaseGuard) -> T,
+) -> Result<T, AcquireError> {
+    let guard = client.acquire(resource, owner, ttl, FOREVER).await?;
+    let outcome = AssertUnwindSafe(f(&guard)).catch_unwind().await;
+    match guard.release().await {
+        Ok(ReleaseOutcome::Released(_)) => {}
+        Ok(outcome) => {
+            tracing::warn!(%resource, ?outcome, "the lease was no longer held at the end of with_lock")
+        }
+        Err(error) => {
+            tracing::warn!(%resource, %error, "releasing at the end of with_lock failed; the lease ends at its expiry")
+        }
+    }
+    match outcome {
+        Ok(value) => Ok(value),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}

@@ -1,0 +1,447 @@
+//! [`HttpStore`]: the [`LockStore`] trait over the HTTP API of a fencelock server, so that
+//! everything written against a store (the guard, the commands, the conformance suite) works
+//! the same through a server.
+//!
+//! Answers are mapped back to outcomes through [`ProblemKind::from_status`], the one status
+//! table the server uses too. A server that cannot be reached, times out or answers 503 is
+//! [`StoreError::Unavailable`]; a request the server refuses as invalid (422, 400, 413, 415)
+//! is [`StoreError::Invalid`].
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencelock_core::{
+    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner,
+    ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+};
+use fencelock_wire::{
+    AcquireRequest, AcquireResponse, LeaseBody, ListResponse, Problem, ProblemKind, ReleaseRequest,
+    RenewRequest, parse,
+};
+use reqwest::{Response, StatusCode};
+
+/// Result of a store call.
+type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// How many leases an [`HttpStore`] remembers (see [`HttpStore`]'s "What it remembers").
+const MAX_KNOWN_LEASES: usize = 10_000;
+
+/// Timeouts and limits of an [`HttpStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpOptions {
+    /// How long to wait for a TCP (and TLS) connection to be set up.
+    pub connect_timeout: Duration,
+    /// How long one request may take in all, from sending to the end of the answer. An
+    /// acquire that waits in line gets its wait on top of this.
+    pub request_timeout: Duration,
+    /// The longest `wait_ms` sent in one acquire; a longer wait is made of several requests.
+    /// The SPEC's default server maximum is 300 s; set this to the server's `--max-wait` if
+    /// it is lower, or the server refuses the wait as invalid.
+    pub max_wait_per_request: Duration,
+    /// How long an idle keep-alive connection is kept. Shorter than the server's idle time
+    /// (10 s by default), so the client never sends on a connection the server is closing.
+    pub pool_idle_timeout: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            max_wait_per_request: Duration::from_secs(300),
+            pool_idle_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a server address was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid server address {address:?}: {reason}")]
+pub struct InvalidServerAddress {
+    /// The address as given.
+    pub address: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// A fencelock server, seen as a [`LockStore`].
+///
+/// One `HttpStore` keeps a pool of keep-alive connections (HTTP/1.1, rustls for `https://`);
+/// share it (it is cheap to put in an [`Arc`](std::sync::Arc)) rather than making one per
+/// call.
+///
+/// # What it remembers
+///
+/// The API answers a grant and an extension alike (`{"acquired": true, "lock": …}`), and a
+/// release with an empty 204. To report [`AcquireOutcome::Extended`] and
+/// [`ReleaseOutcome::Released`] with the lease that was released, the store remembers the
+/// last lease it obtained on each resource (up to 10,000 resources; past that it forgets
+/// them all and starts again). So:
+/// - an acquire answered with the token of a lease this store obtained for the same owner
+///   is an extension (tokens are never reused, so that lease was still live); a re-acquire
+///   of a lease obtained elsewhere (another process) is reported as a grant;
+/// - a release reports the lease this store last saw; for a lease it does not know, it asks
+///   the server first (`GET`), and if that lease changed in between (or was granted in
+///   between) the report may be stale. The release itself is exact either way.
+///
+/// # Not supported
+///
+/// [`LockStore::releases`] is `None` (the API has no feed of releases: waiting happens on
+/// the server, through `wait_ms`), and [`LockStore::purge_expired`] returns nothing (the
+/// server purges by itself).
+#[derive(Debug)]
+pub struct HttpStore {
+    base: String,
+    http: reqwest::Client,
+    options: HttpOptions,
+    // A std mutex: held for one map operation, never across an `.await`.
+    known: Mutex<HashMap<Resource, Lease>>,
+}
+
+impl HttpStore {
+    /// A store for the server at `address` (`http://host:port` or `https://…`, optionally
+    /// with a path prefix for a server behind a reverse proxy), with default options. Does
+    /// not connect: the first call does.
+    pub fn new(address: &str) -> Result<Self, InvalidServerAddress> {
+        Self::with_options(address, HttpOptions::default())
+    }
+
+    /// A store for the server at `address` with `options`.
+    pub fn with_options(address: &str, options: HttpOptions) -> Result<Self, InvalidServerAddress> {
+        let invalid = |reason: &str| InvalidServerAddress {
+            address: address.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let url = reqwest::Url::parse(address).map_err(|e| invalid(&e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(invalid("expected http:// or https://"));
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err(invalid("has no host"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(invalid("must not have a query or a fragment"));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(options.connect_timeout)
+            .timeout(options.request_timeout)
+            .pool_idle_timeout(options.pool_idle_timeout)
+            // Lock requests are small: send them at once.
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| invalid(&format!("cannot set up an HTTP client: {e}")))?;
+        Ok(Self {
+            base: url.as_str().trim_end_matches('/').to_owned(),
+            http,
+            options,
+            known: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The server's address, without a trailing `/`.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The options this store was made with.
+    pub fn options(&self) -> &HttpOptions {
+        &self.options
+    }
+
+    /// Acquires `resource` for `owner`; if another owner holds it, the server keeps the
+    /// request in line for up to `wait` (at most [`HttpOptions::max_wait_per_request`] is
+    /// sent; the caller loops for longer waits).
+    pub async fn acquire_waiting(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<AcquireOutcome> {
+        let wait = wait.min(self.options.max_wait_per_request);
+        let body = AcquireRequest {
+            owner: owner.to_string(),
+            ttl_seconds: None,
+            ttl_ms: Some(ttl.as_millis()),
+            wait_ms: (!wait.is_zero()).then(|| millis(wait)),
+        };
+        let request = self
+            .http
+            .post(self.lock_url(resource))
+            .json(&body)
+            .timeout(self.options.request_timeout + wait);
+        let response = self.send(request).await?;
+        if response.status() != StatusCode::OK {
+            return Err(unexpected(response).await);
+        }
+        match read_json::<AcquireResponse>(response).await? {
+            AcquireResponse::Granted(granted) => Ok(self.granted(owner, lease(granted.lock)?)),
+            AcquireResponse::Held(held) => Ok(AcquireOutcome::Held {
+                holder: lease(held.holder)?,
+                expires_in: Duration::from_millis(held.expires_in_ms),
+            }),
+        }
+    }
+
+    fn lock_url(&self, resource: &Resource) -> String {
+        format!("{}/locks/{}", self.base, parse::encode_segment(resource.as_str()))
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Response> {
+        request.send().await.map_err(|error| {
+            let what = if error.is_timeout() {
+                "did not answer in time"
+            } else {
+                "cannot be reached"
+            };
+            StoreError::unavailable(format!("the fencelock server at {} {what}", self.base), error)
+        })
+    }
+
+    fn known(&self) -> MutexGuard<'_, HashMap<Resource, Lease>> {
+        // Every critical section is one map operation, which cannot leave the map half
+        // changed: a poisoned lock is still consistent.
+        self.known.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn remember(&self, lease: &Lease) {
+        let mut known = self.known();
+        if known.len() >= MAX_KNOWN_LEASES && !known.contains_key(&lease.resource) {
+            known.clear();
+        }
+        known.insert(lease.resource.clone(), lease.clone());
+    }
+
+    fn forget(&self, resource: &Resource) {
+        self.known().remove(resource);
+    }
+
+    /// A grant or an extension: an extension if this store obtained a lease with the same
+    /// token for the same owner (tokens are never reused, so that lease was still live).
+    fn granted(&self, owner: &Owner, lease: Lease) -> AcquireOutcome {
+        let extended = self
+            .known()
+            .get(&lease.resource)
+            .is_some_and(|known| known.token == lease.token && known.owner == *owner);
+        self.remember(&lease);
+        if extended {
+            AcquireOutcome::Extended(lease)
+        } else {
+            AcquireOutcome::Granted { lease, expired: None }
+        }
+    }
+
+    /// The lease a release of (`owner`, `token`) would end, as far as this store knows.
+    async fn lease_to_release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<Option<Lease>> {
+        let matches = |lease: &Lease| lease.owner == *owner && token.is_none_or(|t| t == lease.token);
+        if let Some(known) = self.known().get(resource).filter(|l| matches(l)) {
+            return Ok(Some(known.clone()));
+        }
+        Ok(self.get(resource).await?.filter(matches))
+    }
+}
+
+#[async_trait]
+impl LockStore for HttpStore {
+    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+        self.acquire_waiting(resource, owner, ttl, Duration::ZERO).await
+    }
+
+    async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
+        let response = self.send(self.http.get(self.lock_url(resource))).await?;
+        match ProblemKind::from_status(response.status().as_u16()) {
+            None if response.status() == StatusCode::OK => Ok(Some(lease(read_json(response).await?)?)),
+            Some(ProblemKind::NotFound) => Ok(None),
+            _ => Err(unexpected(response).await),
+        }
+    }
+
+    async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        let before = self.lease_to_release(resource, owner, token).await?;
+        let body = ReleaseRequest {
+            owner: owner.to_string(),
+            fencing_token: token.map(|t| t.0),
+        };
+        let response = self
+            .send(self.http.delete(self.lock_url(resource)).json(&body))
+            .await?;
+        if response.status() == StatusCode::NO_CONTENT {
+            self.forget(resource);
+            // The API does not echo the released lease; if it was granted between our look
+            // and the release, all we know is whose it was.
+            let lease = before.unwrap_or_else(|| {
+                let now = Timestamp::now_wall();
+                Lease {
+                    resource: resource.clone(),
+                    owner: owner.clone(),
+                    token: token.unwrap_or(FencingToken(0)),
+                    acquired_at: now,
+                    expires_at: now,
+                }
+            });
+            return Ok(ReleaseOutcome::Released(lease));
+        }
+        match ProblemKind::from_status(response.status().as_u16()) {
+            Some(ProblemKind::NotFound) => {
+                self.forget(resource);
+                Ok(ReleaseOutcome::NotFound)
+            }
+            Some(ProblemKind::Forbidden) => Ok(ReleaseOutcome::Forbidden),
+            Some(ProblemKind::Conflict) => Ok(ReleaseOutcome::Conflict),
+            _ => Err(unexpected(response).await),
+        }
+    }
+
+    async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        let body = RenewRequest {
+            owner: owner.to_string(),
+            ttl_seconds: None,
+            ttl_ms: Some(ttl.as_millis()),
+            fencing_token: token.map(|t| t.0),
+        };
+        let url = format!("{}/renew", self.lock_url(resource));
+        let response = self.send(self.http.post(url).json(&body)).await?;
+        if response.status() == StatusCode::OK {
+            let renewed = lease(read_json(response).await?)?;
+            self.remember(&renewed);
+            return Ok(RenewOutcome::Renewed(renewed));
+        }
+        match ProblemKind::from_status(response.status().as_u16()) {
+            Some(ProblemKind::NotFound) => Ok(RenewOutcome::NotFound),
+            Some(ProblemKind::Forbidden) => Ok(RenewOutcome::Forbidden),
+            Some(ProblemKind::Conflict) => Ok(RenewOutcome::Conflict),
+            _ => Err(unexpected(response).await),
+        }
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        // Every part is escaped down to unreserved characters, so the query string is safe
+        // as it is.
+        let mut url = format!(
+            "{}/locks?limit={}&prefix={}",
+            self.base,
+            query.limit,
+            parse::encode_segment(&query.prefix)
+        );
+        if let Some(after) = &query.after {
+            url.push_str("&cursor=");
+            url.push_str(&parse::encode_cursor(after));
+        }
+        let response = self.send(self.http.get(url)).await?;
+        if response.status() != StatusCode::OK {
+            return Err(unexpected(response).await);
+        }
+        let page: ListResponse = read_json(response).await?;
+        let leases = page.locks.into_iter().map(lease).collect::<Result<Vec<_>>>()?;
+        let next = match page.next_cursor {
+            None => None,
+            Some(cursor) => Some(parse::cursor(&cursor).map_err(|e| {
+                StoreError::Corrupt(format!(
+                    "the server answered a cursor it cannot have made: {}",
+                    e.message
+                ))
+            })?),
+        };
+        Ok(LeasePage { leases, next })
+    }
+
+    /// The server purges expired leases by itself: nothing to do here.
+    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+        Ok(Vec::new())
+    }
+
+    /// Asks the server's readiness check, which asks its store.
+    async fn ping(&self) -> Result<()> {
+        let response = self.send(self.http.get(format!("{}/readyz", self.base))).await?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(unexpected(response).await)
+        }
+    }
+
+    fn releases(&self) -> Option<tokio::sync::broadcast::Receiver<Resource>> {
+        None
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ttl_granularity: Duration::from_millis(1),
+            // Whether the server's store is durable cannot be seen from here; promise
+            // nothing.
+            durable: false,
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn lease(body: LeaseBody) -> Result<Lease> {
+    Lease::try_from(body)
+        .map_err(|e| StoreError::Corrupt(format!("the server answered an invalid lease: {e}")))
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(response: Response) -> Result<T> {
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| StoreError::unavailable("the answer of the fencelock server was cut off", e))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| StoreError::unavailable("the answer is not what a fencelock server sends", e))
+}
+
+/// The error for an answer that is not an outcome of the call: a problem (503, 422, …), or
+/// something that is not a fencelock server at all.
+async fn unexpected(response: Response) -> StoreError {
+    let status = response.status();
+    let body = response.bytes().await.unwrap_or_default();
+    let detail = match serde_json::from_slice::<Problem>(&body) {
+        Ok(problem) => describe(&problem),
+        Err(_) => format!("HTTP {status}"),
+    };
+    match ProblemKind::from_status(status.as_u16()) {
+        Some(
+            ProblemKind::InvalidFields
+            | ProblemKind::BadRequest
+            | ProblemKind::PayloadTooLarge
+            | ProblemKind::UnsupportedMediaType,
+        ) => StoreError::Invalid(detail),
+        Some(ProblemKind::Unavailable) => StoreError::Unavailable {
+            message: format!("the server's store is unavailable: {detail}"),
+            source: None,
+        },
+        _ => StoreError::Unavailable {
+            message: format!("unexpected answer from the fencelock server: {detail}"),
+            source: None,
+        },
+    }
+}
+
+/// A problem in one line: its detail, and every invalid field.
+fn describe(problem: &Problem) -> String {
+    let mut text = problem.detail.clone();
+    for error in problem.errors.iter().flatten() {
+        text.push_str(&format!("; {}: {}", error.field, error.message));
+    }
+    text
+}
