@@ -49,6 +49,8 @@
 //! is granted.
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -56,17 +58,19 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
     TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
+use fencelock_core::memory::RELEASE_FEED_CAPACITY;
 use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner,
     ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
 use serde::{Deserialize, Serialize};
-use tokio::sync::{broadcast, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::broadcast;
 
-/// How many release notices a slow listener may fall behind before it is told it lagged.
-const RELEASE_FEED_CAPACITY: usize = 1024;
+use crate::remote::{AbortOnDrop, keep_subscribed, within};
+
+/// The store's name in error messages.
+const STORE: &str = "etcd";
 
 /// How often a call reads and writes again when the key changed between the two, before it
 /// gives up. Each retry means another caller changed the key meanwhile, so this is only hit
@@ -112,7 +116,8 @@ pub struct EtcdStore {
     endpoints: Vec<String>,
     options: EtcdOptions,
     released: broadcast::Sender<Resource>,
-    watcher: JoinHandle<()>,
+    // Stops watching when the store is dropped.
+    _watcher: AbortOnDrop,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -121,12 +126,6 @@ impl fmt::Debug for EtcdStore {
             .field("endpoints", &self.endpoints)
             .field("options", &self.options)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for EtcdStore {
-    fn drop(&mut self) {
-        self.watcher.abort();
     }
 }
 
@@ -158,39 +157,37 @@ impl EtcdStore {
             // A member cut off from the quorum refuses at once rather than holding requests.
             .with_require_leader(true);
         let deadline = options.call_deadline();
-        let client = within(deadline, "connect", async {
+        let client = within(deadline, STORE, "connect", async {
             Client::connect(&endpoints, Some(connect))
                 .await
                 .map_err(|e| unavailable("connect", e))
         })
         .await?;
         let (released, _) = broadcast::channel(RELEASE_FEED_CAPACITY);
-        let (ready, watching) = oneshot::channel();
-        let watcher = tokio::spawn(watch(
-            client.clone(),
-            options.prefix.clone(),
-            released.clone(),
-            ready,
-        ));
-        let store = Self {
+        let open = {
+            let (client, prefix, feed) = (client.clone(), options.prefix.clone(), released.clone());
+            // Where a new watch resumes, so that no deletion between two watches is missed.
+            let resume = Arc::new(AtomicI64::new(0));
+            move || {
+                watch(
+                    client.clone(),
+                    prefix.clone(),
+                    deadline,
+                    feed.clone(),
+                    resume.clone(),
+                )
+            }
+        };
+        // Only answer once the watch is in place, so that no release after this is missed;
+        // making the watch also proves that the cluster answers.
+        let first = open().await?;
+        Ok(Self {
             client,
             endpoints,
             options,
             released,
-            watcher,
-        };
-        // Only answer once the watch is in place, so that no release after this is missed;
-        // making the watch also proves the cluster answers.
-        within(deadline, "watch for releases", async {
-            watching.await.unwrap_or_else(|_| {
-                Err(StoreError::Unavailable {
-                    message: "etcd: the release watcher stopped".into(),
-                    source: None,
-                })
-            })
+            _watcher: keep_subscribed(STORE, first, open),
         })
-        .await?;
-        Ok(store)
     }
 
     fn key(&self, resource: &Resource) -> Vec<u8> {
@@ -199,7 +196,7 @@ impl EtcdStore {
 
     /// Runs `call` within the call deadline.
     async fn call<T>(&self, doing: &'static str, call: impl Future<Output = Result<T>>) -> Result<T> {
-        within(self.options.call_deadline(), doing, call).await
+        within(self.options.call_deadline(), STORE, doing, call).await
     }
 
     /// The key of `resource` as it is now (a linearizable read).
@@ -600,103 +597,82 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-/// Keeps a watch on the deletions under `prefix` and passes each deleted resource to `feed`,
-/// watching anew (from the next revision) whenever the watch is lost. Reports on `ready`
-/// whether the first watch was made; if not, gives up (the store is not made).
+/// Makes a watch on the deletions under `prefix`, from revision `resume` on (from now, if
+/// it is 0). Returns the session: a future that passes each deleted resource to `feed`, and
+/// keeps `resume` just past the last revision seen, until the watch is lost.
 async fn watch(
     client: Client,
     prefix: String,
+    deadline: Duration,
     feed: broadcast::Sender<Resource>,
-    ready: oneshot::Sender<Result<()>>,
-) {
-    let mut ready = Some(ready);
-    let mut next_revision: Option<i64> = None;
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        match watch_once(&client, &prefix, &feed, &mut ready, &mut next_revision).await {
-            Ok(()) => backoff = Duration::from_millis(50),
-            Err(e) => {
-                if let Some(ready) = ready.take() {
-                    let _ = ready.send(Err(e));
-                    return;
-                }
-                tracing::warn!(error = %e, "watching etcd for releases failed; retrying");
-            }
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
-    }
-}
-
-/// One watch, from its creation until it is lost. `Ok` if it was made.
-async fn watch_once(
-    client: &Client,
-    prefix: &str,
-    feed: &broadcast::Sender<Resource>,
-    ready: &mut Option<oneshot::Sender<Result<()>>>,
-    next_revision: &mut Option<i64>,
-) -> Result<()> {
+    resume: Arc<AtomicI64>,
+) -> Result<impl Future<Output = ()> + Send + 'static> {
+    const DOING: &str = "watch for releases";
     let mut options = WatchOptions::new()
         .with_prefix()
         .with_filters([WatchFilterType::NoPut]);
-    if let Some(revision) = *next_revision {
-        options = options.with_start_revision(revision);
+    let from = resume.load(Ordering::Acquire);
+    if from > 0 {
+        options = options.with_start_revision(from);
     }
-    let mut stream = client
-        .watch_client()
-        .watch(prefix, Some(options))
-        .await
-        .map_err(|e| unavailable("watch for releases", e))?;
-    loop {
-        let answer = match stream.message().await {
-            Ok(Some(answer)) => answer,
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                return if ready.is_some() {
-                    Err(unavailable("watch for releases", e))
-                } else {
-                    tracing::warn!(error = %e, "the etcd watch was lost; watching anew");
-                    Ok(())
-                };
-            }
-        };
-        if answer.created() {
-            if let Some(ready) = ready.take() {
-                let _ = ready.send(Ok(()));
-            }
-            if next_revision.is_none() {
-                *next_revision = answer.header().map(|h| h.revision() + 1);
-            }
-        }
-        if answer.canceled() {
-            // Compacted history cannot be replayed: carry on from now, the waiters of what
-            // was missed fall back on the expiry of the lease they wait for.
-            tracing::warn!(reason = answer.cancel_reason(), "the etcd watch was cancelled");
-            *next_revision = None;
-            return Ok(());
-        }
-        for event in answer.events() {
-            let Some(kv) = event.kv() else { continue };
-            *next_revision = Some(kv.mod_revision() + 1);
-            if event.event_type() != EventType::Delete {
-                continue;
-            }
-            match resource_of(prefix, kv.key()) {
-                // Nobody listening is fine: the feed only wakes waiters.
-                Ok(resource) => drop(feed.send(resource)),
-                Err(e) => tracing::warn!(error = %e, "odd key under the lock prefix"),
-            }
-        }
-    }
-}
-
-/// Runs `call`, or gives up with [`StoreError::Unavailable`] after `deadline`.
-async fn within<T>(deadline: Duration, doing: &str, call: impl Future<Output = Result<T>>) -> Result<T> {
-    tokio::time::timeout(deadline, call).await.unwrap_or_else(|_| {
-        Err(StoreError::Unavailable {
-            message: format!("etcd: {doing}: no answer within {deadline:?}"),
+    let (mut stream, created) = within(deadline, STORE, DOING, async {
+        let mut stream = client
+            .watch_client()
+            .watch(prefix.as_str(), Some(options))
+            .await
+            .map_err(|e| unavailable(DOING, e))?;
+        let created = stream
+            .message()
+            .await
+            .map_err(|e| unavailable(DOING, e))?
+            .ok_or_else(|| StoreError::Unavailable {
+                message: format!("{STORE}: {DOING}: the watch ended at once"),
+                source: None,
+            })?;
+        Ok((stream, created))
+    })
+    .await?;
+    if created.canceled() {
+        // The history to resume from was compacted: start again from now. Waiters of what
+        // was missed fall back on the expiry of the lease they wait for.
+        resume.store(0, Ordering::Release);
+        return Err(StoreError::Unavailable {
+            message: format!("{STORE}: {DOING}: cancelled: {}", created.cancel_reason()),
             source: None,
-        })
+        });
+    }
+    if from == 0
+        && let Some(header) = created.header()
+    {
+        resume.store(header.revision() + 1, Ordering::Release);
+    }
+    Ok(async move {
+        loop {
+            let answer = match stream.message().await {
+                Ok(Some(answer)) => answer,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the etcd watch was lost; watching anew");
+                    return;
+                }
+            };
+            if answer.canceled() {
+                tracing::warn!(reason = answer.cancel_reason(), "the etcd watch was cancelled");
+                return;
+            }
+            for event in answer.events() {
+                let Some(kv) = event.kv() else { continue };
+                resume.store(kv.mod_revision() + 1, Ordering::Release);
+                if event.event_type() != EventType::Delete {
+                    continue;
+                }
+                match resource_of(&prefix, kv.key()) {
+                    // Nobody listening is fine: the feed only wakes waiters.
+                    Ok(resource) => drop(feed.send(resource)),
+                    Err(e) => tracing::warn!(error = %e, "odd key under the lock prefix"),
+                }
+            }
+        }
     })
 }
 

@@ -34,6 +34,8 @@ pub mod sqlite;
 pub mod postgres;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(any(feature = "postgres", feature = "etcd"))]
+mod remote;
 
 /// Why a store address could not be opened.
 #[derive(Debug, thiserror::Error)]

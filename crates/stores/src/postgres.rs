@@ -55,26 +55,28 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use fencelock_core::memory::RELEASE_FEED_CAPACITY;
 use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner,
     ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
-use tokio::sync::{broadcast, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{AsyncMessage, NoTls, Row};
 
-/// How many release notices a slow listener may fall behind before it is told it lagged.
-const RELEASE_FEED_CAPACITY: usize = 1024;
+use crate::remote::{AbortOnDrop, keep_subscribed, within};
+
+/// The store's name in error messages.
+const STORE: &str = "PostgreSQL";
 
 /// The notification channel of releases; the payload is the resource name.
 const CHANNEL: &str = "fencelock_released";
 
 /// The first key of the advisory lock taken while migrating the schema (`flk\x01`); the
-/// locks on resources use `flk\x00` (see [`lock_resource!`]). Both are two-key advisory
-/// locks, a key space apart from one-key ones, chosen so as not to meet other applications'
-/// advisory locks in the same database.
+/// locks on resources use `flk\x00` (see [`lock_resource!`]), and purging `flk\x02`. All
+/// are two-key advisory locks, a key space apart from one-key ones, chosen so as not to meet
+/// other applications' advisory locks in the same database.
 const MIGRATION_LOCK_CLASS: i32 = 0x666c_6b01;
 
 /// The schema, one step per version; step `i` brings the schema to version `i + 1`. Steps
@@ -234,8 +236,15 @@ const LIST: &str = concat!(
     LIMIT $3::bigint"
 );
 
+/// One server purges at a time (the others purge nothing meanwhile): two purges deleting
+/// the same rows in different orders could deadlock each other.
 const PURGE: &str = concat!(
-    "DELETE FROM fencelock_leases WHERE expires_at <= now() RETURNING resource, owner, token, ",
+    "WITH turn AS MATERIALIZED (
+        SELECT pg_try_advisory_xact_lock(1718381314, 0) AS ours
+    )
+    DELETE FROM fencelock_leases
+    WHERE expires_at <= now() AND (SELECT ours FROM turn)
+    RETURNING resource, owner, token, ",
     ms!("acquired_at"),
     ", ",
     ms!("expires_at")
@@ -276,7 +285,8 @@ pub struct PostgresStore {
     options: PostgresOptions,
     address: String,
     released: broadcast::Sender<Resource>,
-    listener: JoinHandle<()>,
+    // Stops listening when the store is dropped.
+    _listener: AbortOnDrop,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -285,12 +295,6 @@ impl fmt::Debug for PostgresStore {
             .field("address", &self.address)
             .field("options", &self.options)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for PostgresStore {
-    fn drop(&mut self) {
-        self.listener.abort();
     }
 }
 
@@ -324,29 +328,20 @@ impl PostgresStore {
             .map_err(|e| StoreError::Invalid(format!("PostgreSQL pool: {e}")))?;
         let address = redacted(&config);
         let deadline = options.call_deadline();
-        within(deadline, "migrate the schema", migrate(&pool)).await?;
+        within(deadline, STORE, "migrate the schema", migrate(&pool)).await?;
 
         let (released, _) = broadcast::channel(RELEASE_FEED_CAPACITY);
-        let (ready, listening) = oneshot::channel();
-        let listener = tokio::spawn(listen(config, options.clone(), released.clone(), ready));
-        let store = Self {
+        let feed = released.clone();
+        let open = move || listen(config.clone(), deadline, feed.clone());
+        // Only answer once LISTEN is in place, so that no release after this is missed.
+        let first = open().await?;
+        Ok(Self {
             pool,
             options,
             address,
             released,
-            listener,
-        };
-        // Only answer once LISTEN is in place, so that no release after this is missed.
-        within(deadline, "listen for releases", async {
-            listening.await.unwrap_or_else(|_| {
-                Err(StoreError::Unavailable {
-                    message: "the PostgreSQL listener stopped".into(),
-                    source: None,
-                })
-            })
+            _listener: keep_subscribed(STORE, first, open),
         })
-        .await?;
-        Ok(store)
     }
 
     /// Runs `statement` with `params` on a pooled connection, within the call deadline.
@@ -356,7 +351,7 @@ impl PostgresStore {
         statement: &'static str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>> {
-        within(self.options.call_deadline(), doing, async {
+        within(self.options.call_deadline(), STORE, doing, async {
             let client = self.pool.get().await.map_err(|e| pool_error(doing, e))?;
             let prepared = client
                 .prepare_cached(statement)
@@ -589,114 +584,72 @@ async fn migrate(pool: &Pool) -> Result<()> {
 
 /// How often the listening connection checks that the server still answers.
 const HEARTBEAT: Duration = Duration::from_secs(5);
-/// The longest pause between two attempts to listen again.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// Keeps one connection listening on [`CHANNEL`] and passes each released resource to
-/// `feed`, reconnecting whenever the connection is lost. Reports on `ready` whether the first
-/// LISTEN succeeded; if it did not, gives up (the store is not made).
+/// Opens a connection that listens on [`CHANNEL`]. Returns the session: a future that passes
+/// each released resource to `feed` until the connection is lost (closed, failing, or not
+/// answering a heartbeat).
 async fn listen(
     config: tokio_postgres::Config,
-    options: PostgresOptions,
+    deadline: Duration,
     feed: broadcast::Sender<Resource>,
-    ready: oneshot::Sender<Result<()>>,
-) {
-    let mut ready = Some(ready);
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        match listen_once(&config, &options, &feed, &mut ready).await {
-            Ok(()) => backoff = Duration::from_millis(50),
-            Err(e) => {
-                if let Some(ready) = ready.take() {
-                    let _ = ready.send(Err(e));
-                    return;
-                }
-                tracing::warn!(error = %e, "listening for PostgreSQL releases failed; retrying");
-            }
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
-}
-
-/// One listening connection, from connect until it is lost. `Ok` if it was listening.
-async fn listen_once(
-    config: &tokio_postgres::Config,
-    options: &PostgresOptions,
-    feed: &broadcast::Sender<Resource>,
-    ready: &mut Option<oneshot::Sender<Result<()>>>,
-) -> Result<()> {
+) -> Result<impl Future<Output = ()> + Send + 'static> {
     const DOING: &str = "listen for releases";
-    let deadline = options.call_deadline();
-    let (client, mut connection) = within(deadline, DOING, async {
+    let (client, connection) = within(deadline, STORE, DOING, async {
         config.connect(NoTls).await.map_err(|e| db_error(DOING, e))
     })
     .await?;
-    // Notifications only come out of a connection driven by `poll_message`; driving it as a
-    // future would drop them.
-    let feed = feed.clone();
-    let driver = AbortOnDrop(tokio::spawn(async move {
-        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-            match message {
-                Ok(AsyncMessage::Notification(note)) if note.channel() == CHANNEL => {
-                    match Resource::new(note.payload()) {
-                        // Nobody listening is fine: the feed only wakes waiters.
-                        Ok(resource) => drop(feed.send(resource)),
-                        Err(e) => tracing::warn!(payload = note.payload(), error = %e, "odd release notice"),
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "the PostgreSQL listening connection failed");
-                    return;
-                }
-            }
-        }
-    }));
-    within(deadline, DOING, async {
+    let mut driver = AbortOnDrop(tokio::spawn(pass_notices(connection, feed)));
+    within(deadline, STORE, DOING, async {
         client
             .batch_execute(&format!("LISTEN {CHANNEL}"))
             .await
             .map_err(|e| db_error(DOING, e))
     })
     .await?;
-    if let Some(ready) = ready.take() {
-        let _ = ready.send(Ok(()));
-    }
-    let mut driver = driver;
-    loop {
-        tokio::select! {
-            // The connection ended: listen anew.
-            _ = &mut driver.0 => return Ok(()),
-            () = tokio::time::sleep(HEARTBEAT) => {
-                // A connection can hang without closing (a network cut): if the server does
-                // not answer, drop it (the driver is aborted) and listen anew.
-                let alive = tokio::time::timeout(deadline, client.simple_query("")).await;
-                if !matches!(alive, Ok(Ok(_))) {
-                    return Ok(());
+    Ok(async move {
+        loop {
+            tokio::select! {
+                // The connection ended.
+                _ = &mut driver.0 => return,
+                () = tokio::time::sleep(HEARTBEAT) => {
+                    // A connection can hang without closing (a network cut): if the server
+                    // does not answer, give it up (dropping `driver` closes it).
+                    let alive = tokio::time::timeout(deadline, client.simple_query("")).await;
+                    if !matches!(alive, Ok(Ok(_))) {
+                        return;
+                    }
                 }
             }
         }
-    }
-}
-
-/// Aborts a task when dropped, so that an early return cannot leave it running.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Runs `call`, or gives up with [`StoreError::Unavailable`] after `deadline`.
-async fn within<T>(deadline: Duration, doing: &str, call: impl Future<Output = Result<T>>) -> Result<T> {
-    tokio::time::timeout(deadline, call).await.unwrap_or_else(|_| {
-        Err(StoreError::Unavailable {
-            message: format!("PostgreSQL: {doing}: no answer within {deadline:?}"),
-            source: None,
-        })
     })
+}
+
+/// Drives the listening connection, passing the resource of each release notice to `feed`,
+/// until the connection ends. Notices only come out of a connection driven by
+/// `poll_message`: driving it as a plain future would drop them.
+async fn pass_notices<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    feed: broadcast::Sender<Resource>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+        match message {
+            Ok(AsyncMessage::Notification(note)) if note.channel() == CHANNEL => {
+                match Resource::new(note.payload()) {
+                    // Nobody listening is fine: the feed only wakes waiters.
+                    Ok(resource) => drop(feed.send(resource)),
+                    Err(e) => tracing::warn!(payload = note.payload(), error = %e, "odd release notice"),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "the PostgreSQL listening connection failed");
+                return;
+            }
+        }
+    }
 }
 
 /// Release and renew's judgement of the caller (the `verdict` column).

@@ -2,7 +2,6 @@
 //! servers on one cluster, and members of a three-member cluster killed and restarted.
 #![cfg(feature = "etcd")]
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,104 +27,22 @@ async fn harness() -> Harness {
 
 fencelock_conformance::suite!(harness);
 
-fn unique(name: &str) -> Resource {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let wall = fencelock_core::Timestamp::now_wall().as_millis();
-    Resource::new(format!("etcd-{wall}-{}-{n}/{name}", std::process::id())).expect("valid name")
-}
+mod shared;
 
 /// Two stores on one cluster stand for two fencelock servers.
-async fn two_servers() -> (Arc<EtcdStore>, Arc<EtcdStore>) {
+async fn two_servers() -> (Arc<dyn LockStore>, Arc<dyn LockStore>) {
     let url = shared_url().await;
     (store(&url).await, store(&url).await)
 }
 
-fn granted(outcome: AcquireOutcome) -> fencelock_core::Lease {
-    match outcome {
-        AcquireOutcome::Granted { lease, .. } => lease,
-        other => panic!("expected a grant, got {other:?}"),
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_acquirers_on_two_servers_have_one_winner() {
-    let (a, b) = two_servers().await;
-    let resource = unique("contended");
-    let attempts: Vec<_> = (0..100)
-        .map(|i| {
-            let store: Arc<dyn LockStore> = if i % 2 == 0 { a.clone() } else { b.clone() };
-            let resource = resource.clone();
-            tokio::spawn(async move {
-                store
-                    .acquire(&resource, &owner(&format!("w{i}")), ttl(Duration::from_secs(60)))
-                    .await
-            })
-        })
-        .collect();
-    let mut winners = Vec::new();
-    let mut holders = HashSet::new();
-    for attempt in attempts {
-        match attempt.await.expect("task").expect("acquire") {
-            AcquireOutcome::Granted { lease, .. } => winners.push(lease),
-            AcquireOutcome::Held { holder, .. } => {
-                holders.insert(holder.token);
-            }
-            AcquireOutcome::Extended(lease) => panic!("nobody held it, yet extended: {lease:?}"),
-        }
-    }
-    assert_eq!(winners.len(), 1, "winners: {winners:?}");
-    assert!(holders.iter().all(|t| *t == winners[0].token), "{holders:?}");
-    assert_eq!(b.get(&resource).await.unwrap().as_ref(), Some(&winners[0]));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tokens_increase_across_servers() {
-    let (a, b) = two_servers().await;
-    let resource = unique("alternating");
-    let mut last = FencingToken(0);
-    for i in 0..20 {
-        let (granting, releasing) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
-        let who = owner(&format!("o{i}"));
-        let lease = granted(
-            granting
-                .acquire(&resource, &who, ttl(Duration::from_secs(60)))
-                .await
-                .unwrap(),
-        );
-        assert!(lease.token > last, "token {} after {last}", lease.token);
-        last = lease.token;
-        assert_eq!(
-            releasing
-                .release(&resource, &who, Some(lease.token))
-                .await
-                .unwrap(),
-            ReleaseOutcome::Released(lease)
-        );
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_on_one_server_is_heard_on_the_other() {
-    let (a, b) = two_servers().await;
-    let mut heard = b.releases().expect("the etcd store has a release feed");
-    let resource = unique("announced");
-    let who = owner("holder");
-    a.acquire(&resource, &who, ttl(Duration::from_secs(60)))
-        .await
-        .unwrap();
-    a.release(&resource, &who, None).await.unwrap();
-    wait_for_release(&mut heard, &resource, Duration::from_secs(10))
-        .await
-        .expect("release was not heard on the other server");
-}
+shared::many_servers_suite!(two_servers);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttls_are_whole_seconds_rounded_up() {
     let store = store(&shared_url().await).await;
     assert_eq!(store.capabilities().ttl_granularity, Duration::from_secs(1));
-    let resource = unique("rounded");
-    let lease = granted(
+    let resource = shared::unique("rounded");
+    let lease = shared::granted(
         store
             .acquire(&resource, &owner("a"), ttl(Duration::from_millis(2001)))
             .await
@@ -152,18 +69,18 @@ async fn ttls_are_whole_seconds_rounded_up() {
 async fn an_expiry_wakes_the_release_feed_and_the_next_token_is_greater() {
     let store = store(&shared_url().await).await;
     let mut heard = store.releases().unwrap();
-    let resource = unique("expiring");
-    let first = granted(
+    let resource = shared::unique("expiring");
+    let first = shared::granted(
         store
             .acquire(&resource, &owner("a"), ttl(Duration::from_secs(1)))
             .await
             .unwrap(),
     );
-    wait_for_release(&mut heard, &resource, Duration::from_secs(15))
+    shared::wait_for_release(&mut heard, &resource, Duration::from_secs(15))
         .await
         .expect("the expiry was not announced");
     assert_eq!(store.get(&resource).await.unwrap(), None);
-    let second = granted(
+    let second = shared::granted(
         store
             .acquire(&resource, &owner("a"), ttl(Duration::from_secs(60)))
             .await
@@ -190,24 +107,6 @@ async fn the_address_parser_opens_etcd() {
             "{bad}: {error}"
         );
     }
-}
-
-/// Waits until `resource` comes out of `feed`; `Err` after `within`.
-async fn wait_for_release(
-    feed: &mut tokio::sync::broadcast::Receiver<Resource>,
-    resource: &Resource,
-    within: Duration,
-) -> Result<(), tokio::time::error::Elapsed> {
-    tokio::time::timeout(within, async {
-        loop {
-            match feed.recv().await {
-                Ok(heard) if heard == *resource => return,
-                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(closed) => panic!("release feed closed: {closed}"),
-            }
-        }
-    })
-    .await
 }
 
 /// Short timeouts, so that calls without a quorum fail quickly.
@@ -266,7 +165,7 @@ async fn a_cluster_serves_with_one_member_down_and_refuses_without_a_quorum() {
     let store = EtcdStore::connect_with(&cluster.url(), impatient())
         .await
         .unwrap();
-    let resource = unique("quorum");
+    let resource = shared::unique("quorum");
     let mut last = acquire_and_release_until_it_works(&store, &resource, Duration::from_secs(10)).await;
 
     // One member down (the first one, which the client may be talking to): locks work.
@@ -297,7 +196,7 @@ async fn a_cluster_serves_with_one_member_down_and_refuses_without_a_quorum() {
     })
     .await
     .unwrap();
-    let refused = unique("no-quorum");
+    let refused = shared::unique("no-quorum");
     for _ in 0..3 {
         let started = Instant::now();
         let outcome = store

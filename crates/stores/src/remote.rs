@@ -1,0 +1,71 @@
+//! What the stores on a network server (PostgreSQL, etcd) share: a deadline on every call,
+//! and a subscription to release notices that is renewed whenever it is lost.
+
+use std::time::Duration;
+
+use fencelock_core::StoreError;
+use fencelock_core::store::Result;
+use tokio::task::JoinHandle;
+
+/// Runs `call`, or gives up with [`StoreError::Unavailable`] after `deadline`, so that no
+/// call hangs on a server that stopped answering. `store` and `doing` name the store and the
+/// call, for the error message.
+pub(crate) async fn within<T>(
+    deadline: Duration,
+    store: &str,
+    doing: &str,
+    call: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(deadline, call).await.unwrap_or_else(|_| {
+        Err(StoreError::Unavailable {
+            message: format!("{store}: {doing}: no answer within {deadline:?}"),
+            source: None,
+        })
+    })
+}
+
+/// The shortest and the longest pause before subscribing again.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Runs the subscription `first` (a future that feeds release notices until its connection
+/// is lost), then, each time it ends, opens a new one with `open`, pausing a little longer
+/// after each failure. Spawned on the current runtime; stops when the handle is dropped.
+///
+/// The caller opens `first` itself, so that the store is only made once notices flow, and a
+/// store that cannot subscribe at all fails to open.
+pub(crate) fn keep_subscribed<S, O, F>(what: &'static str, first: S, mut open: O) -> AbortOnDrop
+where
+    S: Future<Output = ()> + Send + 'static,
+    O: FnMut() -> F + Send + 'static,
+    F: Future<Output = Result<S>> + Send,
+{
+    AbortOnDrop(tokio::spawn(async move {
+        let mut session = first;
+        loop {
+            session.await;
+            let mut backoff = FIRST_BACKOFF;
+            session = loop {
+                tokio::time::sleep(backoff).await;
+                match open().await {
+                    Ok(next) => break next,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "{what}: subscribing to releases failed; retrying");
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
+                }
+            };
+        }
+    }))
+}
+
+/// Aborts a task when dropped, so that neither an early return nor a dropped store leaves
+/// it running.
+#[derive(Debug)]
+pub(crate) struct AbortOnDrop(pub(crate) JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
