@@ -6,7 +6,7 @@
 //! | question | answer |
 //! | --- | --- |
 //! | whose clock decides expiry | etcd's: a lock is one key attached to an etcd lease, and the key exists exactly as long as etcd keeps that lease alive; the leader's clock counts the lease down, and the servers' clocks decide nothing |
-//! | TTL | whole seconds: `ttl_ms` is rounded **up** to whole seconds, and etcd may raise a short TTL further to its minimum (about 1.5 × the election timeout); a lease never lasts less than asked. `expires_at` is the granting server's time before it asked for the lease plus the TTL etcd granted, so etcd frees the lock at that time or a little later (it checks for expired leases every half second or so) |
+//! | TTL | whole seconds: `ttl_ms` is rounded **up** to whole seconds, and etcd may raise a short TTL further to its minimum (about 1.5 × the election timeout); a lease never lasts less than asked. `expires_at` is the granting server's time before it asked for the lease plus the TTL etcd granted, so etcd frees the lock at that time or a little later: it looks for expired leases about every half second (about 0.5 s late in our tests), and until it deletes the key, `get` and `list` still show the lease, with an `expires_at` just past |
 //! | durable | yes: a grant, extension, renewal or release is answered only after a quorum of members has committed it (Raft) |
 //! | what a failover can lose | nothing answered: a new leader has every committed write. A new leader does extend the remaining time of every lease (it restarts their countdown), so locks can outlive their `expires_at` by up to a TTL after a leader change — later, never sooner |
 //! | fit for | correctness, with fencing tokens: tokens are etcd revisions, which the cluster never reuses |
@@ -46,7 +46,11 @@
 //! Requests carry etcd's "require leader" flag, so a member cut off from the quorum refuses
 //! them at once instead of holding them; every request also has a timeout, and every call an
 //! overall deadline. Without a quorum, calls return [`StoreError::Unavailable`] and nothing
-//! is granted.
+//! is granted; while a new leader is elected (about a second after the leader is lost) they
+//! do too, and the caller may retry. A request that a member refused at connection time (a
+//! member that is down) reached nothing, so it is sent again to another member.
+//!
+//! Tested with etcd 3.4.
 
 use std::fmt;
 use std::sync::Arc;

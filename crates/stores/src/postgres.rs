@@ -40,7 +40,8 @@
 //!
 //! The schema is created and upgraded at start by numbered migrations, recorded in
 //! `fencelock_schema_version`, under an advisory lock so that servers starting together
-//! apply each migration once.
+//! apply each migration once. It needs PostgreSQL 12 or newer (tested with 15), and a user
+//! that may create tables in the database's default schema.
 //!
 //! # Failure
 //!

@@ -154,6 +154,52 @@ impl EtcdCluster {
         );
     }
 
+    /// The index of the member that leads the cluster now, as the running members see it;
+    /// `None` while there is no leader (or no member answers).
+    pub fn leader(&mut self) -> Option<usize> {
+        let ports: Vec<u16> = self.members.iter().map(|m| m.client_port).collect();
+        let running: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].server.as_mut().is_some_and(Proc::is_running))
+            .collect();
+        // Each member's status names itself and the leader, by member id.
+        let statuses: Vec<(usize, String, String)> = running
+            .iter()
+            .filter_map(|&i| {
+                let status = post(ports[i], "/v3/maintenance/status", "{}")?;
+                Some((
+                    i,
+                    json_field(&status, "member_id")?,
+                    json_field(&status, "leader")?,
+                ))
+            })
+            .collect();
+        let (_, _, leader) = statuses.first()?;
+        statuses
+            .iter()
+            .find(|(_, me, _)| me == leader)
+            .map(|(i, _, _)| *i)
+    }
+
+    /// Waits until some member leads the cluster, and returns it; panics at the deadline.
+    pub fn wait_for_leader(&mut self) -> usize {
+        let deadline = Instant::now() + START_DEADLINE;
+        let mut leader = None;
+        let found = wait_until(
+            deadline,
+            || {},
+            || {
+                leader = self.leader();
+                leader.is_some()
+            },
+        );
+        assert!(
+            found,
+            "no etcd member became leader within {START_DEADLINE:?}:\n{}",
+            self.logs()
+        );
+        leader.expect("found above")
+    }
+
     /// Waits until every running member reports itself healthy; `false` at the deadline.
     pub fn wait_healthy(&mut self) -> bool {
         let deadline = Instant::now() + START_DEADLINE;
@@ -236,6 +282,32 @@ impl EtcdCluster {
 
 fn data_dir(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
+}
+
+/// Sends a POST with a JSON body to a member's JSON gateway; the answer's body, if any.
+fn post(port: u16, path: &str, body: &str) -> Option<String> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    let request = format!(
+        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?;
+    (status == "200").then(|| body.to_owned())
+}
+
+/// The string value of `"field":"…"` in a flat piece of JSON (etcd writes 64-bit ids as
+/// strings), without a JSON parser.
+fn json_field(json: &str, field: &str) -> Option<String> {
+    let start = json.find(&format!("\"{field}\":\""))? + field.len() + 4;
+    let len = json[start..].find('"')?;
+    Some(json[start..start + len].to_owned())
 }
 
 /// Asks a member's `/health` endpoint, which says `true` once the member has a leader and

@@ -4,8 +4,9 @@
 //! with its data in a temporary folder, started by the test itself and stopped after it.
 //! Used only as a dev-dependency.
 //!
-//! A server that is not installed is a failure, never a skip: the starters panic and name
-//! the Debian package to install.
+//! These are test fixtures: every failure (a server that will not start, a binary that is
+//! missing) panics, failing the test that asked. A server that is not installed is a
+//! failure, never a skip: the panic names the Debian package to install.
 //!
 //! Servers never outlive the test binary, even when no destructor runs (a server kept in a
 //! `static`, or a test binary killed by a timeout): each is spawned so that the kernel kills
@@ -19,7 +20,8 @@
 //!   [`Postgres::start_again`] for restart tests; [`shared_postgres`] for one server per test
 //!   binary.
 //! - [`Etcd`]: one member; [`shared_etcd`] for one per test binary.
-//! - [`EtcdCluster`]: N members, with [`EtcdCluster::kill`] and [`EtcdCluster::restart`].
+//! - [`EtcdCluster`]: N members, with [`EtcdCluster::kill`], [`EtcdCluster::restart`] and
+//!   [`EtcdCluster::leader`].
 
 mod etcd;
 mod postgres;

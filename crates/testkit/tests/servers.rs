@@ -61,3 +61,14 @@ fn etcd_members_are_killed_and_restarted_one_by_one() {
     assert!(answers(ports[1]));
     assert!(cluster.wait_healthy());
 }
+
+#[test]
+fn the_etcd_leader_can_be_found_and_replaced() {
+    let mut cluster = EtcdCluster::start(3);
+    let leader = cluster.wait_for_leader();
+    cluster.kill(leader);
+    let next = cluster.wait_for_leader();
+    assert_ne!(next, leader);
+    cluster.restart(leader);
+    assert!(cluster.wait_healthy());
+}
