@@ -25,6 +25,21 @@ struct Cli {
 enum Command {
     /// Run the server.
     Serve(cmd::serve::Args),
+    /// Acquire a lease and print it as JSON (exit 0 granted, 1 held by another owner, 2 bad
+    /// input, 3 unreachable).
+    Acquire(cmd::acquire::Args),
+    /// Renew a lease and print it as JSON (exit 0 renewed, 1 not found, forbidden or token
+    /// conflict).
+    Renew(cmd::renew::Args),
+    /// Release a lease (exit 0 released, 1 not found, forbidden or token conflict).
+    Release(cmd::release::Args),
+    /// Show the live lease on a resource (exit 0 held, 1 free).
+    Status(cmd::status::Args),
+    /// Show every live lease, ordered by resource.
+    List(cmd::list::Args),
+    /// Run a command while holding a lock; stop it before the lease could pass to anyone
+    /// else (exit: the command's status; 75 busy; 124 lease lost).
+    Run(cmd::run::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +55,12 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => cmd::serve::run(args).await,
+            Command::Acquire(args) => cmd::acquire::run(args).await,
+            Command::Renew(args) => cmd::renew::run(args).await,
+            Command::Release(args) => cmd::release::run(args).await,
+            Command::Status(args) => cmd::status::run(args).await,
+            Command::List(args) => cmd::list::run(args).await,
+            Command::Run(args) => cmd::run::run(args).await,
         }
     })
 }

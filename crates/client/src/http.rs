@@ -437,11 +437,14 @@ async fn unexpected(response: Response) -> StoreError {
     }
 }
 
-/// A problem in one line: its detail, and every invalid field.
+/// A problem in one line: every invalid field if it lists them, else its detail.
 fn describe(problem: &Problem) -> String {
-    let mut text = problem.detail.clone();
-    for error in problem.errors.iter().flatten() {
-        text.push_str(&format!("; {}: {}", error.field, error.message));
+    match problem.errors.as_deref() {
+        Some(errors) if !errors.is_empty() => errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect::<Vec<_>>()
+            .join("; "),
+        _ => problem.detail.clone(),
     }
-    text
 }

@@ -1,3 +1,12 @@
-//! One file per command.
+//! One file per command, plus what the client commands share.
 
+pub mod acquire;
+mod common;
+mod group;
+pub mod list;
+pub mod release;
+pub mod renew;
+pub mod run;
 pub mod serve;
+pub mod status;
+mod waiting;

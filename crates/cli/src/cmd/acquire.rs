@@ -1,0 +1,69 @@
+//! `fencelock acquire RESOURCE [--owner O] [--ttl 30s] [--wait 10s]`: acquires a lease and
+//! prints it as JSON. Nothing renews it: renew it with `fencelock renew`, or use
+//! `fencelock run` to hold a lock for the life of a command.
+//!
+//! Exit 0 if granted (or extended: the owner held it already), 1 if another owner holds
+//! it (for the whole wait), 2 on bad input, 3 if the server or store is unreachable.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use fencelock_client::AcquireOutcome;
+use fencelock_wire::{Held, LeaseBody};
+
+use super::common::{self, Failure, Target, describe, exit};
+use super::waiting::while_waiting;
+
+/// Flags of `fencelock acquire`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The resource to lock, e.g. payment:42.
+    resource: String,
+    /// Who holds the lease (default HOSTNAME:PID, as printed in the lease: renew and release
+    /// with the same owner).
+    #[arg(long, env = "FENCELOCK_OWNER")]
+    owner: Option<String>,
+    /// How long the lease lasts unless renewed, e.g. 30s, 500ms, 2m.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    /// If another owner holds the lock, wait up to this long for it (first come, first served).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    wait: Duration,
+    /// When held by another owner, print the answer as JSON on standard output too.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// Runs `fencelock acquire`.
+pub async fn run(args: Args) -> ExitCode {
+    common::finish("acquire", acquire(args).await)
+}
+
+async fn acquire(args: Args) -> Result<u8, Failure> {
+    let resource = common::resource(&args.resource)?;
+    let owner = common::owner_or_default(args.owner.as_deref())?;
+    let ttl = common::ttl(args.ttl)?;
+    let client = args.target.connect().await?;
+    let acquiring = client.acquire_lease(&resource, &owner, ttl, args.wait);
+    match while_waiting(&client, &resource, args.wait, acquiring).await? {
+        AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => {
+            common::print_lease(&lease);
+            Ok(exit::OK)
+        }
+        AcquireOutcome::Held { holder, expires_in } => {
+            if args.json {
+                common::print_json(&Held {
+                    acquired: false,
+                    resource: resource.to_string(),
+                    holder: LeaseBody::from(&holder),
+                    expires_in_ms: u64::try_from(expires_in.as_millis()).unwrap_or(u64::MAX),
+                });
+            } else {
+                eprintln!("fencelock acquire: not acquired: {}", describe(&holder));
+            }
+            Ok(exit::REFUSED)
+        }
+    }
+}

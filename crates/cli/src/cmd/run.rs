@@ -1,0 +1,294 @@
+//! `fencelock run RESOURCE [--ttl 30s] [--wait 1m | --no-wait] -- CMD [ARGS...]`: runs CMD
+//! while holding a lease on RESOURCE, and makes sure CMD does not outlive the lease.
+//!
+//! 1. Acquire (waiting as long as `--wait`, forever by default; a spinner on a terminal
+//!    says who holds the lock). Busy → exit 75, CMD does not run.
+//! 2. Start CMD in a process group of its own, with `FENCELOCK_TOKEN`,
+//!    `FENCELOCK_RESOURCE` and `FENCELOCK_EXPIRES_AT` (the first expiry, RFC 3339).
+//! 3. While CMD runs: renew every third of the TTL; forward SIGINT, SIGTERM and SIGHUP to
+//!    CMD's whole group.
+//! 4. When CMD ends: stop whatever it left running in its group (it would otherwise go on
+//!    working without the lock), release, and exit with CMD's status (128+N if signal N
+//!    ended it).
+//! 5. If the lease is lost (the store says it is gone or taken, or renewals failed until
+//!    too little time is left): SIGTERM to the group, SIGKILL after the grace period, and
+//!    exit 124 once every process of the group is gone.
+//!
+//! # The stop schedule
+//!
+//! With a TTL `T`, renewals go out every `T/3`; the guard declares the lease lost when
+//! renewals have failed until `grace + allowance` is left before the expiry it last
+//! confirmed (counted from the renewal's send, on the monotonic clock). Then SIGTERM goes
+//! out, SIGKILL follows `grace` later (default `T/10`, at most 10 s) — or earlier, so that
+//! it is sent at least `allowance` (`T/20 + 50 ms`) before that expiry — and the
+//! allowance is the time for SIGKILL to take effect. So the group is gone before the lease
+//! could pass to anyone else. If the store says the lease is already gone (deleted by
+//! force), the same schedule runs at once: there is no better moment.
+
+use std::ffi::OsString;
+use std::process::{ExitCode, ExitStatus};
+use std::time::Duration;
+
+use fencelock_client::{AcquireError, GuardOptions, LeaseGuard, LostReason, Ttl};
+use nix::sys::signal::Signal;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::{Instant, timeout};
+
+use super::common::{self, Failure, Target, describe, exit};
+use super::group::Group;
+use super::waiting::while_waiting;
+
+/// A wait with no end (some ten years).
+const FOREVER: Duration = Duration::from_secs(10 * 365 * 86_400);
+
+/// Flags of `fencelock run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The resource to lock for the life of CMD.
+    resource: String,
+    /// Who holds the lease (default HOSTNAME:PID).
+    #[arg(long, env = "FENCELOCK_OWNER")]
+    owner: Option<String>,
+    /// How long the lease lasts unless renewed; it is renewed every third of it.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    /// Wait at most this long for a busy lock (default: as long as it takes).
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
+    wait: Option<Duration>,
+    /// Do not wait for a busy lock: exit 75 at once (for cron jobs that run on many hosts).
+    #[arg(long)]
+    no_wait: bool,
+    /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL (default a tenth of
+    /// the TTL, at most 10s; always cut so that SIGKILL comes before the lease's expiry).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    grace: Option<Duration>,
+    #[command(flatten)]
+    target: Target,
+    /// The command to run, and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    command: Vec<OsString>,
+}
+
+/// Runs `fencelock run`.
+pub async fn run(args: Args) -> ExitCode {
+    common::finish("run", run_command(args).await)
+}
+
+/// The timing of one run, from the TTL (see the module's "The stop schedule").
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    grace: Duration,
+    allowance: Duration,
+}
+
+impl Schedule {
+    fn new(ttl: Ttl, grace: Option<Duration>) -> Result<(Self, GuardOptions), Failure> {
+        let lasts = ttl.as_duration();
+        let renew_every = lasts / 3;
+        let schedule = Self {
+            grace: grace.unwrap_or((lasts / 10).min(Duration::from_secs(10))),
+            allowance: lasts / 20 + Duration::from_millis(50),
+        };
+        let margin = schedule.grace + schedule.allowance;
+        if renew_every + margin >= lasts {
+            return Err(Failure::bad_input(format!(
+                "--ttl {} leaves no time to stop CMD: --grace {} plus {} to see it gone must stay below two thirds of the TTL",
+                humantime::format_duration(lasts),
+                humantime::format_duration(schedule.grace),
+                humantime::format_duration(schedule.allowance),
+            )));
+        }
+        let options = GuardOptions {
+            renew_every: Some(renew_every),
+            safety_margin: Some(margin),
+            // A hung renewal must leave time for another try.
+            request_timeout: (lasts / 6).clamp(Duration::from_millis(100), Duration::from_secs(10)),
+        };
+        Ok((schedule, options))
+    }
+
+    /// When to send SIGKILL after a SIGTERM sent now: after the grace period, but at least
+    /// the allowance before `held_until`.
+    fn kill_at(self, held_until: Instant) -> Instant {
+        let latest = held_until.checked_sub(self.allowance).unwrap_or(held_until);
+        (Instant::now() + self.grace).min(latest)
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP, listened to from before the wait for the lock.
+struct Signals([(Signal, tokio::signal::unix::Signal); 3]);
+
+impl Signals {
+    fn listen() -> Result<Self, Failure> {
+        let listen = |signal_: Signal, kind: SignalKind| {
+            signal(kind)
+                .map(|listener| (signal_, listener))
+                .map_err(|e| Failure::new(exit::CANNOT_RUN, format!("cannot listen for {signal_}: {e}")))
+        };
+        Ok(Self([
+            listen(Signal::SIGINT, SignalKind::interrupt())?,
+            listen(Signal::SIGTERM, SignalKind::terminate())?,
+            listen(Signal::SIGHUP, SignalKind::hangup())?,
+        ]))
+    }
+
+    /// The next signal received.
+    async fn recv(&mut self) -> Signal {
+        let [(int, a), (term, b), (hup, c)] = &mut self.0;
+        tokio::select! {
+            _ = a.recv() => *int,
+            _ = b.recv() => *term,
+            _ = c.recv() => *hup,
+        }
+    }
+}
+
+async fn run_command(args: Args) -> Result<u8, Failure> {
+    let resource = common::resource(&args.resource)?;
+    let owner = common::owner_or_default(args.owner.as_deref())?;
+    let ttl = common::ttl(args.ttl)?;
+    let (schedule, options) = Schedule::new(ttl, args.grace)?;
+    let mut signals = Signals::listen()?;
+    let client = args.target.connect().await?.with_guard_options(options);
+    let wait = match (args.no_wait, args.wait) {
+        (true, _) => Duration::ZERO,
+        (false, wait) => wait.unwrap_or(FOREVER),
+    };
+    let acquiring = while_waiting(
+        &client,
+        &resource,
+        wait,
+        client.acquire(&resource, &owner, ttl, wait),
+    );
+    let guard = tokio::select! {
+        acquired = acquiring => match acquired {
+            Ok(guard) => guard,
+            Err(AcquireError::Busy { holder, .. }) => {
+                eprintln!("fencelock run: not running: {}", describe(&holder));
+                return Ok(exit::BUSY);
+            }
+            Err(AcquireError::Store(error)) => return Err(error.into()),
+            Err(other) => return Err(Failure::bad_input(other.to_string())),
+        },
+        received = signals.recv() => return Ok(128 + received as u8),
+    };
+    let Some((mut child, group)) = start(&args.command, &guard)? else {
+        return Ok(exit::LOST);
+    };
+    let lost = guard.lost();
+    let mut lost = std::pin::pin!(lost);
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            received = signals.recv() => group.signal(received),
+            reason = &mut lost => {
+                stop_on_loss(guard, &mut child, group, schedule, &reason).await;
+                return Ok(exit::LOST);
+            }
+        }
+    };
+    let status = status.map_err(|e| Failure::new(exit::CANNOT_RUN, format!("cannot wait for CMD: {e}")))?;
+    finish_run(guard, &mut child, group, schedule).await;
+    Ok(exit_code(status))
+}
+
+/// Starts CMD in a process group of its own (so that signals reach everything it starts,
+/// and a terminal's Ctrl-C reaches `fencelock run`, which forwards it). `None` if the lease
+/// was lost before CMD could start.
+fn start(command: &[OsString], guard: &LeaseGuard) -> Result<Option<(Child, Group)>, Failure> {
+    let (program, arguments) = command
+        .split_first()
+        .ok_or_else(|| Failure::bad_input("no CMD given"))?;
+    if !guard.is_held() {
+        eprintln!("fencelock run: the lease was lost before CMD could start");
+        return Ok(None);
+    }
+    let spawned = Command::new(program)
+        .args(arguments)
+        .env("FENCELOCK_TOKEN", guard.token().to_string())
+        .env("FENCELOCK_RESOURCE", guard.resource().as_str())
+        .env("FENCELOCK_EXPIRES_AT", guard.expires_at().to_rfc3339())
+        .process_group(0)
+        .spawn();
+    let child = spawned.map_err(|error| {
+        let code = match error.kind() {
+            std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+            _ => exit::CANNOT_RUN,
+        };
+        Failure::new(code, format!("cannot run {}: {error}", program.to_string_lossy()))
+    })?;
+    // The pid of a child that was just spawned and not yet waited for is always known.
+    let group = child
+        .id()
+        .and_then(Group::led_by)
+        .ok_or_else(|| Failure::new(exit::CANNOT_RUN, "CMD has no pid"))?;
+    Ok(Some((child, group)))
+}
+
+/// The lease is lost: stop CMD's whole group before the lease's expiry (see the module's
+/// "The stop schedule").
+async fn stop_on_loss(
+    guard: LeaseGuard,
+    child: &mut Child,
+    group: Group,
+    schedule: Schedule,
+    reason: &LostReason,
+) {
+    let held_until = Instant::from_std(guard.held_until());
+    eprintln!(
+        "fencelock run: the lease on {} is lost ({reason}): stopping CMD",
+        guard.resource()
+    );
+    let killed = group.stop(child, schedule.kill_at(held_until)).await;
+    let now = Instant::now();
+    let how = if killed { "SIGKILL" } else { "SIGTERM" };
+    if now < held_until {
+        eprintln!(
+            "fencelock run: CMD stopped ({how}) {} ms before the lease's last confirmed expiry",
+            (held_until - now).as_millis()
+        );
+    } else {
+        tracing::error!(
+            late_ms = (now - held_until).as_millis(),
+            "CMD was stopped after the lease's last confirmed expiry"
+        );
+    }
+    // If only renewals failed, the lease may still be ours: give it back (with its token, so
+    // a newer lease is never touched). Otherwise the store already said it is not ours, and
+    // dropping the guard sends nothing.
+    if matches!(reason, LostReason::NotRenewed { .. }) {
+        let _ = timeout(Duration::from_secs(1), guard.release()).await;
+    }
+}
+
+/// CMD ended: stop what it left in its group, then release.
+async fn finish_run(guard: LeaseGuard, child: &mut Child, group: Group, schedule: Schedule) {
+    if group.alive() {
+        eprintln!("fencelock run: CMD ended but left processes in its group: stopping them before releasing");
+        group
+            .stop(child, schedule.kill_at(Instant::from_std(guard.held_until())))
+            .await;
+    }
+    let resource = guard.resource().clone();
+    match guard.release().await {
+        Ok(fencelock_client::ReleaseOutcome::Released(_)) => {}
+        Ok(outcome) => tracing::warn!(%resource, ?outcome, "the lease was no longer held when CMD ended"),
+        Err(error) => tracing::warn!(%resource, %error, "releasing failed; the lease ends at its expiry"),
+    }
+}
+
+/// CMD's exit code, or 128+N if signal N ended it (as shells report it).
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
+        (None, Some(signal)) => u8::try_from(128 + (signal & 0x7f)).unwrap_or(u8::MAX),
+        (None, None) => u8::MAX,
+    }
+}
