@@ -1,0 +1,182 @@
+//! Real processes for the command tests: a `fencelock serve` child on a free port, and the
+//! `fencelock` command run as a user would run it.
+
+#![allow(dead_code)] // Each test file uses a different part of this.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+/// The `fencelock` command, with none of the environment variables it reads, so that the
+/// tests do not depend on the shell that runs them.
+pub fn fencelock() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_fencelock"));
+    for variable in [
+        "FENCELOCK_SERVER",
+        "FENCELOCK_STORE",
+        "FENCELOCK_OWNER",
+        "FENCELOCK_LISTEN",
+        "FENCELOCK_LOG_FORMAT",
+        "RUST_LOG",
+    ] {
+        command.env_remove(variable);
+    }
+    command
+}
+
+/// What a finished command showed.
+#[derive(Debug)]
+pub struct Shown {
+    /// The exit code (`None` if a signal ended it).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Shown {
+    /// Standard output read as JSON (`Null` if it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or(Value::Null)
+    }
+}
+
+/// Runs `fencelock ARGS…` to its end.
+pub fn run(args: &[&str]) -> Shown {
+    shown(fencelock().args(args).output().expect("fencelock runs"))
+}
+
+pub fn shown(output: std::process::Output) -> Shown {
+    Shown {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A `fencelock serve` child on a free port.
+pub struct Server {
+    child: Child,
+    pub url: String,
+}
+
+impl Server {
+    /// A server on a fresh in-memory store.
+    pub fn start() -> Self {
+        Self::on("memory://")
+    }
+
+    /// A server on the store at `store`.
+    pub fn on(store: &str) -> Self {
+        let mut child = fencelock()
+            .args([
+                "--log-format",
+                "json",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--store",
+                store,
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fencelock serve");
+        // The server logs the address it bound; read log lines until it appears.
+        let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+        let address = loop {
+            let line = lines
+                .next()
+                .expect("fencelock serve exited before serving")
+                .unwrap();
+            let event: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if let Some(address) = event["address"].as_str() {
+                break address.to_owned();
+            }
+        };
+        // Keep draining its log so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Self {
+            child,
+            url: format!("http://{address}"),
+        }
+    }
+
+    /// Kills the server with SIGKILL: no shutdown code runs.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// `fencelock ARGS… --server URL`.
+    pub fn run(&self, args: &[&str]) -> Shown {
+        let mut all = args.to_vec();
+        all.extend(["--server", &self.url]);
+        run(&all)
+    }
+
+    /// The live lease on `resource`, as the API answers it (`None` if there is none).
+    pub fn lease(&self, resource: &str) -> Option<Value> {
+        let shown = self.run(&["status", resource, "--json"]);
+        match shown.code {
+            Some(0) => Some(shown.json()),
+            Some(1) => None,
+            _ => panic!("status failed: {shown:?}"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A port nothing listens on (bound, then let go).
+pub fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Polls `check` every 2 ms until it gives a value, failing the test after `limit`.
+pub fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The contents of `path` once it exists.
+pub fn wait_for_file(path: &Path) -> String {
+    eventually(Duration::from_secs(10), &format!("{}", path.display()), || {
+        std::fs::read_to_string(path).ok().filter(|text| !text.is_empty())
+    })
+}
+
+/// Whether process `pid` is alive: it exists and is not a zombie (a zombie runs no code).
+pub fn alive(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, after)| after.split_whitespace().next());
+    !matches!(state, Some("Z" | "X" | "x") | None)
+}
+
+/// Milliseconds since the Unix epoch by the wall clock, as the server's timestamps count.
+pub fn wall_ms() -> i64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    i64::try_from(since.as_millis()).unwrap()
+}
+
+/// An RFC 3339 timestamp of the API in milliseconds since the Unix epoch.
+pub fn ms(rfc3339: &Value) -> i64 {
+    let time = humantime::parse_rfc3339(rfc3339.as_str().expect("a timestamp")).unwrap();
+    i64::try_from(time.duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
+}
