@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::{AcquireOutcome, LockStore, StoreError};
 use fencelock_stores::postgres::{PostgresOptions, PostgresStore};
-use fencelock_testkit::{Postgres, shared_postgres};
+use fencelock_testkit::{Postgres, Proxy, shared_postgres};
 
 /// The shared server's address; starting it blocks, so not on the async worker.
 async fn shared_url() -> String {
@@ -290,5 +290,57 @@ async fn the_address_parser_opens_postgres() {
     assert!(
         matches!(error, fencelock_stores::OpenError::InvalidAddress { .. }),
         "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_behind_a_cut_network_fails_calls_within_the_deadline() {
+    let url = shared_url().await;
+    let port = url
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .expect("the address has a port");
+    let network = Proxy::start(port);
+    let behind = url.replace(&format!(":{port}/"), &format!(":{}/", network.port()));
+    let store = PostgresStore::connect_with(&behind, impatient()).await.unwrap();
+    let resource = shared::unique("cut-off");
+    let ttl = ttl(Duration::from_secs(60));
+    shared::granted(store.acquire(&resource, &owner("a"), ttl).await.unwrap());
+
+    // Connections stay open but nothing answers: only the deadlines can end the calls.
+    network.cut();
+    let started = Instant::now();
+    let b = owner("b");
+    let (acquired, pinged) = tokio::join!(store.acquire(&resource, &b, ttl), store.ping());
+    let took = started.elapsed();
+    network.restore();
+    assert!(
+        matches!(acquired, Err(StoreError::Unavailable { .. })),
+        "acquire through a cut network: {acquired:?}"
+    );
+    assert!(pinged.is_err(), "ping through a cut network");
+    // impatient(): 1 s to connect + 2 s per statement + 1 s margin.
+    assert!(took < Duration::from_secs(5), "the calls took {took:?} to fail");
+    eprintln!("calls to an unreachable PostgreSQL failed after {took:?}");
+
+    // Once it answers again, so does the store; the lock was never lost.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match store.acquire(&resource, &b, ttl).await {
+            Ok(AcquireOutcome::Held { holder, .. }) => {
+                assert_eq!(holder.owner, owner("a"));
+                break;
+            }
+            Ok(other) => panic!("the lock of a was lost: {other:?}"),
+            Err(e) => {
+                assert!(Instant::now() < deadline, "the store did not come back: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    eprintln!(
+        "the store answered again {:?} after the network came back",
+        started.elapsed() - took
     );
 }

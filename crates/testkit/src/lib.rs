@@ -22,10 +22,14 @@
 //! - [`Etcd`]: one member; [`shared_etcd`] for one per test binary.
 //! - [`EtcdCluster`]: N members, with [`EtcdCluster::kill`], [`EtcdCluster::restart`] and
 //!   [`EtcdCluster::leader`].
+//! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
+//!   closing anything (a broken network, a hung host).
 
 mod etcd;
 mod postgres;
 mod process;
+mod proxy;
 
 pub use etcd::{Etcd, EtcdCluster, shared_etcd};
 pub use postgres::{Postgres, shared_postgres};
+pub use proxy::Proxy;

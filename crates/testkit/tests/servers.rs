@@ -72,3 +72,42 @@ fn the_etcd_leader_can_be_found_and_replaced() {
     cluster.restart(leader);
     assert!(cluster.wait_healthy());
 }
+
+#[test]
+fn a_cut_proxy_holds_traffic_back_until_restored() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let echo_port = echo.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in echo.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut buffer = [0; 64];
+                while let Ok(n) = conn.read(&mut buffer) {
+                    if n == 0 || conn.write_all(&buffer[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let proxy = fencelock_testkit::Proxy::start(echo_port);
+    let mut conn = TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
+    conn.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut answer = [0; 4];
+    conn.write_all(b"ping").unwrap();
+    conn.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"ping");
+
+    proxy.cut();
+    conn.write_all(b"held").unwrap();
+    assert!(
+        conn.read_exact(&mut answer).is_err(),
+        "traffic passed a cut proxy"
+    );
+    proxy.restore();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    conn.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"held");
+}
