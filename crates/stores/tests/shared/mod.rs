@@ -16,7 +16,8 @@ macro_rules! many_servers_suite {
         $crate::shared::many_servers_suite!(@each $two;
             a_hundred_acquirers_on_two_servers_have_one_winner,
             tokens_increase_across_servers,
-            a_release_on_one_server_is_heard_on_the_other
+            a_release_on_one_server_is_heard_on_the_other,
+            a_waiter_on_one_server_gets_the_lock_the_other_releases
         );
     };
     (@each $two:path; $($check:ident),*) => {$(
@@ -117,6 +118,50 @@ pub async fn a_release_on_one_server_is_heard_on_the_other(a: Arc<dyn LockStore>
     wait_for_release(&mut heard, &resource, Duration::from_secs(10))
         .await
         .expect("the release was not heard on the other server");
+}
+
+/// A waiter on one server is handed the lock as soon as its holder releases it through the
+/// other server: woken by the release notice, long before the holder's lease would expire.
+pub async fn a_waiter_on_one_server_gets_the_lock_the_other_releases(
+    a: Arc<dyn LockStore>,
+    b: Arc<dyn LockStore>,
+) {
+    let resource = unique("waited-for");
+    let holder = owner("holder");
+    let lease = granted(
+        a.acquire(&resource, &holder, ttl(Duration::from_secs(60)))
+            .await
+            .unwrap(),
+    );
+    let waiters = fencelock_core::Waiters::new(b);
+    let waiting = {
+        let (waiters, resource) = (waiters.clone(), resource.clone());
+        tokio::spawn(async move {
+            waiters
+                .acquire(
+                    &resource,
+                    &owner("waiter"),
+                    ttl(Duration::from_secs(60)),
+                    Duration::from_secs(30),
+                )
+                .await
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while waiters.waiting() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let released_at = std::time::Instant::now();
+    a.release(&resource, &holder, Some(lease.token)).await.unwrap();
+    let handed = granted(waiting.await.unwrap().unwrap());
+    let took = released_at.elapsed();
+    assert!(handed.token > lease.token);
+    assert!(
+        took < Duration::from_secs(5),
+        "the waiter got the lock {took:?} after the release"
+    );
+    eprintln!("the waiter on the other server got the lock {took:?} after the release");
 }
 
 /// Waits until `resource` comes out of `feed`; `Err` after `within`.
