@@ -9,7 +9,7 @@
 //! | TTL | whole seconds: `ttl_ms` is rounded **up** to whole seconds, and etcd may raise a short TTL further to its minimum (about 1.5 × the election timeout); a lease never lasts less than asked. `expires_at` is the granting server's time before it asked for the lease plus the TTL etcd granted, so etcd frees the lock at that time or a little later: it looks for expired leases about every half second (about 0.5 s late in our tests), and until it deletes the key, `get` and `list` still show the lease, with an `expires_at` just past |
 //! | durable | yes: a grant, extension, renewal or release is answered only after a quorum of members has committed it (Raft) |
 //! | what a failover can lose | nothing answered: a new leader has every committed write. A new leader does extend the remaining time of every lease (it restarts their countdown), so locks can outlive their `expires_at` by up to a TTL after a leader change — later, never sooner |
-//! | fit for | correctness, with fencing tokens: tokens are etcd revisions, which the cluster never reuses |
+//! | fit for | correctness, with fencing tokens: tokens are etcd revisions, which the cluster never reuses (a restore from a snapshot keeps them; only a new, empty cluster starts again at 1, so never move the locks of resources that remember tokens to one) |
 //!
 //! # How the rules are kept
 //!

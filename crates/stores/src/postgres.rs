@@ -8,8 +8,8 @@
 //! | whose clock decides expiry | the database's (`clock_timestamp()` of the primary): the clocks of the fencelock servers do not matter |
 //! | TTL | honoured to the millisecond: a lease is stamped at the database's time rounded *up* to a whole millisecond, and lasts `ttl` from there, so never less than asked |
 //! | durable | yes: every grant, extension, renewal and release is committed before it is answered (as durable as the server's `fsync` and `synchronous_commit` make a commit) |
-//! | what a failover can lose | with asynchronous replication, the commits the new primary had not received: answered grants and releases, and the fencing tokens issued with them, so a later grant may reuse a token. With synchronous replication (`synchronous_commit = on` or `remote_apply` and a synchronous standby) nothing answered is lost |
-//! | fit for | correctness, with fencing tokens, on one primary or with synchronous replication; efficiency only, with asynchronous replication |
+//! | what a failover can lose | with asynchronous replication, the commits the new primary had not received: answered grants and releases, and the fencing tokens issued with them, so a later grant may reuse a token. With synchronous replication (`synchronous_commit = on` or `remote_apply` and a synchronous standby) nothing answered is lost. Either way the new primary's clock takes over, so leases end early or late by the difference between the two hosts' clocks: keep them synchronised |
+//! | fit for | correctness, with fencing tokens, on one primary or with synchronous replication; efficiency only, with asynchronous replication. Tokens live in the database: a new, empty database starts them again at 1, so never move the locks of resources that remember tokens to one |
 //!
 //! # How the rules are kept
 //!
@@ -37,6 +37,11 @@
 //!   listens on it (reconnecting when it is lost) and feeds [`LockStore::releases`];
 //!   releases made while that connection is down are not heard, and waiters then fall back
 //!   on the expiry of the lease they wait for.
+//! - An expired lease stays in its row until it is purged or replaced by a grant.
+//!   [`LockStore::purge_expired`] deletes every expired row and returns them; one server
+//!   purges at a time (a try-lock), and the others purge nothing meanwhile. A grant that
+//!   replaces an expired lease does not report it (`Granted { expired: None }`): the
+//!   statement only returns the row as it is now.
 //!
 //! The schema is created and upgraded at start by numbered migrations, recorded in
 //! `fencelock_schema_version`, under an advisory lock so that servers starting together
