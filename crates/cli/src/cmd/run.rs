@@ -178,8 +178,15 @@ async fn run_command(args: Args) -> Result<u8, Failure> {
         },
         received = signals.recv() => return Ok(128 + received as u8),
     };
-    let Some((mut child, group)) = start(&args.command, &guard)? else {
-        return Ok(exit::LOST);
+    let (mut child, group) = match start(&args.command, &guard) {
+        Ok(Some(started)) => started,
+        Ok(None) => return Ok(exit::LOST),
+        Err(failure) => {
+            // Give the lock back before exiting: a release left to the guard's drop would
+            // not get out before the process ends.
+            let _ = timeout(Duration::from_secs(1), guard.release()).await;
+            return Err(failure);
+        }
     };
     let lost = guard.lost();
     let mut lost = std::pin::pin!(lost);

@@ -109,10 +109,14 @@ impl Server {
         let _ = self.child.wait();
     }
 
-    /// `fencelock ARGS… --server URL`.
+    /// `fencelock COMMAND --server URL ARGS…` (the server right after the command, so that
+    /// it stays before `run`'s `--`).
     pub fn run(&self, args: &[&str]) -> Shown {
         let mut all = args.to_vec();
-        all.extend(["--server", &self.url]);
+        all.splice(
+            1.min(all.len())..1.min(all.len()),
+            ["--server", self.url.as_str()],
+        );
         run(&all)
     }
 

@@ -1,0 +1,347 @@
+//! `fencelock run` with real processes: what the child sees, exit statuses, mutual exclusion
+//! between runs, `--no-wait`, signals, and — the point of it all — a lost lease stops the
+//! child and its grandchildren before the lease's expiry.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Server, alive, closed_port, eventually, fencelock, ms, run, wait_for_file, wall_ms};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+
+/// `fencelock run RESOURCE --server URL ARGS… -- sh -c SCRIPT`, started in `dir`.
+fn spawn_run(server: &Server, resource: &str, args: &[&str], script: &str, dir: &Path) -> Child {
+    fencelock()
+        .args(["run", resource, "--server", &server.url])
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fencelock run")
+}
+
+fn finish(child: Child) -> common::Shown {
+    common::shown(child.wait_with_output().expect("fencelock run ends"))
+}
+
+/// Kills what a test started if it fails half-way.
+struct KillOnDrop(Vec<i32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+    }
+}
+
+#[test]
+fn the_child_sees_the_lease_and_its_exit_status_passes_through() {
+    let server = Server::start();
+    let shown = server.run(&[
+        "run",
+        "nightly",
+        "--owner",
+        "cron",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$FENCELOCK_TOKEN|$FENCELOCK_RESOURCE|$FENCELOCK_EXPIRES_AT\"; exit 7",
+    ]);
+    assert_eq!(shown.code, Some(7), "{shown:?}");
+    let seen: Vec<&str> = shown.stdout.trim().split('|').collect();
+    assert!(seen[0].parse::<u64>().unwrap() >= 1, "{seen:?}");
+    assert_eq!(seen[1], "nightly");
+    assert!(humantime::parse_rfc3339(seen[2]).is_ok(), "{seen:?}");
+    // Released when the child ended.
+    assert_eq!(server.lease("nightly"), None);
+
+    for (script, code) in [
+        ("exit 0", 0),
+        ("kill -9 $$", 128 + 9),
+        ("kill -TERM $$", 128 + 15),
+    ] {
+        let shown = server.run(&["run", "nightly", "--", "sh", "-c", script]);
+        assert_eq!(shown.code, Some(code), "{script}: {shown:?}");
+    }
+    let missing = server.run(&["run", "nightly", "--", "no-such-command-here"]);
+    assert_eq!(missing.code, Some(127), "{missing:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let not_executable = dir.path().join("script");
+    std::fs::write(&not_executable, "echo hi").unwrap();
+    let denied = server.run(&["run", "nightly", "--", not_executable.to_str().unwrap()]);
+    assert_eq!(denied.code, Some(126), "{denied:?}");
+    assert_eq!(server.lease("nightly"), None);
+}
+
+#[test]
+fn bad_input_and_an_unreachable_server_are_told_before_the_child_starts() {
+    let nowhere = format!("http://127.0.0.1:{}", closed_port());
+    let shown = run(&["run", "r", "--server", &nowhere, "--", "sh", "-c", "echo ran"]);
+    assert_eq!((shown.code, shown.stdout.as_str()), (Some(3), ""), "{shown:?}");
+    for args in [
+        // The grace period leaves no time to renew.
+        vec![
+            "run", "r", "--server", &nowhere, "--ttl", "1s", "--grace", "1s", "--", "true",
+        ],
+        vec![
+            "run",
+            "r",
+            "--server",
+            &nowhere,
+            "--no-wait",
+            "--wait",
+            "1s",
+            "--",
+            "true",
+        ],
+        vec!["run", "r", "--server", &nowhere],
+        vec!["run", "", "--server", &nowhere, "--", "true"],
+    ] {
+        let shown = run(&args);
+        assert_eq!(shown.code, Some(2), "{args:?}: {shown:?}");
+    }
+}
+
+#[test]
+fn runs_work_straight_on_an_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}/locks.db", dir.path().display());
+    let token = || {
+        let shown = run(&[
+            "run",
+            "job",
+            "--store",
+            &store,
+            "--",
+            "sh",
+            "-c",
+            "echo $FENCELOCK_TOKEN",
+        ]);
+        assert_eq!(shown.code, Some(0), "{shown:?}");
+        shown.stdout.trim().parse::<u64>().unwrap()
+    };
+    let first = token();
+    assert!(token() > first);
+}
+
+#[test]
+fn two_runs_never_overlap_and_the_later_ones_wait() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let script = "echo \"start $FENCELOCK_TOKEN $(date +%s%N)\" >> log; sleep 0.2; \
+                  echo \"end $FENCELOCK_TOKEN $(date +%s%N)\" >> log";
+    let runs: Vec<Child> = (0..4)
+        .map(|i| {
+            spawn_run(
+                &server,
+                "shared",
+                &["--ttl", "3s", "--owner", &format!("w{i}")],
+                script,
+                dir.path(),
+            )
+        })
+        .collect();
+    let _cleanup = KillOnDrop(runs.iter().map(|c| i32::try_from(c.id()).unwrap()).collect());
+    for run in runs {
+        let shown = finish(run);
+        assert_eq!(shown.code, Some(0), "{shown:?}");
+    }
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+    let mut intervals = std::collections::BTreeMap::<u64, (u128, u128)>::new();
+    for line in log.lines() {
+        let [what, token, ns] = line.split(' ').collect::<Vec<_>>()[..] else {
+            panic!("bad line {line:?}");
+        };
+        let (token, ns) = (token.parse().unwrap(), ns.parse().unwrap());
+        let interval = intervals.entry(token).or_default();
+        match what {
+            "start" => interval.0 = ns,
+            _ => interval.1 = ns,
+        }
+    }
+    assert_eq!(intervals.len(), 4, "four distinct tokens: {log}");
+    // In token order, each child started after the previous one ended.
+    let ordered: Vec<(u128, u128)> = intervals.values().copied().collect();
+    for pair in ordered.windows(2) {
+        assert!(pair[0].0 < pair[0].1, "{log}");
+        assert!(pair[1].0 > pair[0].1, "runs overlapped:\n{log}");
+    }
+}
+
+#[test]
+fn no_wait_skips_a_busy_lock_with_exit_75() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let held = server.run(&["acquire", "cron:report", "--owner", "host-1", "--ttl", "1m"]);
+    assert_eq!(held.code, Some(0));
+    let started = Instant::now();
+    let skipped = spawn_run(&server, "cron:report", &["--no-wait"], "touch ran", dir.path());
+    let skipped = finish(skipped);
+    assert_eq!(skipped.code, Some(75), "{skipped:?}");
+    assert!(skipped.stderr.contains("held by host-1"), "{skipped:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let waited = finish(spawn_run(
+        &server,
+        "cron:report",
+        &["--wait", "300ms"],
+        "touch ran",
+        dir.path(),
+    ));
+    assert_eq!(waited.code, Some(75), "{waited:?}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(!dir.path().join("ran").exists(), "the child ran without the lock");
+}
+
+#[test]
+fn sigterm_sent_to_run_reaches_the_child() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let script = "trap 'echo TERM > got; exit 7' TERM; echo ready > ready; while :; do sleep 0.05; done";
+    let child = spawn_run(&server, "svc", &["--ttl", "5s"], script, dir.path());
+    let pid = i32::try_from(child.id()).unwrap();
+    let _cleanup = KillOnDrop(vec![pid]);
+    wait_for_file(&dir.path().join("ready"));
+    kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();
+    let shown = finish(child);
+    assert_eq!(shown.code, Some(7), "{shown:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("got")).unwrap().trim(),
+        "TERM"
+    );
+    assert_eq!(server.lease("svc"), None, "released after the child ended");
+}
+
+#[test]
+fn what_the_child_leaves_running_is_stopped_before_the_release() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let shown = finish(spawn_run(
+        &server,
+        "tidy",
+        &["--ttl", "3s"],
+        "sleep 1000 & echo $! > pid",
+        dir.path(),
+    ));
+    assert_eq!(shown.code, Some(0), "{shown:?}");
+    let orphan: i32 = std::fs::read_to_string(dir.path().join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!alive(orphan), "the child's background process outlived the lock");
+}
+
+/// How a forced loss comes about.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// The lease is deleted behind the holder's back (as an operator would, by owner).
+    Deleted,
+    /// The server dies (SIGKILL) and renewals fail.
+    ServerKilled,
+}
+
+/// One forced loss: returns how long before the lease's expiry the child and its grandchild
+/// were both gone, in ms (negative: after).
+fn forced_loss(server: &mut Server, i: usize, loss: Loss, ignore_term: bool) -> i64 {
+    let dir = tempfile::tempdir().unwrap();
+    let resource = format!("forced-{i}");
+    // A child and a grandchild in its group; with `trap '' TERM` both ignore SIGTERM (an
+    // ignored signal stays ignored across fork and exec) and only SIGKILL stops them.
+    let trap = if ignore_term { "trap '' TERM; " } else { "" };
+    let script = format!("{trap}sleep 1000 & echo \"$$ $!\" > pids.tmp && mv pids.tmp pids; wait");
+    let owner = format!("forced-{i}");
+    let run = spawn_run(
+        server,
+        &resource,
+        &["--ttl", "2s", "--owner", &owner],
+        &script,
+        dir.path(),
+    );
+    let pids: Vec<i32> = wait_for_file(&dir.path().join("pids"))
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let _cleanup = KillOnDrop(vec![i32::try_from(run.id()).unwrap(), pids[0]]);
+    // Land the loss at different points of the renewal cycle (every 667 ms).
+    std::thread::sleep(Duration::from_millis(u64::try_from(i * 97 % 700).unwrap()));
+    // The expiry to beat: the last one the server confirmed before the loss (a renewal in
+    // between only moves the real expiry later, so this can only understate the margin).
+    let expires_at = ms(&server.lease(&resource).expect("the run holds the lease")["expires_at"]);
+    match loss {
+        Loss::Deleted => {
+            let deleted = server.run(&["release", &resource, "--owner", &owner]);
+            assert_eq!(deleted.code, Some(0), "{deleted:?}");
+        }
+        Loss::ServerKilled => server.kill(),
+    }
+    let gone_at = eventually(Duration::from_secs(10), "the child's group to die", || {
+        pids.iter().all(|pid| !alive(*pid)).then(wall_ms)
+    });
+    let shown = finish(run);
+    assert_eq!(shown.code, Some(124), "{loss:?}: {shown:?}");
+    if let Loss::ServerKilled = loss {
+        *server = Server::start();
+    }
+    expires_at - gone_at
+}
+
+#[test]
+fn a_forced_loss_stops_the_child_and_its_grandchildren_before_the_lease_expires() {
+    let mut server = Server::start();
+    let mut margins = Vec::new();
+    for i in 0..24 {
+        let loss = if i % 2 == 0 {
+            Loss::Deleted
+        } else {
+            Loss::ServerKilled
+        };
+        let ignore_term = i % 4 >= 2;
+        let margin = forced_loss(&mut server, i, loss, ignore_term);
+        println!(
+            "forced loss {i:>2}: {loss:?}, SIGTERM {}: group gone {margin} ms before the lease's expiry",
+            if ignore_term { "ignored" } else { "obeyed" }
+        );
+        margins.push((loss, ignore_term, margin));
+    }
+    let mut all: Vec<i64> = margins.iter().map(|m| m.2).collect();
+    all.sort_unstable();
+    let summary = |name: &str, mut values: Vec<i64>| {
+        values.sort_unstable();
+        println!(
+            "{name}: {} forced losses, margin before expiry: min {} ms, median {} ms, max {} ms",
+            values.len(),
+            values[0],
+            values[values.len() / 2],
+            values[values.len() - 1]
+        );
+    };
+    summary("all", all.clone());
+    summary(
+        "lease deleted",
+        margins
+            .iter()
+            .filter(|m| matches!(m.0, Loss::Deleted))
+            .map(|m| m.2)
+            .collect(),
+    );
+    summary(
+        "server killed",
+        margins
+            .iter()
+            .filter(|m| matches!(m.0, Loss::ServerKilled))
+            .map(|m| m.2)
+            .collect(),
+    );
+    summary(
+        "SIGTERM ignored (SIGKILL needed)",
+        margins.iter().filter(|m| m.1).map(|m| m.2).collect(),
+    );
+    assert!(all[0] > 0, "a child outlived the lease: {margins:?}");
+}
