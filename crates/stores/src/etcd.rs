@@ -24,8 +24,9 @@
 //! - Acquire grants an etcd lease, then runs a transaction that creates the key only if it
 //!   is absent (`create_revision == 0`). If the key exists and belongs to the caller, a second
 //!   transaction rewrites it with the new lease only if it is unchanged since it was read
-//!   (`mod_revision`), which extends it; if it changed, acquire starts over. A lease that ends
-//!   up unused is revoked.
+//!   (`mod_revision`), which extends it; if it changed, acquire starts over. A lease known
+//!   to be unused is revoked; after an error it is left to run out instead, since a lost
+//!   answer may hide that the key was put on it.
 //! - Release and renew read the key (a linearizable read), judge the caller on what they
 //!   read (absent, other owner, other token), and then delete or rewrite the key in a
 //!   transaction that only succeeds if the key is still that same version (`mod_revision`)
@@ -275,10 +276,12 @@ impl EtcdStore {
             )
         };
         let result = self.acquire_with(resource, owner, &key, lease_id, put).await;
-        match &result {
-            Ok(AcquireOutcome::Granted { .. } | AcquireOutcome::Extended(_)) => {}
-            // Held, or failed: the new lease holds nothing.
-            Ok(AcquireOutcome::Held { .. }) | Err(_) => self.revoke(lease_id),
+        // Held: the new lease holds nothing. Not on an error, though: a transaction whose
+        // answer was lost may have put the key on the new lease, and revoking it would then
+        // delete a lock the caller may still count on (its old lease, if this extended it).
+        // An unused lease just runs out.
+        if let Ok(AcquireOutcome::Held { .. }) = &result {
+            self.revoke(lease_id);
         }
         result
     }
@@ -307,7 +310,8 @@ impl EtcdStore {
                     expired: None,
                 });
             }
-            // The key vanished (released or expired) between the two: try again.
+            // The failed compare means the key exists, and the get ran in the same
+            // transaction: a missing key is an odd answer, and worth asking again.
             let Some(kv) = current else { continue };
             let holder = lease_from(resource.clone(), &kv)?;
             if holder.owner != *owner {
@@ -412,16 +416,12 @@ impl EtcdStore {
             let (lease_id, _, expires_at) = self.grant(ttl).await?;
             let value = encode(owner, lease.acquired_at, expires_at)?;
             let put = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(lease_id)));
-            let renewed = match self
+            // On an error, the new lease is left to run out rather than revoked: the lost
+            // answer may have moved the key onto it, and revoking would delete the lock.
+            let renewed = self
                 .txn("renew", Self::unchanged(&key, &kv).and_then([put]))
-                .await
-            {
-                Ok(answer) => answer.succeeded(),
-                Err(e) => {
-                    self.revoke(lease_id);
-                    return Err(e);
-                }
-            };
+                .await?
+                .succeeded();
             if renewed {
                 self.revoke(kv.lease());
                 return Ok(RenewOutcome::Renewed(Lease { expires_at, ..lease }));
