@@ -11,21 +11,14 @@ use std::time::Duration;
 use fencelock_client::AcquireOutcome;
 use fencelock_wire::{Held, LeaseBody};
 
-use super::common::{self, Failure, Target, describe, exit};
+use super::common::{self, Failure, Target, Wanted, describe, exit};
 use super::waiting::while_waiting;
 
 /// Flags of `fencelock acquire`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The resource to lock, e.g. payment:42.
-    resource: String,
-    /// Who holds the lease (default HOSTNAME:PID, as printed in the lease: renew and release
-    /// with the same owner).
-    #[arg(long, env = "FENCELOCK_OWNER")]
-    owner: Option<String>,
-    /// How long the lease lasts unless renewed, e.g. 30s, 500ms, 2m.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    ttl: Duration,
+    #[command(flatten)]
+    wanted: Wanted,
     /// If another owner holds the lock, wait up to this long for it (first come, first served).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     wait: Duration,
@@ -42,9 +35,7 @@ pub async fn run(args: Args) -> ExitCode {
 }
 
 async fn acquire(args: Args) -> Result<u8, Failure> {
-    let resource = common::resource(&args.resource)?;
-    let owner = common::owner_or_default(args.owner.as_deref())?;
-    let ttl = common::ttl(args.ttl)?;
+    let (resource, owner, ttl) = args.wanted.parse()?;
     let client = args.target.connect().await?;
     let acquiring = client.acquire_lease(&resource, &owner, ttl, args.wait);
     match while_waiting(&client, &resource, args.wait, acquiring).await? {

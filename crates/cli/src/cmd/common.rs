@@ -4,7 +4,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use fencelock_client::{Client, ConnectError, Lease, Owner, Resource, StoreError, Timestamp, Ttl};
+use fencelock_client::{
+    Client, ConnectError, FencingToken, Lease, Owner, Resource, StoreError, Timestamp, Ttl,
+};
 use fencelock_wire::LeaseBody;
 
 /// Exit codes of the client commands (the SPEC's table, and `run`'s own).
@@ -59,6 +61,59 @@ impl Target {
     }
 }
 
+/// The lease `acquire` and `run` ask for.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Wanted {
+    /// The resource to lock, e.g. payment:42.
+    resource: String,
+    /// Who holds the lease (default HOSTNAME:PID, as printed in the lease: renew and release
+    /// with the same owner).
+    #[arg(long, env = "FENCELOCK_OWNER")]
+    owner: Option<String>,
+    /// How long the lease lasts unless renewed, e.g. 30s, 500ms, 2m.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+}
+
+impl Wanted {
+    /// The resource, the owner (or `HOSTNAME:PID`) and the TTL, checked.
+    pub fn parse(&self) -> Result<(Resource, Owner, Ttl), Failure> {
+        Ok((
+            resource(&self.resource)?,
+            owner_or_default(self.owner.as_deref())?,
+            ttl(self.ttl)?,
+        ))
+    }
+}
+
+/// The lease `renew` and `release` act on.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Existing {
+    /// The locked resource.
+    resource: String,
+    /// The owner of the lease.
+    #[arg(long, env = "FENCELOCK_OWNER")]
+    owner: String,
+    /// Act only if this is the lease's fencing token (recommended: then a late call never
+    /// touches a newer lease).
+    #[arg(long)]
+    token: Option<u64>,
+    /// Print the result as JSON on standard output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Existing {
+    /// The resource, the owner and the token, checked.
+    pub fn parse(&self) -> Result<(Resource, Owner, Option<FencingToken>), Failure> {
+        Ok((
+            resource(&self.resource)?,
+            owner(&self.owner)?,
+            self.token.map(FencingToken),
+        ))
+    }
+}
+
 /// A command that could not do its job: what to tell, and the exit code.
 #[derive(Debug)]
 pub struct Failure {
@@ -110,7 +165,7 @@ pub fn resource(name: &str) -> Result<Resource, Failure> {
 
 /// The owner given, or else `HOSTNAME:PID` — unique to this process, so two processes never
 /// share a lease by accident.
-pub fn owner_or_default(given: Option<&str>) -> Result<Owner, Failure> {
+fn owner_or_default(given: Option<&str>) -> Result<Owner, Failure> {
     match given {
         Some(name) => owner(name),
         None => owner(&default_owner()),
@@ -118,7 +173,7 @@ pub fn owner_or_default(given: Option<&str>) -> Result<Owner, Failure> {
 }
 
 /// The owner named on the command line.
-pub fn owner(name: &str) -> Result<Owner, Failure> {
+fn owner(name: &str) -> Result<Owner, Failure> {
     Owner::new(name).map_err(|e| Failure::bad_input(format!("invalid owner {name:?}: {e}")))
 }
 

@@ -6,25 +6,16 @@
 
 use std::process::ExitCode;
 
-use fencelock_client::{FencingToken, ReleaseOutcome, Resource};
+use fencelock_client::{ReleaseOutcome, Resource};
 use serde_json::json;
 
-use super::common::{self, Failure, Target, exit};
+use super::common::{self, Existing, Failure, Target, exit};
 
 /// Flags of `fencelock release`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The locked resource.
-    resource: String,
-    /// The owner of the lease.
-    #[arg(long, env = "FENCELOCK_OWNER")]
-    owner: String,
-    /// Release only if this is the lease's fencing token (recommended).
-    #[arg(long)]
-    token: Option<u64>,
-    /// Print the result as JSON on standard output.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    lease: Existing,
     #[command(flatten)]
     target: Target,
 }
@@ -35,15 +26,11 @@ pub async fn run(args: Args) -> ExitCode {
 }
 
 async fn release(args: Args) -> Result<u8, Failure> {
-    let resource = common::resource(&args.resource)?;
-    let owner = common::owner(&args.owner)?;
+    let (resource, owner, token) = args.lease.parse()?;
     let client = args.target.connect().await?;
-    let reason = match client
-        .release(&resource, &owner, args.token.map(FencingToken))
-        .await?
-    {
+    let reason = match client.release(&resource, &owner, token).await? {
         ReleaseOutcome::Released(_) => {
-            if args.json {
+            if args.lease.json {
                 common::print_json(&json!({"released": true, "resource": resource.as_str()}));
             } else {
                 println!("released {resource}");
@@ -54,7 +41,7 @@ async fn release(args: Args) -> Result<u8, Failure> {
         ReleaseOutcome::Forbidden => "forbidden",
         ReleaseOutcome::Conflict => "conflict",
     };
-    refusal("release", "released", &resource, reason, args.json);
+    refusal("release", "released", &resource, reason, args.lease.json);
     Ok(exit::REFUSED)
 }
 

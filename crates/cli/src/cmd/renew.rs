@@ -8,29 +8,19 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use fencelock_client::{FencingToken, RenewOutcome};
+use fencelock_client::RenewOutcome;
 
-use super::common::{self, Failure, Target, exit};
+use super::common::{self, Existing, Failure, Target, exit};
 use super::release::refusal;
 
 /// Flags of `fencelock renew`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The locked resource.
-    resource: String,
-    /// The owner of the lease.
-    #[arg(long, env = "FENCELOCK_OWNER")]
-    owner: String,
+    #[command(flatten)]
+    lease: Existing,
     /// The new TTL, from now.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     ttl: Duration,
-    /// Renew only if this is the lease's fencing token (recommended: a renewal can then
-    /// never extend a newer lease by mistake).
-    #[arg(long)]
-    token: Option<u64>,
-    /// When not renewed, print why as JSON on standard output too.
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
     target: Target,
 }
@@ -41,11 +31,9 @@ pub async fn run(args: Args) -> ExitCode {
 }
 
 async fn renew(args: Args) -> Result<u8, Failure> {
-    let resource = common::resource(&args.resource)?;
-    let owner = common::owner(&args.owner)?;
+    let (resource, owner, token) = args.lease.parse()?;
     let ttl = common::ttl(args.ttl)?;
     let client = args.target.connect().await?;
-    let token = args.token.map(FencingToken);
     let reason = match client.renew(&resource, &owner, ttl, token).await? {
         RenewOutcome::Renewed(lease) => {
             common::print_lease(&lease);
@@ -55,6 +43,6 @@ async fn renew(args: Args) -> Result<u8, Failure> {
         RenewOutcome::Forbidden => "forbidden",
         RenewOutcome::Conflict => "conflict",
     };
-    refusal("renew", "renewed", &resource, reason, args.json);
+    refusal("renew", "renewed", &resource, reason, args.lease.json);
     Ok(exit::REFUSED)
 }

@@ -35,7 +35,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, timeout};
 
-use super::common::{self, Failure, Target, describe, exit};
+use super::common::{self, Failure, Target, Wanted, describe, exit};
 use super::group::Group;
 use super::waiting::while_waiting;
 
@@ -45,14 +45,9 @@ const FOREVER: Duration = Duration::from_secs(10 * 365 * 86_400);
 /// Flags of `fencelock run`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The resource to lock for the life of CMD.
-    resource: String,
-    /// Who holds the lease (default HOSTNAME:PID).
-    #[arg(long, env = "FENCELOCK_OWNER")]
-    owner: Option<String>,
-    /// How long the lease lasts unless renewed; it is renewed every third of it.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    ttl: Duration,
+    /// The resource, the owner, and the TTL (renewed every third of it).
+    #[command(flatten)]
+    wanted: Wanted,
     /// Wait at most this long for a busy lock (default: as long as it takes).
     #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
     wait: Option<Duration>,
@@ -150,9 +145,7 @@ impl Signals {
 }
 
 async fn run_command(args: Args) -> Result<u8, Failure> {
-    let resource = common::resource(&args.resource)?;
-    let owner = common::owner_or_default(args.owner.as_deref())?;
-    let ttl = common::ttl(args.ttl)?;
+    let (resource, owner, ttl) = args.wanted.parse()?;
     let (schedule, options) = Schedule::new(ttl, args.grace)?;
     let mut signals = Signals::listen()?;
     let client = args.target.connect().await?.with_guard_options(options);
