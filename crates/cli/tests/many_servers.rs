@@ -1,0 +1,375 @@
+//! Many `fencelock serve` processes on one shared store (PostgreSQL, etcd), and what the
+//! API says when that store fails and comes back. Real processes, real servers, real HTTP.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Server;
+use fencelock_testkit::{EtcdCluster, Postgres, shared_etcd};
+use serde_json::{Value, json};
+
+/// An answer: status and JSON body.
+struct Answer {
+    status: u16,
+    content_type: String,
+    body: Value,
+}
+
+async fn call(client: &reqwest::Client, method: reqwest::Method, url: String, body: Option<Value>) -> Answer {
+    let mut request = client.request(method, url);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("the server answers");
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let body = response.json().await.unwrap_or(Value::Null);
+    Answer {
+        status,
+        content_type,
+        body,
+    }
+}
+
+async fn acquire(client: &reqwest::Client, server: &Server, resource: &str, body: Value) -> Answer {
+    call(
+        client,
+        reqwest::Method::POST,
+        format!("{}/locks/{resource}", server.url),
+        Some(body),
+    )
+    .await
+}
+
+async fn release(
+    client: &reqwest::Client,
+    server: &Server,
+    resource: &str,
+    owner: &str,
+    token: &Value,
+) -> Answer {
+    let body = json!({"owner": owner, "fencing_token": token});
+    call(
+        client,
+        reqwest::Method::DELETE,
+        format!("{}/locks/{resource}", server.url),
+        Some(body),
+    )
+    .await
+}
+
+/// A unique resource name per test run, as the shared store outlives one test.
+fn unique(name: &str) -> String {
+    format!("{name}-{}-{}", std::process::id(), common::wall_ms())
+}
+
+/// The three behaviours of issue 4 for two servers sharing `store`.
+async fn two_servers_share_one_store(store: &str) {
+    let servers = [Server::on(store), Server::on(store)];
+    let client = reqwest::Client::new();
+
+    // 100 concurrent acquirers spread over both servers: exactly one winner, every round.
+    for round in 0..5 {
+        let resource = unique(&format!("race{round}"));
+        let attempts: Vec<_> = (0..100)
+            .map(|i| {
+                let url = format!("{}/locks/{resource}", servers[i % 2].url);
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let body = json!({"owner": format!("w{i}"), "ttl_seconds": 60});
+                    call(&client, reqwest::Method::POST, url, Some(body)).await
+                })
+            })
+            .collect();
+        let mut winners = 0;
+        for attempt in attempts {
+            let answer = attempt.await.unwrap();
+            assert_eq!(answer.status, 200, "{}", answer.body);
+            winners += usize::from(answer.body["acquired"] == true);
+        }
+        assert_eq!(winners, 1, "round {round}");
+    }
+
+    // Tokens strictly increase across both servers.
+    let resource = unique("tokens");
+    let mut last = 0;
+    for i in 0..100 {
+        let server = &servers[i % 2];
+        let answer = acquire(
+            &client,
+            server,
+            &resource,
+            json!({"owner": "o", "ttl_seconds": 60}),
+        )
+        .await;
+        let token = answer.body["lock"]["fencing_token"].clone();
+        assert!(token.as_u64().unwrap() > last, "{} after {last}", answer.body);
+        last = token.as_u64().unwrap();
+        assert_eq!(
+            release(&client, &servers[(i + 1) % 2], &resource, "o", &token)
+                .await
+                .status,
+            204
+        );
+    }
+
+    // A waiter on one server gets the lease as soon as the holder on the other releases.
+    let resource = unique("handover");
+    let held = acquire(
+        &client,
+        &servers[0],
+        &resource,
+        json!({"owner": "a", "ttl_seconds": 600}),
+    )
+    .await;
+    let token = held.body["lock"]["fencing_token"].clone();
+    let waiter = {
+        let (client, url) = (client.clone(), format!("{}/locks/{resource}", servers[1].url));
+        tokio::spawn(async move {
+            let body = json!({"owner": "b", "ttl_seconds": 60, "wait_ms": 60_000});
+            call(&client, reqwest::Method::POST, url, Some(body)).await
+        })
+    };
+    // The waiter must be waiting before the release, or it would not test the hand-over.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiters(&client, &servers[1]).await != 1 {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let released_at = Instant::now();
+    assert_eq!(
+        release(&client, &servers[0], &resource, "a", &token).await.status,
+        204
+    );
+    let answer = waiter.await.unwrap();
+    assert_eq!(answer.body["acquired"], true, "{}", answer.body);
+    assert!(answer.body["lock"]["fencing_token"].as_u64() > token.as_u64());
+    // Handed over on the release, not on the expiry 600 s away.
+    assert!(released_at.elapsed() < Duration::from_secs(30));
+}
+
+/// The acquires waiting on `server` now, from its /metrics.
+async fn waiters(client: &reqwest::Client, server: &Server) -> u64 {
+    let response = client
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap();
+    let text = response.text().await.unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("fencelock_waiters "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("fencelock_waiters in /metrics")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_one_postgresql() {
+    let postgres = Postgres::start();
+    two_servers_share_one_store(&postgres.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_one_etcd() {
+    two_servers_share_one_store(&shared_etcd().url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself() {
+    let mut postgres = Postgres::start();
+    let server = Server::on(&postgres.url());
+    let client = reqwest::Client::new();
+    let held = acquire(
+        &client,
+        &server,
+        "kept",
+        json!({"owner": "k", "ttl_seconds": 600}),
+    )
+    .await;
+    assert_eq!(held.body["acquired"], true);
+
+    // Load: clients cycling acquire/release on their own resources, recording what they saw.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..8)
+        .map(|i| {
+            let (client, url, stop) = (client.clone(), server.url.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let resource = format!("load-{i}");
+                    let body = json!({"owner": format!("l{i}"), "ttl_seconds": 60});
+                    let answer = call(
+                        &client,
+                        reqwest::Method::POST,
+                        format!("{url}/locks/{resource}"),
+                        Some(body),
+                    )
+                    .await;
+                    seen.push(answer.status);
+                    if answer.body["acquired"] == true {
+                        let token = answer.body["lock"]["fencing_token"].clone();
+                        let body = json!({"owner": format!("l{i}"), "fencing_token": token});
+                        let answer = call(
+                            &client,
+                            reqwest::Method::DELETE,
+                            format!("{url}/locks/{resource}"),
+                            Some(body),
+                        )
+                        .await;
+                        seen.push(answer.status);
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+
+    postgres.stop();
+    let down = acquire(
+        &client,
+        &server,
+        "while-down",
+        json!({"owner": "x", "ttl_seconds": 60}),
+    )
+    .await;
+    assert_eq!(down.status, 503, "{}", down.body);
+    assert_eq!(down.content_type, "application/problem+json");
+    assert_eq!(down.body["status"], 503);
+    let ready = call(
+        &client,
+        reqwest::Method::GET,
+        format!("{}/readyz", server.url),
+        None,
+    )
+    .await;
+    assert_eq!(ready.status, 503);
+    let alive = call(
+        &client,
+        reqwest::Method::GET,
+        format!("{}/healthz", server.url),
+        None,
+    )
+    .await;
+    assert_eq!(alive.status, 200);
+
+    postgres.start_again();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = call(
+            &client,
+            reqwest::Method::GET,
+            format!("{}/readyz", server.url),
+            None,
+        )
+        .await;
+        if ready.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not ready again 30 s after PostgreSQL came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut statuses = Vec::new();
+    for worker in load {
+        statuses.extend(worker.await.unwrap());
+    }
+    assert!(
+        statuses.iter().all(|s| matches!(s, 200 | 204 | 503)),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&503), "the load never saw the outage");
+
+    // Nothing acknowledged was lost; the answer that came back while down granted nothing.
+    let kept = call(
+        &client,
+        reqwest::Method::GET,
+        format!("{}/locks/kept", server.url),
+        None,
+    )
+    .await;
+    assert_eq!(kept.body, held.body["lock"]);
+    let after = acquire(
+        &client,
+        &server,
+        "while-down",
+        json!({"owner": "y", "ttl_seconds": 60}),
+    )
+    .await;
+    assert_eq!(after.body["acquired"], true, "{}", after.body);
+    let next = acquire(
+        &client,
+        &server,
+        "after",
+        json!({"owner": "z", "ttl_seconds": 60}),
+    )
+    .await;
+    assert!(next.body["lock"]["fencing_token"].as_u64() > held.body["lock"]["fencing_token"].as_u64());
+}
+
+/// Acquires until it works (an election may be under way), failing after `limit`.
+async fn acquire_eventually(client: &reqwest::Client, server: &Server, resource: &str, owner: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = acquire(
+            client,
+            server,
+            resource,
+            json!({"owner": owner, "ttl_seconds": 60}),
+        )
+        .await;
+        if answer.status == 200 {
+            return answer.body;
+        }
+        assert_eq!(answer.status, 503, "{}", answer.body);
+        assert!(Instant::now() < deadline, "no grant within 30 s: {}", answer.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
+    let mut cluster = EtcdCluster::start(3);
+    let server = Server::on(&cluster.url());
+    let client = reqwest::Client::new();
+    let first = acquire_eventually(&client, &server, "a", "o").await;
+    let mut highest = first["lock"]["fencing_token"].as_u64().unwrap();
+
+    // One member down (the leader, the harder case): locks keep working.
+    let leader = cluster.wait_for_leader();
+    cluster.kill(leader);
+    let second = acquire_eventually(&client, &server, "b", "o").await;
+    assert_eq!(second["acquired"], true);
+    assert!(second["lock"]["fencing_token"].as_u64().unwrap() > highest);
+    highest = second["lock"]["fencing_token"].as_u64().unwrap();
+
+    // Two down: no quorum, so acquires fail with 503 and nothing is granted.
+    let other = (0..3).find(|i| *i != leader).unwrap();
+    cluster.kill(other);
+    for _ in 0..3 {
+        let refused = acquire(&client, &server, "c", json!({"owner": "o", "ttl_seconds": 60})).await;
+        assert_eq!(refused.status, 503, "granted without a quorum: {}", refused.body);
+        assert_eq!(refused.content_type, "application/problem+json");
+    }
+
+    // Members back: service resumes, "c" was never granted, and tokens only grew.
+    cluster.restart(leader);
+    cluster.restart(other);
+    let third = acquire_eventually(&client, &server, "c", "p").await;
+    assert_eq!(third["acquired"], true, "{third}");
+    assert!(third["lock"]["fencing_token"].as_u64().unwrap() > highest);
+    let kept = call(
+        &client,
+        reqwest::Method::GET,
+        format!("{}/locks/b", server.url),
+        None,
+    )
+    .await;
+    assert_eq!(kept.body, second["lock"]);
+}
