@@ -203,11 +203,13 @@ fn no_wait_skips_a_busy_lock_with_exit_75() {
 fn sigterm_sent_to_run_reaches_the_child() {
     let server = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let script = "trap 'echo TERM > got; exit 7' TERM; echo ready > ready; while :; do sleep 0.05; done";
+    let script = "trap 'echo TERM > got; exit 7' TERM; echo $$ > ready; while :; do sleep 0.05; done";
     let child = spawn_run(&server, "svc", &["--ttl", "5s"], script, dir.path());
     let pid = i32::try_from(child.id()).unwrap();
-    let _cleanup = KillOnDrop(vec![pid]);
-    wait_for_file(&dir.path().join("ready"));
+    let mut cleanup = KillOnDrop(vec![pid]);
+    // The child wrote its pid, which is also its process group's id.
+    let child_group = wait_for_file(&dir.path().join("ready")).trim().parse().unwrap();
+    cleanup.0.push(child_group);
     kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();
     let shown = finish(child);
     assert_eq!(shown.code, Some(7), "{shown:?}");
@@ -235,6 +237,7 @@ fn what_the_child_leaves_running_is_stopped_before_the_release() {
         .trim()
         .parse()
         .unwrap();
+    let _cleanup = KillOnDrop(vec![orphan]);
     assert!(!alive(orphan), "the child's background process outlived the lock");
 }
 
