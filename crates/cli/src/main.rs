@@ -40,6 +40,9 @@ enum Command {
     /// Run a command while holding a lock; stop it before the lease could pass to anyone
     /// else (exit: the command's status; 75 busy; 124 lease lost).
     Run(cmd::run::Args),
+    /// Load generator: acquire/release cycles against a server or a store, with latency
+    /// percentiles.
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
             Command::Status(args) => cmd::status::run(args).await,
             Command::List(args) => cmd::list::run(args).await,
             Command::Run(args) => cmd::run::run(args).await,
+            Command::Bench(args) => cmd::bench::run(args).await,
         }
     })
 }
