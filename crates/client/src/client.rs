@@ -189,8 +189,9 @@ impl Client {
     /// released or dropped. If another owner holds it, waits up to `wait` — first come,
     /// first served — and then answers [`AcquireError::Busy`] with the holder.
     ///
-    /// Cancel-safe in the sense that matters: dropping the future while it waits on a
-    /// server closes the request, and the server takes the caller out of line.
+    /// Dropping the future while it waits takes the caller out of line (a server notices the
+    /// closed request). A grant already made when the future is dropped is not released: it
+    /// ends at its TTL.
     pub async fn acquire(
         &self,
         resource: &Resource,

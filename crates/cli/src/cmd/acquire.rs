@@ -20,10 +20,10 @@ pub struct Args {
     #[command(flatten)]
     wanted: Wanted,
     /// If another owner holds the lock, wait up to this long for it (first come, first served).
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FENCELOCK_WAIT", default_value = "0s", value_parser = humantime::parse_duration)]
     wait: Duration,
     /// When held by another owner, print the answer as JSON on standard output too.
-    #[arg(long)]
+    #[arg(long, env = "FENCELOCK_JSON")]
     json: bool,
     #[command(flatten)]
     target: Target,

@@ -71,7 +71,7 @@ pub struct Wanted {
     #[arg(long, env = "FENCELOCK_OWNER")]
     owner: Option<String>,
     /// How long the lease lasts unless renewed, e.g. 30s, 500ms, 2m.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FENCELOCK_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
     ttl: Duration,
 }
 
@@ -95,11 +95,13 @@ pub struct Existing {
     #[arg(long, env = "FENCELOCK_OWNER")]
     owner: String,
     /// Act only if this is the lease's fencing token (recommended: then a late call never
-    /// touches a newer lease).
+    /// touches a newer lease). Deliberately not read from the environment: FENCELOCK_TOKEN
+    /// is what `run` hands its command, and a token must never apply to another lease by
+    /// accident.
     #[arg(long)]
     token: Option<u64>,
     /// Print the result as JSON on standard output.
-    #[arg(long)]
+    #[arg(long, env = "FENCELOCK_JSON")]
     pub json: bool,
 }
 

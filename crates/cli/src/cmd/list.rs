@@ -17,10 +17,10 @@ const PAGE: usize = 1000;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Only resources whose name starts with this.
-    #[arg(long, default_value = "")]
+    #[arg(long, env = "FENCELOCK_PREFIX", default_value = "")]
     prefix: String,
     /// Print `{"locks": [LEASE, …]}`.
-    #[arg(long)]
+    #[arg(long, env = "FENCELOCK_JSON")]
     json: bool,
     #[command(flatten)]
     target: Target,

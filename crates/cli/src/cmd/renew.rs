@@ -19,7 +19,7 @@ pub struct Args {
     #[command(flatten)]
     lease: Existing,
     /// The new TTL, from now.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FENCELOCK_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
     ttl: Duration,
     #[command(flatten)]
     target: Target,

@@ -49,14 +49,14 @@ pub struct Args {
     #[command(flatten)]
     wanted: Wanted,
     /// Wait at most this long for a busy lock (default: as long as it takes).
-    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
+    #[arg(long, env = "FENCELOCK_WAIT", value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
     wait: Option<Duration>,
     /// Do not wait for a busy lock: exit 75 at once (for cron jobs that run on many hosts).
-    #[arg(long)]
+    #[arg(long, env = "FENCELOCK_NO_WAIT")]
     no_wait: bool,
     /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL (default a tenth of
     /// the TTL, at most 10s; always cut so that SIGKILL comes before the lease's expiry).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FENCELOCK_GRACE", value_parser = humantime::parse_duration)]
     grace: Option<Duration>,
     #[command(flatten)]
     target: Target,

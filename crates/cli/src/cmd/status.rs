@@ -13,7 +13,7 @@ pub struct Args {
     /// The resource.
     resource: String,
     /// Print the lease as JSON (or `null`).
-    #[arg(long)]
+    #[arg(long, env = "FENCELOCK_JSON")]
     json: bool,
     #[command(flatten)]
     target: Target,

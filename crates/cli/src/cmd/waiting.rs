@@ -27,12 +27,13 @@ pub async fn while_waiting<T>(
     if wait.is_zero() || !std::io::stderr().is_terminal() {
         return acquiring.await;
     }
-    let spinner = ProgressBar::new_spinner();
-    spinner.set_message(format!("acquiring {resource}"));
-    spinner.enable_steady_tick(Duration::from_millis(100));
+    let spinner = Spinner(ProgressBar::new_spinner());
+    spinner.0.set_message(format!("acquiring {resource}"));
+    spinner.0.enable_steady_tick(Duration::from_millis(100));
     let mut acquiring = std::pin::pin!(acquiring);
     let mut next_look = Instant::now();
-    let outcome = loop {
+    // The spinner clears itself when dropped, after the loop gives the outcome.
+    loop {
         tokio::select! {
             outcome = &mut acquiring => break outcome,
             () = sleep_until(next_look) => {}
@@ -45,9 +46,16 @@ pub async fn while_waiting<T>(
                 Err(error) => format!("waiting for {resource}: {error}"),
             },
         };
-        spinner.set_message(message);
+        spinner.0.set_message(message);
         next_look = Instant::now() + LOOK_EVERY;
-    };
-    spinner.finish_and_clear();
-    outcome
+    }
+}
+
+/// Clears the spinner however the wait ends: done, or cancelled (Ctrl-C while waiting).
+struct Spinner(ProgressBar);
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
 }

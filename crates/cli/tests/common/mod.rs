@@ -19,6 +19,12 @@ pub fn fencelock() -> Command {
         "FENCELOCK_STORE",
         "FENCELOCK_OWNER",
         "FENCELOCK_LISTEN",
+        "FENCELOCK_TTL",
+        "FENCELOCK_WAIT",
+        "FENCELOCK_NO_WAIT",
+        "FENCELOCK_GRACE",
+        "FENCELOCK_PREFIX",
+        "FENCELOCK_JSON",
         "FENCELOCK_LOG_FORMAT",
         "RUST_LOG",
     ] {
