@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(long, env = "FENCELOCK_WAIT", default_value = "0s", value_parser = humantime::parse_duration)]
     wait: Duration,
     /// When held by another owner, print the answer as JSON on standard output too.
-    #[arg(long, env = "FENCELOCK_JSON")]
+    #[arg(long, env = "FENCELOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
     #[command(flatten)]
     target: Target,

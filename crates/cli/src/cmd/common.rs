@@ -101,7 +101,7 @@ pub struct Existing {
     #[arg(long)]
     token: Option<u64>,
     /// Print the result as JSON on standard output.
-    #[arg(long, env = "FENCELOCK_JSON")]
+    #[arg(long, env = "FENCELOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     pub json: bool,
 }
 

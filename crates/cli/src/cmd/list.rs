@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long, env = "FENCELOCK_PREFIX", default_value = "")]
     prefix: String,
     /// Print `{"locks": [LEASE, …]}`.
-    #[arg(long, env = "FENCELOCK_JSON")]
+    #[arg(long, env = "FENCELOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
     #[command(flatten)]
     target: Target,

@@ -52,7 +52,7 @@ pub struct Args {
     #[arg(long, env = "FENCELOCK_WAIT", value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
     wait: Option<Duration>,
     /// Do not wait for a busy lock: exit 75 at once (for cron jobs that run on many hosts).
-    #[arg(long, env = "FENCELOCK_NO_WAIT")]
+    #[arg(long, env = "FENCELOCK_NO_WAIT", value_parser = clap::builder::BoolishValueParser::new())]
     no_wait: bool,
     /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL (default a tenth of
     /// the TTL, at most 10s; always cut so that SIGKILL comes before the lease's expiry).

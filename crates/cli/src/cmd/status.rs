@@ -13,7 +13,7 @@ pub struct Args {
     /// The resource.
     resource: String,
     /// Print the lease as JSON (or `null`).
-    #[arg(long, env = "FENCELOCK_JSON")]
+    #[arg(long, env = "FENCELOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
     #[command(flatten)]
     target: Target,
