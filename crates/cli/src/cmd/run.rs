@@ -24,6 +24,14 @@
 //! allowance is the time for SIGKILL to take effect. So the group is gone before the lease
 //! could pass to anyone else. If the store says the lease is already gone (deleted by
 //! force), the same schedule runs at once: there is no better moment.
+//!
+//! # Limits
+//!
+//! - CMD's group is not the terminal's foreground group, so a CMD that reads from the
+//!   terminal is stopped by SIGTTIN: `run` is for scripts and cron jobs.
+//! - If `fencelock run` itself is killed with SIGKILL, nothing stops CMD: the lease is no
+//!   longer renewed and passes on at its expiry while CMD may still run. Only the fencing
+//!   token (`FENCELOCK_TOKEN`, checked by the protected resource) guards against that.
 
 use std::ffi::OsString;
 use std::process::{ExitCode, ExitStatus};
