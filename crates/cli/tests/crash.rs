@@ -1,60 +1,18 @@
 //! Crash safety of the embedded store, with a real `fencelock serve` process killed by
 //! SIGKILL: what was answered before the crash is still true after the restart.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-/// A `fencelock serve` child on a free port, on the SQLite file at `db`.
-struct Server {
-    child: Child,
-    base: String,
-}
+mod common;
 
-impl Server {
-    fn start(db: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fencelock"))
-            .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
-            .arg("--store")
-            .arg(format!("sqlite://{}", db.display()))
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fencelock serve");
-        // The server logs the address it bound; read log lines until it appears.
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let address = loop {
-            let line = lines
-                .next()
-                .expect("fencelock serve exited before serving")
-                .unwrap();
-            let event: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-            if let Some(address) = event["address"].as_str() {
-                break address.to_owned();
-            }
-        };
-        // Keep draining its log so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Self {
-            child,
-            base: format!("http://{address}"),
-        }
-    }
+use common::Server;
 
-    fn kill(mut self) {
-        // SIGKILL: no shutdown code runs.
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A server on the embedded store in the file `db`.
+fn embedded(db: &Path) -> Server {
+    Server::on(&format!("sqlite://{}", db.display()))
 }
 
 async fn post(client: &reqwest::Client, url: String, body: Value) -> Value {
@@ -74,11 +32,11 @@ async fn leases_and_tokens_survive_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("fencelock.db");
     let client = reqwest::Client::new();
-    let server = Server::start(&db);
+    let mut server = embedded(&db);
     let mut granted = Vec::new();
     // Acquire 100 leases concurrently, so that the crash can fall on batched commits.
     let requests = (0..100).map(|i| {
-        let (client, url) = (client.clone(), format!("{}/locks/job-{i}", server.base));
+        let (client, url) = (client.clone(), format!("{}/locks/job-{i}", server.url));
         tokio::spawn(async move {
             post(
                 &client,
@@ -95,7 +53,7 @@ async fn leases_and_tokens_survive_sigkill() {
     }
     // A released lease must stay released.
     let released = client
-        .delete(format!("{}/locks/job-0", server.base))
+        .delete(format!("{}/locks/job-0", server.url))
         .json(&json!({"owner": "w0"}))
         .send()
         .await
@@ -108,9 +66,9 @@ async fn leases_and_tokens_survive_sigkill() {
         .unwrap();
     server.kill();
 
-    let server = Server::start(&db);
+    let mut server = embedded(&db);
     let gone = client
-        .get(format!("{}/locks/job-0", server.base))
+        .get(format!("{}/locks/job-0", server.url))
         .send()
         .await
         .unwrap();
@@ -122,7 +80,7 @@ async fn leases_and_tokens_survive_sigkill() {
     for lease in &granted[1..] {
         let resource = lease["resource"].as_str().unwrap();
         let now: Value = client
-            .get(format!("{}/locks/{resource}", server.base))
+            .get(format!("{}/locks/{resource}", server.url))
             .send()
             .await
             .unwrap()
@@ -132,7 +90,7 @@ async fn leases_and_tokens_survive_sigkill() {
         assert_eq!(&now, lease, "lease changed across the crash");
         let thief = post(
             &client,
-            format!("{}/locks/{resource}", server.base),
+            format!("{}/locks/{resource}", server.url),
             json!({"owner": "thief", "ttl_seconds": 5}),
         )
         .await;
@@ -141,7 +99,7 @@ async fn leases_and_tokens_survive_sigkill() {
     for i in 0..100 {
         let answer = post(
             &client,
-            format!("{}/locks/new-{i}", server.base),
+            format!("{}/locks/new-{i}", server.url),
             json!({"owner": "n", "ttl_seconds": 5}),
         )
         .await;
@@ -152,7 +110,7 @@ async fn leases_and_tokens_survive_sigkill() {
     }
     let again = post(
         &client,
-        format!("{}/locks/job-0", server.base),
+        format!("{}/locks/job-0", server.url),
         json!({"owner": "x", "ttl_seconds": 5}),
     )
     .await;
@@ -164,27 +122,23 @@ async fn leases_and_tokens_survive_sigkill() {
 fn a_second_server_on_the_same_file_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("fencelock.db");
-    let _first = Server::start(&db);
-    let second = Command::new(env!("CARGO_BIN_EXE_fencelock"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .arg("--store")
-        .arg(format!("sqlite://{}", db.display()))
-        .output()
-        .unwrap();
-    assert_eq!(second.status.code(), Some(1));
-    let said = String::from_utf8_lossy(&second.stderr);
+    let _first = embedded(&db);
+    let store = format!("sqlite://{}", db.display());
+    let second = common::run(&["serve", "--listen", "127.0.0.1:0", "--store", &store]);
+    assert_eq!(second.code, Some(1));
+    let said = &second.stderr;
     assert!(said.contains("in use by another fencelock server"), "{said}");
 }
 
 #[test]
 fn sigterm_stops_the_server_with_status_0_within_5_seconds() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(&dir.path().join("fencelock.db"));
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).unwrap());
+    let mut server = embedded(&dir.path().join("fencelock.db"));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.process().id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let status = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
+        if let Some(status) = server.process().try_wait().unwrap() {
             break status;
         }
         assert!(

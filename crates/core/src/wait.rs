@@ -87,7 +87,10 @@ impl Waiters {
         if wait.is_zero() || self.inner.shutdown.is_cancelled() {
             return store.acquire(resource, owner, ttl).await;
         }
-        let deadline = Instant::now() + wait;
+        // A wait too long to add to the clock (centuries) is as good as forever; a year will do.
+        const FOREVER: Duration = Duration::from_secs(365 * 86_400);
+        let now = Instant::now();
+        let deadline = now.checked_add(wait).unwrap_or(now + FOREVER);
         let place = InLine::join(&self.inner, resource);
         loop {
             if !place.is_head() {
@@ -226,5 +229,57 @@ async fn dispatch_releases(inner: std::sync::Weak<Inner>, mut releases: broadcas
             Err(broadcast::error::RecvError::Lagged(_)) => inner.wake_all_heads(),
             Err(broadcast::error::RecvError::Closed) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Clock, ManualClock, MemoryStore};
+
+    fn names(resource: &str, owner: &str) -> (Resource, Owner) {
+        (Resource::new(resource).unwrap(), Owner::new(owner).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_wait_too_long_for_the_clock_does_not_panic() {
+        let store = Arc::new(MemoryStore::new());
+        let waiters = Waiters::new(store);
+        let (r, o) = names("r", "a");
+        let ttl = Ttl::from_millis(1000, Ttl::DEFAULT_MAX).unwrap();
+        let outcome = waiters.acquire(&r, &o, ttl, Duration::MAX).await.unwrap();
+        assert!(matches!(outcome, AcquireOutcome::Granted { .. }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_head_wakes_at_the_holders_expiry_without_polling() {
+        let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+        let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+        let waiters = Waiters::new(store.clone());
+        let ttl = Ttl::from_millis(5_000, Ttl::DEFAULT_MAX).unwrap();
+        let (r, a) = names("r", "a");
+        let (_, b) = names("r", "b");
+        assert!(matches!(
+            store.acquire(&r, &a, ttl).await.unwrap(),
+            AcquireOutcome::Granted { .. }
+        ));
+        let waiting = {
+            let (waiters, r, b) = (waiters.clone(), r.clone(), b.clone());
+            tokio::spawn(async move { waiters.acquire(&r, &b, ttl, Duration::from_secs(60)).await })
+        };
+        // Let the waiter ask once and go to sleep until the holder's expiry.
+        while waiters.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(4_999)).await;
+        assert!(!waiting.is_finished());
+        // The store's clock passes the expiry together with the timer.
+        clock.advance(Duration::from_millis(5_000));
+        let outcome = waiting.await.unwrap().unwrap();
+        let AcquireOutcome::Granted { lease, .. } = outcome else {
+            panic!("expected a grant, got {outcome:?}");
+        };
+        assert_eq!(lease.owner, b);
+        assert_eq!(lease.acquired_at, clock.now());
     }
 }

@@ -109,6 +109,11 @@ impl Server {
         }
     }
 
+    /// The server's process.
+    pub fn process(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
     /// Kills the server with SIGKILL: no shutdown code runs.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
