@@ -7,14 +7,12 @@
 //! [`StoreError::Unavailable`]; a request the server refuses as invalid (422, 400, 413, 415)
 //! is [`StoreError::Invalid`].
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
     AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner,
-    ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+    ReleaseOutcome, RenewOutcome, Resource, StoreError, Ttl,
 };
 use fencelock_wire::{
     AcquireRequest, AcquireResponse, LeaseBody, ListResponse, Problem, ProblemKind, ReleaseRequest,
@@ -24,9 +22,6 @@ use reqwest::{Response, StatusCode};
 
 /// Result of a store call.
 type Result<T, E = StoreError> = std::result::Result<T, E>;
-
-/// How many leases an [`HttpStore`] remembers (see [`HttpStore`]'s "What it remembers").
-const MAX_KNOWN_LEASES: usize = 10_000;
 
 /// Timeouts and limits of an [`HttpStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,19 +67,10 @@ pub struct InvalidServerAddress {
 /// share it (it is cheap to put in an [`Arc`](std::sync::Arc)) rather than making one per
 /// call.
 ///
-/// # What it remembers
+/// # What it cannot tell
 ///
-/// The API answers a grant and an extension alike (`{"acquired": true, "lock": …}`), and a
-/// release with an empty 204. To report [`AcquireOutcome::Extended`] and
-/// [`ReleaseOutcome::Released`] with the lease that was released, the store remembers the
-/// last lease it obtained on each resource (up to 10,000 resources; past that it forgets
-/// them all and starts again). So:
-/// - an acquire answered with the token of a lease this store obtained for the same owner
-///   is an extension (tokens are never reused, so that lease was still live); a re-acquire
-///   of a lease obtained elsewhere (another process) is reported as a grant;
-/// - a release reports the lease this store last saw; for a lease it does not know, it asks
-///   the server first (`GET`), and if that lease changed in between (or was granted in
-///   between) the report may be stale. The release itself is exact either way.
+/// The API answers a release with an empty 204, so [`ReleaseOutcome::Released`] carries no
+/// lease ([`Capabilities::knows_released_lease`] is `false`).
 ///
 /// # Not supported
 ///
@@ -96,8 +82,6 @@ pub struct HttpStore {
     base: String,
     http: reqwest::Client,
     options: HttpOptions,
-    // A std mutex: held for one map operation, never across an `.await`.
-    known: Mutex<HashMap<Resource, Lease>>,
 }
 
 impl HttpStore {
@@ -136,7 +120,6 @@ impl HttpStore {
             base: url.as_str().trim_end_matches('/').to_owned(),
             http,
             options,
-            known: Mutex::new(HashMap::new()),
         })
     }
 
@@ -177,7 +160,13 @@ impl HttpStore {
             return Err(unexpected(response).await);
         }
         match read_json::<AcquireResponse>(response).await? {
-            AcquireResponse::Granted(granted) => Ok(self.granted(owner, lease(granted.lock)?)),
+            AcquireResponse::Granted(granted) if granted.extended => {
+                Ok(AcquireOutcome::Extended(lease(granted.lock)?))
+            }
+            AcquireResponse::Granted(granted) => Ok(AcquireOutcome::Granted {
+                lease: lease(granted.lock)?,
+                expired: None,
+            }),
             AcquireResponse::Held(held) => Ok(AcquireOutcome::Held {
                 holder: lease(held.holder)?,
                 expires_in: Duration::from_millis(held.expires_in_ms),
@@ -198,53 +187,6 @@ impl HttpStore {
             };
             StoreError::unavailable(format!("the fencelock server at {} {what}", self.base), error)
         })
-    }
-
-    fn known(&self) -> MutexGuard<'_, HashMap<Resource, Lease>> {
-        // Every critical section is one map operation, which cannot leave the map half
-        // changed: a poisoned lock is still consistent.
-        self.known.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn remember(&self, lease: &Lease) {
-        let mut known = self.known();
-        if known.len() >= MAX_KNOWN_LEASES && !known.contains_key(&lease.resource) {
-            known.clear();
-        }
-        known.insert(lease.resource.clone(), lease.clone());
-    }
-
-    fn forget(&self, resource: &Resource) {
-        self.known().remove(resource);
-    }
-
-    /// A grant or an extension: an extension if this store obtained a lease with the same
-    /// token for the same owner (tokens are never reused, so that lease was still live).
-    fn granted(&self, owner: &Owner, lease: Lease) -> AcquireOutcome {
-        let extended = self
-            .known()
-            .get(&lease.resource)
-            .is_some_and(|known| known.token == lease.token && known.owner == *owner);
-        self.remember(&lease);
-        if extended {
-            AcquireOutcome::Extended(lease)
-        } else {
-            AcquireOutcome::Granted { lease, expired: None }
-        }
-    }
-
-    /// The lease a release of (`owner`, `token`) would end, as far as this store knows.
-    async fn lease_to_release(
-        &self,
-        resource: &Resource,
-        owner: &Owner,
-        token: Option<FencingToken>,
-    ) -> Result<Option<Lease>> {
-        let matches = |lease: &Lease| lease.owner == *owner && token.is_none_or(|t| t == lease.token);
-        if let Some(known) = self.known().get(resource).filter(|l| matches(l)) {
-            return Ok(Some(known.clone()));
-        }
-        Ok(self.get(resource).await?.filter(matches))
     }
 }
 
@@ -269,7 +211,6 @@ impl LockStore for HttpStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        let before = self.lease_to_release(resource, owner, token).await?;
         let body = ReleaseRequest {
             owner: owner.to_string(),
             fencing_token: token.map(|t| t.0),
@@ -278,26 +219,10 @@ impl LockStore for HttpStore {
             .send(self.http.delete(self.lock_url(resource)).json(&body))
             .await?;
         if response.status() == StatusCode::NO_CONTENT {
-            self.forget(resource);
-            // The API does not echo the released lease; if it was granted between our look
-            // and the release, all we know is whose it was.
-            let lease = before.unwrap_or_else(|| {
-                let now = Timestamp::now_wall();
-                Lease {
-                    resource: resource.clone(),
-                    owner: owner.clone(),
-                    token: token.unwrap_or(FencingToken(0)),
-                    acquired_at: now,
-                    expires_at: now,
-                }
-            });
-            return Ok(ReleaseOutcome::Released(lease));
+            return Ok(ReleaseOutcome::Released(None));
         }
         match ProblemKind::from_status(response.status().as_u16()) {
-            Some(ProblemKind::NotFound) => {
-                self.forget(resource);
-                Ok(ReleaseOutcome::NotFound)
-            }
+            Some(ProblemKind::NotFound) => Ok(ReleaseOutcome::NotFound),
             Some(ProblemKind::Forbidden) => Ok(ReleaseOutcome::Forbidden),
             Some(ProblemKind::Conflict) => Ok(ReleaseOutcome::Conflict),
             _ => Err(unexpected(response).await),
@@ -320,9 +245,7 @@ impl LockStore for HttpStore {
         let url = format!("{}/renew", self.lock_url(resource));
         let response = self.send(self.http.post(url).json(&body)).await?;
         if response.status() == StatusCode::OK {
-            let renewed = lease(read_json(response).await?)?;
-            self.remember(&renewed);
-            return Ok(RenewOutcome::Renewed(renewed));
+            return Ok(RenewOutcome::Renewed(lease(read_json(response).await?)?));
         }
         match ProblemKind::from_status(response.status().as_u16()) {
             Some(ProblemKind::NotFound) => Ok(RenewOutcome::NotFound),
@@ -388,6 +311,7 @@ impl LockStore for HttpStore {
             // Whether the server's store is durable cannot be seen from here; promise
             // nothing.
             durable: false,
+            knows_released_lease: false,
         }
     }
 }

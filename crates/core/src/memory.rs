@@ -108,6 +108,7 @@ impl LockStore for MemoryStore {
         Capabilities {
             ttl_granularity: std::time::Duration::from_millis(1),
             durable: false,
+            knows_released_lease: true,
         }
     }
 }

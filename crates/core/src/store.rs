@@ -37,8 +37,10 @@ pub enum AcquireOutcome {
 /// What a release did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseOutcome {
-    /// The caller's live lease is gone; this is what it was.
-    Released(Lease),
+    /// The caller's live lease is gone. With what it was, where the store can tell (every
+    /// store can; a client of a server cannot, as the API answers 204 with no body: see
+    /// [`Capabilities::knows_released_lease`]).
+    Released(Option<Lease>),
     /// No live lease on the resource (absent or expired), whatever the token.
     NotFound,
     /// A live lease of another owner, whatever the token.
@@ -89,6 +91,8 @@ pub struct Capabilities {
     pub ttl_granularity: Duration,
     /// A grant or release answered before a crash survives the crash.
     pub durable: bool,
+    /// A release reports the lease it ended ([`ReleaseOutcome::Released`] with `Some`).
+    pub knows_released_lease: bool,
 }
 
 /// Why a store could not answer. Contention is not an error: see [`AcquireOutcome::Held`].

@@ -108,7 +108,7 @@ impl LockTable {
             Ok(lease) => {
                 let lease = lease.clone();
                 self.set(resource, None);
-                ReleaseOutcome::Released(lease)
+                ReleaseOutcome::Released(Some(lease))
             }
         }
     }

@@ -30,6 +30,12 @@ pub fn released(lease: &Lease, held: Duration) {
         token = lease.token.0, held_ms = millis(held));
 }
 
+/// A lease was released, by a store that cannot say which (a server in front of another).
+pub fn released_unknown(resource: &Resource, owner: &Owner, token: Option<fencelock_core::FencingToken>) {
+    tracing::info!(target: TARGET, event = "release", resource = %resource, owner = %owner,
+        token = token.map(|t| t.0));
+}
+
 /// A lease ended by expiry.
 pub fn expired(lease: &Lease) {
     tracing::info!(target: TARGET, event = "expire", resource = %lease.resource, owner = %lease.owner,

@@ -338,6 +338,7 @@ impl LockStore for UnreachableStore {
         Capabilities {
             ttl_granularity: Duration::from_millis(1),
             durable: true,
+            knows_released_lease: true,
         }
     }
 }

@@ -392,7 +392,7 @@ impl EtcdStore {
             if self.txn("release", delete).await?.succeeded() {
                 // The key is gone; its lease holds nothing now.
                 self.revoke(kv.lease());
-                return Ok(ReleaseOutcome::Released(lease));
+                return Ok(ReleaseOutcome::Released(Some(lease)));
             }
         }
         Err(contended("release"))
@@ -532,6 +532,7 @@ impl LockStore for EtcdStore {
         Capabilities {
             ttl_granularity: Duration::from_secs(1),
             durable: true,
+            knows_released_lease: true,
         }
     }
 }

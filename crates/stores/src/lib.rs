@@ -28,14 +28,14 @@ use std::sync::Arc;
 
 use fencelock_core::{LockStore, MemoryStore, StoreError};
 
-#[cfg(feature = "sqlite")]
-pub mod sqlite;
-#[cfg(feature = "postgres")]
-pub mod postgres;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(any(feature = "postgres", feature = "etcd"))]
 mod remote;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 
 /// Why a store address could not be opened.
 #[derive(Debug, thiserror::Error)]

@@ -425,7 +425,7 @@ impl LockStore for PostgresStore {
             Verdict::NotFound => ReleaseOutcome::NotFound,
             Verdict::Forbidden => ReleaseOutcome::Forbidden,
             Verdict::Conflict => ReleaseOutcome::Conflict,
-            Verdict::Allowed => ReleaseOutcome::Released(lease_from(resource.clone(), row, 0)?),
+            Verdict::Allowed => ReleaseOutcome::Released(Some(lease_from(resource.clone(), row, 0)?)),
         })
     }
 
@@ -496,6 +496,7 @@ impl LockStore for PostgresStore {
         Capabilities {
             ttl_granularity: Duration::from_millis(1),
             durable: true,
+            knows_released_lease: true,
         }
     }
 }

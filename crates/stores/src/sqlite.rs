@@ -313,6 +313,7 @@ impl LockStore for SqliteStore {
         Capabilities {
             ttl_granularity: Duration::from_millis(1),
             durable: true,
+            knows_released_lease: true,
         }
     }
 }

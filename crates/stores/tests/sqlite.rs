@@ -147,7 +147,7 @@ async fn a_release_survives_reopen() {
         .release(&lease.resource, &lease.owner, Some(lease.token))
         .await
         .unwrap();
-    assert_eq!(released, ReleaseOutcome::Released(lease.clone()));
+    assert_eq!(released, ReleaseOutcome::Released(Some(lease.clone())));
     drop(store);
 
     let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();

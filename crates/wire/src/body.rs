@@ -106,7 +106,7 @@ pub struct RenewRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum AcquireResponse {
-    /// `{"acquired": true, "lock": LEASE}`.
+    /// `{"acquired": true, "extended": false, "lock": LEASE}`.
     Granted(Granted),
     /// `{"acquired": false, "resource": "...", "holder": LEASE, "expires_in_ms": N}`.
     Held(Held),
@@ -117,6 +117,10 @@ pub enum AcquireResponse {
 pub struct Granted {
     /// Always `true`.
     pub acquired: bool,
+    /// `true` if the caller already held the lease and this acquire extended it (same
+    /// token); `false` for a new lease with a new token.
+    #[serde(default)]
+    pub extended: bool,
     /// The caller's lease.
     pub lock: LeaseBody,
 }

@@ -51,11 +51,11 @@ pub async fn acquire(
                 app.metrics.expired();
             }
             events::granted(&lease, took);
-            ("granted", granted(&lease))
+            ("granted", granted(&lease, false))
         }
         Ok(AcquireOutcome::Extended(lease)) => {
             events::extended(&lease);
-            ("extended", granted(&lease))
+            ("extended", granted(&lease, true))
         }
         Ok(AcquireOutcome::Held { holder, expires_in }) => {
             events::refused("acquire", "held", &resource, &request.owner, Some(&holder));
@@ -72,9 +72,10 @@ pub async fn acquire(
     Ok(Json(answer))
 }
 
-fn granted(lease: &fencelock_core::Lease) -> AcquireResponse {
+fn granted(lease: &fencelock_core::Lease, extended: bool) -> AcquireResponse {
     AcquireResponse::Granted(Granted {
         acquired: true,
+        extended,
         lock: LeaseBody::from(lease),
     })
 }

@@ -47,9 +47,15 @@ pub async fn release(
             Err(error.into())
         }
         Ok(ReleaseOutcome::Released(lease)) => {
-            let held = Timestamp::now_wall().since(lease.acquired_at);
-            events::released(&lease, held);
-            app.metrics.held_for(held);
+            match lease {
+                Some(lease) => {
+                    let held = Timestamp::now_wall().since(lease.acquired_at);
+                    events::released(&lease, held);
+                    app.metrics.held_for(held);
+                }
+                // Only a store in front of another server cannot say which lease it ended.
+                None => events::released_unknown(&resource, &request.owner, request.token),
+            }
             app.metrics.observe("release", "released", took);
             Ok(StatusCode::NO_CONTENT)
         }

@@ -101,7 +101,7 @@ pub async fn tokens_increase_across_servers(a: Arc<dyn LockStore>, b: Arc<dyn Lo
                 .release(&resource, &who, Some(lease.token))
                 .await
                 .unwrap(),
-            ReleaseOutcome::Released(lease)
+            ReleaseOutcome::Released(Some(lease))
         );
     }
 }
