@@ -40,6 +40,7 @@ async fn acquire_of_a_free_resource_grants_a_lease() {
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.content_type, "application/json");
     assert_eq!(answer.body["acquired"], true);
+    assert_eq!(answer.body["extended"], false);
     let lease = &answer.body["lock"];
     assert_lease(lease, "payment:42", "worker-7");
     assert_eq!(
@@ -84,7 +85,12 @@ async fn reacquire_by_the_holder_extends_with_the_same_token() {
     let s = TestServer::manual().await;
     let first = s.grant("r", "a", 30).await;
     s.advance(Duration::from_secs(10));
-    let again = s.grant("r", " a ", 60).await;
+    let answer = s.acquire("r", json!({"owner": " a ", "ttl_seconds": 60})).await;
+    assert_eq!(
+        (answer.body["acquired"].clone(), answer.body["extended"].clone()),
+        (json!(true), json!(true))
+    );
+    let again = answer.body["lock"].clone();
     assert_eq!(again["fencing_token"], first["fencing_token"]);
     assert_eq!(
         millis(&again["acquired_at"]),
