@@ -36,28 +36,22 @@ async fn call(client: &reqwest::Client, method: reqwest::Method, url: String, bo
     }
 }
 
-async fn acquire(client: &reqwest::Client, server: &Server, resource: &str, body: Value) -> Answer {
+async fn acquire(client: &reqwest::Client, base: &str, resource: &str, body: Value) -> Answer {
     call(
         client,
         reqwest::Method::POST,
-        format!("{}/locks/{resource}", server.url),
+        format!("{base}/locks/{resource}"),
         Some(body),
     )
     .await
 }
 
-async fn release(
-    client: &reqwest::Client,
-    server: &Server,
-    resource: &str,
-    owner: &str,
-    token: &Value,
-) -> Answer {
+async fn release(client: &reqwest::Client, base: &str, resource: &str, owner: &str, token: &Value) -> Answer {
     let body = json!({"owner": owner, "fencing_token": token});
     call(
         client,
         reqwest::Method::DELETE,
-        format!("{}/locks/{resource}", server.url),
+        format!("{base}/locks/{resource}"),
         Some(body),
     )
     .await
@@ -102,7 +96,7 @@ async fn two_servers_share_one_store(store: &str) {
         let server = &servers[i % 2];
         let answer = acquire(
             &client,
-            server,
+            &server.url,
             &resource,
             json!({"owner": "o", "ttl_seconds": 60}),
         )
@@ -111,7 +105,7 @@ async fn two_servers_share_one_store(store: &str) {
         assert!(token.as_u64().unwrap() > last, "{} after {last}", answer.body);
         last = token.as_u64().unwrap();
         assert_eq!(
-            release(&client, &servers[(i + 1) % 2], &resource, "o", &token)
+            release(&client, &servers[(i + 1) % 2].url, &resource, "o", &token)
                 .await
                 .status,
             204
@@ -122,7 +116,7 @@ async fn two_servers_share_one_store(store: &str) {
     let resource = unique("handover");
     let held = acquire(
         &client,
-        &servers[0],
+        &servers[0].url,
         &resource,
         json!({"owner": "a", "ttl_seconds": 600}),
     )
@@ -143,7 +137,9 @@ async fn two_servers_share_one_store(store: &str) {
     }
     let released_at = Instant::now();
     assert_eq!(
-        release(&client, &servers[0], &resource, "a", &token).await.status,
+        release(&client, &servers[0].url, &resource, "a", &token)
+            .await
+            .status,
         204
     );
     let answer = waiter.await.unwrap();
@@ -185,7 +181,7 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
     let client = reqwest::Client::new();
     let held = acquire(
         &client,
-        &server,
+        &server.url,
         "kept",
         json!({"owner": "k", "ttl_seconds": 600}),
     )
@@ -202,24 +198,11 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let resource = format!("load-{i}");
                     let body = json!({"owner": format!("l{i}"), "ttl_seconds": 60});
-                    let answer = call(
-                        &client,
-                        reqwest::Method::POST,
-                        format!("{url}/locks/{resource}"),
-                        Some(body),
-                    )
-                    .await;
+                    let answer = acquire(&client, &url, &resource, body).await;
                     seen.push(answer.status);
                     if answer.body["acquired"] == true {
-                        let token = answer.body["lock"]["fencing_token"].clone();
-                        let body = json!({"owner": format!("l{i}"), "fencing_token": token});
-                        let answer = call(
-                            &client,
-                            reqwest::Method::DELETE,
-                            format!("{url}/locks/{resource}"),
-                            Some(body),
-                        )
-                        .await;
+                        let token = &answer.body["lock"]["fencing_token"];
+                        let answer = release(&client, &url, &resource, &format!("l{i}"), token).await;
                         seen.push(answer.status);
                     }
                 }
@@ -231,7 +214,7 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
     postgres.stop();
     let down = acquire(
         &client,
-        &server,
+        &server.url,
         "while-down",
         json!({"owner": "x", "ttl_seconds": 60}),
     )
@@ -297,7 +280,7 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
     assert_eq!(kept.body, held.body["lock"]);
     let after = acquire(
         &client,
-        &server,
+        &server.url,
         "while-down",
         json!({"owner": "y", "ttl_seconds": 60}),
     )
@@ -305,7 +288,7 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
     assert_eq!(after.body["acquired"], true, "{}", after.body);
     let next = acquire(
         &client,
-        &server,
+        &server.url,
         "after",
         json!({"owner": "z", "ttl_seconds": 60}),
     )
@@ -314,16 +297,10 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
 }
 
 /// Acquires until it works (an election may be under way), failing after `limit`.
-async fn acquire_eventually(client: &reqwest::Client, server: &Server, resource: &str, owner: &str) -> Value {
+async fn acquire_eventually(client: &reqwest::Client, base: &str, resource: &str, owner: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let answer = acquire(
-            client,
-            server,
-            resource,
-            json!({"owner": owner, "ttl_seconds": 60}),
-        )
-        .await;
+        let answer = acquire(client, base, resource, json!({"owner": owner, "ttl_seconds": 60})).await;
         if answer.status == 200 {
             return answer.body;
         }
@@ -338,13 +315,13 @@ async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
     let mut cluster = EtcdCluster::start(3);
     let server = Server::on(&cluster.url());
     let client = reqwest::Client::new();
-    let first = acquire_eventually(&client, &server, "a", "o").await;
+    let first = acquire_eventually(&client, &server.url, "a", "o").await;
     let mut highest = first["lock"]["fencing_token"].as_u64().unwrap();
 
     // One member down (the leader, the harder case): locks keep working.
     let leader = cluster.wait_for_leader();
     cluster.kill(leader);
-    let second = acquire_eventually(&client, &server, "b", "o").await;
+    let second = acquire_eventually(&client, &server.url, "b", "o").await;
     assert_eq!(second["acquired"], true);
     assert!(second["lock"]["fencing_token"].as_u64().unwrap() > highest);
     highest = second["lock"]["fencing_token"].as_u64().unwrap();
@@ -353,7 +330,13 @@ async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
     let other = (0..3).find(|i| *i != leader).unwrap();
     cluster.kill(other);
     for _ in 0..3 {
-        let refused = acquire(&client, &server, "c", json!({"owner": "o", "ttl_seconds": 60})).await;
+        let refused = acquire(
+            &client,
+            &server.url,
+            "c",
+            json!({"owner": "o", "ttl_seconds": 60}),
+        )
+        .await;
         assert_eq!(refused.status, 503, "granted without a quorum: {}", refused.body);
         assert_eq!(refused.content_type, "application/problem+json");
     }
@@ -361,7 +344,7 @@ async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
     // Members back: service resumes, "c" was never granted, and tokens only grew.
     cluster.restart(leader);
     cluster.restart(other);
-    let third = acquire_eventually(&client, &server, "c", "p").await;
+    let third = acquire_eventually(&client, &server.url, "c", "p").await;
     assert_eq!(third["acquired"], true, "{third}");
     assert!(third["lock"]["fencing_token"].as_u64().unwrap() > highest);
     let kept = call(

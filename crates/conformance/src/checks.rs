@@ -25,7 +25,7 @@ fn assert_released(h: &Harness, outcome: ReleaseOutcome, lease: &Lease) {
     match outcome {
         ReleaseOutcome::Released(Some(released)) => assert_eq!(&released, lease),
         ReleaseOutcome::Released(None) => assert!(
-            !h.store.capabilities().knows_released_lease,
+            !h.capabilities().knows_released_lease,
             "the store did not say which lease it released"
         ),
         other => panic!("expected the release of {lease:?}, got {other:?}"),
@@ -34,7 +34,7 @@ fn assert_released(h: &Harness, outcome: ReleaseOutcome, lease: &Lease) {
 
 fn assert_ttl(h: &Harness, lease: &Lease, ttl: fencelock_core::Ttl) {
     let lasts = lease.expires_at.since(lease.acquired_at);
-    let granularity = h.store.capabilities().ttl_granularity;
+    let granularity = h.capabilities().ttl_granularity;
     assert!(
         lasts >= ttl.as_duration() && lasts <= ttl.as_duration() + granularity,
         "lease lasts {lasts:?}, asked {:?} (granularity {granularity:?}): {lease:?}",
@@ -288,7 +288,7 @@ pub async fn renew_moves_only_the_expiry(h: &Harness) {
         assert_eq!(renewed.token, lease.token);
         assert_eq!(renewed.acquired_at, lease.acquired_at);
         let lasts = renewed.expires_at.since(lease.acquired_at);
-        let granularity = h.store.capabilities().ttl_granularity;
+        let granularity = h.capabilities().ttl_granularity;
         assert!(
             lasts >= asked.as_duration() + Duration::from_millis(20),
             "{lasts:?} for {asked:?}"

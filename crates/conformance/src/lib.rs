@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use fencelock_core::{Lease, LockStore, ManualClock, Owner, Resource, Ttl};
+use fencelock_core::{Capabilities, Lease, LockStore, ManualClock, Owner, Resource, Ttl};
 
 pub mod checks;
 
@@ -37,6 +37,7 @@ pub struct Harness {
     pub store: Arc<dyn LockStore>,
     clock: Option<Arc<ManualClock>>,
     namespace: String,
+    capabilities: Option<Capabilities>,
     /// Dropped after the store (fields drop in order): e.g. the folder of its file.
     _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
@@ -48,6 +49,7 @@ impl Harness {
             store,
             clock: Some(clock),
             namespace: namespace(),
+            capabilities: None,
             _keep: None,
         }
     }
@@ -58,8 +60,21 @@ impl Harness {
             store,
             clock: None,
             namespace: namespace(),
+            capabilities: None,
             _keep: None,
         }
+    }
+
+    /// Declares how the store under test differs by nature, where it cannot tell itself (a
+    /// client of a server on etcd rounds TTLs to whole seconds, as etcd does).
+    pub fn declaring(mut self, capabilities: Capabilities) -> Self {
+        self.capabilities = Some(capabilities);
+        self
+    }
+
+    /// The capabilities the checks hold the store to: as declared, else as it says.
+    pub fn capabilities(&self) -> Capabilities {
+        self.capabilities.unwrap_or_else(|| self.store.capabilities())
     }
 
     /// Keeps `guard` (a temporary folder, a test server) alive until the store is dropped.
@@ -86,7 +101,7 @@ impl Harness {
     /// A TTL that a check can wait out: short on real time, but not shorter than the
     /// store's granularity.
     pub fn short_ttl(&self) -> Ttl {
-        let granularity = self.store.capabilities().ttl_granularity;
+        let granularity = self.capabilities().ttl_granularity;
         ttl(granularity.max(Duration::from_millis(300)))
     }
 
@@ -97,7 +112,7 @@ impl Harness {
             clock.advance(lease.expires_at.since(clock_now(clock)) + Duration::from_millis(1));
             return;
         }
-        let granularity = self.store.capabilities().ttl_granularity;
+        let granularity = self.capabilities().ttl_granularity;
         let deadline = Instant::now()
             + lease.expires_at.since(fencelock_core::Timestamp::now_wall())
             + granularity

@@ -62,6 +62,57 @@ pub enum RenewOutcome {
     Conflict,
 }
 
+/// Why a release or renew was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// No live lease on the resource (absent or expired), whatever the token.
+    NotFound,
+    /// A live lease of another owner, whatever the token.
+    Forbidden,
+    /// The caller's live lease has another token than the one given.
+    Conflict,
+}
+
+impl Refusal {
+    /// Judges a release or renew by `owner`, with `token` if given, of `live` — the live
+    /// lease on the resource, `None` if it is absent or expired — in the SPEC's order:
+    /// absence, then owner, then token. Every store judges with this, so the order cannot
+    /// differ between stores (PostgreSQL, which judges in SQL, is held to it by the
+    /// conformance suite).
+    pub fn check<'a>(
+        live: Option<&'a Lease>,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<&'a Lease, Refusal> {
+        match live {
+            None => Err(Self::NotFound),
+            Some(lease) if lease.owner != *owner => Err(Self::Forbidden),
+            Some(lease) if token.is_some_and(|t| t != lease.token) => Err(Self::Conflict),
+            Some(lease) => Ok(lease),
+        }
+    }
+}
+
+impl From<Refusal> for ReleaseOutcome {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::NotFound => Self::NotFound,
+            Refusal::Forbidden => Self::Forbidden,
+            Refusal::Conflict => Self::Conflict,
+        }
+    }
+}
+
+impl From<Refusal> for RenewOutcome {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::NotFound => Self::NotFound,
+            Refusal::Forbidden => Self::Forbidden,
+            Refusal::Conflict => Self::Conflict,
+        }
+    }
+}
+
 /// One page of live leases.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListQuery {

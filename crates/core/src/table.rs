@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
 use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
-use crate::store::{AcquireOutcome, LeasePage, ListQuery, ReleaseOutcome, RenewOutcome, StoreError};
+use crate::store::{AcquireOutcome, LeasePage, ListQuery, Refusal, ReleaseOutcome, RenewOutcome, StoreError};
 
 /// Leases by resource, and the last fencing token issued.
 #[derive(Debug, Default)]
@@ -218,8 +218,7 @@ impl LockTable {
         }
     }
 
-    /// The live lease of `owner`, or why the caller may not touch it (rules 5 and 8, in the
-    /// SPEC's order: absence first, then owner, then token).
+    /// The live lease of `owner`, or why the caller may not touch it (rules 5 and 8).
     fn check_holder(
         &self,
         now: Timestamp,
@@ -227,18 +226,8 @@ impl LockTable {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<&Lease, Refusal> {
-        match self.leases.get(resource) {
-            Some(lease) if lease.is_live(now) => {
-                if lease.owner != *owner {
-                    Err(Refusal::Forbidden)
-                } else if token.is_some_and(|t| t != lease.token) {
-                    Err(Refusal::Conflict)
-                } else {
-                    Ok(lease)
-                }
-            }
-            _ => Err(Refusal::NotFound),
-        }
+        let live = self.leases.get(resource).filter(|l| l.is_live(now));
+        Refusal::check(live, owner, token)
     }
 
     fn next_token(&mut self) -> Result<FencingToken, StoreError> {
@@ -261,33 +250,6 @@ impl LockTable {
             Some(lease) => self.leases.insert(resource.clone(), lease),
             None => self.leases.remove(resource),
         };
-    }
-}
-
-/// Why a release or renew was refused.
-enum Refusal {
-    NotFound,
-    Forbidden,
-    Conflict,
-}
-
-impl From<Refusal> for ReleaseOutcome {
-    fn from(refusal: Refusal) -> Self {
-        match refusal {
-            Refusal::NotFound => Self::NotFound,
-            Refusal::Forbidden => Self::Forbidden,
-            Refusal::Conflict => Self::Conflict,
-        }
-    }
-}
-
-impl From<Refusal> for RenewOutcome {
-    fn from(refusal: Refusal) -> Self {
-        match refusal {
-            Refusal::NotFound => Self::NotFound,
-            Refusal::Forbidden => Self::Forbidden,
-            Refusal::Conflict => Self::Conflict,
-        }
     }
 }
 

@@ -66,7 +66,7 @@ use etcd_client::{
 use fencelock_core::memory::RELEASE_FEED_CAPACITY;
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner,
+    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, Refusal,
     ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
 use serde::{Deserialize, Serialize};
@@ -357,13 +357,11 @@ impl EtcdStore {
         let Some(kv) = self.read(&self.key(resource)).await? else {
             return Ok(Err(Refusal::NotFound));
         };
+        // The key exists exactly as long as etcd keeps its lease alive: it is live.
         let lease = lease_from(resource.clone(), &kv)?;
-        Ok(if lease.owner != *owner {
-            Err(Refusal::Forbidden)
-        } else if token.is_some_and(|t| t != lease.token) {
-            Err(Refusal::Conflict)
-        } else {
-            Ok((kv, lease))
+        Ok(match Refusal::check(Some(&lease), owner, token) {
+            Ok(_) => Ok((kv, lease)),
+            Err(refusal) => Err(refusal),
         })
     }
 
@@ -533,33 +531,6 @@ impl LockStore for EtcdStore {
             ttl_granularity: Duration::from_secs(1),
             durable: true,
             knows_released_lease: true,
-        }
-    }
-}
-
-/// Why a release or renew was refused.
-enum Refusal {
-    NotFound,
-    Forbidden,
-    Conflict,
-}
-
-impl From<Refusal> for ReleaseOutcome {
-    fn from(refusal: Refusal) -> Self {
-        match refusal {
-            Refusal::NotFound => Self::NotFound,
-            Refusal::Forbidden => Self::Forbidden,
-            Refusal::Conflict => Self::Conflict,
-        }
-    }
-}
-
-impl From<Refusal> for RenewOutcome {
-    fn from(refusal: Refusal) -> Self {
-        match refusal {
-            Refusal::NotFound => Self::NotFound,
-            Refusal::Forbidden => Self::Forbidden,
-            Refusal::Conflict => Self::Conflict,
         }
     }
 }

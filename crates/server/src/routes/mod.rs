@@ -13,7 +13,7 @@ use axum::Json;
 use axum::Router;
 use axum::http::{Method, Uri};
 use axum::routing::{get, post};
-use fencelock_core::{Owner, Resource};
+use fencelock_core::{Owner, Refusal, Resource};
 use fencelock_wire::{FieldError, ProblemKind};
 use utoipa::OpenApi;
 
@@ -82,43 +82,33 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
-/// Why a release or renew was refused.
-#[derive(Debug, Clone, Copy)]
-enum Refused {
-    NotFound,
-    Forbidden,
-    Conflict,
-}
-
-impl Refused {
-    /// Logs and counts the refusal, and makes its problem.
-    fn answer(
-        self,
-        app: &App,
-        op: &'static str,
-        resource: &Resource,
-        owner: &Owner,
-        took: Duration,
-    ) -> ApiError {
-        let (label, kind, detail) = match self {
-            Self::NotFound => (
-                "not_found",
-                ProblemKind::NotFound,
-                format!("no live lock on {resource}"),
-            ),
-            Self::Forbidden => (
-                "forbidden",
-                ProblemKind::Forbidden,
-                format!("{resource} is held by another owner than {owner}"),
-            ),
-            Self::Conflict => (
-                "conflict",
-                ProblemKind::Conflict,
-                format!("the live lease on {resource} has another fencing token"),
-            ),
-        };
-        events::refused(op, label, resource, owner, None);
-        app.metrics.observe(op, label, took);
-        ApiError::Problem(kind, detail)
-    }
+/// Logs and counts the refusal of a release or renew, and makes its problem.
+fn refused(
+    refusal: Refusal,
+    app: &App,
+    op: &'static str,
+    resource: &Resource,
+    owner: &Owner,
+    took: Duration,
+) -> ApiError {
+    let (label, kind, detail) = match refusal {
+        Refusal::NotFound => (
+            "not_found",
+            ProblemKind::NotFound,
+            format!("no live lock on {resource}"),
+        ),
+        Refusal::Forbidden => (
+            "forbidden",
+            ProblemKind::Forbidden,
+            format!("{resource} is held by another owner than {owner}"),
+        ),
+        Refusal::Conflict => (
+            "conflict",
+            ProblemKind::Conflict,
+            format!("the live lease on {resource} has another fencing token"),
+        ),
+    };
+    events::refused(op, label, resource, owner, None);
+    app.metrics.observe(op, label, took);
+    ApiError::Problem(kind, detail)
 }

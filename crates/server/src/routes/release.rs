@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
-use fencelock_core::{ReleaseOutcome, Timestamp};
+use fencelock_core::{Refusal, ReleaseOutcome, Timestamp};
 use fencelock_wire::{Problem, ReleaseRequest, parse};
 use tokio::time::Instant;
 
@@ -11,7 +11,7 @@ use crate::extract::{JsonObject, both, resource};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::Refused;
+use super::refused;
 
 /// Release a lock.
 ///
@@ -59,14 +59,29 @@ pub async fn release(
             app.metrics.observe("release", "released", took);
             Ok(StatusCode::NO_CONTENT)
         }
-        Ok(ReleaseOutcome::NotFound) => {
-            Err(Refused::NotFound.answer(&app, "release", &resource, &request.owner, took))
-        }
-        Ok(ReleaseOutcome::Forbidden) => {
-            Err(Refused::Forbidden.answer(&app, "release", &resource, &request.owner, took))
-        }
-        Ok(ReleaseOutcome::Conflict) => {
-            Err(Refused::Conflict.answer(&app, "release", &resource, &request.owner, took))
-        }
+        Ok(ReleaseOutcome::NotFound) => Err(refused(
+            Refusal::NotFound,
+            &app,
+            "release",
+            &resource,
+            &request.owner,
+            took,
+        )),
+        Ok(ReleaseOutcome::Forbidden) => Err(refused(
+            Refusal::Forbidden,
+            &app,
+            "release",
+            &resource,
+            &request.owner,
+            took,
+        )),
+        Ok(ReleaseOutcome::Conflict) => Err(refused(
+            Refusal::Conflict,
+            &app,
+            "release",
+            &resource,
+            &request.owner,
+            took,
+        )),
     }
 }

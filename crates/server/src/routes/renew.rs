@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
-use fencelock_core::RenewOutcome;
+use fencelock_core::{Refusal, RenewOutcome};
 use fencelock_wire::{LeaseBody, Problem, RenewRequest, parse};
 use tokio::time::Instant;
 
@@ -12,7 +12,7 @@ use crate::extract::{JsonObject, both, resource};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::Refused;
+use super::refused;
 
 /// Renew a lock.
 ///
@@ -52,14 +52,29 @@ pub async fn renew(
             app.metrics.observe("renew", "renewed", took);
             Ok(Json(LeaseBody::from(&lease)))
         }
-        Ok(RenewOutcome::NotFound) => {
-            Err(Refused::NotFound.answer(&app, "renew", &resource, &request.owner, took))
-        }
-        Ok(RenewOutcome::Forbidden) => {
-            Err(Refused::Forbidden.answer(&app, "renew", &resource, &request.owner, took))
-        }
-        Ok(RenewOutcome::Conflict) => {
-            Err(Refused::Conflict.answer(&app, "renew", &resource, &request.owner, took))
-        }
+        Ok(RenewOutcome::NotFound) => Err(refused(
+            Refusal::NotFound,
+            &app,
+            "renew",
+            &resource,
+            &request.owner,
+            took,
+        )),
+        Ok(RenewOutcome::Forbidden) => Err(refused(
+            Refusal::Forbidden,
+            &app,
+            "renew",
+            &resource,
+            &request.owner,
+            took,
+        )),
+        Ok(RenewOutcome::Conflict) => Err(refused(
+            Refusal::Conflict,
+            &app,
+            "renew",
+            &resource,
+            &request.owner,
+            took,
+        )),
     }
 }
