@@ -36,12 +36,27 @@ async fn call(client: &reqwest::Client, method: reqwest::Method, url: String, bo
     }
 }
 
+async fn get(client: &reqwest::Client, url: String) -> Answer {
+    call(client, reqwest::Method::GET, url, None).await
+}
+
 async fn acquire(client: &reqwest::Client, base: &str, resource: &str, body: Value) -> Answer {
     call(
         client,
         reqwest::Method::POST,
         format!("{base}/locks/{resource}"),
         Some(body),
+    )
+    .await
+}
+
+/// Acquires `resource` for `owner` for `ttl_seconds`, without waiting.
+async fn take(client: &reqwest::Client, base: &str, resource: &str, owner: &str, ttl_seconds: u64) -> Answer {
+    acquire(
+        client,
+        base,
+        resource,
+        json!({"owner": owner, "ttl_seconds": ttl_seconds}),
     )
     .await
 }
@@ -94,13 +109,7 @@ async fn two_servers_share_one_store(store: &str) {
     let mut last = 0;
     for i in 0..100 {
         let server = &servers[i % 2];
-        let answer = acquire(
-            &client,
-            &server.url,
-            &resource,
-            json!({"owner": "o", "ttl_seconds": 60}),
-        )
-        .await;
+        let answer = take(&client, &server.url, &resource, "o", 60).await;
         let token = answer.body["lock"]["fencing_token"].clone();
         assert!(token.as_u64().unwrap() > last, "{} after {last}", answer.body);
         last = token.as_u64().unwrap();
@@ -114,13 +123,7 @@ async fn two_servers_share_one_store(store: &str) {
 
     // A waiter on one server gets the lease as soon as the holder on the other releases.
     let resource = unique("handover");
-    let held = acquire(
-        &client,
-        &servers[0].url,
-        &resource,
-        json!({"owner": "a", "ttl_seconds": 600}),
-    )
-    .await;
+    let held = take(&client, &servers[0].url, &resource, "a", 600).await;
     let token = held.body["lock"]["fencing_token"].clone();
     let waiter = {
         let (client, url) = (client.clone(), format!("{}/locks/{resource}", servers[1].url));
@@ -179,13 +182,7 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
     let mut postgres = Postgres::start();
     let server = Server::on(&postgres.url());
     let client = reqwest::Client::new();
-    let held = acquire(
-        &client,
-        &server.url,
-        "kept",
-        json!({"owner": "k", "ttl_seconds": 600}),
-    )
-    .await;
+    let held = take(&client, &server.url, "kept", "k", 600).await;
     assert_eq!(held.body["acquired"], true);
 
     // Load: clients cycling acquire/release on their own resources, recording what they saw.
@@ -212,43 +209,19 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
         .collect();
 
     postgres.stop();
-    let down = acquire(
-        &client,
-        &server.url,
-        "while-down",
-        json!({"owner": "x", "ttl_seconds": 60}),
-    )
-    .await;
+    let down = take(&client, &server.url, "while-down", "x", 60).await;
     assert_eq!(down.status, 503, "{}", down.body);
     assert_eq!(down.content_type, "application/problem+json");
     assert_eq!(down.body["status"], 503);
-    let ready = call(
-        &client,
-        reqwest::Method::GET,
-        format!("{}/readyz", server.url),
-        None,
-    )
-    .await;
+    let ready = get(&client, format!("{}/readyz", server.url)).await;
     assert_eq!(ready.status, 503);
-    let alive = call(
-        &client,
-        reqwest::Method::GET,
-        format!("{}/healthz", server.url),
-        None,
-    )
-    .await;
+    let alive = get(&client, format!("{}/healthz", server.url)).await;
     assert_eq!(alive.status, 200);
 
     postgres.start_again();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let ready = call(
-            &client,
-            reqwest::Method::GET,
-            format!("{}/readyz", server.url),
-            None,
-        )
-        .await;
+        let ready = get(&client, format!("{}/readyz", server.url)).await;
         if ready.status == 200 {
             break;
         }
@@ -270,29 +243,11 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
     assert!(statuses.contains(&503), "the load never saw the outage");
 
     // Nothing acknowledged was lost; the answer that came back while down granted nothing.
-    let kept = call(
-        &client,
-        reqwest::Method::GET,
-        format!("{}/locks/kept", server.url),
-        None,
-    )
-    .await;
+    let kept = get(&client, format!("{}/locks/kept", server.url)).await;
     assert_eq!(kept.body, held.body["lock"]);
-    let after = acquire(
-        &client,
-        &server.url,
-        "while-down",
-        json!({"owner": "y", "ttl_seconds": 60}),
-    )
-    .await;
+    let after = take(&client, &server.url, "while-down", "y", 60).await;
     assert_eq!(after.body["acquired"], true, "{}", after.body);
-    let next = acquire(
-        &client,
-        &server.url,
-        "after",
-        json!({"owner": "z", "ttl_seconds": 60}),
-    )
-    .await;
+    let next = take(&client, &server.url, "after", "z", 60).await;
     assert!(next.body["lock"]["fencing_token"].as_u64() > held.body["lock"]["fencing_token"].as_u64());
 }
 
@@ -300,7 +255,7 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
 async fn acquire_eventually(client: &reqwest::Client, base: &str, resource: &str, owner: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let answer = acquire(client, base, resource, json!({"owner": owner, "ttl_seconds": 60})).await;
+        let answer = take(client, base, resource, owner, 60).await;
         if answer.status == 200 {
             return answer.body;
         }
@@ -330,13 +285,7 @@ async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
     let other = (0..3).find(|i| *i != leader).unwrap();
     cluster.kill(other);
     for _ in 0..3 {
-        let refused = acquire(
-            &client,
-            &server.url,
-            "c",
-            json!({"owner": "o", "ttl_seconds": 60}),
-        )
-        .await;
+        let refused = take(&client, &server.url, "c", "o", 60).await;
         assert_eq!(refused.status, 503, "granted without a quorum: {}", refused.body);
         assert_eq!(refused.content_type, "application/problem+json");
     }
@@ -347,12 +296,6 @@ async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
     let third = acquire_eventually(&client, &server.url, "c", "p").await;
     assert_eq!(third["acquired"], true, "{third}");
     assert!(third["lock"]["fencing_token"].as_u64().unwrap() > highest);
-    let kept = call(
-        &client,
-        reqwest::Method::GET,
-        format!("{}/locks/b", server.url),
-        None,
-    )
-    .await;
+    let kept = get(&client, format!("{}/locks/b", server.url)).await;
     assert_eq!(kept.body, second["lock"]);
 }
