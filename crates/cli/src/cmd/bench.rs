@@ -24,19 +24,19 @@ pub struct Args {
     #[command(flatten)]
     target: Target,
     /// Concurrent clients.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, env = "FENCELOCK_BENCH_CLIENTS", default_value_t = 16)]
     clients: usize,
     /// Distinct resources the clients share (default: one each, so no contention).
-    #[arg(long)]
+    #[arg(long, env = "FENCELOCK_BENCH_RESOURCES")]
     resources: Option<usize>,
     /// How long to run, e.g. 10s.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FENCELOCK_BENCH_DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     duration: Duration,
     /// The TTL of each lease.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FENCELOCK_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
     ttl: Duration,
     /// Print the report as JSON.
-    #[arg(long)]
+    #[arg(long, env = "FENCELOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
 }
 
