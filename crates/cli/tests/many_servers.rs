@@ -6,7 +6,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Server;
-use fencelock_testkit::{EtcdCluster, Postgres, shared_etcd};
+use fencelock_testkit::Postgres;
+#[cfg(feature = "etcd")]
+use fencelock_testkit::{EtcdCluster, shared_etcd};
 use serde_json::{Value, json};
 
 /// An answer: status and JSON body.
@@ -172,6 +174,7 @@ async fn two_servers_share_one_postgresql() {
     two_servers_share_one_store(&postgres.url()).await;
 }
 
+#[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_share_one_etcd() {
     two_servers_share_one_store(&shared_etcd().url()).await;
@@ -252,6 +255,7 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
 }
 
 /// Acquires until it works (an election may be under way), failing after `limit`.
+#[cfg(feature = "etcd")]
 async fn acquire_eventually(client: &reqwest::Client, base: &str, resource: &str, owner: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -265,6 +269,7 @@ async fn acquire_eventually(client: &reqwest::Client, base: &str, resource: &str
     }
 }
 
+#[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
     let mut cluster = EtcdCluster::start(3);

@@ -93,6 +93,7 @@ mod postgres {
     fencelock_conformance::suite!(harness);
 }
 
+#[cfg(feature = "etcd")]
 mod etcd {
     use super::*;
 

@@ -19,8 +19,8 @@
 //!   owned by one server, with group commit.
 //! - [`postgres`] (feature `postgres`, on by default): [`postgres::PostgresStore`], a
 //!   PostgreSQL database shared by many servers.
-//! - [`etcd`] (feature `etcd`, on by default): [`etcd::EtcdStore`], an etcd cluster shared by
-//!   many servers.
+//! - [`etcd`] (feature `etcd`, off by default: its build needs `protoc`):
+//!   [`etcd::EtcdStore`], an etcd cluster shared by many servers.
 //! - The in-memory store is [`fencelock_core::MemoryStore`]; it lives in the core crate as
 //!   the reference every store is tested against.
 
@@ -46,6 +46,17 @@ pub enum OpenError {
     UnsupportedScheme {
         /// The address as given.
         address: String,
+    },
+    /// The store is one fencelock has, but this build left it out.
+    #[error(
+        "this fencelock was built without the {feature} store, needed for {address:?}: build it \
+         with `--features {feature}` (the etcd store needs protoc: apt-get install protobuf-compiler)"
+    )]
+    NotBuilt {
+        /// The address as given.
+        address: String,
+        /// The cargo feature that builds the store.
+        feature: &'static str,
     },
     /// The scheme is known but the rest of the address is not right for it.
     #[error("invalid store address {address:?}: {reason}")]
@@ -107,6 +118,11 @@ pub async fn open(address: &str) -> Result<Arc<dyn LockStore>, OpenError> {
         "postgres" | "postgresql" => open_postgres(address, rest).await,
         #[cfg(feature = "etcd")]
         "etcd" => open_etcd(address, rest).await,
+        #[cfg(not(feature = "etcd"))]
+        "etcd" => Err(OpenError::NotBuilt {
+            address: address.into(),
+            feature: "etcd",
+        }),
         _ => Err(OpenError::UnsupportedScheme {
             address: address.into(),
         }),
