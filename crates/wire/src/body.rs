@@ -63,16 +63,24 @@ impl TryFrom<LeaseBody> for Lease {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AcquireRequest {
     /// Who asks; trimmed of white space, 1 to 255 bytes, no control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^\s*[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*\s*$"
+    )]
     pub owner: String,
     /// The TTL in whole seconds, 1 to the server's maximum (default 86400).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 1, maximum = 86_400)]
     pub ttl_seconds: Option<u64>,
     /// The TTL in whole milliseconds, 1 to the server's maximum (default 86400000).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 1, maximum = 86_400_000)]
     pub ttl_ms: Option<u64>,
     /// If another owner holds the lock, wait up to this long for it (first come, first
     /// served), 0 to the server's maximum (default 300000). Default 0.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 0, maximum = 300_000)]
     pub wait_ms: Option<u64>,
 }
 
@@ -80,9 +88,17 @@ pub struct AcquireRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ReleaseRequest {
     /// The owner of the lease.
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^\s*[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*\s*$"
+    )]
     pub owner: String,
     /// If given, the release happens only if this is the current lease's token (else 409).
+    /// Any unsigned 64-bit integer is accepted; this description caps it at 2^53 − 1, the
+    /// largest integer a JavaScript client holds exactly (tokens never get near it).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
     pub fencing_token: Option<u64>,
 }
 
@@ -90,15 +106,26 @@ pub struct ReleaseRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct RenewRequest {
     /// The owner of the lease.
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^\s*[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*\s*$"
+    )]
     pub owner: String,
-    /// The new TTL from now, in whole seconds.
+    /// The new TTL from now, in whole seconds, 1 to the server's maximum (default 86400).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 1, maximum = 86_400)]
     pub ttl_seconds: Option<u64>,
-    /// The new TTL from now, in whole milliseconds.
+    /// The new TTL from now, in whole milliseconds, 1 to the server's maximum (default
+    /// 86400000).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 1, maximum = 86_400_000)]
     pub ttl_ms: Option<u64>,
     /// If given, the renewal happens only if this is the current lease's token (else 409).
+    /// Any unsigned 64-bit integer is accepted; this description caps it at 2^53 − 1, the
+    /// largest integer a JavaScript client holds exactly (tokens never get near it).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
     pub fencing_token: Option<u64>,
 }
 

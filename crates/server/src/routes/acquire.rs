@@ -18,7 +18,7 @@ use crate::state::App;
 /// lease (same token); or, if another owner holds it, answers `acquired: false` — at once,
 /// or after waiting up to `wait_ms` in first-come first-served order.
 #[utoipa::path(post, path = "/locks/{resource}", tag = "locks",
-    params(("resource" = String, Path, description = "The resource, percent-encoded (1 to 255 bytes decoded)")),
+    params(("resource" = String, Path, description = "The resource, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = AcquireRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Granted (new or extended), or held by another owner", body = AcquireResponse),

@@ -14,9 +14,9 @@ use crate::state::App;
 /// Ordered by the bytes of the resource name; `next_cursor` is `null` on the last page.
 #[utoipa::path(get, path = "/locks", tag = "locks",
     params(
-        ("prefix" = Option<String>, Query, description = "Only resources starting with this"),
-        ("limit" = Option<u32>, Query, description = "Page size, 1 to 1000 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "The previous page's next_cursor"),
+        ("prefix" = Option<String>, Query, description = "Only resources starting with this", max_length = 255, pattern = r"^[^\x00-\x1f\x7f]*$"),
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 1000 (default 100)", minimum = 1, maximum = 1000),
+        ("cursor" = Option<String>, Query, description = "The previous page's next_cursor", pattern = r"^([2-6][0-9a-f]|7[0-9a-e]|[89a-f][0-9a-f])+$"),
     ),
     responses(
         (status = 200, description = "One page of live leases", body = ListResponse),

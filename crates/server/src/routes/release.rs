@@ -18,13 +18,16 @@ use super::refused;
 /// Only the owner of the live lease may release it; with `fencing_token`, only if it is the
 /// current lease's token, so a late release from an old lease never frees a newer one.
 #[utoipa::path(delete, path = "/locks/{resource}", tag = "locks",
-    params(("resource" = String, Path, description = "The resource, percent-encoded")),
+    params(("resource" = String, Path, description = "The resource, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = ReleaseRequest, content_type = "application/json"),
     responses(
         (status = 204, description = "Released"),
         (status = 403, description = "Held by another owner", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No live lease", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The token is not the current lease's", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Not a JSON object", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Store unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
