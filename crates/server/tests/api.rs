@@ -578,4 +578,18 @@ async fn health_readiness_metrics_and_openapi_answer() {
     ] {
         assert!(schemas.get(schema).is_some(), "{schema} missing");
     }
+    // The description states the rules the server enforces.
+    let ttl = &schemas["AcquireRequest"]["properties"]["ttl_seconds"];
+    assert_eq!(
+        (ttl["minimum"].as_f64(), ttl["maximum"].as_f64()),
+        (Some(1.0), Some(86_400.0)),
+        "{ttl}"
+    );
+    assert_eq!(ttl["type"], "integer", "null is not a value: {ttl}");
+    assert_eq!(schemas["AcquireRequest"]["properties"]["owner"]["maxLength"], 255);
+    assert_eq!(schemas["AcquireRequest"]["required"], json!(["owner"]));
+    let renew = &doc["paths"]["/locks/{resource}/renew"]["post"]["responses"];
+    for status in ["200", "400", "403", "404", "409", "413", "415", "422", "503"] {
+        assert!(renew.get(status).is_some(), "renew does not describe {status}");
+    }
 }
