@@ -534,15 +534,7 @@ async fn health_readiness_metrics_and_openapi_answer() {
     );
     s.grant("r", "a", 5).await;
     s.acquire("r", json!({"owner": "b", "ttl_seconds": 5})).await;
-    let metrics = s
-        .client
-        .get(format!("{}/metrics", s.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.metrics().await;
     assert!(
         metrics.contains(r#"fencelock_requests_total{op="acquire",outcome="granted"} 1"#),
         "{metrics}"

@@ -4,13 +4,15 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
 use fencelock_core::AcquireOutcome;
-use fencelock_wire::{AcquireRequest, AcquireResponse, Granted, Held, LeaseBody, Problem, parse};
+use fencelock_wire::{AcquireRequest, AcquireResponse, Granted, Held, LeaseBody, parse};
 use tokio::time::Instant;
 
 use crate::events;
 use crate::extract::{JsonObject, both, resource};
 use crate::problem::ApiError;
 use crate::state::App;
+
+use super::BodyProblems;
 
 /// Acquire a lock.
 ///
@@ -22,11 +24,7 @@ use crate::state::App;
     request_body(content = AcquireRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Granted (new or extended), or held by another owner", body = AcquireResponse),
-        (status = 400, description = "Not a JSON object", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Store unavailable", body = Problem, content_type = "application/problem+json"),
+        BodyProblems,
     ))]
 pub async fn acquire(
     State(app): State<App>,

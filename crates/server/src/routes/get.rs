@@ -10,6 +10,8 @@ use crate::extract::resource;
 use crate::problem::ApiError;
 use crate::state::App;
 
+use super::PathProblems;
+
 /// The live lease on a resource.
 ///
 /// An expired lease is not shown: it belongs to nobody (404).
@@ -18,8 +20,7 @@ use crate::state::App;
     responses(
         (status = 200, description = "The live lease", body = LeaseBody),
         (status = 404, description = "No live lease", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid resource name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Store unavailable", body = Problem, content_type = "application/problem+json"),
+        PathProblems,
     ))]
 pub async fn get(State(app): State<App>, uri: Uri) -> Result<Json<LeaseBody>, ApiError> {
     let resource = resource(&uri).map_err(|e| ApiError::Invalid(vec![e]))?;

@@ -3,11 +3,13 @@
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use fencelock_core::ListQuery;
-use fencelock_wire::{FieldError, LeaseBody, ListResponse, Problem, parse};
+use fencelock_wire::{FieldError, LeaseBody, ListResponse, parse};
 use tokio::time::Instant;
 
 use crate::problem::ApiError;
 use crate::state::App;
+
+use super::PathProblems;
 
 /// List live leases.
 ///
@@ -20,8 +22,7 @@ use crate::state::App;
     ),
     responses(
         (status = 200, description = "One page of live leases", body = ListResponse),
-        (status = 422, description = "Invalid parameters", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Store unavailable", body = Problem, content_type = "application/problem+json"),
+        PathProblems,
     ))]
 pub async fn list(State(app): State<App>, RawQuery(query): RawQuery) -> Result<Json<ListResponse>, ApiError> {
     let query = parse_query(query.as_deref().unwrap_or(""))?;

@@ -7,6 +7,7 @@ mod list;
 mod release;
 mod renew;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::Json;
@@ -16,6 +17,8 @@ use axum::routing::{get, post};
 use fencelock_core::{Owner, Refusal, Resource};
 use fencelock_wire::{FieldError, ProblemKind};
 use utoipa::OpenApi;
+use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::{Content, Ref, RefOr};
 
 use crate::events;
 use crate::problem::{ApiError, render_problems};
@@ -41,6 +44,66 @@ use crate::state::App;
     components(schemas(fencelock_wire::Granted, fencelock_wire::Held, fencelock_wire::FieldError))
 )]
 pub struct ApiDoc;
+
+/// In the OpenAPI description: the problems of a request with a JSON body, besides those of
+/// its own operation.
+struct BodyProblems;
+
+impl utoipa::IntoResponses for BodyProblems {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        problems(&[
+            (
+                ProblemKind::BadRequest,
+                "The body is not a JSON object (or is nested too deep)",
+            ),
+            (
+                ProblemKind::PayloadTooLarge,
+                "The body is over the limit (default 16384 bytes)",
+            ),
+            (
+                ProblemKind::UnsupportedMediaType,
+                "The body is not application/json",
+            ),
+            (
+                ProblemKind::InvalidFields,
+                "Invalid fields, each listed in errors",
+            ),
+            (
+                ProblemKind::Unavailable,
+                "The store is unreachable or failing; nothing was done",
+            ),
+        ])
+    }
+}
+
+/// In the OpenAPI description: the problems of a request without a body.
+struct PathProblems;
+
+impl utoipa::IntoResponses for PathProblems {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        problems(&[
+            (
+                ProblemKind::InvalidFields,
+                "Invalid resource name or parameters, each listed in errors",
+            ),
+            (ProblemKind::Unavailable, "The store is unreachable or failing"),
+        ])
+    }
+}
+
+fn problems(kinds: &[(ProblemKind, &str)]) -> BTreeMap<String, RefOr<Response>> {
+    kinds
+        .iter()
+        .map(|(kind, description)| {
+            let content = Content::new(Some(Ref::from_schema_name("Problem")));
+            let response = ResponseBuilder::new()
+                .description(*description)
+                .content("application/problem+json", content)
+                .build();
+            (kind.status().to_string(), RefOr::T(response))
+        })
+        .collect()
+}
 
 /// The whole API as an axum router.
 pub fn router(app: App) -> Router {

@@ -12,7 +12,7 @@ use crate::extract::{JsonObject, both, resource};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::refused;
+use super::{BodyProblems, refused};
 
 /// Renew a lock.
 ///
@@ -26,11 +26,7 @@ use super::refused;
         (status = 403, description = "Held by another owner", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No live lease", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The token is not the current lease's", body = Problem, content_type = "application/problem+json"),
-        (status = 400, description = "Not a JSON object", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Store unavailable", body = Problem, content_type = "application/problem+json"),
+        BodyProblems,
     ))]
 pub async fn renew(
     State(app): State<App>,

@@ -146,20 +146,26 @@ impl TestServer {
         answer.body["lock"].clone()
     }
 
-    /// The number of acquires waiting now, read from /metrics.
-    pub async fn waiters(&self) -> u64 {
-        let text = self
+    /// The Prometheus text of /metrics.
+    pub async fn metrics(&self) -> String {
+        let response = self
             .client
             .get(format!("{}/metrics", self.base))
             .send()
             .await
-            .unwrap()
-            .text()
-            .await
             .unwrap();
-        text.lines()
-            .find_map(|line| line.strip_prefix("fencelock_waiters "))
-            .and_then(|v| v.trim().parse().ok())
+        response.text().await.unwrap()
+    }
+
+    /// The number of acquires waiting now, read from /metrics.
+    pub async fn waiters(&self) -> u64 {
+        self.metrics()
+            .await
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix("fencelock_waiters ")
+                    .and_then(|v| v.trim().parse().ok())
+            })
             .expect("fencelock_waiters in /metrics")
     }
 
