@@ -301,7 +301,7 @@ impl LockStore for HttpStore {
         }
     }
 
-    fn releases(&self) -> Option<tokio::sync::broadcast::Receiver<Resource>> {
+    fn releases(&self) -> Option<tokio::sync::broadcast::Receiver<fencelock_core::ReleaseNotice>> {
         None
     }
 

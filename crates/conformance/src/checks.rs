@@ -3,7 +3,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use fencelock_core::{AcquireOutcome, FencingToken, Lease, ListQuery, ReleaseOutcome, RenewOutcome};
+use fencelock_core::{
+    AcquireOutcome, FencingToken, Lease, ListQuery, ReleaseNotice, ReleaseOutcome, RenewOutcome,
+};
 
 use crate::{Harness, owner, ttl};
 
@@ -432,7 +434,7 @@ pub async fn releases_are_announced(h: &Harness) {
     let heard = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             match feed.recv().await {
-                Ok(resource) if resource == lease.resource => return,
+                Ok(ReleaseNotice::Released(resource)) if resource == lease.resource => return,
                 Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Err(closed) => panic!("release feed closed: {closed}"),
             }

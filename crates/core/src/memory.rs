@@ -8,7 +8,8 @@ use tokio::sync::broadcast;
 use crate::clock::{Clock, SystemClock};
 use crate::model::{FencingToken, Lease, Owner, Resource, Ttl};
 use crate::store::{
-    AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, ReleaseOutcome, RenewOutcome, Result,
+    AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, ReleaseNotice, ReleaseOutcome,
+    RenewOutcome, Result,
 };
 use crate::table::LockTable;
 
@@ -23,7 +24,7 @@ pub struct MemoryStore {
     // section is a few map operations.
     table: Mutex<LockTable>,
     clock: Arc<dyn Clock>,
-    released: broadcast::Sender<Resource>,
+    released: broadcast::Sender<ReleaseNotice>,
 }
 
 impl MemoryStore {
@@ -73,7 +74,7 @@ impl LockStore for MemoryStore {
         let outcome = self.table().release(self.clock.now(), resource, owner, token);
         if let ReleaseOutcome::Released(_) = outcome {
             // Nobody listening is fine: the feed only wakes waiters.
-            let _ = self.released.send(resource.clone());
+            let _ = self.released.send(ReleaseNotice::Released(resource.clone()));
         }
         Ok(outcome)
     }
@@ -100,7 +101,7 @@ impl LockStore for MemoryStore {
         Ok(())
     }
 
-    fn releases(&self) -> Option<broadcast::Receiver<Resource>> {
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
         Some(self.released.subscribe())
     }
 

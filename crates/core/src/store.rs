@@ -113,6 +113,16 @@ impl From<Refusal> for RenewOutcome {
     }
 }
 
+/// A notice on a store's release feed ([`LockStore::releases`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseNotice {
+    /// The lease on this resource was released (or, on some stores, removed by expiry).
+    Released(Resource),
+    /// Notices may have been lost — the store lost its subscription to the releases of other
+    /// servers and renewed it — so any resource may have been released meanwhile.
+    Missed,
+}
+
 /// One page of live leases.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListQuery {
@@ -235,9 +245,10 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     async fn ping(&self) -> Result<()>;
 
     /// A feed of resources whose lease was released, from any server sharing the store, so
-    /// waiters can be woken without polling. `None` if the store cannot tell (waiters then
-    /// rely on the expiry of the lease they wait for).
-    fn releases(&self) -> Option<broadcast::Receiver<Resource>>;
+    /// waiters can be woken without polling; [`ReleaseNotice::Missed`] when notices may have
+    /// been lost. `None` if the store cannot tell (waiters then rely on the expiry of the
+    /// lease they wait for).
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>>;
 
     /// How this store differs from the others by nature.
     fn capabilities(&self) -> Capabilities;

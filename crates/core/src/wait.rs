@@ -16,7 +16,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::model::{Owner, Resource, Timestamp, Ttl};
-use crate::store::{AcquireOutcome, LockStore, Result};
+use crate::store::{AcquireOutcome, LockStore, ReleaseNotice, Result};
 
 /// Acquires through a store, waiting in line when the lock is busy.
 #[derive(Debug, Clone)]
@@ -211,7 +211,7 @@ impl Drop for InLine<'_> {
     }
 }
 
-async fn dispatch_releases(inner: std::sync::Weak<Inner>, mut releases: broadcast::Receiver<Resource>) {
+async fn dispatch_releases(inner: std::sync::Weak<Inner>, mut releases: broadcast::Receiver<ReleaseNotice>) {
     let Some(shutdown) = inner.upgrade().map(|i| i.shutdown.clone()) else {
         return;
     };
@@ -224,9 +224,9 @@ async fn dispatch_releases(inner: std::sync::Weak<Inner>, mut releases: broadcas
             return;
         };
         match received {
-            Ok(resource) => inner.wake_head(&resource),
+            Ok(ReleaseNotice::Released(resource)) => inner.wake_head(&resource),
             // Some notices were lost: wake every head, each asks the store once more.
-            Err(broadcast::error::RecvError::Lagged(_)) => inner.wake_all_heads(),
+            Ok(ReleaseNotice::Missed) | Err(broadcast::error::RecvError::Lagged(_)) => inner.wake_all_heads(),
             Err(broadcast::error::RecvError::Closed) => return,
         }
     }

@@ -331,7 +331,7 @@ impl LockStore for UnreachableStore {
     async fn ping(&self) -> Result<(), StoreError> {
         Err(unreachable())
     }
-    fn releases(&self) -> Option<broadcast::Receiver<Resource>> {
+    fn releases(&self) -> Option<broadcast::Receiver<fencelock_core::ReleaseNotice>> {
         None
     }
     fn capabilities(&self) -> Capabilities {

@@ -67,7 +67,7 @@ use fencelock_core::memory::RELEASE_FEED_CAPACITY;
 use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, Refusal,
-    ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
@@ -120,7 +120,7 @@ pub struct EtcdStore {
     client: Client,
     endpoints: Vec<String>,
     options: EtcdOptions,
-    released: broadcast::Sender<Resource>,
+    released: broadcast::Sender<ReleaseNotice>,
     // Stops watching when the store is dropped.
     _watcher: AbortOnDrop,
 }
@@ -190,8 +190,8 @@ impl EtcdStore {
             client,
             endpoints,
             options,
+            _watcher: keep_subscribed(STORE, first, open, released.clone()),
             released,
-            _watcher: keep_subscribed(STORE, first, open),
         })
     }
 
@@ -522,7 +522,7 @@ impl LockStore for EtcdStore {
         self.call("ping", async { self.read(&key).await.map(drop) }).await
     }
 
-    fn releases(&self) -> Option<broadcast::Receiver<Resource>> {
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
         Some(self.released.subscribe())
     }
 
@@ -580,7 +580,7 @@ async fn watch(
     client: Client,
     prefix: String,
     deadline: Duration,
-    feed: broadcast::Sender<Resource>,
+    feed: broadcast::Sender<ReleaseNotice>,
     resume: Arc<AtomicI64>,
 ) -> Result<impl Future<Output = ()> + Send + 'static> {
     const DOING: &str = "watch for releases";
@@ -644,7 +644,7 @@ async fn watch(
                 }
                 match resource_of(&prefix, kv.key()) {
                     // Nobody listening is fine: the feed only wakes waiters.
-                    Ok(resource) => drop(feed.send(resource)),
+                    Ok(resource) => drop(feed.send(ReleaseNotice::Released(resource))),
                     Err(e) => tracing::warn!(error = %e, "odd key under the lock prefix"),
                 }
             }

@@ -64,7 +64,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod
 use fencelock_core::memory::RELEASE_FEED_CAPACITY;
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner,
+    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseNotice,
     ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
 use tokio::sync::broadcast;
@@ -290,7 +290,7 @@ pub struct PostgresStore {
     pool: Pool,
     options: PostgresOptions,
     address: String,
-    released: broadcast::Sender<Resource>,
+    released: broadcast::Sender<ReleaseNotice>,
     // Stops listening when the store is dropped.
     _listener: AbortOnDrop,
 }
@@ -345,8 +345,8 @@ impl PostgresStore {
             pool,
             options,
             address,
+            _listener: keep_subscribed(STORE, first, open, released.clone()),
             released,
-            _listener: keep_subscribed(STORE, first, open),
         })
     }
 
@@ -488,7 +488,7 @@ impl LockStore for PostgresStore {
         self.query("ping", "SELECT 1", &[]).await.map(drop)
     }
 
-    fn releases(&self) -> Option<broadcast::Receiver<Resource>> {
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
         Some(self.released.subscribe())
     }
 
@@ -598,7 +598,7 @@ const HEARTBEAT: Duration = Duration::from_secs(5);
 async fn listen(
     config: tokio_postgres::Config,
     deadline: Duration,
-    feed: broadcast::Sender<Resource>,
+    feed: broadcast::Sender<ReleaseNotice>,
 ) -> Result<impl Future<Output = ()> + Send + 'static> {
     const DOING: &str = "listen for releases";
     let (client, connection) = within(deadline, STORE, DOING, async {
@@ -636,7 +636,7 @@ async fn listen(
 /// `poll_message`: driving it as a plain future would drop them.
 async fn pass_notices<S, T>(
     mut connection: tokio_postgres::Connection<S, T>,
-    feed: broadcast::Sender<Resource>,
+    feed: broadcast::Sender<ReleaseNotice>,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -646,7 +646,7 @@ async fn pass_notices<S, T>(
             Ok(AsyncMessage::Notification(note)) if note.channel() == CHANNEL => {
                 match Resource::new(note.payload()) {
                     // Nobody listening is fine: the feed only wakes waiters.
-                    Ok(resource) => drop(feed.send(resource)),
+                    Ok(resource) => drop(feed.send(ReleaseNotice::Released(resource))),
                     Err(e) => tracing::warn!(payload = note.payload(), error = %e, "odd release notice"),
                 }
             }

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use fencelock_core::StoreError;
 use fencelock_core::store::Result;
+use fencelock_core::{ReleaseNotice, StoreError};
+use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 /// Runs `call`, or gives up with [`StoreError::Unavailable`] after `deadline`, so that no
@@ -30,11 +31,18 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Runs the subscription `first` (a future that feeds release notices until its connection
 /// is lost), then, each time it ends, opens a new one with `open`, pausing a little longer
-/// after each failure. Spawned on the current runtime; stops when the handle is dropped.
+/// after each failure, and tells `feed` that notices may have been missed in between (so
+/// waiters ask again at once instead of waiting for their holder's expiry). Spawned on the
+/// current runtime; stops when the handle is dropped.
 ///
 /// The caller opens `first` itself, so that the store is only made once notices flow, and a
 /// store that cannot subscribe at all fails to open.
-pub(crate) fn keep_subscribed<S, O, F>(what: &'static str, first: S, mut open: O) -> AbortOnDrop
+pub(crate) fn keep_subscribed<S, O, F>(
+    what: &'static str,
+    first: S,
+    mut open: O,
+    feed: broadcast::Sender<ReleaseNotice>,
+) -> AbortOnDrop
 where
     S: Future<Output = ()> + Send + 'static,
     O: FnMut() -> F + Send + 'static,
@@ -48,7 +56,11 @@ where
             session = loop {
                 tokio::time::sleep(backoff).await;
                 match open().await {
-                    Ok(next) => break next,
+                    Ok(next) => {
+                        // Nobody listening is fine: the feed only wakes waiters.
+                        let _ = feed.send(ReleaseNotice::Missed);
+                        break next;
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "{what}: subscribing to releases failed; retrying");
                         backoff = (backoff * 2).min(MAX_BACKOFF);

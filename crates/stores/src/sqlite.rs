@@ -33,7 +33,7 @@ use fencelock_core::store::Result;
 use fencelock_core::table::Dirty;
 use fencelock_core::{
     AcquireOutcome, Capabilities, Clock, FencingToken, Lease, LeasePage, ListQuery, LockStore, LockTable,
-    Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, SystemClock, Timestamp, Ttl,
+    Owner, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, SystemClock, Timestamp, Ttl,
 };
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -77,7 +77,7 @@ pub struct SqliteStore {
     /// Becomes `true` when the writer has closed the file.
     closed: watch::Receiver<bool>,
     writer: Option<JoinHandle<()>>,
-    released: broadcast::Sender<Resource>,
+    released: broadcast::Sender<ReleaseNotice>,
     counters: Arc<Counters>,
     path: PathBuf,
 }
@@ -274,7 +274,7 @@ impl LockStore for SqliteStore {
         if let ReleaseOutcome::Released(_) = outcome {
             // Announced only now that the release is durable. Nobody listening is fine: the
             // feed only wakes waiters.
-            let _ = self.released.send(resource.clone());
+            let _ = self.released.send(ReleaseNotice::Released(resource.clone()));
         }
         Ok(outcome)
     }
@@ -305,7 +305,7 @@ impl LockStore for SqliteStore {
         self.call(|_, _| Ok(())).await
     }
 
-    fn releases(&self) -> Option<broadcast::Receiver<Resource>> {
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
         Some(self.released.subscribe())
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
-use fencelock_core::{AcquireOutcome, LockStore, StoreError};
+use fencelock_core::{AcquireOutcome, LockStore, ReleaseNotice, StoreError};
 use fencelock_stores::postgres::{PostgresOptions, PostgresStore};
 use fencelock_testkit::{Postgres, Proxy, shared_postgres};
 
@@ -145,6 +145,18 @@ async fn service_stops_while_postgres_is_down_and_resumes_by_itself() {
     let a = Arc::new(PostgresStore::connect_with(&url, impatient()).await.unwrap());
     let b = Arc::new(PostgresStore::connect_with(&url, impatient()).await.unwrap());
     let ttl = ttl(Duration::from_secs(60));
+    // Subscribed before the outage, and read all along: must be told that notices may have
+    // been missed while the listening connection was down.
+    let mut told = b.releases().unwrap();
+    let missed = tokio::spawn(async move {
+        loop {
+            match told.recv().await {
+                Ok(ReleaseNotice::Missed) => return true,
+                Ok(ReleaseNotice::Released(_)) => {}
+                Err(_) => return false,
+            }
+        }
+    });
 
     // Load: workers acquire and release their own resource in a loop, through both stores,
     // and record each token, each failure, and the time of their last success.
@@ -257,6 +269,12 @@ async fn service_stops_while_postgres_is_down_and_resumes_by_itself() {
         );
     }
     eprintln!("releases heard again {:?} after the restart", resumed.elapsed());
+    // Releases during the outage were never announced: a waiter hears so, and asks again.
+    let told = tokio::time::timeout(Duration::from_secs(10), missed).await;
+    assert!(
+        matches!(told, Ok(Ok(true))),
+        "no Missed notice after the listening connection came back: {told:?}"
+    );
 
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_conformance::{owner, ttl};
-use fencelock_core::{AcquireOutcome, FencingToken, Lease, LockStore, ReleaseOutcome, Resource};
+use fencelock_core::{
+    AcquireOutcome, FencingToken, Lease, LockStore, ReleaseNotice, ReleaseOutcome, Resource,
+};
 use tokio::sync::broadcast;
 
 /// One `#[tokio::test]` per many-servers check, each on two store objects from `$two`, an
@@ -166,14 +168,14 @@ pub async fn a_waiter_on_one_server_gets_the_lock_the_other_releases(
 
 /// Waits until `resource` comes out of `feed`; `Err` after `within`.
 pub async fn wait_for_release(
-    feed: &mut broadcast::Receiver<Resource>,
+    feed: &mut broadcast::Receiver<ReleaseNotice>,
     resource: &Resource,
     within: Duration,
 ) -> Result<(), tokio::time::error::Elapsed> {
     tokio::time::timeout(within, async {
         loop {
             match feed.recv().await {
-                Ok(heard) if heard == *resource => return,
+                Ok(ReleaseNotice::Released(heard)) if heard == *resource => return,
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(closed) => panic!("release feed closed: {closed}"),
             }
