@@ -8,13 +8,10 @@ use tokio::sync::broadcast;
 use crate::clock::{Clock, SystemClock};
 use crate::model::{FencingToken, Lease, Owner, Resource, Ttl};
 use crate::store::{
-    AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, ReleaseNotice, ReleaseOutcome,
-    RenewOutcome, Result,
+    AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, ReleaseFeed, ReleaseNotice,
+    ReleaseOutcome, RenewOutcome, Result,
 };
 use crate::table::LockTable;
-
-/// How many release notices a slow listener may fall behind before it is told it lagged.
-pub const RELEASE_FEED_CAPACITY: usize = 1024;
 
 /// A store that keeps leases in this process's memory: nothing survives a restart and
 /// nothing is shared with another process.
@@ -24,7 +21,7 @@ pub struct MemoryStore {
     // section is a few map operations.
     table: Mutex<LockTable>,
     clock: Arc<dyn Clock>,
-    released: broadcast::Sender<ReleaseNotice>,
+    released: ReleaseFeed,
 }
 
 impl MemoryStore {
@@ -38,7 +35,7 @@ impl MemoryStore {
         Self {
             table: Mutex::new(LockTable::default()),
             clock,
-            released: broadcast::channel(RELEASE_FEED_CAPACITY).0,
+            released: ReleaseFeed::new(),
         }
     }
 
@@ -73,8 +70,7 @@ impl LockStore for MemoryStore {
     ) -> Result<ReleaseOutcome> {
         let outcome = self.table().release(self.clock.now(), resource, owner, token);
         if let ReleaseOutcome::Released(_) = outcome {
-            // Nobody listening is fine: the feed only wakes waiters.
-            let _ = self.released.send(ReleaseNotice::Released(resource.clone()));
+            self.released.announce(resource);
         }
         Ok(outcome)
     }

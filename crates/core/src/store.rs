@@ -123,6 +123,44 @@ pub enum ReleaseNotice {
     Missed,
 }
 
+/// Where a store announces releases, for [`LockStore::releases`]: a broadcast that any number
+/// of waiters' dispatchers subscribe to. Nobody listening is fine: the feed only wakes
+/// waiters, who fall back on their holder's expiry.
+#[derive(Debug, Clone)]
+pub struct ReleaseFeed(broadcast::Sender<ReleaseNotice>);
+
+impl ReleaseFeed {
+    /// How many notices a slow listener may fall behind before it is told it lagged (which
+    /// waiters take as [`ReleaseNotice::Missed`]).
+    const CAPACITY: usize = 1024;
+
+    /// A feed with no listener yet.
+    pub fn new() -> Self {
+        Self(broadcast::channel(Self::CAPACITY).0)
+    }
+
+    /// Announces that the lease on `resource` is gone.
+    pub fn announce(&self, resource: &Resource) {
+        let _ = self.0.send(ReleaseNotice::Released(resource.clone()));
+    }
+
+    /// Announces that notices may have been lost.
+    pub fn missed(&self) {
+        let _ = self.0.send(ReleaseNotice::Missed);
+    }
+
+    /// A new listener, hearing what is announced from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<ReleaseNotice> {
+        self.0.subscribe()
+    }
+}
+
+impl Default for ReleaseFeed {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// One page of live leases.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListQuery {

@@ -63,11 +63,10 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
     TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
-use fencelock_core::memory::RELEASE_FEED_CAPACITY;
 use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, Refusal,
-    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
@@ -120,7 +119,7 @@ pub struct EtcdStore {
     client: Client,
     endpoints: Vec<String>,
     options: EtcdOptions,
-    released: broadcast::Sender<ReleaseNotice>,
+    released: ReleaseFeed,
     // Stops watching when the store is dropped.
     _watcher: AbortOnDrop,
 }
@@ -168,7 +167,7 @@ impl EtcdStore {
                 .map_err(|e| unavailable("connect", e))
         })
         .await?;
-        let (released, _) = broadcast::channel(RELEASE_FEED_CAPACITY);
+        let released = ReleaseFeed::new();
         let open = {
             let (client, prefix, feed) = (client.clone(), options.prefix.clone(), released.clone());
             // Where a new watch resumes, so that no deletion between two watches is missed.
@@ -580,7 +579,7 @@ async fn watch(
     client: Client,
     prefix: String,
     deadline: Duration,
-    feed: broadcast::Sender<ReleaseNotice>,
+    feed: ReleaseFeed,
     resume: Arc<AtomicI64>,
 ) -> Result<impl Future<Output = ()> + Send + 'static> {
     const DOING: &str = "watch for releases";
@@ -643,8 +642,7 @@ async fn watch(
                     continue;
                 }
                 match resource_of(&prefix, kv.key()) {
-                    // Nobody listening is fine: the feed only wakes waiters.
-                    Ok(resource) => drop(feed.send(ReleaseNotice::Released(resource))),
+                    Ok(resource) => feed.announce(&resource),
                     Err(e) => tracing::warn!(error = %e, "odd key under the lock prefix"),
                 }
             }

@@ -61,11 +61,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use fencelock_core::memory::RELEASE_FEED_CAPACITY;
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseNotice,
-    ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
 use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
@@ -290,7 +289,7 @@ pub struct PostgresStore {
     pool: Pool,
     options: PostgresOptions,
     address: String,
-    released: broadcast::Sender<ReleaseNotice>,
+    released: ReleaseFeed,
     // Stops listening when the store is dropped.
     _listener: AbortOnDrop,
 }
@@ -336,7 +335,7 @@ impl PostgresStore {
         let deadline = options.call_deadline();
         within(deadline, STORE, "migrate the schema", migrate(&pool)).await?;
 
-        let (released, _) = broadcast::channel(RELEASE_FEED_CAPACITY);
+        let released = ReleaseFeed::new();
         let feed = released.clone();
         let open = move || listen(config.clone(), deadline, feed.clone());
         // Only answer once LISTEN is in place, so that no release after this is missed.
@@ -598,7 +597,7 @@ const HEARTBEAT: Duration = Duration::from_secs(5);
 async fn listen(
     config: tokio_postgres::Config,
     deadline: Duration,
-    feed: broadcast::Sender<ReleaseNotice>,
+    feed: ReleaseFeed,
 ) -> Result<impl Future<Output = ()> + Send + 'static> {
     const DOING: &str = "listen for releases";
     let (client, connection) = within(deadline, STORE, DOING, async {
@@ -634,10 +633,8 @@ async fn listen(
 /// Drives the listening connection, passing the resource of each release notice to `feed`,
 /// until the connection ends. Notices only come out of a connection driven by
 /// `poll_message`: driving it as a plain future would drop them.
-async fn pass_notices<S, T>(
-    mut connection: tokio_postgres::Connection<S, T>,
-    feed: broadcast::Sender<ReleaseNotice>,
-) where
+async fn pass_notices<S, T>(mut connection: tokio_postgres::Connection<S, T>, feed: ReleaseFeed)
+where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -645,8 +642,7 @@ async fn pass_notices<S, T>(
         match message {
             Ok(AsyncMessage::Notification(note)) if note.channel() == CHANNEL => {
                 match Resource::new(note.payload()) {
-                    // Nobody listening is fine: the feed only wakes waiters.
-                    Ok(resource) => drop(feed.send(ReleaseNotice::Released(resource))),
+                    Ok(resource) => feed.announce(&resource),
                     Err(e) => tracing::warn!(payload = note.payload(), error = %e, "odd release notice"),
                 }
             }

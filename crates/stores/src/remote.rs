@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use fencelock_core::store::Result;
-use fencelock_core::{ReleaseNotice, StoreError};
-use tokio::sync::broadcast;
+use fencelock_core::{ReleaseFeed, StoreError};
 use tokio::task::JoinHandle;
 
 /// Runs `call`, or gives up with [`StoreError::Unavailable`] after `deadline`, so that no
@@ -41,7 +40,7 @@ pub(crate) fn keep_subscribed<S, O, F>(
     what: &'static str,
     first: S,
     mut open: O,
-    feed: broadcast::Sender<ReleaseNotice>,
+    feed: ReleaseFeed,
 ) -> AbortOnDrop
 where
     S: Future<Output = ()> + Send + 'static,
@@ -57,8 +56,7 @@ where
                 tokio::time::sleep(backoff).await;
                 match open().await {
                     Ok(next) => {
-                        // Nobody listening is fine: the feed only wakes waiters.
-                        let _ = feed.send(ReleaseNotice::Missed);
+                        feed.missed();
                         break next;
                     }
                     Err(e) => {

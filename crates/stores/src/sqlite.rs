@@ -28,12 +28,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::memory::RELEASE_FEED_CAPACITY;
 use fencelock_core::store::Result;
 use fencelock_core::table::Dirty;
 use fencelock_core::{
     AcquireOutcome, Capabilities, Clock, FencingToken, Lease, LeasePage, ListQuery, LockStore, LockTable,
-    Owner, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, SystemClock, Timestamp, Ttl,
+    Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, SystemClock,
+    Timestamp, Ttl,
 };
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -77,7 +77,7 @@ pub struct SqliteStore {
     /// Becomes `true` when the writer has closed the file.
     closed: watch::Receiver<bool>,
     writer: Option<JoinHandle<()>>,
-    released: broadcast::Sender<ReleaseNotice>,
+    released: ReleaseFeed,
     counters: Arc<Counters>,
     path: PathBuf,
 }
@@ -160,7 +160,7 @@ impl SqliteStore {
             queue: Some(queue),
             closed,
             writer: Some(writer),
-            released: broadcast::channel(RELEASE_FEED_CAPACITY).0,
+            released: ReleaseFeed::new(),
             counters,
             path,
         })
@@ -272,9 +272,8 @@ impl LockStore for SqliteStore {
             .call(move |table, now| Ok(table.release(now, &r, &o, token)))
             .await?;
         if let ReleaseOutcome::Released(_) = outcome {
-            // Announced only now that the release is durable. Nobody listening is fine: the
-            // feed only wakes waiters.
-            let _ = self.released.send(ReleaseNotice::Released(resource.clone()));
+            // Announced only now that the release is durable.
+            self.released.announce(resource);
         }
         Ok(outcome)
     }
