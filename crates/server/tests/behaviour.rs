@@ -30,23 +30,9 @@ async fn a_hundred_concurrent_acquirers_have_one_winner_over_twenty_rounds_on_th
 
 async fn one_winner_over_twenty_rounds(s: TestServer) {
     for round in 0..20 {
-        let url = format!("{}/locks/race-{round}", s.base);
+        let resource = format!("race-{round}");
         let attempts: Vec<_> = (0..100)
-            .map(|i| {
-                let (client, url) = (s.client.clone(), url.clone());
-                tokio::spawn(async move {
-                    let body = json!({"owner": format!("w{i}"), "ttl_seconds": 60});
-                    client
-                        .post(url)
-                        .json(&body)
-                        .send()
-                        .await
-                        .unwrap()
-                        .json::<Value>()
-                        .await
-                        .unwrap()
-                })
-            })
+            .map(|i| spawn_acquire(&s, &resource, &format!("w{i}"), 0))
             .collect();
         let mut winners = Vec::new();
         for attempt in attempts {
