@@ -110,6 +110,34 @@ fn bad_input_and_an_unreachable_server_are_told_before_the_child_starts() {
 }
 
 #[test]
+fn an_unknown_flag_before_the_command_is_bad_input_and_nothing_is_acquired() {
+    let server = Server::start();
+    let typo = server.run(&["run", "job", "--tll", "30s", "--", "sh", "-c", "echo ran"]);
+    assert_eq!((typo.code, typo.stdout.as_str()), (Some(2), ""), "{typo:?}");
+    assert!(typo.stderr.contains("--tll"), "{typo:?}");
+    // No lease was ever granted: the first one on this fresh server gets the first token.
+    let first = server.run(&["acquire", "job", "--owner", "check", "--ttl", "1s"]);
+    assert_eq!(first.code, Some(0), "{first:?}");
+    assert_eq!(first.json()["fencing_token"], 1, "{first:?}");
+    let released = server.run(&["release", "job", "--owner", "check"]);
+    assert_eq!(released.code, Some(0), "{released:?}");
+
+    // Once the command has started, hyphens are its own, with or without `--`.
+    let dashed = server.run(&["run", "job", "--ttl", "30s", "--", "echo", "-la", "--tll"]);
+    assert_eq!(
+        (dashed.code, dashed.stdout.as_str()),
+        (Some(0), "-la --tll\n"),
+        "{dashed:?}"
+    );
+    let bare = server.run(&["run", "job", "echo", "-la", "--ttl"]);
+    assert_eq!(
+        (bare.code, bare.stdout.as_str()),
+        (Some(0), "-la --ttl\n"),
+        "{bare:?}"
+    );
+}
+
+#[test]
 fn runs_work_straight_on_an_embedded_store() {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite://{}/locks.db", dir.path().display());

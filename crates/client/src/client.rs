@@ -13,7 +13,7 @@ use fencelock_stores::OpenError;
 use futures_util::FutureExt;
 use tokio::time::{Instant, timeout};
 
-use crate::guard::{GuardOptions, InvalidGuardOptions, LeaseGuard, Timing};
+use crate::guard::{GuardOptions, InvalidGuardOptions, LeaseGuard, LostReason, Timing};
 use crate::http::{HttpStore, InvalidServerAddress};
 
 /// The longest wait the client will count: longer waits are this (some ten years), which
@@ -70,6 +70,16 @@ pub enum AcquireError {
     /// The guard options leave no time to renew a lease of this TTL.
     #[error(transparent)]
     Options(#[from] InvalidGuardOptions),
+    /// The lease was granted, but the store refused the renewal that confirms it to the
+    /// guard (sent when the grant came late, e.g. after a wait in line): it expired, was
+    /// deleted, or passed to another owner before the guard could start. Nothing is held.
+    #[error("the lease on {} (fencing token {}) was lost before it could be confirmed: {reason}", lease.resource, lease.token)]
+    LostBeforeConfirmed {
+        /// The lease as granted.
+        lease: Lease,
+        /// What the store's refusal says happened to it.
+        reason: LostReason,
+    },
 }
 
 /// What the client talks to.
@@ -189,6 +199,13 @@ impl Client {
     /// released or dropped. If another owner holds it, waits up to `wait` — first come,
     /// first served — and then answers [`AcquireError::Busy`] with the holder.
     ///
+    /// A grant that comes late (more than a tenth of the TTL after the request was sent) is
+    /// renewed at once, so that the guard counts from now and not from before the wait. If
+    /// the store refuses that renewal, the lease ended before it could be confirmed:
+    /// [`AcquireError::LostBeforeConfirmed`]. If the renewal fails or gets no answer, the
+    /// guard counts from the first send, and starts [lost](LostReason::NotRenewed) if only
+    /// the safety margin, or less, is left of the lease by then.
+    ///
     /// Dropping the future while it waits takes the caller out of line (a server notices the
     /// closed request). A grant already made when the future is dropped is not released: it
     /// ends at its TTL.
@@ -203,7 +220,7 @@ impl Client {
         let sent = Instant::now();
         match self.acquire_lease(resource, owner, ttl, wait).await? {
             AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => {
-                Ok(self.guard(lease, sent, timing).await)
+                self.guard(lease, sent, timing).await
             }
             AcquireOutcome::Held { holder, expires_in } => Err(AcquireError::Busy { holder, expires_in }),
         }
@@ -249,21 +266,30 @@ impl Client {
     }
 
     /// A guard over `lease`, granted by a request sent at `sent`.
-    async fn guard(&self, lease: Lease, sent: Instant, timing: Timing) -> LeaseGuard {
+    async fn guard(&self, lease: Lease, sent: Instant, timing: Timing) -> Result<LeaseGuard, AcquireError> {
+        let store = self.store.clone();
         // After a wait in line, the grant happened somewhere between the send and the
         // answer, and the guard can only count from the send: it would count the whole
         // wait against the lease. Renewing at once anchors it to now instead.
-        if sent.elapsed() > timing.ttl.as_duration() / 10 {
-            let resent = Instant::now();
-            let renewal = self
-                .store
-                .renew(&lease.resource, &lease.owner, timing.ttl, Some(lease.token));
-            if let Ok(Ok(RenewOutcome::Renewed(renewed))) = timeout(timing.request_timeout, renewal).await {
-                return LeaseGuard::start(self.store.clone(), renewed, resent, timing);
-            }
-            // Otherwise the guard starts from the send, and renews (or gives up) at once.
+        if sent.elapsed() <= timing.ttl.as_duration() / 10 {
+            return Ok(LeaseGuard::start(store, lease, sent, timing, None));
         }
-        LeaseGuard::start(self.store.clone(), lease, sent, timing)
+        let resent = Instant::now();
+        let renewal = store.renew(&lease.resource, &lease.owner, timing.ttl, Some(lease.token));
+        let failed = match timeout(timing.request_timeout, renewal).await {
+            Ok(Ok(outcome)) => {
+                // A refusal means the lease is not ours any more (whatever the clock says):
+                // a guard over it would hand out the token of another owner's lock.
+                let renewed = LostReason::of_renewal(outcome)
+                    .map_err(|reason| AcquireError::LostBeforeConfirmed { lease, reason })?;
+                return Ok(LeaseGuard::start(store, renewed, resent, timing, None));
+            }
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => format!("no answer within {:?}", timing.request_timeout),
+        };
+        // The lease may still be ours: the guard counts from the send, and renews (or gives
+        // up) at once.
+        Ok(LeaseGuard::start(store, lease, sent, timing, Some(failed)))
     }
 
     /// The live lease on `resource`, if any.

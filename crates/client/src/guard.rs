@@ -17,7 +17,9 @@
 //! a growing pause. The lease is **lost** as soon as:
 //! - the store answers a renewal with *not found* (it expired or was deleted), *forbidden*
 //!   (another owner holds it) or *conflict* (this owner holds a newer lease); or
-//! - renewals have failed until only the **safety margin** is left before `held_until`.
+//! - renewals have failed until only the **safety margin** is left before `held_until`; or
+//! - the grant (or the renewal that confirmed it after a wait) was answered so late that
+//!   only the safety margin, or less, was left of it: the guard then starts lost.
 //!
 //! The margin (by default a fifth of the TTL) is time for the holder to stop working on the
 //! protected resource before anyone else can be granted the lock, and it absorbs the
@@ -130,6 +132,18 @@ pub enum LeaseState {
     Lost(LostReason),
 }
 
+impl LostReason {
+    /// What the store's answer to a renewal says: the renewed lease, or why it is lost.
+    pub(crate) fn of_renewal(outcome: RenewOutcome) -> Result<Lease, Self> {
+        match outcome {
+            RenewOutcome::Renewed(lease) => Ok(lease),
+            RenewOutcome::NotFound => Err(Self::Gone),
+            RenewOutcome::Forbidden => Err(Self::Taken),
+            RenewOutcome::Conflict => Err(Self::Superseded),
+        }
+    }
+}
+
 impl LeaseState {
     /// The reason, if the lease is lost.
     pub fn lost_reason(&self) -> Option<&LostReason> {
@@ -154,7 +168,7 @@ pub enum LostReason {
     #[error("this owner holds a newer lease on the resource")]
     Superseded,
     /// Renewals failed until only the safety margin was left before the last confirmed
-    /// expiry.
+    /// expiry, or the lease was confirmed so late that no more than that was left of it.
     #[error("the lease could not be renewed in time: {last_error}")]
     NotRenewed {
         /// Why the last renewal failed.
@@ -286,8 +300,19 @@ pub struct LeaseGuard {
 
 impl LeaseGuard {
     /// Starts keeping `lease` alive; `sent` is when the request that granted or last renewed
-    /// it was sent. Must be called within a Tokio runtime.
-    pub(crate) fn start(store: Arc<dyn LockStore>, lease: Lease, sent: Instant, timing: Timing) -> Self {
+    /// it was sent, and `failed_renewal` why a renewal tried since then failed, if one was.
+    /// Must be called within a Tokio runtime.
+    ///
+    /// If the point where the guard gives up (the safety margin before `sent + TTL`) has
+    /// already passed, the guard starts [lost](LostReason::NotRenewed) and never reports
+    /// the lease held.
+    pub(crate) fn start(
+        store: Arc<dyn LockStore>,
+        lease: Lease,
+        sent: Instant,
+        timing: Timing,
+        failed_renewal: Option<String>,
+    ) -> Self {
         let (resource, owner, token) = (lease.resource.clone(), lease.owner.clone(), lease.token);
         let status = Status {
             state: LeaseState::Held,
@@ -303,6 +328,17 @@ impl LeaseGuard {
             status: watch::channel(status).0,
             paused: watch::channel(false).0,
         });
+        // The renewal task would notice this too, but only once it runs: until then the
+        // guard would say Held over a lease that may already be another owner's, and its
+        // holder could start work on the resource.
+        if Instant::now() >= shared.give_up_at() {
+            let last_error = failed_renewal.unwrap_or_else(|| {
+                "the grant was answered too late: only the safety margin, or less, was left of the lease"
+                    .into()
+            });
+            shared.lose(LostReason::NotRenewed { last_error });
+        }
+        // A lost guard's task ends at once.
         let renewal = tokio::spawn(keep_alive(shared.clone(), sent));
         Self {
             shared,
@@ -471,19 +507,17 @@ async fn keep_alive(shared: Arc<Shared>, sent: Instant) {
             .renew(&shared.resource, &shared.owner, timing.ttl, Some(shared.token));
         let limit = timing.request_timeout.min(give_up_at - sent);
         let error = match timeout(limit, renewal).await {
-            Ok(Ok(RenewOutcome::Renewed(lease))) => {
-                shared.renewed(lease, sent);
-                (next, retry, failures) = (sent + timing.renew_every, first_retry, 0);
-                continue;
-            }
-            Ok(Ok(refused)) => {
-                shared.lose(match refused {
-                    RenewOutcome::Forbidden => LostReason::Taken,
-                    RenewOutcome::Conflict => LostReason::Superseded,
-                    RenewOutcome::NotFound | RenewOutcome::Renewed(_) => LostReason::Gone,
-                });
-                return;
-            }
+            Ok(Ok(outcome)) => match LostReason::of_renewal(outcome) {
+                Ok(lease) => {
+                    shared.renewed(lease, sent);
+                    (next, retry, failures) = (sent + timing.renew_every, first_retry, 0);
+                    continue;
+                }
+                Err(reason) => {
+                    shared.lose(reason);
+                    return;
+                }
+            },
             Ok(Err(error)) => error.to_string(),
             Err(_) => format!("no answer within {limit:?}"),
         };
@@ -509,6 +543,30 @@ mod tests {
         let timing = GuardOptions::default().timing(ttl(30_000)).unwrap();
         assert_eq!(timing.renew_every, Duration::from_secs(10));
         assert_eq!(timing.margin, Duration::from_secs(6));
+    }
+
+    #[tokio::test]
+    async fn a_guard_started_past_its_give_up_point_is_lost_at_once() {
+        let store = Arc::new(fencelock_core::MemoryStore::new());
+        let (resource, owner) = ("r".parse().unwrap(), "a".parse().unwrap());
+        let timing = GuardOptions::default().timing(ttl(1_000)).unwrap();
+        let lease = match store.acquire(&resource, &owner, timing.ttl).await.unwrap() {
+            fencelock_core::AcquireOutcome::Granted { lease, .. } => lease,
+            other => panic!("expected a grant, got {other:?}"),
+        };
+        // As if the grant's request had been sent 900 ms ago: past the give-up point at 800.
+        let sent = Instant::now()
+            .checked_sub(Duration::from_millis(900))
+            .expect("the monotonic clock has run that long");
+        let guard = LeaseGuard::start(store, lease, sent, timing, None);
+        assert!(!guard.is_held());
+        assert!(
+            matches!(guard.state(), LeaseState::Lost(LostReason::NotRenewed { .. })),
+            "{:?}",
+            guard.state()
+        );
+        let reason = futures_util::FutureExt::now_or_never(guard.lost()).expect("lost() completes at once");
+        assert!(reason.to_string().contains("answered too late"), "{reason}");
     }
 
     #[test]

@@ -4,13 +4,19 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use common::{TestServer, eventually, owner, resource, take_over, ttl};
 use fencelock_client::{
-    AcquireError, Client, FencingToken, HttpOptions, HttpStore, LeaseState, LockStore, LostReason,
-    ReleaseOutcome, Timestamp, connect, with_lock,
+    AcquireError, AcquireOutcome, Client, FencingToken, GuardOptions, HttpOptions, HttpStore, Lease,
+    LeasePage, LeaseState, ListQuery, LockStore, LostReason, Owner, ReleaseOutcome, RenewOutcome, Resource,
+    StoreError, Timestamp, Ttl, connect, with_lock,
 };
+use fencelock_core::{Capabilities, MemoryStore, ReleaseNotice};
+use futures_util::FutureExt;
+use tokio::sync::broadcast;
 use tokio::time::{Instant, timeout};
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -305,6 +311,177 @@ async fn a_direct_store_client_waits_in_line_too() {
     a.release().await.unwrap();
     let b = waiting.await.unwrap().unwrap();
     assert!(b.token() > a_token);
+}
+
+#[tokio::test]
+async fn a_guard_confirmed_too_late_starts_lost_and_never_reports_held() {
+    // Renewals fail, so the grant's send is all the guard can count from; with a margin this
+    // wide, a grant answered 200 ms late leaves less than the margin of a 1 s lease.
+    let store = Arc::new(LateGrants::new(
+        Duration::from_millis(200),
+        Meanwhile::RenewalsFail,
+    ));
+    let options = GuardOptions {
+        renew_every: Some(Duration::from_millis(100)),
+        safety_margin: Some(Duration::from_millis(850)),
+        ..GuardOptions::default()
+    };
+    let client = Client::from_store(store.clone()).with_guard_options(options);
+    let r = resource("late");
+    let guard = client.try_acquire(&r, &owner("a"), ttl(1_000)).await.unwrap();
+    assert!(!guard.is_held());
+    match guard.state() {
+        LeaseState::Lost(LostReason::NotRenewed { last_error }) => {
+            assert!(last_error.contains("renewals are down"), "{last_error}")
+        }
+        other => panic!("expected lost, got {other:?}"),
+    }
+    let reason = guard.lost().now_or_never().expect("lost() completes at once");
+    assert!(matches!(reason, LostReason::NotRenewed { .. }), "{reason}");
+    // The lease may still be the guard's: releasing it gives it back.
+    assert!(matches!(
+        guard.release().await.unwrap(),
+        ReleaseOutcome::Released(_)
+    ));
+    assert_eq!(store.inner.get(&r).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_lease_lost_before_the_renewal_that_confirms_it_is_an_acquire_error() {
+    let (a, b) = (owner("a"), owner("b"));
+    for (meanwhile, expected) in [
+        (Meanwhile::Deleted, LostReason::Gone),
+        (Meanwhile::TakenBy(b.clone()), LostReason::Taken),
+    ] {
+        // Late enough that the client renews at once to anchor the guard.
+        let store = Arc::new(LateGrants::new(Duration::from_millis(150), meanwhile));
+        let client = Client::from_store(store.clone());
+        let r = resource("lost-in-transit");
+        let error = match client.try_acquire(&r, &a, ttl(1_000)).await {
+            Err(error) => error,
+            Ok(guard) => panic!("a guard over a lost lease: {:?}", guard.state()),
+        };
+        assert!(
+            error.to_string().contains("lost before it could be confirmed"),
+            "{error}"
+        );
+        let AcquireError::LostBeforeConfirmed { lease, reason } = error else {
+            panic!("expected lost before confirmed, got {error:?}");
+        };
+        assert_eq!((&lease.owner, &reason), (&a, &expected));
+        // The lock is as the store left it: free, or the other owner's newer lease.
+        let live = store.inner.get(&r).await.unwrap();
+        match expected {
+            LostReason::Taken => {
+                let live = live.expect("b holds it");
+                assert_eq!(live.owner, b);
+                assert!(live.token > lease.token);
+            }
+            _ => assert_eq!(live, None),
+        }
+    }
+}
+
+/// What happens to a lease while its grant is on the way to the client.
+#[derive(Debug, Clone)]
+enum Meanwhile {
+    /// It is deleted by force.
+    Deleted,
+    /// It is deleted by force and this owner acquires the resource.
+    TakenBy(Owner),
+    /// Nothing, but the store stops answering renewals.
+    RenewalsFail,
+}
+
+/// A test double: a [`MemoryStore`] whose grants reach the client `late_by` late (as after
+/// a slow network), with [`Meanwhile`] happening in between. The rules, and so the refusals,
+/// are the memory store's own; only the timing and the interference are staged.
+#[derive(Debug)]
+struct LateGrants {
+    inner: MemoryStore,
+    late_by: Duration,
+    meanwhile: Meanwhile,
+}
+
+impl LateGrants {
+    fn new(late_by: Duration, meanwhile: Meanwhile) -> Self {
+        Self {
+            inner: MemoryStore::new(),
+            late_by,
+            meanwhile,
+        }
+    }
+}
+
+#[async_trait]
+impl LockStore for LateGrants {
+    async fn acquire(&self, r: &Resource, o: &Owner, t: Ttl) -> Result<AcquireOutcome, StoreError> {
+        let outcome = self.inner.acquire(r, o, t).await?;
+        if matches!(outcome, AcquireOutcome::Granted { .. }) {
+            match &self.meanwhile {
+                Meanwhile::Deleted => {
+                    self.inner.release(r, o, None).await?;
+                }
+                Meanwhile::TakenBy(other) => {
+                    self.inner.release(r, o, None).await?;
+                    self.inner.acquire(r, other, ttl(60_000)).await?;
+                }
+                Meanwhile::RenewalsFail => {}
+            }
+        }
+        // The answer's delay on the way, not a wait for some state.
+        tokio::time::sleep(self.late_by).await;
+        Ok(outcome)
+    }
+
+    async fn get(&self, r: &Resource) -> Result<Option<Lease>, StoreError> {
+        self.inner.get(r).await
+    }
+
+    async fn release(
+        &self,
+        r: &Resource,
+        o: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        self.inner.release(r, o, token).await
+    }
+
+    async fn renew(
+        &self,
+        r: &Resource,
+        o: &Owner,
+        t: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome, StoreError> {
+        match self.meanwhile {
+            Meanwhile::RenewalsFail => Err(StoreError::Unavailable {
+                message: "renewals are down".into(),
+                source: None,
+            }),
+            _ => self.inner.renew(r, o, t, token).await,
+        }
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage, StoreError> {
+        self.inner.list(query).await
+    }
+
+    async fn purge_expired(&self) -> Result<Vec<Lease>, StoreError> {
+        self.inner.purge_expired().await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.ping().await
+    }
+
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
+        self.inner.releases()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
 }
 
 /// Polls the server's metrics until `n` acquires wait in line.

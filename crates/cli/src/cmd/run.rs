@@ -2,7 +2,9 @@
 //! while holding a lease on RESOURCE, and makes sure CMD does not outlive the lease.
 //!
 //! 1. Acquire (waiting as long as `--wait`, forever by default; a spinner on a terminal
-//!    says who holds the lock). Busy → exit 75, CMD does not run.
+//!    says who holds the lock). Busy → exit 75, CMD does not run. A lease lost before it
+//!    could be confirmed (the store refused the renewal after a long wait, or too little of
+//!    it was left) → exit 124, CMD does not run.
 //! 2. Start CMD in a process group of its own, with `FENCELOCK_TOKEN`,
 //!    `FENCELOCK_RESOURCE` and `FENCELOCK_EXPIRES_AT` (the first expiry, RFC 3339).
 //! 3. While CMD runs: renew every third of the TTL; forward SIGINT, SIGTERM and SIGHUP to
@@ -68,13 +70,10 @@ pub struct Args {
     grace: Option<Duration>,
     #[command(flatten)]
     target: Target,
-    /// The command to run, and its arguments (after `--`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    /// The command to run, and its arguments (after `--`). Everything from CMD on is CMD's,
+    /// hyphens included; before it, an unknown flag (a typo such as `--tll`) is bad input,
+    /// not a program to run.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
 
@@ -175,17 +174,22 @@ async fn run_command(args: Args) -> Result<u8, Failure> {
                 return Ok(exit::BUSY);
             }
             Err(AcquireError::Store(error)) => return Err(error.into()),
+            Err(lost @ AcquireError::LostBeforeConfirmed { .. }) => {
+                eprintln!("fencelock run: not running: {lost}");
+                return Ok(exit::LOST);
+            }
             Err(other) => return Err(Failure::bad_input(other.to_string())),
         },
         received = signals.recv() => return Ok(128 + received as u8),
     };
     let (mut child, group) = match start(&args.command, &guard) {
         Ok(Some(started)) => started,
-        Ok(None) => return Ok(exit::LOST),
+        Ok(None) => {
+            give_back(guard).await;
+            return Ok(exit::LOST);
+        }
         Err(failure) => {
-            // Give the lock back before exiting: a release left to the guard's drop would
-            // not get out before the process ends.
-            let _ = timeout(Duration::from_secs(1), guard.release()).await;
+            give_back(guard).await;
             return Err(failure);
         }
     };
@@ -213,8 +217,8 @@ fn start(command: &[OsString], guard: &LeaseGuard) -> Result<Option<(Child, Grou
     let (program, arguments) = command
         .split_first()
         .ok_or_else(|| Failure::bad_input("no CMD given"))?;
-    if !guard.is_held() {
-        eprintln!("fencelock run: the lease was lost before CMD could start");
+    if let Some(reason) = guard.state().lost_reason() {
+        eprintln!("fencelock run: the lease was lost before CMD could start ({reason})");
         return Ok(None);
     }
     let spawned = Command::new(program)
@@ -271,8 +275,15 @@ async fn stop_on_loss(
     // a newer lease is never touched). Otherwise the store already said it is not ours, and
     // dropping the guard sends nothing.
     if matches!(reason, LostReason::NotRenewed { .. }) {
-        let _ = timeout(Duration::from_secs(1), guard.release()).await;
+        give_back(guard).await;
     }
+}
+
+/// Releases the lease before `run` exits without waiting for CMD to end: a release left to
+/// the guard's drop would not get out before the process ends. It carries the token, so it
+/// never frees a newer lease (a lease lost only for want of a renewal may still be ours).
+async fn give_back(guard: LeaseGuard) {
+    let _ = timeout(Duration::from_secs(1), guard.release()).await;
 }
 
 /// CMD ended: stop what it left in its group, then release.
