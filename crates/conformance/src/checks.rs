@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, FencingToken, Lease, ListQuery, ReleaseNotice, ReleaseOutcome, RenewOutcome,
+    AcquireOutcome, FencingToken, Lease, ListQuery, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource,
 };
 
 use crate::{Harness, owner, ttl};
@@ -25,7 +25,13 @@ async fn grant(h: &Harness, resource: &str, who: &str, ttl: fencelock_core::Ttl)
 /// Asserts `outcome` released `lease` (and says which, where the store can tell).
 fn assert_released(h: &Harness, outcome: ReleaseOutcome, lease: &Lease) {
     match outcome {
-        ReleaseOutcome::Released(Some(released)) => assert_eq!(&released, lease),
+        ReleaseOutcome::Released(Some(ended)) => {
+            assert_eq!(&ended.lease, lease);
+            assert!(
+                lease.acquired_at <= ended.ended_at && ended.ended_at <= lease.expires_at,
+                "a live lease ends between its grant and its expiry: {ended:?}"
+            );
+        }
         ReleaseOutcome::Released(None) => assert!(
             !h.capabilities().knows_released_lease,
             "the store did not say which lease it released"
@@ -431,17 +437,58 @@ pub async fn releases_are_announced(h: &Harness) {
         .release(&lease.resource, &lease.owner, None)
         .await
         .unwrap();
-    let heard = tokio::time::timeout(Duration::from_secs(10), async {
+    assert!(
+        announced(&mut feed, &lease.resource).await,
+        "release of {} was not announced",
+        lease.resource
+    );
+}
+
+/// A renewal or an extension that shortens a lease is announced on the store's feed (where
+/// the store has one): waiters timed to the old expiry must ask again.
+pub async fn shortened_leases_are_announced(h: &Harness) {
+    let Some(mut feed) = h.store.releases() else {
+        return;
+    };
+    let lease = grant(h, "shortened", "o", h.long_ttl()).await;
+    let renewed = h
+        .store
+        .renew(&lease.resource, &lease.owner, h.short_ttl(), None)
+        .await
+        .unwrap();
+    assert!(matches!(renewed, RenewOutcome::Renewed(_)), "{renewed:?}");
+    assert!(
+        announced(&mut feed, &lease.resource).await,
+        "a shortening renewal of {} was not announced",
+        lease.resource
+    );
+    let lease = grant(h, "shortened-by-extension", "o", h.long_ttl()).await;
+    let extended = h
+        .store
+        .acquire(&lease.resource, &lease.owner, h.short_ttl())
+        .await
+        .unwrap();
+    assert!(matches!(extended, AcquireOutcome::Extended(_)), "{extended:?}");
+    assert!(
+        announced(&mut feed, &lease.resource).await,
+        "a shortening extension of {} was not announced",
+        lease.resource
+    );
+}
+
+/// Whether `resource` is announced on `feed` within a few seconds.
+async fn announced(feed: &mut tokio::sync::broadcast::Receiver<ReleaseNotice>, resource: &Resource) -> bool {
+    tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             match feed.recv().await {
-                Ok(ReleaseNotice::Released(resource)) if resource == lease.resource => return,
+                Ok(ReleaseNotice::Freed(heard)) if heard == *resource => return,
                 Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Err(closed) => panic!("release feed closed: {closed}"),
             }
         }
     })
-    .await;
-    assert!(heard.is_ok(), "release of {} was not announced", lease.resource);
+    .await
+    .is_ok()
 }
 
 /// The store answers a readiness check.

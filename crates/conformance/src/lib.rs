@@ -196,6 +196,7 @@ macro_rules! suite {
             purge_forgets_only_expired_leases,
             names_are_stored_as_given,
             releases_are_announced,
+            shortened_leases_are_announced,
             ping_answers
         );
     };

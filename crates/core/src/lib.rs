@@ -25,8 +25,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use memory::MemoryStore;
 pub use model::{FencingToken, InvalidName, InvalidTtl, Lease, Owner, Resource, Timestamp, Ttl};
 pub use store::{
-    AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, Refusal, ReleaseFeed, ReleaseNotice,
-    ReleaseOutcome, RenewOutcome, StoreError,
+    AcquireOutcome, Capabilities, EndedLease, LeasePage, ListQuery, LockStore, Refusal, ReleaseFeed,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError,
 };
 pub use table::LockTable;
 pub use wait::Waiters;

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::clock::{Clock, SystemClock};
-use crate::model::{FencingToken, Lease, Owner, Resource, Ttl};
+use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
 use crate::store::{
     AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, ReleaseFeed, ReleaseNotice,
     ReleaseOutcome, RenewOutcome, Result,
@@ -44,6 +44,19 @@ impl MemoryStore {
         // of LockTable changes it in one step. So a poisoned lock is still safe to use.
         self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// Applies `op` to the table at the clock's time, then announces what it freed.
+    fn apply<T>(&self, op: impl FnOnce(&mut LockTable, Timestamp) -> T) -> T {
+        let (answer, freed) = {
+            let mut table = self.table();
+            let answer = op(&mut table, self.clock.now());
+            (answer, table.take_freed())
+        };
+        for resource in &freed {
+            self.released.announce(resource);
+        }
+        answer
+    }
 }
 
 impl Default for MemoryStore {
@@ -55,7 +68,7 @@ impl Default for MemoryStore {
 #[async_trait]
 impl LockStore for MemoryStore {
     async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
-        self.table().acquire(self.clock.now(), resource, owner, ttl)
+        self.apply(|table, now| table.acquire(now, resource, owner, ttl))
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
@@ -68,11 +81,7 @@ impl LockStore for MemoryStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        let outcome = self.table().release(self.clock.now(), resource, owner, token);
-        if let ReleaseOutcome::Released(_) = outcome {
-            self.released.announce(resource);
-        }
-        Ok(outcome)
+        Ok(self.apply(|table, now| table.release(now, resource, owner, token)))
     }
 
     async fn renew(
@@ -82,7 +91,7 @@ impl LockStore for MemoryStore {
         ttl: Ttl,
         token: Option<FencingToken>,
     ) -> Result<RenewOutcome> {
-        Ok(self.table().renew(self.clock.now(), resource, owner, ttl, token))
+        Ok(self.apply(|table, now| table.renew(now, resource, owner, ttl, token)))
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
@@ -90,7 +99,7 @@ impl LockStore for MemoryStore {
     }
 
     async fn purge_expired(&self) -> Result<Vec<Lease>> {
-        Ok(self.table().purge_expired(self.clock.now()))
+        Ok(self.apply(|table, now| table.purge_expired(now)))
     }
 
     async fn ping(&self) -> Result<()> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-use crate::model::{FencingToken, Lease, Owner, Resource, Ttl};
+use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
 
 /// A store's result.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -37,16 +37,33 @@ pub enum AcquireOutcome {
 /// What a release did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseOutcome {
-    /// The caller's live lease is gone. With what it was, where the store can tell (every
-    /// store can; a client of a server cannot, as the API answers 204 with no body: see
-    /// [`Capabilities::knows_released_lease`]).
-    Released(Option<Lease>),
+    /// The caller's live lease is gone. With what it was and when it ended, where the store
+    /// can tell (every store can; a client of a server cannot, as the API answers 204 with no
+    /// body: see [`Capabilities::knows_released_lease`]).
+    Released(Option<EndedLease>),
     /// No live lease on the resource (absent or expired), whatever the token.
     NotFound,
     /// A live lease of another owner, whatever the token.
     Forbidden,
     /// The caller's live lease has another token than the one given: nothing changed.
     Conflict,
+}
+
+/// A lease a release ended, and when, by the clock of the store that ended it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedLease {
+    /// The lease as it was until it ended.
+    pub lease: Lease,
+    /// When it ended, by the store's clock (so that `ended_at - acquired_at` is how long it
+    /// was held, whatever the server's own clock says).
+    pub ended_at: Timestamp,
+}
+
+impl EndedLease {
+    /// How long the lease was held, by the store's clock.
+    pub fn held_for(&self) -> Duration {
+        self.ended_at.since(self.lease.acquired_at)
+    }
 }
 
 /// What a renew did.
@@ -116,8 +133,10 @@ impl From<Refusal> for RenewOutcome {
 /// A notice on a store's release feed ([`LockStore::releases`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseNotice {
-    /// The lease on this resource was released (or, on some stores, removed by expiry).
-    Released(Resource),
+    /// The lock on this resource may be free sooner than its waiters were told: its lease
+    /// was released, purged after its expiry, or renewed or extended to end earlier than it
+    /// did. Waiters ask the store again.
+    Freed(Resource),
     /// Notices may have been lost — the store lost its subscription to the releases of other
     /// servers and renewed it — so any resource may have been released meanwhile.
     Missed,
@@ -139,9 +158,9 @@ impl ReleaseFeed {
         Self(broadcast::channel(Self::CAPACITY).0)
     }
 
-    /// Announces that the lease on `resource` is gone.
+    /// Announces that the lock on `resource` may be free sooner than its waiters think.
     pub fn announce(&self, resource: &Resource) {
-        let _ = self.0.send(ReleaseNotice::Released(resource.clone()));
+        let _ = self.0.send(ReleaseNotice::Freed(resource.clone()));
     }
 
     /// Announces that notices may have been lost.
@@ -282,10 +301,14 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// Answers if the store can serve requests (for readiness checks).
     async fn ping(&self) -> Result<()>;
 
-    /// A feed of resources whose lease was released, from any server sharing the store, so
-    /// waiters can be woken without polling; [`ReleaseNotice::Missed`] when notices may have
-    /// been lost. `None` if the store cannot tell (waiters then rely on the expiry of the
-    /// lease they wait for).
+    /// A feed of resources whose lock may have become free sooner than waiters were told —
+    /// released, purged, or renewed or extended to a shorter lease — from any server sharing
+    /// the store, so waiters can be woken without polling; [`ReleaseNotice::Missed`] when
+    /// notices may have been lost. `None` if the store cannot tell (waiters then rely on the
+    /// expiry of the lease they wait for).
+    ///
+    /// A store announces every such change once it is committed, even when the caller that
+    /// made it has gone away meanwhile (its future dropped).
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>>;
 
     /// How this store differs from the others by nature.

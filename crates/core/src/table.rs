@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
 use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
-use crate::store::{AcquireOutcome, LeasePage, ListQuery, Refusal, ReleaseOutcome, RenewOutcome, StoreError};
+use crate::store::{
+    AcquireOutcome, EndedLease, LeasePage, ListQuery, Refusal, ReleaseOutcome, RenewOutcome, StoreError,
+};
 
 /// Leases by resource, and the last fencing token issued.
 #[derive(Debug, Default)]
@@ -16,6 +18,9 @@ pub struct LockTable {
     leases: BTreeMap<Resource, Lease>,
     last_token: u64,
     journal: Option<Journal>,
+    /// Resources whose lock may be free sooner than their waiters were told, not yet taken
+    /// by [`LockTable::take_freed`].
+    freed: Vec<Resource>,
 }
 
 /// What a batch changed, kept until it is committed or undone.
@@ -23,6 +28,7 @@ pub struct LockTable {
 struct Journal {
     last_token: u64,
     before: HashMap<Resource, Option<Lease>>,
+    freed: usize,
 }
 
 /// A resource a committed batch changed, with the lease it has now (`None`: no row).
@@ -38,7 +44,16 @@ impl LockTable {
             leases,
             last_token: last_token.max(highest),
             journal: None,
+            freed: Vec::new(),
         }
+    }
+
+    /// The resources whose lock may have become free sooner than their waiters were told
+    /// since the last call: released, purged, or renewed or extended to end earlier than
+    /// before. A store announces these on its release feed once they are committed, so that
+    /// waiters ask again instead of sleeping until an expiry that no longer holds.
+    pub fn take_freed(&mut self) -> Vec<Resource> {
+        std::mem::take(&mut self.freed)
     }
 
     /// The last fencing token issued (0 if none yet).
@@ -58,6 +73,9 @@ impl LockTable {
         let current = self.leases.get(resource);
         let outcome = match current {
             Some(lease) if lease.is_live(now) && lease.owner == *owner => {
+                if expires_at < lease.expires_at {
+                    self.freed.push(resource.clone());
+                }
                 let lease = Lease {
                     acquired_at: now,
                     expires_at,
@@ -108,7 +126,8 @@ impl LockTable {
             Ok(lease) => {
                 let lease = lease.clone();
                 self.set(resource, None);
-                ReleaseOutcome::Released(Some(lease))
+                self.freed.push(resource.clone());
+                ReleaseOutcome::Released(Some(EndedLease { lease, ended_at: now }))
             }
         }
     }
@@ -129,7 +148,11 @@ impl LockTable {
                     expires_at: now.plus(ttl),
                     ..lease.clone()
                 };
-                self.set(resource, Some(lease.clone()));
+                if let Some(Lease { expires_at, .. }) = self.set(resource, Some(lease.clone()))
+                    && lease.expires_at < expires_at
+                {
+                    self.freed.push(resource.clone());
+                }
                 RenewOutcome::Renewed(lease)
             }
         }
@@ -169,6 +192,7 @@ impl LockTable {
             .collect();
         for lease in &expired {
             self.set(&lease.resource, None);
+            self.freed.push(lease.resource.clone());
         }
         expired
     }
@@ -178,6 +202,7 @@ impl LockTable {
         self.journal = Some(Journal {
             last_token: self.last_token,
             before: HashMap::new(),
+            freed: self.freed.len(),
         });
     }
 
@@ -204,12 +229,13 @@ impl LockTable {
         dirty
     }
 
-    /// Undoes every change since [`LockTable::begin`], tokens included.
+    /// Undoes every change since [`LockTable::begin`], tokens and freed resources included.
     pub fn rollback(&mut self) {
         let Some(journal) = self.journal.take() else {
             return;
         };
         self.last_token = journal.last_token;
+        self.freed.truncate(journal.freed);
         for (resource, before) in journal.before {
             match before {
                 Some(lease) => self.leases.insert(resource, lease),
@@ -239,7 +265,8 @@ impl LockTable {
         Ok(FencingToken(next))
     }
 
-    fn set(&mut self, resource: &Resource, lease: Option<Lease>) {
+    /// Sets the lease on `resource` (journalled) and returns the one it replaced.
+    fn set(&mut self, resource: &Resource, lease: Option<Lease>) -> Option<Lease> {
         if let Some(journal) = &mut self.journal {
             journal
                 .before
@@ -249,7 +276,7 @@ impl LockTable {
         match lease {
             Some(lease) => self.leases.insert(resource.clone(), lease),
             None => self.leases.remove(resource),
-        };
+        }
     }
 }
 
@@ -411,6 +438,54 @@ mod tests {
         assert!(table.changes().is_empty());
         assert!(table.commit().is_empty());
         assert_eq!(state(&table), before);
+    }
+
+    #[test]
+    fn releases_purges_and_shortenings_are_freed_lengthenings_and_refusals_are_not() {
+        let mut table = table();
+        table.take_freed();
+        let now = at(1);
+        table.renew(now, &r("held"), &o("a"), ms(20_000), None);
+        table.acquire(now, &r("held"), &o("a"), ms(30_000)).unwrap();
+        table.acquire(now, &r("held"), &o("x"), ms(5)).unwrap();
+        table.release(now, &r("held"), &o("x"), None);
+        assert_eq!(table.take_freed(), Vec::<Resource>::new(), "longer, or refused");
+        table.renew(now, &r("held"), &o("a"), ms(300), None);
+        table.acquire(now, &r("held"), &o("a"), ms(100)).unwrap();
+        assert_eq!(table.take_freed(), [r("held"), r("held")], "shortened twice");
+        table.acquire(now, &r("new"), &o("d"), ms(500)).unwrap();
+        table.release(now, &r("new"), &o("d"), None);
+        table.purge_expired(at(1_000));
+        assert_eq!(table.take_freed(), [r("new"), r("held"), r("stale")]);
+        assert_eq!(table.take_freed(), Vec::<Resource>::new(), "taken once");
+    }
+
+    #[test]
+    fn rollback_forgets_what_the_undone_batch_freed() {
+        let mut table = table();
+        table.take_freed();
+        table.acquire(at(1), &r("extra"), &o("z"), ms(50)).unwrap();
+        table.release(at(1), &r("extra"), &o("z"), None);
+        table.begin();
+        change_everything(&mut table);
+        table.rollback();
+        assert_eq!(
+            table.take_freed(),
+            [r("extra")],
+            "only what came before the batch"
+        );
+    }
+
+    #[test]
+    fn a_release_says_when_the_lease_ended() {
+        let mut table = table();
+        let outcome = table.release(at(250), &r("held"), &o("a"), None);
+        let ReleaseOutcome::Released(Some(ended)) = outcome else {
+            panic!("expected a release, got {outcome:?}");
+        };
+        assert_eq!(ended.ended_at, at(250));
+        assert_eq!(ended.held_for(), std::time::Duration::from_millis(250));
+        assert_eq!(ended.lease.token, FencingToken(1));
     }
 
     #[test]

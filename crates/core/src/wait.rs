@@ -3,11 +3,17 @@
 //! Each resource with waiters has a queue. Only the head of the queue asks the store; the
 //! others wait their turn. The head sleeps until the holder's lease ends (a timer set from
 //! the store's answer) or until the store reports a release of that resource, whichever
-//! comes first — there is no polling loop. When the head leaves (granted, timed out, or its
-//! caller went away), the next waiter becomes head and asks at once.
+//! comes first — there is no polling loop. The store's feed also reports a lease renewed or
+//! extended to end sooner, and a lease purged after its expiry, so the head never sleeps
+//! through a lock that became free. When the head leaves (granted, timed out, or its caller
+//! went away), the next waiter becomes head and asks at once.
+//!
+//! A waiter holds its caller's connection for as long as it waits, so the number of waiters
+//! is bounded ([`Waiters::with_limit`]): past the bound, an acquire is one try, answered at
+//! once, and renewals and releases never queue behind waiters.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -15,7 +21,7 @@ use tokio::sync::{Notify, broadcast};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{Owner, Resource, Timestamp, Ttl};
+use crate::model::{Owner, Resource, Ttl};
 use crate::store::{AcquireOutcome, LockStore, ReleaseNotice, Result};
 
 /// Acquires through a store, waiting in line when the lock is busy.
@@ -30,6 +36,10 @@ struct Inner {
     // Held only for a few queue operations, never across an `.await`.
     queues: Mutex<HashMap<Resource, VecDeque<Place>>>,
     next_id: AtomicU64,
+    /// How many callers wait now, over all resources.
+    waiting: AtomicUsize,
+    /// The most callers that may wait at once.
+    limit: usize,
     shutdown: CancellationToken,
 }
 
@@ -40,13 +50,22 @@ struct Place {
 }
 
 impl Waiters {
-    /// Waiters over `store`. Must be called within a Tokio runtime: it starts a task that
-    /// wakes waiters when the store reports a release.
+    /// Waiters over `store`, as many as come. Must be called within a Tokio runtime: it
+    /// starts a task that wakes waiters when the store reports a release.
     pub fn new(store: Arc<dyn LockStore>) -> Self {
+        Self::with_limit(store, usize::MAX)
+    }
+
+    /// Waiters over `store`, at most `limit` at once: an acquire that finds `limit` callers
+    /// waiting makes one try and answers at once (a server keeps its waiters below its
+    /// connection limit this way, so that holders can always renew and release).
+    pub fn with_limit(store: Arc<dyn LockStore>, limit: usize) -> Self {
         let inner = Arc::new(Inner {
             store,
             queues: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
+            limit,
             shutdown: CancellationToken::new(),
         });
         if let Some(releases) = inner.store.releases() {
@@ -62,7 +81,12 @@ impl Waiters {
 
     /// How many callers are waiting now, over all resources.
     pub fn waiting(&self) -> usize {
-        self.inner.queues().values().map(VecDeque::len).sum()
+        self.inner.waiting.load(Ordering::Relaxed)
+    }
+
+    /// The most callers that may wait at once.
+    pub fn limit(&self) -> usize {
+        self.inner.limit
     }
 
     /// Makes every waiting acquire answer now, as if its wait had run out, and every later
@@ -74,8 +98,9 @@ impl Waiters {
     /// Acquires `resource` for `owner`; if another owner holds it, waits up to `wait` in
     /// first-come first-served order among the waiters of this [`Waiters`].
     ///
-    /// With `wait` zero this is one try and does not queue: a try may take a lock that was
-    /// freed an instant before the head of the queue asked for it.
+    /// With `wait` zero, or with as many callers waiting as the limit allows, this is one
+    /// try and does not queue: a try may take a lock that was freed an instant before the
+    /// head of the queue asked for it.
     pub async fn acquire(
         &self,
         resource: &Resource,
@@ -83,21 +108,41 @@ impl Waiters {
         ttl: Ttl,
         wait: Duration,
     ) -> Result<AcquireOutcome> {
+        self.acquire_unless(resource, owner, ttl, wait, &CancellationToken::new())
+            .await
+    }
+
+    /// [`acquire`](Self::acquire), which stops waiting when `gone` is cancelled (its caller
+    /// went away) as if its wait had run out. Unlike dropping the future, cancelling never
+    /// interrupts a call to the store: the outcome of a call under way is returned, so that
+    /// a grant made meanwhile can be logged and given back.
+    pub async fn acquire_unless(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        wait: Duration,
+        gone: &CancellationToken,
+    ) -> Result<AcquireOutcome> {
         let store = &self.inner.store;
-        if wait.is_zero() || self.inner.shutdown.is_cancelled() {
+        let stop = || self.inner.shutdown.is_cancelled() || gone.is_cancelled();
+        if wait.is_zero() || stop() {
             return store.acquire(resource, owner, ttl).await;
         }
+        let Some(place) = InLine::join(&self.inner, resource) else {
+            return store.acquire(resource, owner, ttl).await;
+        };
         // A wait too long to add to the clock (centuries) is as good as forever; a year will do.
         const FOREVER: Duration = Duration::from_secs(365 * 86_400);
         let now = Instant::now();
         let deadline = now.checked_add(wait).unwrap_or(now + FOREVER);
-        let place = InLine::join(&self.inner, resource);
         loop {
             if !place.is_head() {
                 tokio::select! {
                     () = place.wake.notified() => continue,
                     () = sleep_until(deadline) => break,
                     () = self.inner.shutdown.cancelled() => break,
+                    () = gone.cancelled() => break,
                 }
             }
             let outcome = store.acquire(resource, owner, ttl).await?;
@@ -105,27 +150,23 @@ impl Waiters {
                 return Ok(outcome);
             };
             let now = Instant::now();
-            if now >= deadline || self.inner.shutdown.is_cancelled() {
+            if now >= deadline || stop() {
                 return Ok(outcome);
             }
-            // Ask again when the holder's lease ends, when it is released, or, for a last
-            // try, when our wait runs out.
+            // Ask again when the holder's lease ends, when the store says it may have ended
+            // sooner, or, for a last try, when our wait runs out.
             tokio::select! {
                 () = place.wake.notified() => {}
                 () = sleep_until((now + *expires_in).min(deadline)) => {}
                 () = self.inner.shutdown.cancelled() => {}
+                () = gone.cancelled() => {}
             }
         }
-        // Our wait ran out before our turn came: report who holds the lock. If nobody does
-        // at this instant (it is being handed to the head), a last try is fair.
+        // Our wait ran out before our turn came. One last try: it reports the holder (with its
+        // time left by the store's clock) or, if nobody holds the lock at this instant (it is
+        // being handed to the head), takes it, which is fair.
         drop(place);
-        match store.get(resource).await? {
-            Some(holder) => Ok(AcquireOutcome::Held {
-                expires_in: holder.expires_at.since(Timestamp::now_wall()),
-                holder,
-            }),
-            None => store.acquire(resource, owner, ttl).await,
-        }
+        store.acquire(resource, owner, ttl).await
     }
 }
 
@@ -165,7 +206,14 @@ struct InLine<'a> {
 }
 
 impl<'a> InLine<'a> {
-    fn join(inner: &'a Inner, resource: &Resource) -> Self {
+    /// Joins the end of the line, or `None` if as many callers wait as the limit allows.
+    fn join(inner: &'a Inner, resource: &Resource) -> Option<Self> {
+        let counted = inner
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < inner.limit).then_some(n + 1)
+            });
+        counted.ok()?;
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
         inner
@@ -176,12 +224,12 @@ impl<'a> InLine<'a> {
                 id,
                 wake: wake.clone(),
             });
-        Self {
+        Some(Self {
             inner,
             resource: resource.clone(),
             id,
             wake,
-        }
+        })
     }
 
     fn is_head(&self) -> bool {
@@ -195,6 +243,7 @@ impl<'a> InLine<'a> {
 
 impl Drop for InLine<'_> {
     fn drop(&mut self) {
+        self.inner.waiting.fetch_sub(1, Ordering::AcqRel);
         let mut queues = self.inner.queues();
         let Some(queue) = queues.get_mut(&self.resource) else {
             return;
@@ -224,7 +273,7 @@ async fn dispatch_releases(inner: std::sync::Weak<Inner>, mut releases: broadcas
             return;
         };
         match received {
-            Ok(ReleaseNotice::Released(resource)) => inner.wake_head(&resource),
+            Ok(ReleaseNotice::Freed(resource)) => inner.wake_head(&resource),
             // Some notices were lost: wake every head, each asks the store once more.
             Ok(ReleaseNotice::Missed) | Err(broadcast::error::RecvError::Lagged(_)) => inner.wake_all_heads(),
             Err(broadcast::error::RecvError::Closed) => return,
@@ -235,7 +284,7 @@ async fn dispatch_releases(inner: std::sync::Weak<Inner>, mut releases: broadcas
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Clock, ManualClock, MemoryStore};
+    use crate::{Clock, ManualClock, MemoryStore, RenewOutcome, Timestamp};
 
     fn names(resource: &str, owner: &str) -> (Resource, Owner) {
         (Resource::new(resource).unwrap(), Owner::new(owner).unwrap())
@@ -281,5 +330,108 @@ mod tests {
         };
         assert_eq!(lease.owner, b);
         assert_eq!(lease.acquired_at, clock.now());
+    }
+
+    /// A store on a manual clock with `a` holding `r` for `ttl_ms`, and waiters over it.
+    async fn held(ttl_ms: u64, limit: usize) -> (Arc<ManualClock>, Arc<MemoryStore>, Waiters) {
+        let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+        let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+        let waiters = Waiters::with_limit(store.clone(), limit);
+        let (r, a) = names("r", "a");
+        let ttl = Ttl::from_millis(ttl_ms, Ttl::DEFAULT_MAX).unwrap();
+        assert!(matches!(
+            store.acquire(&r, &a, ttl).await.unwrap(),
+            AcquireOutcome::Granted { .. }
+        ));
+        (clock, store, waiters)
+    }
+
+    fn wait_for(
+        waiters: &Waiters,
+        owner: &str,
+        wait: Duration,
+    ) -> tokio::task::JoinHandle<Result<AcquireOutcome>> {
+        let (waiters, (r, o)) = (waiters.clone(), names("r", owner));
+        let ttl = Ttl::from_millis(1_000, Ttl::DEFAULT_MAX).unwrap();
+        tokio::spawn(async move { waiters.acquire(&r, &o, ttl, wait).await })
+    }
+
+    async fn until_waiting(waiters: &Waiters, n: usize) {
+        while waiters.waiting() < n {
+            tokio::task::yield_now().await;
+        }
+        // Let the head ask the store and go to sleep.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_shortens_the_lease_wakes_the_head() {
+        let (clock, store, waiters) = held(60_000, usize::MAX).await;
+        let waiting = wait_for(&waiters, "b", Duration::from_secs(50));
+        until_waiting(&waiters, 1).await;
+        let (r, a) = names("r", "a");
+        let short = Ttl::from_millis(300, Ttl::DEFAULT_MAX).unwrap();
+        assert!(matches!(
+            store.renew(&r, &a, short, None).await.unwrap(),
+            RenewOutcome::Renewed(_)
+        ));
+        // The head heard of the renewal and now sleeps until the new expiry, not the old one.
+        until_waiting(&waiters, 1).await;
+        let started = Instant::now();
+        clock.advance(Duration::from_millis(300));
+        let outcome = waiting.await.unwrap().unwrap();
+        assert!(
+            matches!(&outcome, AcquireOutcome::Granted { lease, .. } if lease.acquired_at == clock.now()),
+            "{outcome:?}"
+        );
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(300),
+            "woken at the new expiry"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_the_limit_an_acquire_does_not_wait() {
+        let (_, _, waiters) = held(60_000, 1).await;
+        let first = wait_for(&waiters, "b", Duration::from_secs(30));
+        until_waiting(&waiters, 1).await;
+        let started = Instant::now();
+        let second = wait_for(&waiters, "c", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(second, AcquireOutcome::Held { .. }), "{second:?}");
+        assert_eq!(started.elapsed(), Duration::ZERO, "answered at once");
+        assert_eq!(waiters.waiting(), 1);
+        assert!(!first.is_finished(), "the first still waits");
+        first.abort();
+        let _ = first.await;
+        assert_eq!(waiters.waiting(), 0, "a caller that went away frees its place");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_caller_gone_stops_waiting_and_gets_the_holder() {
+        let (_, _, waiters) = held(60_000, usize::MAX).await;
+        let gone = CancellationToken::new();
+        let waiting = {
+            let (waiters, gone, (r, b)) = (waiters.clone(), gone.clone(), names("r", "b"));
+            let ttl = Ttl::from_millis(1_000, Ttl::DEFAULT_MAX).unwrap();
+            tokio::spawn(async move {
+                waiters
+                    .acquire_unless(&r, &b, ttl, Duration::from_secs(30), &gone)
+                    .await
+            })
+        };
+        until_waiting(&waiters, 1).await;
+        gone.cancel();
+        let outcome = waiting.await.unwrap().unwrap();
+        assert!(
+            matches!(&outcome, AcquireOutcome::Held { holder, .. } if holder.owner.as_str() == "a"),
+            "{outcome:?}"
+        );
+        assert_eq!(waiters.waiting(), 0);
     }
 }

@@ -43,7 +43,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let app = App {
-        waiters: Waiters::new(store),
+        waiters: Waiters::with_limit(store, config.waiter_limit()),
         config: Arc::new(config),
         metrics: Arc::new(metrics::Metrics::new()),
     };

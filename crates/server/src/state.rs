@@ -22,6 +22,10 @@ pub struct Config {
     pub body_read_timeout: Duration,
     /// How many connections are served at once; more wait in the listen queue.
     pub max_connections: usize,
+    /// How many acquires may wait at once (`None`: half of `max_connections`). A waiter holds
+    /// its connection while it waits, so the bound keeps connections free for renewals and
+    /// releases; an acquire past it is answered at once (`acquired: false`).
+    pub max_waiters: Option<usize>,
     /// How often expired leases are purged (and logged as expired).
     pub purge_interval: Duration,
     /// How long in-flight requests get to finish after shutdown is asked.
@@ -36,9 +40,17 @@ impl Default for Config {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
             max_connections: 1024,
+            max_waiters: None,
             purge_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(3),
         }
+    }
+}
+
+impl Config {
+    /// How many acquires may wait at once.
+    pub fn waiter_limit(&self) -> usize {
+        self.max_waiters.unwrap_or(self.max_connections / 2)
     }
 }
 

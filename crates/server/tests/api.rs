@@ -219,6 +219,10 @@ async fn list_parameters_are_validated() {
         ("limit=ten", vec!["limit"]),
         ("cursor=zz", vec!["cursor"]),
         ("prefix=%01&limit=-1&cursor=0", vec!["prefix", "limit", "cursor"]),
+        // Not decoded lossily: invalid UTF-8 and malformed escapes are bad input.
+        ("prefix=%FF", vec!["prefix"]),
+        ("prefix=job%3", vec!["prefix"]),
+        ("limit=%FF", vec!["limit"]),
     ] {
         assert_invalid(
             &s.send(Method::GET, &format!("/locks?{query}"), None).await,

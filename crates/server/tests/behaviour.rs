@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use common::{TestServer, assert_problem, raw_connection, read_response};
 use fencelock_core::{
     AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, MemoryStore, Owner,
-    ReleaseOutcome, RenewOutcome, Resource, StoreError, Ttl,
+    ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
@@ -160,6 +160,121 @@ async fn a_waiter_that_goes_away_leaves_the_line() {
     );
     let answer = next.await.unwrap();
     assert_eq!(answer["lock"]["owner"], "c", "{answer}");
+}
+
+/// The time a lease in a JSON answer was acquired.
+fn acquired_at(lease: &Value) -> Timestamp {
+    Timestamp::parse_rfc3339(lease["acquired_at"].as_str().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_renewal_that_shortens_the_lease_wakes_its_waiter() {
+    shortened_lease_wakes_its_waiter(TestServer::real().await).await;
+}
+
+#[tokio::test]
+async fn a_renewal_that_shortens_the_lease_wakes_its_waiter_on_the_embedded_store() {
+    shortened_lease_wakes_its_waiter(TestServer::embedded().await).await;
+}
+
+async fn shortened_lease_wakes_its_waiter(s: TestServer) {
+    s.grant("job", "a", 60).await;
+    let waiting = spawn_acquire(&s, "job", "b", 8_000);
+    s.until_waiters(1).await;
+    let renewed = s.renew("job", json!({"owner": "a", "ttl_ms": 300})).await;
+    assert_eq!(renewed.status, StatusCode::OK, "{renewed:?}");
+    let answer = waiting.await.unwrap();
+    assert_eq!(answer["acquired"], true, "{answer}");
+    // Granted when the shortened lease ended, not when the wait ran out (8 s on).
+    let ended = Timestamp::parse_rfc3339(renewed.body["expires_at"].as_str().unwrap()).unwrap();
+    let granted = acquired_at(&answer["lock"]);
+    assert!(granted >= ended, "{answer}");
+    assert!(
+        granted.since(ended) < Duration::from_secs(4),
+        "woken only at {granted}, lease ended {ended}"
+    );
+}
+
+#[tokio::test]
+async fn a_release_whose_client_hangs_up_still_wakes_the_waiter() {
+    release_by_a_client_that_hangs_up(TestServer::real().await).await;
+}
+
+#[tokio::test]
+async fn a_release_whose_client_hangs_up_still_wakes_the_waiter_on_the_embedded_store() {
+    release_by_a_client_that_hangs_up(TestServer::embedded().await).await;
+}
+
+async fn release_by_a_client_that_hangs_up(s: TestServer) {
+    s.grant("job", "a", 60).await;
+    let waiting = spawn_acquire(&s, "job", "b", 8_000);
+    s.until_waiters(1).await;
+    let body = r#"{"owner": "a"}"#;
+    let request = format!(
+        "DELETE /locks/job HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let sent = Timestamp::now_wall();
+    let mut stream = raw_connection(s.addr, request.as_bytes()).await;
+    stream.shutdown().await.unwrap(); // hangs up at once, without reading the answer
+    let answer = waiting.await.unwrap();
+    assert_eq!(answer["acquired"], true, "{answer}");
+    assert_eq!(answer["lock"]["owner"], "b");
+    let granted = acquired_at(&answer["lock"]);
+    assert!(
+        granted.since(sent) < Duration::from_secs(4),
+        "woken only at {granted}, released {sent}"
+    );
+}
+
+#[tokio::test]
+async fn waiters_never_take_the_connections_holders_need() {
+    // 4 connections: at most 2 acquires wait; the others are answered at once.
+    let config = config_with(|c| c.max_connections = 4);
+    let s = TestServer::start(Arc::new(MemoryStore::new()), config).await;
+    let holder = s.grant("job", "a", 60).await;
+    let waiting: Vec<_> = (0..4)
+        .map(|i| spawn_acquire(&s, "job", &format!("w{i}"), 30_000))
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while waiting.iter().filter(|w| w.is_finished()).count() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nobody was answered at once"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (answered, still): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|w| w.is_finished());
+    for answer in answered {
+        let answer = answer.await.unwrap();
+        assert_eq!(answer["acquired"], false, "{answer}");
+        assert_eq!(answer["holder"]["owner"], "a", "{answer}");
+    }
+    assert_eq!(s.waiters().await, 2);
+    let renewed = s
+        .renew(
+            "job",
+            json!({"owner": "a", "ttl_seconds": 60, "fencing_token": holder["fencing_token"]}),
+        )
+        .await;
+    assert_eq!(renewed.status, StatusCode::OK, "{renewed:?}");
+    assert!(
+        still.iter().all(|w| !w.is_finished()),
+        "the renewal did not wait for the waiters"
+    );
+    let released = s.release("job", json!({"owner": "a"})).await;
+    assert_eq!(released.status, StatusCode::NO_CONTENT);
+    while !still.iter().any(|w| w.is_finished()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no waiter got the released lock"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (first, rest): (Vec<_>, Vec<_>) = still.into_iter().partition(|w| w.is_finished());
+    let first = first.into_iter().next().unwrap().await.unwrap();
+    assert_eq!(first["acquired"], true, "{first}");
+    rest.into_iter().for_each(|w| w.abort());
 }
 
 fn post(path: &str, body: &str) -> String {

@@ -37,7 +37,8 @@
 //! - All reads are linearizable (etcd's default), never served from a member's possibly
 //!   stale copy.
 //! - [`LockStore::releases`] is fed by a watch on the key prefix: every deletion, by a
-//!   release or by the expiry of a lease, wakes waiters, on every server. When the watch is
+//!   release or by the expiry of a lease, and every rewrite that moves a lease's expiry
+//!   earlier (a shortening renewal or extension), wakes waiters, on every server. When the watch is
 //!   lost it resumes from the last revision it saw, so no deletion is missed unless etcd
 //!   compacted that history meanwhile.
 //! - [`LockStore::purge_expired`] returns nothing: etcd deletes expired keys by itself.
@@ -61,12 +62,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
-    TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    TxnOpResponse, TxnResponse, WatchOptions,
 };
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, Refusal,
-    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+    AcquireOutcome, Capabilities, EndedLease, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner,
+    Refusal, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
@@ -389,7 +390,10 @@ impl EtcdStore {
             if self.txn("release", delete).await?.succeeded() {
                 // The key is gone; its lease holds nothing now.
                 self.revoke(kv.lease());
-                return Ok(ReleaseOutcome::Released(Some(lease)));
+                // etcd has no clock to read: the lease's times are this server's, and so is
+                // the time it ended.
+                let ended_at = Timestamp::now_wall();
+                return Ok(ReleaseOutcome::Released(Some(EndedLease { lease, ended_at })));
             }
         }
         Err(contended("release"))
@@ -572,9 +576,10 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-/// Makes a watch on the deletions under `prefix`, from revision `resume` on (from now, if
-/// it is 0). Returns the session: a future that passes each deleted resource to `feed`, and
-/// keeps `resume` just past the last revision seen, until the watch is lost.
+/// Makes a watch on the changes under `prefix`, from revision `resume` on (from now, if it is
+/// 0). Returns the session: a future that passes to `feed` each resource whose key was
+/// deleted or rewritten with an earlier expiry, and keeps `resume` just past the last
+/// revision seen, until the watch is lost.
 async fn watch(
     client: Client,
     prefix: String,
@@ -583,9 +588,7 @@ async fn watch(
     resume: Arc<AtomicI64>,
 ) -> Result<impl Future<Output = ()> + Send + 'static> {
     const DOING: &str = "watch for releases";
-    let mut options = WatchOptions::new()
-        .with_prefix()
-        .with_filters([WatchFilterType::NoPut]);
+    let mut options = WatchOptions::new().with_prefix().with_prev_key();
     let from = resume.load(Ordering::Acquire);
     if from > 0 {
         options = options.with_start_revision(from);
@@ -638,7 +641,11 @@ async fn watch(
             for event in answer.events() {
                 let Some(kv) = event.kv() else { continue };
                 resume.store(kv.mod_revision() + 1, Ordering::Release);
-                if event.event_type() != EventType::Delete {
+                let freed = match event.event_type() {
+                    EventType::Delete => true,
+                    EventType::Put => event.prev_kv().is_some_and(|before| shortened(before, kv)),
+                };
+                if !freed {
                     continue;
                 }
                 match resource_of(&prefix, kv.key()) {
@@ -648,6 +655,18 @@ async fn watch(
             }
         }
     })
+}
+
+/// Whether `after` rewrote the lease of `before` (an extension or a renewal, not a new grant)
+/// to end earlier. A value that cannot be read counts as shortened: a spurious notice only
+/// makes waiters ask again.
+fn shortened(before: &KeyValue, after: &KeyValue) -> bool {
+    let expiry = |kv: &KeyValue| serde_json::from_slice::<Stored>(kv.value()).map(|s| s.expires_at);
+    before.create_revision() == after.create_revision()
+        && match (expiry(before), expiry(after)) {
+            (Ok(before), Ok(after)) => after < before,
+            _ => true,
+        }
 }
 
 fn encode(owner: &Owner, acquired_at: Timestamp, expires_at: Timestamp) -> Result<Vec<u8>> {

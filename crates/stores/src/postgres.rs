@@ -5,9 +5,9 @@
 //!
 //! | question | answer |
 //! | --- | --- |
-//! | whose clock decides expiry | the database's (`clock_timestamp()` of the primary): the clocks of the fencelock servers do not matter |
+//! | whose clock decides expiry | the database's (`clock_timestamp()` of the primary): the clocks of the fencelock servers do not matter, but expiry follows the database host's wall clock, so a step of that clock (forward or back) ends or prolongs every lease by the step: keep it synchronised, and slewed rather than stepped |
 //! | TTL | honoured to the millisecond: a lease is stamped at the database's time rounded *up* to a whole millisecond, and lasts `ttl` from there, so never less than asked |
-//! | durable | yes: every grant, extension, renewal and release is committed before it is answered (as durable as the server's `fsync` and `synchronous_commit` make a commit) |
+//! | durable | yes: every grant, extension, renewal and release is committed and flushed before it is answered: the store's sessions set `synchronous_commit = on` whatever the server's default (an address's own `options` may set it otherwise), and a commit is as durable as the server's `fsync` makes it |
 //! | what a failover can lose | with asynchronous replication, the commits the new primary had not received: answered grants and releases, and the fencing tokens issued with them, so a later grant may reuse a token. With synchronous replication (`synchronous_commit = on` or `remote_apply` and a synchronous standby) nothing answered is lost. Either way the new primary's clock takes over, so leases end early or late by the difference between the two hosts' clocks: keep them synchronised |
 //! | fit for | correctness, with fencing tokens, on one primary or with synchronous replication; efficiency only, with asynchronous replication. Tokens live in the database: a new, empty database starts them again at 1, so never move the locks of resources that remember tokens to one |
 //!
@@ -63,8 +63,8 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed,
-    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+    AcquireOutcome, Capabilities, EndedLease, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner,
+    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
 use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
@@ -144,7 +144,9 @@ macro_rules! judge_holder {
 }
 
 /// `$1` resource, `$2` owner, `$3` TTL in ms. One row: the lease as it now is, whether this
-/// statement granted it (its token is the one drawn here), and how long it has left.
+/// statement granted it (its token is the one drawn here), and how long it has left. An
+/// extension is announced to waiters, as it may have shortened the lease (the statement
+/// cannot see the lease it replaced; a spurious notice only makes a waiter ask again).
 const ACQUIRE: &str = concat!(
     "WITH locked AS MATERIALIZED (
         SELECT ",
@@ -156,30 +158,38 @@ const ACQUIRE: &str = concat!(
         SELECT nextval('fencelock_tokens') AS token,
                date_trunc('milliseconds', now + interval '999 microseconds') AS stamp
         FROM clock
+    ), upserted AS (
+        INSERT INTO fencelock_leases AS l (resource, owner, token, acquired_at, expires_at)
+        SELECT $1::text, $2::text, token, stamp, stamp + $3::bigint * interval '1 millisecond'
+        FROM fresh
+        ON CONFLICT (resource) DO UPDATE SET
+            owner = CASE WHEN l.expires_at <= (SELECT now FROM clock) OR l.owner = EXCLUDED.owner
+                         THEN EXCLUDED.owner ELSE l.owner END,
+            token = CASE WHEN l.expires_at <= (SELECT now FROM clock)
+                         THEN EXCLUDED.token ELSE l.token END,
+            acquired_at = CASE WHEN l.expires_at <= (SELECT now FROM clock) OR l.owner = EXCLUDED.owner
+                         THEN EXCLUDED.acquired_at ELSE l.acquired_at END,
+            expires_at = CASE WHEN l.expires_at <= (SELECT now FROM clock) OR l.owner = EXCLUDED.owner
+                         THEN EXCLUDED.expires_at ELSE l.expires_at END
+        RETURNING l.owner, l.token, l.acquired_at, l.expires_at,
+            l.token = (SELECT token FROM fresh) AS granted
+    ), announced AS (
+        SELECT pg_notify('fencelock_released', $1::text) FROM upserted
+        WHERE NOT granted AND owner = $2::text
     )
-    INSERT INTO fencelock_leases AS l (resource, owner, token, acquired_at, expires_at)
-    SELECT $1::text, $2::text, token, stamp, stamp + $3::bigint * interval '1 millisecond'
-    FROM fresh
-    ON CONFLICT (resource) DO UPDATE SET
-        owner = CASE WHEN l.expires_at <= (SELECT now FROM clock) OR l.owner = EXCLUDED.owner
-                     THEN EXCLUDED.owner ELSE l.owner END,
-        token = CASE WHEN l.expires_at <= (SELECT now FROM clock)
-                     THEN EXCLUDED.token ELSE l.token END,
-        acquired_at = CASE WHEN l.expires_at <= (SELECT now FROM clock) OR l.owner = EXCLUDED.owner
-                     THEN EXCLUDED.acquired_at ELSE l.acquired_at END,
-        expires_at = CASE WHEN l.expires_at <= (SELECT now FROM clock) OR l.owner = EXCLUDED.owner
-                     THEN EXCLUDED.expires_at ELSE l.expires_at END
-    RETURNING l.owner, l.token, ",
-    ms!("l.acquired_at"),
+    SELECT owner, token, ",
+    ms!("acquired_at"),
     ", ",
-    ms!("l.expires_at"),
-    ",
-        l.token = (SELECT token FROM fresh) AS granted,
-        greatest(0, floor(extract(epoch FROM l.expires_at - (SELECT now FROM clock)) * 1000))::bigint
-            AS expires_in_ms"
+    ms!("expires_at"),
+    ", granted,
+        greatest(0, floor(extract(epoch FROM expires_at - (SELECT now FROM clock)) * 1000))::bigint
+            AS expires_in_ms,
+        (SELECT count(*) FROM announced) AS announced
+    FROM upserted"
 );
 
-/// `$1` resource, `$2` owner, `$3` token or NULL. No row: no lease at all.
+/// `$1` resource, `$2` owner, `$3` token or NULL. No row: no lease at all. The columns after
+/// the lease: the verdict, and the database's time of the release in ms.
 const RELEASE: &str = concat!(
     judge_holder!(),
     ", released AS (
@@ -193,11 +203,15 @@ const RELEASE: &str = concat!(
     ms!("h.acquired_at"),
     ", ",
     ms!("h.expires_at"),
-    ", h.verdict, (SELECT count(*) FROM announced) AS announced
+    ", h.verdict, ",
+    // Rounded up to whole milliseconds like the other stamps, so it is never before acquired_at.
+    ms!("date_trunc('milliseconds', (SELECT now FROM clock) + interval '999 microseconds')"),
+    " AS ended_at, (SELECT count(*) FROM announced) AS announced
     FROM holder h"
 );
 
 /// `$1` resource, `$2` owner, `$3` token or NULL, `$4` TTL in ms. No row: no lease at all.
+/// A renewal that shortens the lease is announced to waiters.
 const RENEW: &str = concat!(
     judge_holder!(),
     ", renewed AS (
@@ -207,6 +221,9 @@ const RENEW: &str = concat!(
         FROM holder h, clock
         WHERE l.resource = h.resource AND h.verdict = 3
         RETURNING l.expires_at
+    ), announced AS (
+        SELECT pg_notify('fencelock_released', h.resource) FROM renewed r, holder h
+        WHERE r.expires_at < h.expires_at
     )
     SELECT h.owner, h.token, ",
     ms!("h.acquired_at"),
@@ -214,7 +231,7 @@ const RENEW: &str = concat!(
     ms!("expires_at"),
     " FROM renewed), ",
     ms!("h.expires_at"),
-    "), h.verdict
+    "), h.verdict, (SELECT count(*) FROM announced) AS announced
     FROM holder h"
 );
 
@@ -242,17 +259,24 @@ const LIST: &str = concat!(
 );
 
 /// One server purges at a time (the others purge nothing meanwhile): two purges deleting
-/// the same rows in different orders could deadlock each other.
+/// the same rows in different orders could deadlock each other. Each purged lease is
+/// announced to waiters on every server.
 const PURGE: &str = concat!(
     "WITH turn AS MATERIALIZED (
         SELECT pg_try_advisory_xact_lock(1718381314, 0) AS ours
+    ), purged AS (
+        DELETE FROM fencelock_leases
+        WHERE expires_at <= now() AND (SELECT ours FROM turn)
+        RETURNING resource, owner, token, acquired_at, expires_at
+    ), announced AS (
+        SELECT pg_notify('fencelock_released', resource) FROM purged
     )
-    DELETE FROM fencelock_leases
-    WHERE expires_at <= now() AND (SELECT ours FROM turn)
-    RETURNING resource, owner, token, ",
+    SELECT resource, owner, token, ",
     ms!("acquired_at"),
     ", ",
-    ms!("expires_at")
+    ms!("expires_at"),
+    ", (SELECT count(*) FROM announced) AS announced
+    FROM purged"
 );
 
 /// How a [`PostgresStore`] connects and how long it waits.
@@ -424,7 +448,10 @@ impl LockStore for PostgresStore {
             Verdict::NotFound => ReleaseOutcome::NotFound,
             Verdict::Forbidden => ReleaseOutcome::Forbidden,
             Verdict::Conflict => ReleaseOutcome::Conflict,
-            Verdict::Allowed => ReleaseOutcome::Released(Some(lease_from(resource.clone(), row, 0)?)),
+            Verdict::Allowed => ReleaseOutcome::Released(Some(EndedLease {
+                lease: lease_from(resource.clone(), row, 0)?,
+                ended_at: Timestamp::from_millis(millis(row.try_get(5).map_err(corrupt)?)?),
+            })),
         })
     }
 
@@ -505,10 +532,17 @@ fn client_config(url: &str, options: &PostgresOptions) -> Result<tokio_postgres:
     let mut config = tokio_postgres::Config::from_str(url)
         .map_err(|e| StoreError::Invalid(format!("not a PostgreSQL address: {e}")))?;
     // A statement that waits longer than this (on a lock, or on a server in trouble) is
-    // cancelled by the server itself, so no connection stays busy forever.
-    let timeout = format!("-c statement_timeout={}", options.statement_timeout.as_millis());
+    // cancelled by the server itself, so no connection stays busy forever. And a commit is
+    // answered only once it is flushed to disk, whatever the server's default: with
+    // `synchronous_commit = off`, a crash could lose answered grants and roll the token
+    // sequence back.
+    let timeout = format!(
+        "-c statement_timeout={} -c synchronous_commit=on",
+        options.statement_timeout.as_millis()
+    );
+    // Options given in the address come last, so that they win (e.g. `remote_apply`).
     let server_options = match config.get_options() {
-        Some(given) if !given.is_empty() => format!("{given} {timeout}"),
+        Some(given) if !given.is_empty() => format!("{timeout} {given}"),
         _ => timeout,
     };
     config
@@ -731,5 +765,27 @@ fn pool_error(doing: &str, e: PoolError) -> StoreError {
     match e {
         PoolError::Backend(e) => db_error(doing, e),
         other => StoreError::unavailable(format!("PostgreSQL: {doing}: no connection"), other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_commit_synchronously_unless_the_address_says_otherwise() {
+        let options = PostgresOptions::default();
+        let config = client_config("postgres://u@127.0.0.1:5432/db", &options).unwrap();
+        let set = config.get_options().unwrap();
+        assert!(set.contains("-c synchronous_commit=on"), "{set}");
+        assert!(set.contains("-c statement_timeout=5000"), "{set}");
+        // Options in the address come after ours, so that the operator's choice wins.
+        let given = "postgres://u@127.0.0.1:5432/db?options=-c%20synchronous_commit%3Dremote_apply";
+        let set = client_config(given, &options)
+            .unwrap()
+            .get_options()
+            .unwrap()
+            .to_owned();
+        assert!(set.ends_with("-c synchronous_commit=remote_apply"), "{set}");
     }
 }

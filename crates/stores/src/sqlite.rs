@@ -12,7 +12,22 @@
 //! [`StoreError::Unavailable`]: nothing is half-done.
 //!
 //! Reads (get, list) take the same queue, so they see every change answered before them and
-//! nothing that is not yet durable.
+//! nothing that is not yet durable. Releases, purges and shortened leases are announced to
+//! waiters by the writer itself, once committed, so that an announcement cannot be lost with
+//! a caller that went away.
+//!
+//! # Time across a stop
+//!
+//! The store's clock is the wall clock read at open, then advanced by the monotonic clock
+//! (see [`SystemClock`]), so a clock step while the server runs moves no lease. Each batch
+//! also records the store's time in the file. At open, if the wall clock reads later than
+//! that record, time is taken not to have passed while the store was stopped: every lease
+//! that was live keeps the time it had left then (its `expires_at` moves later by the
+//! difference). A wall clock stepped forward while the server was down (or a suspend, which
+//! the monotonic clock does not count) therefore cannot end a lease early; the price is
+//! that downtime prolongs leases, which is the safe direction. If the wall clock reads
+//! earlier than the record (stepped back), the store's clock resumes from the record
+//! instead, so it never goes back either.
 //!
 //! # One server per file
 //!
@@ -47,7 +62,8 @@ const QUEUE_CAPACITY: usize = 4 * MAX_BATCH;
 
 /// The schema, one migration per version; `PRAGMA user_version` counts those applied.
 /// Append only: a migration that has shipped is never edited.
-const MIGRATIONS: &[&str] = &[r"
+const MIGRATIONS: &[&str] = &[
+    r"
     CREATE TABLE leases (
         resource    TEXT    NOT NULL UNIQUE,
         owner       TEXT    NOT NULL,
@@ -67,7 +83,13 @@ const MIGRATIONS: &[&str] = &[r"
         BEGIN SELECT RAISE(ABORT, 'the fencing token counter never goes back'); END;
     CREATE TRIGGER meta_is_never_deleted BEFORE DELETE ON meta
         BEGIN SELECT RAISE(ABORT, 'the fencing token counter is never deleted'); END;
-"];
+",
+    r"
+    -- The store's time (ms) of the last committed batch: at open, leases are re-based on it,
+    -- so that a wall clock stepped while the store was stopped cannot shorten them.
+    ALTER TABLE meta ADD COLUMN last_now INTEGER NOT NULL DEFAULT 0 CHECK (last_now >= 0);
+",
+];
 
 /// A store in one SQLite file, for one server: durable, fast through group commit, and
 /// refusing a second opener of the same file.
@@ -136,19 +158,26 @@ impl SqliteStore {
     }
 
     /// Opens (or creates) the store in the file at `path`, deciding expiry by `clock`.
+    ///
+    /// Leases are re-based at open so that none loses time the store was stopped (see the
+    /// module docs): the store's time resumes from the last time it recorded if `clock` reads
+    /// earlier than that.
     pub fn open_with_clock(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let mut conn = connect(&path)?;
         migrate(&mut conn, &path)?;
+        let clock = rebase(&mut conn, clock)?;
         let table = load(&conn)?;
         let counters = Arc::new(Counters::default());
         let (closed_tx, closed) = watch::channel(false);
+        let released = ReleaseFeed::new();
         let writer = Writer {
             persisted_token: table.last_token(),
             conn,
             table,
             clock,
             counters: counters.clone(),
+            released: released.clone(),
             closed: closed_tx,
         };
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
@@ -160,7 +189,7 @@ impl SqliteStore {
             queue: Some(queue),
             closed,
             writer: Some(writer),
-            released: ReleaseFeed::new(),
+            released,
             counters,
             path,
         })
@@ -267,15 +296,9 @@ impl LockStore for SqliteStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        let (r, o) = (resource.clone(), owner.clone());
-        let outcome = self
-            .call(move |table, now| Ok(table.release(now, &r, &o, token)))
-            .await?;
-        if let ReleaseOutcome::Released(_) = outcome {
-            // Announced only now that the release is durable.
-            self.released.announce(resource);
-        }
-        Ok(outcome)
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |table, now| Ok(table.release(now, &resource, &owner, token)))
+            .await
     }
 
     async fn renew(
@@ -335,11 +358,25 @@ fn batch_failed(error: &Arc<WriteError>) -> StoreError {
 struct Writer {
     conn: Connection,
     table: LockTable,
-    clock: Arc<dyn Clock>,
+    clock: StoreClock,
     /// The last token the file holds; written again only when the table's moves past it.
     persisted_token: u64,
     counters: Arc<Counters>,
+    released: ReleaseFeed,
     closed: watch::Sender<bool>,
+}
+
+/// The store's time: the given clock, moved forward by what it read behind the store's
+/// last recorded time at open (see [`rebase`]).
+struct StoreClock {
+    clock: Arc<dyn Clock>,
+    ahead_ms: u64,
+}
+
+impl StoreClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_millis(self.clock.now().as_millis().saturating_add(self.ahead_ms))
+    }
 }
 
 impl Writer {
@@ -366,15 +403,23 @@ impl Writer {
 
     fn run_batch(&mut self, jobs: Vec<Job>) {
         self.table.begin();
+        let mut now = self.clock.now();
         let answers: Vec<Answer> = jobs
             .into_iter()
-            .map(|job| job(&mut self.table, self.clock.now()))
+            .map(|job| {
+                now = self.clock.now();
+                job(&mut self.table, now)
+            })
             .collect();
-        let failure = match self.persist() {
+        let failure = match self.persist(now) {
             Ok(wrote) => {
                 self.table.commit();
                 if wrote {
                     self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                }
+                // Announced here, once durable, whether or not each caller still listens.
+                for resource in self.table.take_freed() {
+                    self.released.announce(&resource);
                 }
                 None
             }
@@ -397,9 +442,10 @@ impl Writer {
         }
     }
 
-    /// Writes the batch's changes and the last token in one transaction, committed and
-    /// fsynced on return. Returns whether there was anything to write.
-    fn persist(&mut self) -> Result<bool, WriteError> {
+    /// Writes the batch's changes, the last token and the batch's time `now` in one
+    /// transaction, committed and fsynced on return. Returns whether there was anything to
+    /// write.
+    fn persist(&mut self, now: Timestamp) -> Result<bool, WriteError> {
         let changes = self.table.changes();
         let last_token = self.table.last_token();
         if changes.is_empty() && last_token == self.persisted_token {
@@ -411,8 +457,13 @@ impl Writer {
             write_row(&tx, dirty)?;
         }
         // max(): the counter only ever moves forward, whatever the table says.
-        tx.prepare_cached("UPDATE meta SET last_token = max(last_token, ?1) WHERE id = 1")?
-            .execute([to_sql("fencing token", last_token)?])?;
+        tx.prepare_cached(
+            "UPDATE meta SET last_token = max(last_token, ?1), last_now = max(last_now, ?2) WHERE id = 1",
+        )?
+        .execute([
+            to_sql("fencing token", last_token)?,
+            to_sql("timestamp", now.as_millis())?,
+        ])?;
         tx.commit()?;
         self.persisted_token = last_token;
         Ok(true)
@@ -500,6 +551,39 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
     tx.execute("UPDATE meta SET last_token = last_token WHERE id = 1", [])
         .map_err(failed)?;
     tx.commit().map_err(failed)
+}
+
+/// Re-bases the leases on the store's last recorded time, so that no lease loses time the
+/// store was stopped, and returns the store's clock from now on (see the module docs).
+///
+/// With `recorded` the last batch's time and `now` the clock's reading: if `now` is later,
+/// every lease live at `recorded` moves later by `now - recorded`, in one transaction; if it
+/// is earlier, the store's clock runs ahead of `clock` by `recorded - now`.
+fn rebase(conn: &mut Connection, clock: Arc<dyn Clock>) -> Result<StoreClock> {
+    let failed = |e: rusqlite::Error| StoreError::unavailable("cannot re-base the SQLite store's leases", e);
+    let tx = conn.transaction().map_err(failed)?;
+    let recorded: i64 = tx
+        .query_row("SELECT last_now FROM meta WHERE id = 1", [], |row| row.get(0))
+        .map_err(failed)?;
+    if recorded == 0 {
+        // A new store: nothing to re-base.
+        return Ok(StoreClock { clock, ahead_ms: 0 });
+    }
+    let now = i64::try_from(clock.now().as_millis()).unwrap_or(i64::MAX);
+    if now <= recorded {
+        // The clock reads earlier than the last batch: run ahead of it by the difference.
+        let ahead_ms = from_sql("last time", recorded - now)?;
+        return Ok(StoreClock { clock, ahead_ms });
+    }
+    tx.execute(
+        "UPDATE leases SET expires_at = expires_at + (?1 - ?2) WHERE expires_at > ?2",
+        [now, recorded],
+    )
+    .map_err(failed)?;
+    tx.execute("UPDATE meta SET last_now = ?1 WHERE id = 1", [now])
+        .map_err(failed)?;
+    tx.commit().map_err(failed)?;
+    Ok(StoreClock { clock, ahead_ms: 0 })
 }
 
 /// Reads every lease (expired ones too: they are purged by the rules, not by a restart) and

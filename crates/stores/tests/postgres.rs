@@ -152,7 +152,7 @@ async fn service_stops_while_postgres_is_down_and_resumes_by_itself() {
         loop {
             match told.recv().await {
                 Ok(ReleaseNotice::Missed) => return true,
-                Ok(ReleaseNotice::Released(_)) => {}
+                Ok(ReleaseNotice::Freed(_)) => {}
                 Err(_) => return false,
             }
         }

@@ -103,23 +103,84 @@ async fn persisted_expiries_are_honoured_after_a_restart() {
     let clock = manual_clock();
     let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
     let lease = grant(&store, "r", "a", ttl(Duration::from_secs(10))).await;
+    clock.advance(Duration::from_secs(4));
+    assert!(store.get(&lease.resource).await.unwrap().is_some());
     store.close().await;
 
+    // Stopped for 9 s: the lease keeps the 10 s it had left at the last batch (the grant).
     clock.advance(Duration::from_secs(9));
     let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
     let held = store.acquire(&lease.resource, &owner("b"), long()).await.unwrap();
+    let moved = Lease {
+        expires_at: lease.expires_at.plus(ttl(Duration::from_secs(13))),
+        ..lease.clone()
+    };
     assert!(
-        matches!(&held, AcquireOutcome::Held { holder, expires_in } if *holder == lease && *expires_in == Duration::from_secs(1)),
+        matches!(&held, AcquireOutcome::Held { holder, expires_in } if *holder == moved && *expires_in == Duration::from_secs(10)),
         "{held:?}"
     );
-    clock.advance(Duration::from_secs(1));
+    clock.advance(Duration::from_secs(10));
     match store.acquire(&lease.resource, &owner("b"), long()).await.unwrap() {
         AcquireOutcome::Granted { lease: next, expired } => {
-            assert_eq!(expired, Some(lease.clone()));
+            assert_eq!(expired, Some(moved));
             assert!(next.token > lease.token);
         }
         outcome => panic!("expected a grant once the persisted lease expired, got {outcome:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_wall_clock_stepped_forward_while_stopped_takes_no_time_from_a_lease() {
+    // The reproduction of the review: granted for 30 minutes under a clock an hour behind,
+    // stopped cleanly, started again with the right clock.
+    let dir = tempfile::tempdir().unwrap();
+    let behind = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), behind.clone()).unwrap();
+    let lease = grant(&store, "r", "a", ttl(Duration::from_secs(1800))).await;
+    store.close().await;
+
+    let right = Arc::new(ManualClock::new(T0.plus(ttl(Duration::from_secs(3600)))));
+    let store = SqliteStore::open_with_clock(db(&dir), right.clone()).unwrap();
+    let held = store.acquire(&lease.resource, &owner("b"), long()).await.unwrap();
+    assert!(
+        matches!(&held, AcquireOutcome::Held { holder, expires_in }
+            if holder.owner == lease.owner && holder.token == lease.token
+                && *expires_in == Duration::from_secs(1800)),
+        "the lease keeps its 30 minutes: {held:?}"
+    );
+    right.advance(Duration::from_secs(1799));
+    assert!(matches!(
+        store.acquire(&lease.resource, &owner("b"), long()).await.unwrap(),
+        AcquireOutcome::Held { .. }
+    ));
+    right.advance(Duration::from_secs(1));
+    assert!(matches!(
+        store.acquire(&lease.resource, &owner("b"), long()).await.unwrap(),
+        AcquireOutcome::Granted { lease: next, .. } if next.token > lease.token
+    ));
+}
+
+#[tokio::test]
+async fn a_wall_clock_stepped_back_while_stopped_ends_no_lease_late_or_early_and_never_goes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let lease = grant(&store, "r", "a", ttl(Duration::from_secs(60))).await;
+    store.close().await;
+
+    let back = Arc::new(ManualClock::new(Timestamp::from_millis(
+        T0.as_millis() - 3_600_000,
+    )));
+    let store = SqliteStore::open_with_clock(db(&dir), back.clone()).unwrap();
+    assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease.clone()));
+    let other = grant(&store, "s", "b", ttl(Duration::from_secs(60))).await;
+    assert_eq!(
+        other.acquired_at, T0,
+        "the store's time resumes from the last batch"
+    );
+    assert!(other.token > lease.token);
+    back.advance(Duration::from_secs(60));
+    assert_eq!(store.get(&lease.resource).await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -134,7 +195,15 @@ async fn the_system_clock_store_keeps_leases_across_a_restart() {
     );
     store.close().await;
     let store = SqliteStore::open(db(&dir)).unwrap();
-    assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease));
+    let kept = store.get(&lease.resource).await.unwrap().expect("still held");
+    assert_eq!(
+        (&kept.owner, kept.token, kept.acquired_at),
+        (&lease.owner, lease.token, lease.acquired_at)
+    );
+    assert!(
+        kept.expires_at >= lease.expires_at,
+        "the stop took no time from it"
+    );
 }
 
 #[tokio::test]
@@ -147,7 +216,13 @@ async fn a_release_survives_reopen() {
         .release(&lease.resource, &lease.owner, Some(lease.token))
         .await
         .unwrap();
-    assert_eq!(released, ReleaseOutcome::Released(Some(lease.clone())));
+    assert_eq!(
+        released,
+        ReleaseOutcome::Released(Some(fencelock_core::EndedLease {
+            lease: lease.clone(),
+            ended_at: T0
+        }))
+    );
     drop(store);
 
     let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
@@ -323,6 +398,10 @@ impl GateClock {
 
 impl Clock for GateClock {
     fn now(&self) -> Timestamp {
+        // Only the writer is held: opening the store reads the clock too.
+        if std::thread::current().name() != Some("fencelock-sqlite") {
+            return T0;
+        }
         let mut gate = self.gate.lock().unwrap();
         gate.holding = !gate.open;
         while !gate.open {
@@ -334,6 +413,31 @@ impl Clock for GateClock {
 }
 
 type Call<T> = tokio::task::JoinHandle<Result<T>>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_caller_went_away_is_still_announced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, gate, first) = held_writer(&db(&dir), "r", "a").await;
+    let mut feed = store.releases().unwrap();
+    // Queued behind the held batch; then the caller goes away (its future is dropped).
+    let (r, a) = (resource("r"), owner("a"));
+    let release = store.release(&r, &a, None);
+    assert!(
+        tokio::time::timeout(Duration::ZERO, release).await.is_err(),
+        "still queued"
+    );
+    gate.open();
+    assert!(matches!(
+        first.await.unwrap().unwrap(),
+        AcquireOutcome::Granted { .. }
+    ));
+    let notice = tokio::time::timeout(Duration::from_secs(10), feed.recv()).await;
+    assert_eq!(
+        notice.expect("announced").unwrap(),
+        fencelock_core::ReleaseNotice::Freed(resource("r"))
+    );
+    assert_eq!(store.get(&resource("r")).await.unwrap(), None);
+}
 
 /// Starts an acquire of `name` by `who` in a task of its own.
 fn spawn_acquire(store: &Arc<SqliteStore>, name: &str, who: &str) -> Call<AcquireOutcome> {

@@ -215,6 +215,24 @@ fn percent_decode(raw: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The `key=value` pairs of a raw query string: `+` is a space, `%XX` escapes are decoded
+/// strictly and the result must be UTF-8 (nothing is replaced). A bad value is an error on the
+/// field its key names; a bad key, on `query`.
+pub fn query_pairs(raw: &str) -> Result<Vec<(String, String)>, FieldError> {
+    let decode = |text: &str| String::from_utf8(percent_decode(&text.replace('+', " "))?).ok();
+    raw.split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let key = decode(key)
+                .ok_or_else(|| FieldError::new("query", "has a malformed %-escape or invalid UTF-8"))?;
+            let value = decode(value)
+                .ok_or_else(|| FieldError::new(&key, "has a malformed %-escape or is not valid UTF-8"))?;
+            Ok((key, value))
+        })
+        .collect()
+}
+
 fn hex(digit: u8) -> Option<u8> {
     char::from(digit).to_digit(16).and_then(|d| u8::try_from(d).ok())
 }
@@ -284,6 +302,18 @@ pub fn list_prefix(text: Option<&str>) -> Result<String, FieldError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn query_pairs_decode_strictly() {
+        let pairs = query_pairs("prefix=pay%3Ament+x&limit=5&&cursor").unwrap();
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(pairs, [("prefix", "pay:ment x"), ("limit", "5"), ("cursor", "")]);
+        for bad in ["prefix=%FF", "prefix=%E2%82", "prefix=%G1", "prefix=50%"] {
+            let error = query_pairs(bad).unwrap_err();
+            assert_eq!(error.field, "prefix", "{bad}");
+        }
+        assert_eq!(query_pairs("%FF=1").unwrap_err().field, "query");
+    }
 
     fn object(value: Value) -> Map<String, Value> {
         match value {

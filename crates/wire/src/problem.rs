@@ -27,7 +27,8 @@ pub enum ProblemKind {
     InvalidFields,
     /// 500: a bug in the server. Never meant to be sent.
     Internal,
-    /// 503: the store is unreachable or failing; nothing was done.
+    /// 503: the store is unreachable or failing. The outcome is unknown: a call that timed out
+    /// may still have been applied, so read the lease before retrying.
     Unavailable,
 }
 

@@ -30,6 +30,10 @@ pub struct Args {
     /// How many connections are served at once.
     #[arg(long, env = "FENCELOCK_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
+    /// How many acquires may wait at once (default: half of --max-connections); more are
+    /// answered at once, so that holders always have connections to renew and release.
+    #[arg(long, env = "FENCELOCK_MAX_WAITERS")]
+    max_waiters: Option<usize>,
     /// How long a client may take to send its headers (also the keep-alive idle time).
     #[arg(long, env = "FENCELOCK_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     header_timeout: Duration,
@@ -47,6 +51,13 @@ impl Args {
         if self.max_connections == 0 || self.purge_interval.is_zero() {
             return Err("--max-connections and --purge-interval must be above zero".into());
         }
+        if self.max_waiters.is_some_and(|w| w >= self.max_connections) {
+            return Err(
+                "--max-waiters must be below --max-connections: waiters hold connections, and \
+                 holders need some left to renew and release"
+                    .into(),
+            );
+        }
         Ok(Config {
             limits: Limits {
                 max_ttl,
@@ -56,6 +67,7 @@ impl Args {
             header_read_timeout: self.header_timeout,
             body_read_timeout: self.body_timeout,
             max_connections: self.max_connections,
+            max_waiters: self.max_waiters,
             purge_interval: self.purge_interval,
             ..Config::default()
         })

@@ -76,7 +76,13 @@ impl Server {
 
     /// A server on the store at `store`.
     pub fn on(store: &str) -> Self {
+        Self::with_env(store, &[])
+    }
+
+    /// A server on the store at `store`, with these environment variables set.
+    pub fn with_env(store: &str, env: &[(&str, &str)]) -> Self {
         let mut child = fencelock()
+            .envs(env.iter().copied())
             .args([
                 "--log-format",
                 "json",
@@ -112,6 +118,16 @@ impl Server {
     /// The server's process.
     pub fn process(&mut self) -> &mut Child {
         &mut self.child
+    }
+
+    /// Stops the server with SIGTERM and asserts it exits 0 within 5 s.
+    pub fn stop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = eventually(Duration::from_secs(5), "the server exits after SIGTERM", || {
+            self.child.try_wait().unwrap()
+        });
+        assert_eq!(status.code(), Some(0));
     }
 
     /// Kills the server with SIGKILL: no shutdown code runs.

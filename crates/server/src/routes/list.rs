@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use fencelock_core::ListQuery;
-use fencelock_wire::{FieldError, LeaseBody, ListResponse, parse};
+use fencelock_wire::{LeaseBody, ListResponse, parse};
 use tokio::time::Instant;
 
 use crate::problem::ApiError;
@@ -38,8 +38,7 @@ pub async fn list(State(app): State<App>, RawQuery(query): RawQuery) -> Result<J
 }
 
 fn parse_query(raw: &str) -> Result<ListQuery, ApiError> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw)
-        .map_err(|_| ApiError::Invalid(vec![FieldError::new("query", "is not a valid query string")]))?;
+    let pairs = parse::query_pairs(raw).map_err(|error| ApiError::Invalid(vec![error]))?;
     let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let prefix = parse::list_prefix(get("prefix"));
     let limit = parse::list_limit(get("limit"));

@@ -70,7 +70,7 @@ impl utoipa::IntoResponses for BodyProblems {
             ),
             (
                 ProblemKind::Unavailable,
-                "The store is unreachable or failing; nothing was done",
+                "The store is unreachable or failing. The outcome is unknown (a call that timed out may still have been applied): read the lease before retrying",
             ),
         ])
     }
@@ -86,7 +86,10 @@ impl utoipa::IntoResponses for PathProblems {
                 ProblemKind::InvalidFields,
                 "Invalid resource name or parameters, each listed in errors",
             ),
-            (ProblemKind::Unavailable, "The store is unreachable or failing"),
+            (
+                ProblemKind::Unavailable,
+                "The store is unreachable or failing: try again",
+            ),
         ])
     }
 }
@@ -143,6 +146,23 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         ProblemKind::MethodNotAllowed,
         format!("{method} is not allowed on {}", uri.path()),
     )
+}
+
+/// Runs `work` — a call to the store, with its logging and counting — in a task of its own,
+/// and waits for it. When a client hangs up, hyper drops the request's future; `work` still
+/// runs to its end, so that nothing the store committed goes unannounced, unlogged or
+/// uncounted.
+async fn detached<T: Send + 'static>(
+    work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::spawn(work).await {
+        Ok(answer) => answer,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(_) => Err(ApiError::Problem(
+            ProblemKind::Unavailable,
+            "the server is shutting down".into(),
+        )),
+    }
 }
 
 /// Logs and counts the refusal of a release or renew, and makes its problem.

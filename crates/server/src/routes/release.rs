@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
-use fencelock_core::{Refusal, ReleaseOutcome, Timestamp};
+use fencelock_core::{Refusal, ReleaseOutcome};
 use fencelock_wire::{Problem, ReleaseRequest, parse};
 use tokio::time::Instant;
 
@@ -11,7 +11,7 @@ use crate::extract::{JsonObject, both, resource};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{BodyProblems, refused};
+use super::{BodyProblems, detached, refused};
 
 /// Release a lock.
 ///
@@ -33,54 +33,36 @@ pub async fn release(
     JsonObject(body): JsonObject,
 ) -> Result<StatusCode, ApiError> {
     let (resource, request) = both(resource(&uri), parse::release(&body))?;
-    let started = Instant::now();
-    let outcome = app
-        .waiters
-        .store()
-        .release(&resource, &request.owner, request.token)
-        .await;
-    let took = started.elapsed();
-    match outcome {
-        Err(error) => {
-            app.metrics.observe("release", "unavailable", took);
-            Err(error.into())
-        }
-        Ok(ReleaseOutcome::Released(lease)) => {
-            match lease {
-                Some(lease) => {
-                    let held = Timestamp::now_wall().since(lease.acquired_at);
-                    events::released(&lease, held);
-                    app.metrics.held_for(held);
-                }
-                // Only a store in front of another server cannot say which lease it ended.
-                None => events::released_unknown(&resource, &request.owner, request.token),
+    detached(async move {
+        let started = Instant::now();
+        let outcome = app
+            .waiters
+            .store()
+            .release(&resource, &request.owner, request.token)
+            .await;
+        let took = started.elapsed();
+        let refusal = match outcome {
+            Err(error) => {
+                app.metrics.observe("release", "unavailable", took);
+                return Err(error.into());
             }
-            app.metrics.observe("release", "released", took);
-            Ok(StatusCode::NO_CONTENT)
-        }
-        Ok(ReleaseOutcome::NotFound) => Err(refused(
-            Refusal::NotFound,
-            &app,
-            "release",
-            &resource,
-            &request.owner,
-            took,
-        )),
-        Ok(ReleaseOutcome::Forbidden) => Err(refused(
-            Refusal::Forbidden,
-            &app,
-            "release",
-            &resource,
-            &request.owner,
-            took,
-        )),
-        Ok(ReleaseOutcome::Conflict) => Err(refused(
-            Refusal::Conflict,
-            &app,
-            "release",
-            &resource,
-            &request.owner,
-            took,
-        )),
-    }
+            Ok(ReleaseOutcome::Released(ended)) => {
+                match ended {
+                    Some(ended) => {
+                        events::released(&ended.lease, ended.held_for());
+                        app.metrics.held_for(ended.held_for());
+                    }
+                    // Only a store in front of another server cannot say which lease it ended.
+                    None => events::released_unknown(&resource, &request.owner, request.token),
+                }
+                app.metrics.observe("release", "released", took);
+                return Ok(StatusCode::NO_CONTENT);
+            }
+            Ok(ReleaseOutcome::NotFound) => Refusal::NotFound,
+            Ok(ReleaseOutcome::Forbidden) => Refusal::Forbidden,
+            Ok(ReleaseOutcome::Conflict) => Refusal::Conflict,
+        };
+        Err(refused(refusal, &app, "release", &resource, &request.owner, took))
+    })
+    .await
 }

@@ -12,7 +12,7 @@ use crate::extract::{JsonObject, both, resource};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{BodyProblems, refused};
+use super::{BodyProblems, detached, refused};
 
 /// Renew a lock.
 ///
@@ -34,46 +34,29 @@ pub async fn renew(
     JsonObject(body): JsonObject,
 ) -> Result<Json<LeaseBody>, ApiError> {
     let (resource, request) = both(resource(&uri), parse::renew(&body, &app.config.limits))?;
-    let started = Instant::now();
-    let outcome = app
-        .waiters
-        .store()
-        .renew(&resource, &request.owner, request.ttl, request.token)
-        .await;
-    let took = started.elapsed();
-    match outcome {
-        Err(error) => {
-            app.metrics.observe("renew", "unavailable", took);
-            Err(error.into())
-        }
-        Ok(RenewOutcome::Renewed(lease)) => {
-            events::renewed(&lease);
-            app.metrics.observe("renew", "renewed", took);
-            Ok(Json(LeaseBody::from(&lease)))
-        }
-        Ok(RenewOutcome::NotFound) => Err(refused(
-            Refusal::NotFound,
-            &app,
-            "renew",
-            &resource,
-            &request.owner,
-            took,
-        )),
-        Ok(RenewOutcome::Forbidden) => Err(refused(
-            Refusal::Forbidden,
-            &app,
-            "renew",
-            &resource,
-            &request.owner,
-            took,
-        )),
-        Ok(RenewOutcome::Conflict) => Err(refused(
-            Refusal::Conflict,
-            &app,
-            "renew",
-            &resource,
-            &request.owner,
-            took,
-        )),
-    }
+    detached(async move {
+        let started = Instant::now();
+        let outcome = app
+            .waiters
+            .store()
+            .renew(&resource, &request.owner, request.ttl, request.token)
+            .await;
+        let took = started.elapsed();
+        let refusal = match outcome {
+            Err(error) => {
+                app.metrics.observe("renew", "unavailable", took);
+                return Err(error.into());
+            }
+            Ok(RenewOutcome::Renewed(lease)) => {
+                events::renewed(&lease);
+                app.metrics.observe("renew", "renewed", took);
+                return Ok(Json(LeaseBody::from(&lease)));
+            }
+            Ok(RenewOutcome::NotFound) => Refusal::NotFound,
+            Ok(RenewOutcome::Forbidden) => Refusal::Forbidden,
+            Ok(RenewOutcome::Conflict) => Refusal::Conflict,
+        };
+        Err(refused(refusal, &app, "renew", &resource, &request.owner, took))
+    })
+    .await
 }
