@@ -604,9 +604,11 @@ async fn migrate(pool: &Pool) -> Result<()> {
         .map_err(|e| db_error(DOING, e))?;
     let known = i32::try_from(MIGRATIONS.len()).unwrap_or(i32::MAX);
     if current > known {
-        return Err(StoreError::Invalid(format!(
+        // Not the caller's input (that would read as a bad address): data this build cannot
+        // read, as the embedded store says of a file of a newer schema.
+        return Err(StoreError::Corrupt(format!(
             "the database schema is at version {current}, newer than this fencelock knows ({known}): \
-             upgrade fencelock"
+             was it written by a newer fencelock? upgrade fencelock"
         )));
     }
     for (version, step) in (1..).zip(MIGRATIONS).skip(usize::try_from(current).unwrap_or(0)) {

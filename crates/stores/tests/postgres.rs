@@ -89,20 +89,29 @@ async fn a_token_outlives_the_purge_of_its_lease() {
     assert!(second.token > first.token);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn servers_starting_together_migrate_once() {
-    let url = shared_url().await;
-    let name = format!("fresh_{}", std::process::id());
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
+/// A plain connection to the database at `url`.
+async fn connected(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     client
+}
+
+/// The address of a new, empty database on the shared server, named after `what`.
+async fn new_database(what: &str) -> String {
+    let url = shared_url().await;
+    let name = format!("{what}_{}", std::process::id());
+    connected(&url)
+        .await
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
         .unwrap();
     let (server, _) = url.rsplit_once('/').expect("the address names a database");
-    let fresh = format!("{server}/{name}");
+    format!("{server}/{name}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_starting_together_migrate_once() {
+    let fresh = new_database("fresh").await;
     let starts: Vec<_> = (0..4)
         .map(|_| {
             let fresh = fresh.clone();
@@ -112,11 +121,8 @@ async fn servers_starting_together_migrate_once() {
     for start in starts {
         start.await.unwrap().expect("a server starting alongside others");
     }
-    let (fresh_client, connection) = tokio_postgres::connect(&fresh, tokio_postgres::NoTls)
+    let versions: Vec<i32> = connected(&fresh)
         .await
-        .unwrap();
-    tokio::spawn(connection);
-    let versions: Vec<i32> = fresh_client
         .query(
             "SELECT version FROM fencelock_schema_version ORDER BY version",
             &[],
@@ -127,6 +133,25 @@ async fn servers_starting_together_migrate_once() {
         .map(|row| row.get(0))
         .collect();
     assert_eq!(versions, vec![1]);
+}
+
+#[tokio::test]
+async fn a_database_of_a_newer_schema_is_refused_as_unreadable_not_as_a_bad_address() {
+    let newer = new_database("newer").await;
+    drop(PostgresStore::connect(&newer).await.unwrap());
+    connected(&newer)
+        .await
+        .batch_execute("INSERT INTO fencelock_schema_version (version) VALUES (99)")
+        .await
+        .unwrap();
+    let error = PostgresStore::connect(&newer).await.unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
+    assert!(error.to_string().contains("version 99"), "{error}");
+    let opened = fencelock_stores::open(&newer).await.unwrap_err();
+    assert!(
+        matches!(opened, fencelock_stores::OpenError::Store { .. }),
+        "not a bad address: {opened}"
+    );
 }
 
 /// Short timeouts, so that the failure test learns quickly that the database is gone.
