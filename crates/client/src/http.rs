@@ -312,6 +312,7 @@ impl LockStore for HttpStore {
             // nothing.
             durable: false,
             knows_released_lease: false,
+            shared: false,
         }
     }
 }

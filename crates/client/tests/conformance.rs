@@ -40,12 +40,15 @@ fn client(url: &str, capabilities: Capabilities) -> Harness {
 }
 
 /// What a client sees of a store with `ttl_granularity` behind a server: a release answers
-/// 204 without the lease.
-fn through_a_server(ttl_granularity: Duration, durable: bool) -> Capabilities {
+/// 204 without the lease. Durability and sharing are the store's, held to by the store's own
+/// suite (a client cannot restart the server under it, nor be a second server), and the
+/// restart of a real server process is tested in the command tests.
+fn through_a_server(ttl_granularity: Duration) -> Capabilities {
     Capabilities {
         ttl_granularity,
-        durable,
+        durable: false,
         knows_released_lease: false,
+        shared: false,
     }
 }
 
@@ -55,7 +58,7 @@ mod memory {
     async fn harness() -> Harness {
         static URL: OnceLock<String> = OnceLock::new();
         let url = URL.get_or_init(|| serve("memory://".into()));
-        client(url, through_a_server(Duration::from_millis(1), false))
+        client(url, through_a_server(Duration::from_millis(1)))
     }
 
     fencelock_conformance::suite!(harness);
@@ -75,7 +78,7 @@ mod embedded {
             }
             serve(format!("sqlite://{}", file.display()))
         });
-        client(url, through_a_server(Duration::from_millis(1), true))
+        client(url, through_a_server(Duration::from_millis(1)))
     }
 
     fencelock_conformance::suite!(harness);
@@ -87,7 +90,7 @@ mod postgres {
     async fn harness() -> Harness {
         static URL: OnceLock<String> = OnceLock::new();
         let url = URL.get_or_init(|| serve(fencelock_testkit::shared_postgres().url()));
-        client(url, through_a_server(Duration::from_millis(1), true))
+        client(url, through_a_server(Duration::from_millis(1)))
     }
 
     fencelock_conformance::suite!(harness);
@@ -101,7 +104,7 @@ mod etcd {
         static URL: OnceLock<String> = OnceLock::new();
         let url = URL.get_or_init(|| serve(fencelock_testkit::shared_etcd().url()));
         // etcd's TTLs are whole seconds, rounded up.
-        client(url, through_a_server(Duration::from_secs(1), true))
+        client(url, through_a_server(Duration::from_secs(1)))
     }
 
     fencelock_conformance::suite!(harness);

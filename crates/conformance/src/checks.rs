@@ -9,21 +9,27 @@ use fencelock_core::{
 
 use crate::{Harness, owner, ttl};
 
-async fn grant(h: &Harness, resource: &str, who: &str, ttl: fencelock_core::Ttl) -> Lease {
+/// Acquires `resource` (of this harness) for `who`; panics unless it is a new grant.
+pub(crate) async fn grant(h: &Harness, resource: &str, who: &str, ttl: fencelock_core::Ttl) -> Lease {
     let resource = h.resource(resource);
-    match h
-        .store
-        .acquire(&resource, &owner(who), ttl)
-        .await
-        .expect("acquire")
-    {
+    granted(
+        h.store
+            .acquire(&resource, &owner(who), ttl)
+            .await
+            .expect("acquire"),
+    )
+}
+
+/// The lease of a new grant; panics on any other outcome.
+pub fn granted(outcome: AcquireOutcome) -> Lease {
+    match outcome {
         AcquireOutcome::Granted { lease, .. } => lease,
-        other => panic!("expected a grant of {resource} to {who}, got {other:?}"),
+        other => panic!("expected a grant, got {other:?}"),
     }
 }
 
 /// Asserts `outcome` released `lease` (and says which, where the store can tell).
-fn assert_released(h: &Harness, outcome: ReleaseOutcome, lease: &Lease) {
+pub(crate) fn assert_released(h: &Harness, outcome: ReleaseOutcome, lease: &Lease) {
     match outcome {
         ReleaseOutcome::Released(Some(ended)) => {
             assert_eq!(&ended.lease, lease);
@@ -477,7 +483,10 @@ pub async fn shortened_leases_are_announced(h: &Harness) {
 }
 
 /// Whether `resource` is announced on `feed` within a few seconds.
-async fn announced(feed: &mut tokio::sync::broadcast::Receiver<ReleaseNotice>, resource: &Resource) -> bool {
+pub(crate) async fn announced(
+    feed: &mut tokio::sync::broadcast::Receiver<ReleaseNotice>,
+    resource: &Resource,
+) -> bool {
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             match feed.recv().await {

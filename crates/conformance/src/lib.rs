@@ -21,15 +21,22 @@
 //!
 //! - [`Harness`]: the store under test and how its time moves.
 //! - [`checks`]: one `async fn` per rule.
+//! - [`shared`]: the checks a store's declared capabilities call for: durability across a
+//!   reopen ([`Harness::reopening`]) and the rules across many servers ([`Harness::sharing`]).
 //! - [`suite!`]: one `#[tokio::test]` per check.
 
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use fencelock_core::{Capabilities, Lease, LockStore, ManualClock, Owner, Resource, Ttl};
+use fencelock_core::{Capabilities, Lease, LockStore, ManualClock, Resource, Ttl};
 
 pub mod checks;
+pub mod shared;
+
+/// Opens a store over the same lock state as the store under test (for [`Harness::reopening`]
+/// and [`Harness::sharing`]).
+type Opener = Box<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn LockStore>> + Send>> + Send + Sync>;
 
 /// The store under test, and how its time is moved.
 pub struct Harness {
@@ -38,6 +45,8 @@ pub struct Harness {
     clock: Option<Arc<ManualClock>>,
     namespace: String,
     capabilities: Option<Capabilities>,
+    reopen: Option<Opener>,
+    another: Option<Opener>,
     /// Dropped after the store (fields drop in order): e.g. the folder of its file.
     _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
@@ -48,8 +57,10 @@ impl Harness {
         Self {
             store,
             clock: Some(clock),
-            namespace: namespace(),
+            namespace: fencelock_testkit::fixtures::unique_prefix(),
             capabilities: None,
+            reopen: None,
+            another: None,
             _keep: None,
         }
     }
@@ -59,8 +70,10 @@ impl Harness {
         Self {
             store,
             clock: None,
-            namespace: namespace(),
+            namespace: fencelock_testkit::fixtures::unique_prefix(),
             capabilities: None,
+            reopen: None,
+            another: None,
             _keep: None,
         }
     }
@@ -75,6 +88,46 @@ impl Harness {
     /// The capabilities the checks hold the store to: as declared, else as it says.
     pub fn capabilities(&self) -> Capabilities {
         self.capabilities.unwrap_or_else(|| self.store.capabilities())
+    }
+
+    /// How to close the store under test and open it again over the same state, for the
+    /// checks of a durable store ([`Capabilities::durable`]).
+    pub fn reopening<F, Fut>(mut self, reopen: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Arc<dyn LockStore>> + Send + 'static,
+    {
+        self.reopen = Some(Box::new(move || Box::pin(reopen())));
+        self
+    }
+
+    /// How to open another store over the same state, standing for a second server, for the
+    /// checks of a shared store ([`Capabilities::shared`]).
+    pub fn sharing<F, Fut>(mut self, another: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Arc<dyn LockStore>> + Send + 'static,
+    {
+        self.another = Some(Box::new(move || Box::pin(another())));
+        self
+    }
+
+    /// The store under test closed and opened again; fails the check if a durable store did
+    /// not say how.
+    pub async fn reopened(&self) -> Arc<dyn LockStore> {
+        let reopen = self.reopen.as_ref().expect(
+            "the store declares itself durable: its harness must say how to reopen it (Harness::reopening)",
+        );
+        reopen().await
+    }
+
+    /// A second server's store over the same state; fails the check if a shared store did not
+    /// say how.
+    pub async fn another_server(&self) -> Arc<dyn LockStore> {
+        let another = self.another.as_ref().expect(
+            "the store declares itself shared: its harness must say how to open it again (Harness::sharing)",
+        );
+        another().await
     }
 
     /// Keeps `guard` (a temporary folder, a test server) alive until the store is dropped.
@@ -156,25 +209,7 @@ fn clock_now(clock: &ManualClock) -> fencelock_core::Timestamp {
     fencelock_core::Clock::now(clock)
 }
 
-/// A TTL for tests.
-pub fn ttl(duration: Duration) -> Ttl {
-    Ttl::from_duration(duration, Ttl::DEFAULT_MAX).expect("test TTLs are valid")
-}
-
-/// An owner for tests.
-pub fn owner(name: &str) -> Owner {
-    Owner::new(name).expect("test owners are valid")
-}
-
-fn namespace() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let wall = fencelock_core::Timestamp::now_wall().as_millis();
-    format!(
-        "t{wall}-{}-{}/",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
+pub use fencelock_testkit::fixtures::{owner, ttl};
 
 /// One `#[tokio::test]` per conformance check, each on a fresh harness from `$make`, an
 /// `async fn() -> Harness`.
@@ -199,12 +234,22 @@ macro_rules! suite {
             shortened_leases_are_announced,
             ping_answers
         );
+        $crate::suite!(@each $make; shared:
+            answers_survive_a_reopen,
+            a_hundred_acquirers_on_two_servers_have_one_winner,
+            tokens_increase_across_servers,
+            a_release_on_one_server_is_heard_on_the_other,
+            a_waiter_on_one_server_gets_the_lock_the_other_releases
+        );
     };
-    (@each $make:path; $($check:ident),* $(,)?) => {$(
+    (@each $make:path; $($check:ident),* $(,)?) => {
+        $crate::suite!(@each $make; checks: $($check),*);
+    };
+    (@each $make:path; $module:ident: $($check:ident),* $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $check() {
             let harness = $make().await;
-            $crate::checks::$check(&harness).await;
+            $crate::$module::$check(&harness).await;
         }
     )*};
 }

@@ -47,6 +47,33 @@ impl Clock for SystemClock {
     }
 }
 
+/// A clock that follows Tokio's time: under `tokio::time::pause()` it moves only as the
+/// runtime's timers do (`tokio::time::advance`, or sleeps that the paused runtime skips), so
+/// a test of expiry, waiting and renewal sees the store's clock and its timers agree without
+/// sleeping for real. Outside paused time it is the monotonic clock from `start`.
+#[derive(Debug)]
+pub struct TokioClock {
+    start: Timestamp,
+    anchor: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock standing at `start` now, moving with Tokio's time.
+    pub fn new(start: Timestamp) -> Self {
+        Self {
+            start,
+            anchor: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = u64::try_from(self.anchor.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Timestamp::from_millis(self.start.as_millis().saturating_add(elapsed))
+    }
+}
+
 /// A clock that only moves when told to: for tests of expiry without sleeping.
 #[derive(Debug)]
 pub struct ManualClock(AtomicU64);
@@ -81,6 +108,14 @@ mod tests {
         let first = clock.now();
         assert!(wall.since(first) < Duration::from_secs(1) && first.since(wall) < Duration::from_secs(1));
         assert!(clock.now() >= first);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokio_clock_moves_with_paused_time() {
+        let clock = TokioClock::new(Timestamp::from_millis(5));
+        assert_eq!(clock.now(), Timestamp::from_millis(5));
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(clock.now(), Timestamp::from_millis(3_600_005));
     }
 
     #[test]

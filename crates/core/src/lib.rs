@@ -11,7 +11,8 @@
 //! - [`table`]: [`LockTable`], the rules as a pure state machine (used by the in-memory and
 //!   the embedded store).
 //! - [`memory`]: [`MemoryStore`], the reference store (`memory://`).
-//! - [`clock`]: the injectable [`Clock`]: a monotonic wall clock, and a manual one for tests.
+//! - [`clock`]: the injectable [`Clock`]: a monotonic wall clock; for tests, a manual one and
+//!   one that follows Tokio's (pausable) time.
 //! - [`wait`]: [`Waiters`], first-come first-served waiting above any store.
 
 pub mod clock;
@@ -21,7 +22,7 @@ pub mod store;
 pub mod table;
 pub mod wait;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use memory::MemoryStore;
 pub use model::{FencingToken, InvalidName, InvalidTtl, Lease, Owner, Resource, Timestamp, Ttl};
 pub use store::{

@@ -115,6 +115,7 @@ impl LockStore for MemoryStore {
             ttl_granularity: std::time::Duration::from_millis(1),
             durable: false,
             knows_released_lease: true,
+            shared: false,
         }
     }
 }

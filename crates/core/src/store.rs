@@ -211,6 +211,10 @@ pub struct Capabilities {
     pub durable: bool,
     /// A release reports the lease it ended ([`ReleaseOutcome::Released`] with `Some`).
     pub knows_released_lease: bool,
+    /// Many servers may share the store, each with a store of its own over the same state
+    /// (PostgreSQL, etcd): mutual exclusion, token order and release notices then hold
+    /// across them all.
+    pub shared: bool,
 }
 
 /// Why a store could not answer. Contention is not an error: see [`AcquireOutcome::Held`].

@@ -440,6 +440,7 @@ impl LockStore for UnreachableStore {
             ttl_granularity: Duration::from_millis(1),
             durable: true,
             knows_released_lease: true,
+            shared: false,
         }
     }
 }

@@ -534,6 +534,7 @@ impl LockStore for EtcdStore {
             ttl_granularity: Duration::from_secs(1),
             durable: true,
             knows_released_lease: true,
+            shared: true,
         }
     }
 }

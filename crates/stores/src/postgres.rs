@@ -523,6 +523,7 @@ impl LockStore for PostgresStore {
             ttl_granularity: Duration::from_millis(1),
             durable: true,
             knows_released_lease: true,
+            shared: true,
         }
     }
 }

@@ -336,6 +336,7 @@ impl LockStore for SqliteStore {
             ttl_granularity: Duration::from_millis(1),
             durable: true,
             knows_released_lease: true,
+            shared: false,
         }
     }
 }

@@ -22,20 +22,17 @@ async fn store(url: &str) -> Arc<EtcdStore> {
 }
 
 async fn harness() -> Harness {
-    Harness::real(store(&shared_url().await).await)
+    let url = shared_url().await;
+    let again = move || {
+        let url = url.clone();
+        async move { store(&url).await as Arc<dyn LockStore> }
+    };
+    shared::harness(again().await, again)
 }
 
 fencelock_conformance::suite!(harness);
 
 mod shared;
-
-/// Two stores on one cluster stand for two fencelock servers.
-async fn two_servers() -> (Arc<dyn LockStore>, Arc<dyn LockStore>) {
-    let url = shared_url().await;
-    (store(&url).await, store(&url).await)
-}
-
-shared::many_servers_suite!(two_servers);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttls_are_whole_seconds_rounded_up() {

@@ -9,9 +9,10 @@ use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireOutcome, Clock, FencingToken, Lease, ListQuery, LockStore, ManualClock, ReleaseOutcome,
-    RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+    RenewOutcome, StoreError, Timestamp, Ttl,
 };
 use fencelock_stores::sqlite::SqliteStore;
+use fencelock_testkit::fixtures::resource;
 use tempfile::TempDir;
 
 const T0: Timestamp = Timestamp::from_millis(1_795_933_800_000);
@@ -22,10 +23,6 @@ fn manual_clock() -> Arc<ManualClock> {
 
 fn db(dir: &TempDir) -> PathBuf {
     dir.path().join("fencelock.db")
-}
-
-fn resource(name: &str) -> Resource {
-    Resource::new(name).unwrap()
 }
 
 fn long() -> Ttl {
@@ -56,9 +53,17 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 
 async fn harness() -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let clock = manual_clock();
-    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
-    Harness::manual(Arc::new(store), clock).keeping(dir)
+    let (clock, path) = (manual_clock(), db(&dir));
+    let store = Arc::new(SqliteStore::open_with_clock(&path, clock.clone()).unwrap());
+    let open = store.clone();
+    let again = clock.clone();
+    Harness::manual(store, clock).keeping(dir).reopening(move || {
+        let (open, path, clock) = (open.clone(), path.clone(), again.clone());
+        async move {
+            open.close().await;
+            Arc::new(SqliteStore::open_with_clock(path, clock).unwrap()) as Arc<dyn LockStore>
+        }
+    })
 }
 
 fencelock_conformance::suite!(harness);
@@ -204,31 +209,6 @@ async fn the_system_clock_store_keeps_leases_across_a_restart() {
         kept.expires_at >= lease.expires_at,
         "the stop took no time from it"
     );
-}
-
-#[tokio::test]
-async fn a_release_survives_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = manual_clock();
-    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
-    let lease = grant(&store, "r", "a", long()).await;
-    let released = store
-        .release(&lease.resource, &lease.owner, Some(lease.token))
-        .await
-        .unwrap();
-    assert_eq!(
-        released,
-        ReleaseOutcome::Released(Some(fencelock_core::EndedLease {
-            lease: lease.clone(),
-            ended_at: T0
-        }))
-    );
-    drop(store);
-
-    let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
-    assert_eq!(store.get(&lease.resource).await.unwrap(), None);
-    let next = grant(&store, "r", "b", long()).await;
-    assert!(next.token > lease.token);
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! # fencelock-testkit
 //!
-//! Throwaway servers for fencelock's tests: PostgreSQL and etcd, each on free loopback ports
+//! Test fixtures for fencelock: names, owners and TTLs, and throwaway servers — PostgreSQL and etcd, each on free loopback ports
 //! with its data in a temporary folder, started by the test itself and stopped after it.
 //! Used only as a dev-dependency.
 //!
@@ -22,10 +22,12 @@
 //! - [`Etcd`]: one member; [`shared_etcd`] for one per test binary.
 //! - [`EtcdCluster`]: N members, with [`EtcdCluster::kill`], [`EtcdCluster::restart`] and
 //!   [`EtcdCluster::leader`].
+//! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
 //! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
 //!   closing anything (a broken network, a hung host).
 
 mod etcd;
+pub mod fixtures;
 mod postgres;
 mod process;
 mod proxy;

@@ -62,17 +62,7 @@ impl Drop for TestServer {
     }
 }
 
-pub fn resource(name: &str) -> Resource {
-    Resource::new(name).unwrap()
-}
-
-pub fn owner(name: &str) -> Owner {
-    Owner::new(name).unwrap()
-}
-
-pub fn ttl(ms: u64) -> Ttl {
-    Ttl::from_millis(ms, Ttl::DEFAULT_MAX).unwrap()
-}
+pub use fencelock_testkit::fixtures::{owner, resource, ttl_ms as ttl};
 
 /// Polls `check` every 5 ms until it gives a value, failing the test after `limit`.
 pub async fn eventually<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {

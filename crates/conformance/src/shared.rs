@@ -1,0 +1,196 @@
+//! The checks that depend on what a store declares it is: a **durable** store's answers survive
+//! closing and reopening it (rule 7), and a **shared** store keeps the rules across many
+//! servers, each with a store object of its own over the same state. A store that is neither
+//! has nothing to show here by nature; one that declares either must give the harness the way
+//! to reach its state again ([`Harness::reopening`], [`Harness::sharing`]), or these checks fail.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use fencelock_core::{AcquireOutcome, FencingToken, ReleaseOutcome, RenewOutcome, Waiters};
+
+use crate::checks::{announced, assert_released, grant, granted};
+use crate::{Harness, owner, ttl};
+
+/// Rule 7: what a durable store answered survives closing and reopening it — leases (a renewed
+/// one with its new expiry), a release, and the token counter.
+pub async fn answers_survive_a_reopen(h: &Harness) {
+    if !h.capabilities().durable {
+        return;
+    }
+    let kept = grant(h, "kept", "a", h.long_ttl()).await;
+    let renewed = grant(h, "renewed", "b", h.long_ttl()).await;
+    let longer = ttl(Duration::from_secs(900));
+    let renewed = match h
+        .store
+        .renew(&renewed.resource, &renewed.owner, longer, None)
+        .await
+        .unwrap()
+    {
+        RenewOutcome::Renewed(lease) => lease,
+        other => panic!("expected a renewal, got {other:?}"),
+    };
+    let released = grant(h, "released", "c", h.long_ttl()).await;
+    let outcome = h
+        .store
+        .release(&released.resource, &released.owner, Some(released.token))
+        .await
+        .unwrap();
+    assert_released(h, outcome, &released);
+
+    let store = h.reopened().await;
+    for lease in [&kept, &renewed] {
+        let now = store
+            .get(&lease.resource)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{lease:?} was lost across the reopen"));
+        assert_eq!(
+            (&now.owner, now.token, now.acquired_at),
+            (&lease.owner, lease.token, lease.acquired_at),
+            "{now:?}"
+        );
+        // Never shorter; the embedded store does not count the time it was closed.
+        assert!(
+            now.expires_at >= lease.expires_at,
+            "{now:?} ends before {lease:?}"
+        );
+    }
+    assert_eq!(
+        store.get(&released.resource).await.unwrap(),
+        None,
+        "a release came back"
+    );
+    let next = granted(
+        store
+            .acquire(&released.resource, &owner("d"), h.long_ttl())
+            .await
+            .unwrap(),
+    );
+    assert!(
+        next.token > released.token,
+        "token {} reused or lowered",
+        next.token
+    );
+}
+
+/// 100 concurrent acquires of one free resource, spread over two servers: exactly one wins,
+/// and every loser is told of that winner.
+pub async fn a_hundred_acquirers_on_two_servers_have_one_winner(h: &Harness) {
+    if !h.capabilities().shared {
+        return;
+    }
+    let (a, b) = (h.store.clone(), h.another_server().await);
+    let resource = h.resource("contended");
+    let attempts: Vec<_> = (0..100)
+        .map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let resource = resource.clone();
+            tokio::spawn(async move {
+                store
+                    .acquire(&resource, &owner(&format!("w{i}")), ttl(Duration::from_secs(60)))
+                    .await
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut holders = HashSet::new();
+    for attempt in attempts {
+        match attempt.await.expect("task").expect("acquire") {
+            AcquireOutcome::Granted { lease, .. } => winners.push(lease),
+            AcquireOutcome::Held { holder, .. } => {
+                holders.insert(holder.token);
+            }
+            AcquireOutcome::Extended(lease) => panic!("nobody held it, yet extended: {lease:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    assert!(holders.iter().all(|t| *t == winners[0].token), "{holders:?}");
+    assert_eq!(b.get(&resource).await.unwrap().as_ref(), Some(&winners[0]));
+}
+
+/// Grants alternate between two servers, each released through the other: every token is
+/// greater than the one before.
+pub async fn tokens_increase_across_servers(h: &Harness) {
+    if !h.capabilities().shared {
+        return;
+    }
+    let (a, b) = (h.store.clone(), h.another_server().await);
+    let resource = h.resource("alternating");
+    let mut last = FencingToken(0);
+    for i in 0..20 {
+        let (granting, releasing) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let who = owner(&format!("o{i}"));
+        let lease = granted(
+            granting
+                .acquire(&resource, &who, ttl(Duration::from_secs(60)))
+                .await
+                .unwrap(),
+        );
+        assert!(lease.token > last, "token {} after {last}", lease.token);
+        last = lease.token;
+        let released = releasing
+            .release(&resource, &who, Some(lease.token))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&released, ReleaseOutcome::Released(Some(ended)) if ended.lease == lease),
+            "{released:?}"
+        );
+    }
+}
+
+/// A release through one server is heard on the other's release feed.
+pub async fn a_release_on_one_server_is_heard_on_the_other(h: &Harness) {
+    if !h.capabilities().shared {
+        return;
+    }
+    let b = h.another_server().await;
+    let mut heard = b.releases().expect("a shared store has a release feed");
+    let lease = grant(h, "announced", "holder", h.long_ttl()).await;
+    h.store
+        .release(&lease.resource, &lease.owner, None)
+        .await
+        .unwrap();
+    assert!(
+        announced(&mut heard, &lease.resource).await,
+        "the release was not heard on the other server"
+    );
+}
+
+/// A waiter on one server is handed the lock as soon as its holder releases it through the
+/// other server: woken by the release notice, long before the holder's lease would expire.
+pub async fn a_waiter_on_one_server_gets_the_lock_the_other_releases(h: &Harness) {
+    if !h.capabilities().shared {
+        return;
+    }
+    let lease = grant(h, "waited-for", "holder", ttl(Duration::from_secs(60))).await;
+    let waiters = Waiters::new(h.another_server().await);
+    let waiting = {
+        let (waiters, resource) = (waiters.clone(), lease.resource.clone());
+        tokio::spawn(async move {
+            let (who, wait) = (owner("waiter"), Duration::from_secs(30));
+            waiters
+                .acquire(&resource, &who, ttl(Duration::from_secs(60)), wait)
+                .await
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while waiters.waiting() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let released_at = std::time::Instant::now();
+    h.store
+        .release(&lease.resource, &lease.owner, Some(lease.token))
+        .await
+        .unwrap();
+    let handed = granted(waiting.await.unwrap().unwrap());
+    assert!(handed.token > lease.token);
+    // Woken by the notice, not by the holder's expiry a minute on.
+    let took = released_at.elapsed();
+    assert!(
+        took < Duration::from_secs(20),
+        "the waiter got the lock {took:?} after the release"
+    );
+}
