@@ -2,10 +2,10 @@
 //! everything written against a store (the guard, the commands, the conformance suite) works
 //! the same through a server.
 //!
-//! Answers are mapped back to outcomes through [`ProblemKind::from_status`], the one status
-//! table the server uses too. A server that cannot be reached, times out or answers 503 is
-//! [`StoreError::Unavailable`]; a request the server refuses as invalid (422, 400, 413, 415)
-//! is [`StoreError::Invalid`].
+//! Answers are mapped back to outcomes by [`fencelock_wire::outcome`] and
+//! [`ProblemKind::from_status`], the translator and the status table the server uses too. A
+//! server that cannot be reached, times out or answers 503 is [`StoreError::Unavailable`]; a
+//! request the server refuses as invalid (422, 400, 413, 415) is [`StoreError::Invalid`].
 
 use std::time::Duration;
 
@@ -14,9 +14,10 @@ use fencelock_core::{
     AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner,
     ReleaseOutcome, RenewOutcome, Resource, StoreError, Ttl,
 };
+use fencelock_wire::body::InvalidLease;
 use fencelock_wire::{
-    AcquireRequest, AcquireResponse, LeaseBody, ListResponse, Problem, ProblemKind, ReleaseRequest,
-    RenewRequest, parse,
+    AcquireRequest, AcquireResponse, Judged, LeaseBody, ListResponse, Problem, ProblemKind, ReleaseRequest,
+    RenewRequest, outcome, parse,
 };
 use reqwest::{Response, StatusCode};
 
@@ -159,19 +160,7 @@ impl HttpStore {
         if response.status() != StatusCode::OK {
             return Err(unexpected(response).await);
         }
-        match read_json::<AcquireResponse>(response).await? {
-            AcquireResponse::Granted(granted) if granted.extended => {
-                Ok(AcquireOutcome::Extended(lease(granted.lock)?))
-            }
-            AcquireResponse::Granted(granted) => Ok(AcquireOutcome::Granted {
-                lease: lease(granted.lock)?,
-                expired: None,
-            }),
-            AcquireResponse::Held(held) => Ok(AcquireOutcome::Held {
-                holder: lease(held.holder)?,
-                expires_in: Duration::from_millis(held.expires_in_ms),
-            }),
-        }
+        outcome::decode_acquire(read_json::<AcquireResponse>(response).await?).map_err(invalid_lease)
     }
 
     fn lock_url(&self, resource: &Resource) -> String {
@@ -218,15 +207,7 @@ impl LockStore for HttpStore {
         let response = self
             .send(self.http.delete(self.lock_url(resource)).json(&body))
             .await?;
-        if response.status() == StatusCode::NO_CONTENT {
-            return Ok(ReleaseOutcome::Released(None));
-        }
-        match ProblemKind::from_status(response.status().as_u16()) {
-            Some(ProblemKind::NotFound) => Ok(ReleaseOutcome::NotFound),
-            Some(ProblemKind::Forbidden) => Ok(ReleaseOutcome::Forbidden),
-            Some(ProblemKind::Conflict) => Ok(ReleaseOutcome::Conflict),
-            _ => Err(unexpected(response).await),
-        }
+        judged(response, async |_| Ok(())).await
     }
 
     async fn renew(
@@ -244,15 +225,7 @@ impl LockStore for HttpStore {
         };
         let url = format!("{}/renew", self.lock_url(resource));
         let response = self.send(self.http.post(url).json(&body)).await?;
-        if response.status() == StatusCode::OK {
-            return Ok(RenewOutcome::Renewed(lease(read_json(response).await?)?));
-        }
-        match ProblemKind::from_status(response.status().as_u16()) {
-            Some(ProblemKind::NotFound) => Ok(RenewOutcome::NotFound),
-            Some(ProblemKind::Forbidden) => Ok(RenewOutcome::Forbidden),
-            Some(ProblemKind::Conflict) => Ok(RenewOutcome::Conflict),
-            _ => Err(unexpected(response).await),
-        }
+        judged(response, read_json).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
@@ -322,8 +295,26 @@ fn millis(duration: Duration) -> u64 {
 }
 
 fn lease(body: LeaseBody) -> Result<Lease> {
-    Lease::try_from(body)
-        .map_err(|e| StoreError::Corrupt(format!("the server answered an invalid lease: {e}")))
+    Lease::try_from(body).map_err(invalid_lease)
+}
+
+fn invalid_lease(error: InvalidLease) -> StoreError {
+    StoreError::Corrupt(format!("the server answered an invalid lease: {error}"))
+}
+
+/// The outcome of a call the server judges (release, renew): done, read from the body by
+/// `body`, or the refusal its problem's status tells of.
+async fn judged<O: Judged>(
+    response: Response,
+    body: impl AsyncFnOnce(Response) -> Result<O::Body>,
+) -> Result<O> {
+    if response.status().as_u16() == O::DONE_STATUS {
+        return O::decode(body(response).await?).map_err(invalid_lease);
+    }
+    match ProblemKind::from_status(response.status().as_u16()).and_then(ProblemKind::refusal) {
+        Some(refusal) => Ok(O::from(refusal)),
+        None => Err(unexpected(response).await),
+    }
 }
 
 async fn read_json<T: serde::de::DeserializeOwned>(response: Response) -> Result<T> {

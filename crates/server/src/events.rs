@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use fencelock_core::{Lease, Owner, Resource};
+use fencelock_core::{FencingToken, Lease, Owner, Resource};
+use fencelock_wire::{Label, Op};
 
 const TARGET: &str = "fencelock::lease";
 
@@ -31,7 +32,7 @@ pub fn released(lease: &Lease, held: Duration) {
 }
 
 /// A lease was released, by a store that cannot say which (a server in front of another).
-pub fn released_unknown(resource: &Resource, owner: &Owner, token: Option<fencelock_core::FencingToken>) {
+pub fn released_unknown(resource: &Resource, owner: &Owner, token: Option<FencingToken>) {
     tracing::info!(target: TARGET, event = "release", resource = %resource, owner = %owner,
         token = token.map(|t| t.0));
 }
@@ -43,8 +44,9 @@ pub fn expired(lease: &Lease) {
 }
 
 /// A request was refused: `reason` is `held`, `forbidden`, `conflict` or `not_found`.
-pub fn refused(op: &str, reason: &str, resource: &Resource, owner: &Owner, holder: Option<&Lease>) {
-    tracing::info!(target: TARGET, event = "refuse", op, reason, resource = %resource, owner = %owner,
+pub fn refused(op: Op, reason: Label, resource: &Resource, owner: &Owner, holder: Option<&Lease>) {
+    tracing::info!(target: TARGET, event = "refuse", op = op.as_str(), reason = reason.as_str(),
+        resource = %resource, owner = %owner,
         holder = holder.map(|h| h.owner.as_str()), token = holder.map(|h| h.token.0));
 }
 

@@ -16,12 +16,14 @@
 //! - [`problem`]: every failure turned into an RFC 9457 problem, in one place.
 //! - [`events`]: one structured log line per lease event.
 //! - [`metrics`]: Prometheus metrics.
+//! - [`observe`]: one call after every store call that counts it and writes its log lines.
 //! - [`state`]: [`Config`] and the state the handlers share.
 
 pub mod events;
 pub mod extract;
 pub mod listener;
 pub mod metrics;
+pub mod observe;
 pub mod problem;
 pub mod routes;
 pub mod state;

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use fencelock_wire::{Label, Op};
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -10,13 +11,20 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// The labels of a request: the operation and its outcome.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub struct OpLabels {
     /// `acquire`, `release`, `renew`, `get`, `list`.
-    pub op: &'static str,
+    pub op: Op,
     /// e.g. `granted`, `extended`, `held`, `released`, `not_found`, `forbidden`,
-    /// `conflict`, `invalid`, `unavailable`.
-    pub outcome: &'static str,
+    /// `conflict`, `unavailable`.
+    pub outcome: Label,
+}
+
+/// Written as `op="…",outcome="…"`, by the names the wire types give them.
+impl EncodeLabelSet for OpLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
+        [("op", self.op.as_str()), ("outcome", self.outcome.as_str())].encode(encoder)
+    }
 }
 
 /// The server's metrics, registered once.
@@ -73,7 +81,7 @@ impl Metrics {
     }
 
     /// Counts one answered request and how long it took.
-    pub fn observe(&self, op: &'static str, outcome: &'static str, took: Duration) {
+    pub fn observe(&self, op: Op, outcome: Label, took: Duration) {
         let labels = OpLabels { op, outcome };
         self.requests.get_or_create(&labels).inc();
         self.latency.get_or_create(&labels).observe(took.as_secs_f64());

@@ -1,8 +1,15 @@
 //! Requests and answers as they travel over HTTP.
 
+use fencelock_core::model::MAX_NAME_BYTES;
 use fencelock_core::{FencingToken, InvalidName, Lease, Owner, Resource, Timestamp};
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
+use utoipa::{PartialSchema, ToSchema};
+
+use crate::fields::{self, Range};
+use crate::parse::Limits;
 
 /// A lease, as written in every answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -60,74 +67,151 @@ impl TryFrom<LeaseBody> for Lease {
 }
 
 /// `POST /locks/{resource}`: acquire. Exactly one of `ttl_seconds` and `ttl_ms`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+///
+/// The names and bounds of the fields are [`fields`]'s; the parser checks them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcquireRequest {
-    /// Who asks; trimmed of white space, 1 to 255 bytes, no control characters.
-    #[schema(
-        min_length = 1,
-        max_length = 255,
-        pattern = r"^\s*[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*\s*$"
-    )]
+    /// Who asks.
     pub owner: String,
-    /// The TTL in whole seconds, 1 to the server's maximum (default 86400).
+    /// The TTL in whole seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, minimum = 1, maximum = 86_400)]
     pub ttl_seconds: Option<u64>,
-    /// The TTL in whole milliseconds, 1 to the server's maximum (default 86400000).
+    /// The TTL in whole milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, minimum = 1, maximum = 86_400_000)]
     pub ttl_ms: Option<u64>,
-    /// If another owner holds the lock, wait up to this long for it (first come, first
-    /// served), 0 to the server's maximum (default 300000). Default 0.
+    /// How long to wait in line if another owner holds the lock (default 0).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, minimum = 0, maximum = 300_000)]
     pub wait_ms: Option<u64>,
 }
 
 /// `DELETE /locks/{resource}`: release.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseRequest {
     /// The owner of the lease.
-    #[schema(
-        min_length = 1,
-        max_length = 255,
-        pattern = r"^\s*[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*\s*$"
-    )]
     pub owner: String,
-    /// If given, the release happens only if this is the current lease's token (else 409).
-    /// Any unsigned 64-bit integer is accepted; this description caps it at 2^53 − 1, the
-    /// largest integer a JavaScript client holds exactly (tokens never get near it).
+    /// Release only if this is the current lease's token.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
     pub fencing_token: Option<u64>,
 }
 
 /// `POST /locks/{resource}/renew`: renew. Exactly one of `ttl_seconds` and `ttl_ms`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenewRequest {
     /// The owner of the lease.
-    #[schema(
-        min_length = 1,
-        max_length = 255,
-        pattern = r"^\s*[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*\s*$"
-    )]
     pub owner: String,
-    /// The new TTL from now, in whole seconds, 1 to the server's maximum (default 86400).
+    /// The new TTL from now, in whole seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, minimum = 1, maximum = 86_400)]
     pub ttl_seconds: Option<u64>,
-    /// The new TTL from now, in whole milliseconds, 1 to the server's maximum (default
-    /// 86400000).
+    /// The new TTL from now, in whole milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, minimum = 1, maximum = 86_400_000)]
     pub ttl_ms: Option<u64>,
-    /// If given, the renewal happens only if this is the current lease's token (else 409).
-    /// Any unsigned 64-bit integer is accepted; this description caps it at 2^53 − 1, the
-    /// largest integer a JavaScript client holds exactly (tokens never get near it).
+    /// Renew only if this is the current lease's token.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
     pub fencing_token: Option<u64>,
 }
+
+/// The OpenAPI description of a request body: its fields, by [`fields`]'s names and with
+/// the bounds of the default [`Limits`].
+fn request_schema(description: &str, owner: &str, properties: Vec<(&str, String, Range)>) -> RefOr<Schema> {
+    let object = ObjectBuilder::new()
+        .description(Some(description))
+        .property(fields::OWNER, fields::owner_schema(owner))
+        .required(fields::OWNER);
+    properties
+        .into_iter()
+        .fold(object, |object, (name, text, range)| {
+            object.property(name, fields::integer_schema(&text, range))
+        })
+        .into()
+}
+
+const TOKEN_RULE: &str = "Any unsigned 64-bit integer is accepted; this description caps it at 2^53 − 1, the \
+    largest integer a JavaScript client holds exactly (tokens never get near it).";
+
+impl PartialSchema for AcquireRequest {
+    fn schema() -> RefOr<Schema> {
+        let limits = Limits::default();
+        request_schema(
+            "`POST /locks/{resource}`: acquire. Exactly one of `ttl_seconds` and `ttl_ms`.",
+            &format!("Who asks; trimmed of white space, 1 to {MAX_NAME_BYTES} bytes, no control characters."),
+            vec![
+                ttl_seconds("The TTL in whole seconds", &limits),
+                ttl_ms("The TTL in whole milliseconds", &limits),
+                (
+                    fields::WAIT_MS,
+                    fields::with_default(
+                        "If another owner holds the lock, wait up to this long for it (first come, \
+                         first served), 0 to the server's maximum",
+                        limits.wait_ms(),
+                    ) + " Default 0.",
+                    limits.wait_ms(),
+                ),
+            ],
+        )
+    }
+}
+
+impl PartialSchema for ReleaseRequest {
+    fn schema() -> RefOr<Schema> {
+        request_schema(
+            "`DELETE /locks/{resource}`: release.",
+            "The owner of the lease.",
+            vec![token("release")],
+        )
+    }
+}
+
+impl PartialSchema for RenewRequest {
+    fn schema() -> RefOr<Schema> {
+        let limits = Limits::default();
+        request_schema(
+            "`POST /locks/{resource}/renew`: renew. Exactly one of `ttl_seconds` and `ttl_ms`.",
+            "The owner of the lease.",
+            vec![
+                ttl_seconds("The new TTL from now, in whole seconds", &limits),
+                ttl_ms("The new TTL from now, in whole milliseconds", &limits),
+                token("renewal"),
+            ],
+        )
+    }
+}
+
+fn ttl_seconds(what: &str, limits: &Limits) -> (&'static str, String, Range) {
+    let text = format!("{what}, 1 to the server's maximum");
+    (
+        fields::TTL_SECONDS,
+        fields::with_default(&text, limits.ttl_seconds()),
+        limits.ttl_seconds(),
+    )
+}
+
+fn ttl_ms(what: &str, limits: &Limits) -> (&'static str, String, Range) {
+    let text = format!("{what}, 1 to the server's maximum");
+    (
+        fields::TTL_MS,
+        fields::with_default(&text, limits.ttl_ms()),
+        limits.ttl_ms(),
+    )
+}
+
+fn token(what: &str) -> (&'static str, String, Range) {
+    let text = format!(
+        "If given, the {what} happens only if this is the current lease's token (else 409). {TOKEN_RULE}"
+    );
+    (fields::FENCING_TOKEN, text, fields::TOKEN_RANGE)
+}
+
+macro_rules! named_schema {
+    ($($ty:ident),*) => {$(
+        impl ToSchema for $ty {
+            fn name() -> Cow<'static, str> {
+                Cow::Borrowed(stringify!($ty))
+            }
+        }
+    )*};
+}
+
+named_schema!(AcquireRequest, ReleaseRequest, RenewRequest);
 
 /// The answer to an acquire: granted, or held by another owner (not an error).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

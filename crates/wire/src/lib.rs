@@ -6,17 +6,23 @@
 //! # Layout
 //!
 //! - [`body`]: requests and answers as they travel ([`LeaseBody`], [`AcquireResponse`], …).
+//! - [`fields`]: the names and bounds of the request fields, for the parser and the schema.
+//! - [`outcome`]: the one two-way translator between the store's outcomes and the API's
+//!   answers (body, status, problem kind), and the labels metrics and events use.
 //! - [`parse`]: strict validation of request bodies, path segments and query parameters
 //!   into the model's newtypes, listing every bad field.
 //! - [`problem`]: RFC 9457 problems and [`ProblemKind`], the one table from outcome to
 //!   HTTP status.
 
 pub mod body;
+pub mod fields;
+pub mod outcome;
 pub mod parse;
 pub mod problem;
 
 pub use body::{
     AcquireRequest, AcquireResponse, Granted, Held, LeaseBody, ListResponse, ReleaseRequest, RenewRequest,
 };
+pub use outcome::{Judged, Label, Op, Outcome};
 pub use parse::{Acquire, Limits, Release, Renew};
 pub use problem::{FieldError, Problem, ProblemKind};

@@ -10,6 +10,7 @@ use std::time::Duration;
 use fencelock_core::{FencingToken, InvalidName, Owner, Resource, Ttl};
 use serde_json::{Map, Value};
 
+use crate::fields::{self, FENCING_TOKEN, OWNER, Range, TTL_MS, TTL_SECONDS, WAIT_MS};
 use crate::problem::FieldError;
 
 /// The limits a server enforces (all configurable).
@@ -65,9 +66,8 @@ pub struct Renew {
 pub fn acquire(body: &Map<String, Value>, limits: &Limits) -> Result<Acquire, Vec<FieldError>> {
     let mut fields = Fields::new(body);
     let owner = fields.owner();
-    let ttl = fields.ttl(limits.max_ttl);
-    let max_wait = u64::try_from(limits.max_wait.as_millis()).unwrap_or(u64::MAX);
-    let wait = fields.integer("wait_ms", 0, max_wait);
+    let ttl = fields.ttl(limits);
+    let wait = fields.integer(WAIT_MS, limits.wait_ms());
     fields.finish()?;
     match (owner, ttl, wait) {
         (Some(owner), Some(ttl), Some(wait)) => Ok(Acquire {
@@ -95,7 +95,7 @@ pub fn release(body: &Map<String, Value>) -> Result<Release, Vec<FieldError>> {
 pub fn renew(body: &Map<String, Value>, limits: &Limits) -> Result<Renew, Vec<FieldError>> {
     let mut fields = Fields::new(body);
     let owner = fields.owner();
-    let ttl = fields.ttl(limits.max_ttl);
+    let ttl = fields.ttl(limits);
     let token = fields.token();
     fields.finish()?;
     match (owner, ttl, token) {
@@ -123,8 +123,8 @@ impl<'a> Fields<'a> {
         None
     }
 
-    /// An optional integer in `min..=max`: `Some(None)` if absent, `None` if invalid.
-    fn integer(&mut self, name: &str, min: u64, max: u64) -> Option<Option<u64>> {
+    /// An optional integer in `range`: `Some(None)` if absent, `None` if invalid.
+    fn integer(&mut self, name: &str, Range { min, max }: Range) -> Option<Option<u64>> {
         let range = format!("must be a JSON integer from {min} to {max}");
         match self.body.get(name) {
             None => Some(None),
@@ -138,7 +138,7 @@ impl<'a> Fields<'a> {
     }
 
     fn owner(&mut self) -> Option<Owner> {
-        let message = match self.body.get("owner") {
+        let message = match self.body.get(OWNER) {
             None => "is required".to_owned(),
             Some(Value::Null) => "must not be null".to_owned(),
             Some(Value::String(s)) => match Owner::new(s) {
@@ -147,37 +147,36 @@ impl<'a> Fields<'a> {
             },
             Some(_) => "must be a JSON string".to_owned(),
         };
-        self.errors.push(FieldError::new("owner", message));
+        self.errors.push(FieldError::new(OWNER, message));
         None
     }
 
-    /// Exactly one of `ttl_seconds` and `ttl_ms`, within `max`.
-    fn ttl(&mut self, max: Ttl) -> Option<Ttl> {
-        let max_ms = max.as_millis();
-        let seconds = self.integer("ttl_seconds", 1, max_ms / 1000);
-        let ms = self.integer("ttl_ms", 1, max_ms);
+    /// Exactly one of `ttl_seconds` and `ttl_ms`, within the longest TTL.
+    fn ttl(&mut self, limits: &Limits) -> Option<Ttl> {
+        let seconds = self.integer(TTL_SECONDS, limits.ttl_seconds());
+        let ms = self.integer(TTL_MS, limits.ttl_ms());
         let ms = match (seconds?, ms?) {
             (Some(_), Some(_)) => {
-                let both = "give exactly one of ttl_seconds and ttl_ms";
-                self.fail("ttl_seconds", both);
-                self.fail("ttl_ms", both);
+                let both = format!("give exactly one of {TTL_SECONDS} and {TTL_MS}");
+                self.fail(TTL_SECONDS, both.clone());
+                self.fail(TTL_MS, both);
                 return None;
             }
             (None, None) => {
-                self.fail("ttl_seconds", "is required (or ttl_ms)");
+                self.fail(TTL_SECONDS, format!("is required (or {TTL_MS})"));
                 return None;
             }
-            // Cannot overflow: seconds are at most max_ms / 1000.
+            // Cannot overflow: seconds are at most the longest TTL in milliseconds / 1000.
             (Some(seconds), None) => seconds * 1000,
             (None, Some(ms)) => ms,
         };
         // Both fields were checked against `max` above, so this refuses nothing new.
-        Ttl::from_millis(ms, max).ok()
+        Ttl::from_millis(ms, limits.max_ttl).ok()
     }
 
     /// An optional fencing token: `Some(None)` if absent, `None` if invalid.
     fn token(&mut self) -> Option<Option<FencingToken>> {
-        self.integer("fencing_token", 0, u64::MAX)
+        self.integer(FENCING_TOKEN, fields::TOKEN_RANGE)
             .map(|t| t.map(FencingToken))
     }
 

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock_client::AcquireOutcome;
-use fencelock_wire::{Held, LeaseBody};
+use fencelock_wire::outcome;
 
 use super::common::{self, Failure, Target, Wanted, describe, exit};
 use super::waiting::while_waiting;
@@ -45,12 +45,7 @@ async fn acquire(args: Args) -> Result<u8, Failure> {
         }
         AcquireOutcome::Held { holder, expires_in } => {
             if args.json {
-                common::print_json(&Held {
-                    acquired: false,
-                    resource: resource.to_string(),
-                    holder: LeaseBody::from(&holder),
-                    expires_in_ms: u64::try_from(expires_in.as_millis()).unwrap_or(u64::MAX),
-                });
+                common::print_json(&outcome::encode_held(&holder, expires_in));
             } else {
                 eprintln!("fencelock acquire: not acquired: {}", describe(&holder));
             }

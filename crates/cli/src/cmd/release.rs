@@ -6,7 +6,9 @@
 
 use std::process::ExitCode;
 
-use fencelock_client::{ReleaseOutcome, Resource};
+use fencelock_client::Resource;
+use fencelock_core::Refusal;
+use fencelock_wire::{Judged, Label};
 use serde_json::json;
 
 use super::common::{self, Existing, Failure, Target, exit};
@@ -28,34 +30,37 @@ pub async fn run(args: Args) -> ExitCode {
 async fn release(args: Args) -> Result<u8, Failure> {
     let (resource, owner, token) = args.lease.parse()?;
     let client = args.target.connect().await?;
-    let reason = match client.release(&resource, &owner, token).await? {
-        ReleaseOutcome::Released(_) => {
-            if args.lease.json {
-                common::print_json(&json!({"released": true, "resource": resource.as_str()}));
-            } else {
-                println!("released {resource}");
-            }
-            return Ok(exit::OK);
-        }
-        ReleaseOutcome::NotFound => "not_found",
-        ReleaseOutcome::Forbidden => "forbidden",
-        ReleaseOutcome::Conflict => "conflict",
-    };
-    refusal("release", "released", &resource, reason, args.lease.json);
-    Ok(exit::REFUSED)
+    let outcome = client.release(&resource, &owner, token).await?;
+    if let Err(refusal) = outcome.judged() {
+        return Ok(refused(
+            "release",
+            "released",
+            &resource,
+            refusal,
+            args.lease.json,
+        ));
+    }
+    if args.lease.json {
+        common::print_json(&json!({"released": true, "resource": resource.as_str()}));
+    } else {
+        println!("released {resource}");
+    }
+    Ok(exit::OK)
 }
 
 /// Tells why a renew or release was refused: in words on standard error, and with `--json`
 /// as `{"<done>": false, "resource": …, "reason": "not_found" | "forbidden" | "conflict"}`
-/// on standard output.
-pub(super) fn refusal(command: &str, done: &str, resource: &Resource, reason: &str, json: bool) {
+/// on standard output. Returns the exit code.
+pub(super) fn refused(command: &str, done: &str, resource: &Resource, refusal: Refusal, json: bool) -> u8 {
     if json {
+        let reason = Label::from(refusal).as_str();
         common::print_json(&json!({done: false, "resource": resource.as_str(), "reason": reason}));
     }
-    let why = match reason {
-        "not_found" => "there is no live lease on it (an expired lease must be acquired again)",
-        "forbidden" => "another owner holds it",
-        _ => "the live lease has another fencing token",
+    let why = match refusal {
+        Refusal::NotFound => "there is no live lease on it (an expired lease must be acquired again)",
+        Refusal::Forbidden => "another owner holds it",
+        Refusal::Conflict => "the live lease has another fencing token",
     };
     eprintln!("fencelock {command}: {resource} not {done}: {why}");
+    exit::REFUSED
 }

@@ -8,10 +8,10 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use fencelock_client::RenewOutcome;
+use fencelock_wire::Judged;
 
 use super::common::{self, Existing, Failure, Target, exit};
-use super::release::refusal;
+use super::release::refused;
 
 /// Flags of `fencelock renew`.
 #[derive(Debug, clap::Args)]
@@ -34,15 +34,11 @@ async fn renew(args: Args) -> Result<u8, Failure> {
     let (resource, owner, token) = args.lease.parse()?;
     let ttl = common::ttl(args.ttl)?;
     let client = args.target.connect().await?;
-    let reason = match client.renew(&resource, &owner, ttl, token).await? {
-        RenewOutcome::Renewed(lease) => {
-            common::print_lease(&lease);
-            return Ok(exit::OK);
+    match client.renew(&resource, &owner, ttl, token).await?.judged() {
+        Ok(lease) => {
+            common::print_lease(lease);
+            Ok(exit::OK)
         }
-        RenewOutcome::NotFound => "not_found",
-        RenewOutcome::Forbidden => "forbidden",
-        RenewOutcome::Conflict => "conflict",
-    };
-    refusal("renew", "renewed", &resource, reason, args.lease.json);
-    Ok(exit::REFUSED)
+        Err(refusal) => Ok(refused("renew", "renewed", &resource, refusal, args.lease.json)),
+    }
 }

@@ -4,12 +4,12 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
 use fencelock_core::{AcquireOutcome, Lease, ReleaseOutcome};
-use fencelock_wire::{AcquireRequest, AcquireResponse, Granted, Held, LeaseBody, parse};
+use fencelock_wire::{AcquireRequest, AcquireResponse, Op, outcome, parse};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::events;
 use crate::extract::{JsonObject, both, resource};
+use crate::observe::{Asked, Observed, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
@@ -44,70 +44,43 @@ pub async fn acquire(
             .waiters
             .acquire_unless(&resource, &request.owner, request.ttl, request.wait, &gone)
             .await;
-        let took = started.elapsed();
-        let (label, answer) = match outcome {
-            Err(error) => {
-                app.metrics.observe("acquire", "unavailable", took);
-                return Err(error.into());
-            }
-            Ok(AcquireOutcome::Granted { lease, expired }) => {
-                if let Some(expired) = expired {
-                    events::expired(&expired);
-                    app.metrics.expired();
-                }
-                events::granted(&lease, took);
-                if gone.is_cancelled() {
-                    give_back(&app, &lease).await;
-                }
-                ("granted", granted(&lease, false))
-            }
-            Ok(AcquireOutcome::Extended(lease)) => {
-                events::extended(&lease);
-                ("extended", granted(&lease, true))
-            }
-            Ok(AcquireOutcome::Held { holder, expires_in }) => {
-                events::refused("acquire", "held", &resource, &request.owner, Some(&holder));
-                let held = Held {
-                    acquired: false,
-                    resource: resource.to_string(),
-                    holder: LeaseBody::from(&holder),
-                    expires_in_ms: u64::try_from(expires_in.as_millis()).unwrap_or(u64::MAX),
-                };
-                ("held", AcquireResponse::Held(held))
-            }
+        let asked = Asked {
+            resource,
+            owner: request.owner,
+            token: None,
         };
-        app.metrics.observe("acquire", label, took);
-        Ok(Json(answer))
+        observe(&app, Op::Acquire, &asked, &outcome, started.elapsed());
+        let outcome = outcome?;
+        if let AcquireOutcome::Granted { lease, .. } = &outcome
+            && gone.is_cancelled()
+        {
+            give_back(&app, lease).await;
+        }
+        Ok(Json(outcome::encode_acquire(&outcome)))
     })
     .await
 }
 
 /// Releases a lease granted to a caller who hung up before hearing of it.
 async fn give_back(app: &App, lease: &Lease) {
-    match app
+    let started = Instant::now();
+    let outcome = app
         .waiters
         .store()
         .release(&lease.resource, &lease.owner, Some(lease.token))
-        .await
-    {
-        Ok(ReleaseOutcome::Released(Some(ended))) => {
-            events::released(&ended.lease, ended.held_for());
-            app.metrics.held_for(ended.held_for());
-        }
-        Ok(ReleaseOutcome::Released(None)) => {
-            events::released_unknown(&lease.resource, &lease.owner, Some(lease.token));
+        .await;
+    let asked = Asked {
+        resource: lease.resource.clone(),
+        owner: lease.owner.clone(),
+        token: Some(lease.token),
+    };
+    match outcome {
+        Ok(released @ ReleaseOutcome::Released(_)) => {
+            released.record(Op::Release, &asked, started.elapsed(), &app.metrics);
         }
         // Renewed or released by someone else meanwhile; it ends at its TTL.
         Ok(_) => {}
         Err(error) => tracing::warn!(%error, resource = %lease.resource,
             "giving back a lease whose caller hung up failed; it ends at its TTL"),
     }
-}
-
-fn granted(lease: &Lease, extended: bool) -> AcquireResponse {
-    AcquireResponse::Granted(Granted {
-        acquired: true,
-        extended,
-        lock: LeaseBody::from(lease),
-    })
 }

@@ -3,10 +3,11 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
-use fencelock_wire::{LeaseBody, Problem, ProblemKind};
+use fencelock_wire::{LeaseBody, Op, Problem, ProblemKind, outcome};
 use tokio::time::Instant;
 
 use crate::extract::resource;
+use crate::observe::observe;
 use crate::problem::ApiError;
 use crate::state::App;
 
@@ -26,22 +27,12 @@ pub async fn get(State(app): State<App>, uri: Uri) -> Result<Json<LeaseBody>, Ap
     let resource = resource(&uri).map_err(|e| ApiError::Invalid(vec![e]))?;
     let started = Instant::now();
     let lease = app.waiters.store().get(&resource).await;
-    let took = started.elapsed();
-    match lease {
-        Err(error) => {
-            app.metrics.observe("get", "unavailable", took);
-            Err(error.into())
-        }
-        Ok(Some(lease)) => {
-            app.metrics.observe("get", "found", took);
-            Ok(Json(LeaseBody::from(&lease)))
-        }
-        Ok(None) => {
-            app.metrics.observe("get", "not_found", took);
-            Err(ApiError::Problem(
-                ProblemKind::NotFound,
-                format!("no live lock on {resource}"),
-            ))
-        }
+    observe(&app, Op::Get, &(), &lease, started.elapsed());
+    match lease? {
+        Some(lease) => Ok(Json(LeaseBody::from(&lease))),
+        None => Err(ApiError::Problem(
+            ProblemKind::NotFound,
+            outcome::not_found_detail(&resource),
+        )),
     }
 }

@@ -3,9 +3,10 @@
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use fencelock_core::ListQuery;
-use fencelock_wire::{LeaseBody, ListResponse, parse};
+use fencelock_wire::{LeaseBody, ListResponse, Op, parse};
 use tokio::time::Instant;
 
+use crate::observe::observe;
 use crate::problem::ApiError;
 use crate::state::App;
 
@@ -28,9 +29,8 @@ pub async fn list(State(app): State<App>, RawQuery(query): RawQuery) -> Result<J
     let query = parse_query(query.as_deref().unwrap_or(""))?;
     let started = Instant::now();
     let page = app.waiters.store().list(&query).await;
-    let took = started.elapsed();
-    let page = page.inspect_err(|_| app.metrics.observe("list", "unavailable", took))?;
-    app.metrics.observe("list", "listed", took);
+    observe(&app, Op::List, &(), &page, started.elapsed());
+    let page = page?;
     Ok(Json(ListResponse {
         locks: page.leases.iter().map(LeaseBody::from).collect(),
         next_cursor: page.next.as_ref().map(parse::encode_cursor),

@@ -8,19 +8,22 @@ mod release;
 mod renew;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
-use axum::http::{Method, Uri};
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use fencelock_core::{Owner, Refusal, Resource};
-use fencelock_wire::{FieldError, ProblemKind};
+use fencelock_core::{LockStore, Resource, StoreError};
+use fencelock_wire::{FieldError, Judged, LeaseBody, Limits, Op, ProblemKind, outcome};
+use serde_json::{Map, Value};
+use tokio::time::Instant;
 use utoipa::OpenApi;
-use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::response::{Response as Described, ResponseBuilder};
 use utoipa::openapi::{Content, Ref, RefOr};
 
-use crate::events;
+use crate::extract::{both, resource};
+use crate::observe::{Asked, Observed, observe};
 use crate::problem::{ApiError, render_problems};
 use crate::state::App;
 
@@ -50,7 +53,7 @@ pub struct ApiDoc;
 struct BodyProblems;
 
 impl utoipa::IntoResponses for BodyProblems {
-    fn responses() -> BTreeMap<String, RefOr<Response>> {
+    fn responses() -> BTreeMap<String, RefOr<Described>> {
         problems(&[
             (
                 ProblemKind::BadRequest,
@@ -80,7 +83,7 @@ impl utoipa::IntoResponses for BodyProblems {
 struct PathProblems;
 
 impl utoipa::IntoResponses for PathProblems {
-    fn responses() -> BTreeMap<String, RefOr<Response>> {
+    fn responses() -> BTreeMap<String, RefOr<Described>> {
         problems(&[
             (
                 ProblemKind::InvalidFields,
@@ -94,7 +97,7 @@ impl utoipa::IntoResponses for PathProblems {
     }
 }
 
-fn problems(kinds: &[(ProblemKind, &str)]) -> BTreeMap<String, RefOr<Response>> {
+fn problems(kinds: &[(ProblemKind, &str)]) -> BTreeMap<String, RefOr<Described>> {
     kinds
         .iter()
         .map(|(kind, description)| {
@@ -165,33 +168,64 @@ async fn detached<T: Send + 'static>(
     }
 }
 
-/// Logs and counts the refusal of a release or renew, and makes its problem.
-fn refused(
-    refusal: Refusal,
-    app: &App,
-    op: &'static str,
-    resource: &Resource,
-    owner: &Owner,
-    took: Duration,
-) -> ApiError {
-    let (label, kind, detail) = match refusal {
-        Refusal::NotFound => (
-            "not_found",
-            ProblemKind::NotFound,
-            format!("no live lock on {resource}"),
-        ),
-        Refusal::Forbidden => (
-            "forbidden",
-            ProblemKind::Forbidden,
-            format!("{resource} is held by another owner than {owner}"),
-        ),
-        Refusal::Conflict => (
-            "conflict",
-            ProblemKind::Conflict,
-            format!("the live lease on {resource} has another fencing token"),
-        ),
-    };
-    events::refused(op, label, resource, owner, None);
-    app.metrics.observe(op, label, took);
-    ApiError::Problem(kind, detail)
+/// A call on a held lease that the store judges (release, renew; later, a semaphore's or a
+/// read-write lock's): a kind of lease adds an `impl` of this, and [`judged`] does the rest.
+trait Judge: Sized + Send + Sync + 'static {
+    /// The operation, for metrics and log lines.
+    const OP: Op;
+    /// What the store answers.
+    type Outcome: Judged<Body: Reply> + Observed<Asked = Asked> + Send + 'static;
+
+    /// Reads the request body.
+    fn parse(body: &Map<String, Value>, limits: &Limits) -> Result<Self, Vec<FieldError>>;
+    /// What the log lines tell of the request.
+    fn asked(self, resource: Resource) -> Asked;
+    /// Asks the store.
+    fn call(
+        &self,
+        store: &dyn LockStore,
+        resource: &Resource,
+    ) -> impl Future<Output = Result<Self::Outcome, StoreError>> + Send;
+}
+
+/// Parse, call the store (in a task of its own), observe, encode: the whole of a judged call.
+async fn judged<J: Judge>(app: App, uri: &Uri, body: &Map<String, Value>) -> Result<Response, ApiError> {
+    let (resource, request) = both(resource(uri), J::parse(body, &app.config.limits))?;
+    detached(async move {
+        let started = Instant::now();
+        let outcome = request.call(app.waiters.store().as_ref(), &resource).await;
+        let asked = request.asked(resource);
+        observe(&app, J::OP, &asked, &outcome, started.elapsed());
+        match outcome?.judged() {
+            Ok(done) => Ok(J::Outcome::encode(done).reply(J::Outcome::DONE_STATUS)),
+            Err(refusal) => Err(ApiError::Problem(
+                refusal.into(),
+                outcome::refusal_detail(refusal, &asked.resource, &asked.owner),
+            )),
+        }
+    })
+    .await
+}
+
+/// The body of a done call as an answer with `status`.
+trait Reply {
+    /// The answer.
+    fn reply(self, status: u16) -> Response;
+}
+
+/// No body (204).
+impl Reply for () {
+    fn reply(self, status: u16) -> Response {
+        status_code(status).into_response()
+    }
+}
+
+impl Reply for LeaseBody {
+    fn reply(self, status: u16) -> Response {
+        (status_code(status), Json(self)).into_response()
+    }
+}
+
+fn status_code(status: u16) -> StatusCode {
+    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }

@@ -1,18 +1,18 @@
 //! `DELETE /locks/{resource}`: release.
 
 use axum::extract::State;
-use axum::http::{StatusCode, Uri};
-use fencelock_core::{Refusal, ReleaseOutcome};
-use fencelock_wire::{Problem, ReleaseRequest, parse};
-use tokio::time::Instant;
+use axum::http::Uri;
+use axum::response::Response;
+use fencelock_core::{LockStore, ReleaseOutcome, Resource, StoreError};
+use fencelock_wire::{FieldError, Limits, Op, Problem, Release, ReleaseRequest, parse};
+use serde_json::{Map, Value};
 
-use crate::events;
-use crate::extract::{JsonObject, both, resource};
+use crate::extract::JsonObject;
+use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{BodyProblems, detached, refused};
-
+use super::{BodyProblems, Judge, judged};
 /// Release a lock.
 ///
 /// Only the owner of the live lease may release it; with `fencing_token`, only if it is the
@@ -31,38 +31,27 @@ pub async fn release(
     State(app): State<App>,
     uri: Uri,
     JsonObject(body): JsonObject,
-) -> Result<StatusCode, ApiError> {
-    let (resource, request) = both(resource(&uri), parse::release(&body))?;
-    detached(async move {
-        let started = Instant::now();
-        let outcome = app
-            .waiters
-            .store()
-            .release(&resource, &request.owner, request.token)
-            .await;
-        let took = started.elapsed();
-        let refusal = match outcome {
-            Err(error) => {
-                app.metrics.observe("release", "unavailable", took);
-                return Err(error.into());
-            }
-            Ok(ReleaseOutcome::Released(ended)) => {
-                match ended {
-                    Some(ended) => {
-                        events::released(&ended.lease, ended.held_for());
-                        app.metrics.held_for(ended.held_for());
-                    }
-                    // Only a store in front of another server cannot say which lease it ended.
-                    None => events::released_unknown(&resource, &request.owner, request.token),
-                }
-                app.metrics.observe("release", "released", took);
-                return Ok(StatusCode::NO_CONTENT);
-            }
-            Ok(ReleaseOutcome::NotFound) => Refusal::NotFound,
-            Ok(ReleaseOutcome::Forbidden) => Refusal::Forbidden,
-            Ok(ReleaseOutcome::Conflict) => Refusal::Conflict,
-        };
-        Err(refused(refusal, &app, "release", &resource, &request.owner, took))
-    })
-    .await
+) -> Result<Response, ApiError> {
+    judged::<Release>(app, &uri, &body).await
+}
+
+impl Judge for Release {
+    const OP: Op = Op::Release;
+    type Outcome = ReleaseOutcome;
+
+    fn parse(body: &Map<String, Value>, _: &Limits) -> Result<Self, Vec<FieldError>> {
+        parse::release(body)
+    }
+
+    fn asked(self, resource: Resource) -> Asked {
+        Asked {
+            resource,
+            owner: self.owner,
+            token: self.token,
+        }
+    }
+
+    async fn call(&self, store: &dyn LockStore, resource: &Resource) -> Result<ReleaseOutcome, StoreError> {
+        store.release(resource, &self.owner, self.token).await
+    }
 }

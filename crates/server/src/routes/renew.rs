@@ -1,19 +1,18 @@
 //! `POST /locks/{resource}/renew`: renew.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
-use fencelock_core::{Refusal, RenewOutcome};
-use fencelock_wire::{LeaseBody, Problem, RenewRequest, parse};
-use tokio::time::Instant;
+use axum::response::Response;
+use fencelock_core::{LockStore, RenewOutcome, Resource, StoreError};
+use fencelock_wire::{FieldError, LeaseBody, Limits, Op, Problem, Renew, RenewRequest, parse};
+use serde_json::{Map, Value};
 
-use crate::events;
-use crate::extract::{JsonObject, both, resource};
+use crate::extract::JsonObject;
+use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{BodyProblems, detached, refused};
-
+use super::{BodyProblems, Judge, judged};
 /// Renew a lock.
 ///
 /// Sets the live lease's `expires_at` to now + TTL; the token and `acquired_at` stay. An
@@ -32,31 +31,27 @@ pub async fn renew(
     State(app): State<App>,
     uri: Uri,
     JsonObject(body): JsonObject,
-) -> Result<Json<LeaseBody>, ApiError> {
-    let (resource, request) = both(resource(&uri), parse::renew(&body, &app.config.limits))?;
-    detached(async move {
-        let started = Instant::now();
-        let outcome = app
-            .waiters
-            .store()
-            .renew(&resource, &request.owner, request.ttl, request.token)
-            .await;
-        let took = started.elapsed();
-        let refusal = match outcome {
-            Err(error) => {
-                app.metrics.observe("renew", "unavailable", took);
-                return Err(error.into());
-            }
-            Ok(RenewOutcome::Renewed(lease)) => {
-                events::renewed(&lease);
-                app.metrics.observe("renew", "renewed", took);
-                return Ok(Json(LeaseBody::from(&lease)));
-            }
-            Ok(RenewOutcome::NotFound) => Refusal::NotFound,
-            Ok(RenewOutcome::Forbidden) => Refusal::Forbidden,
-            Ok(RenewOutcome::Conflict) => Refusal::Conflict,
-        };
-        Err(refused(refusal, &app, "renew", &resource, &request.owner, took))
-    })
-    .await
+) -> Result<Response, ApiError> {
+    judged::<Renew>(app, &uri, &body).await
+}
+
+impl Judge for Renew {
+    const OP: Op = Op::Renew;
+    type Outcome = RenewOutcome;
+
+    fn parse(body: &Map<String, Value>, limits: &Limits) -> Result<Self, Vec<FieldError>> {
+        parse::renew(body, limits)
+    }
+
+    fn asked(self, resource: Resource) -> Asked {
+        Asked {
+            resource,
+            owner: self.owner,
+            token: self.token,
+        }
+    }
+
+    async fn call(&self, store: &dyn LockStore, resource: &Resource) -> Result<RenewOutcome, StoreError> {
+        store.renew(resource, &self.owner, self.ttl, self.token).await
+    }
 }

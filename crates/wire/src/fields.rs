@@ -1,0 +1,212 @@
+//! The fields of the request bodies: their names and their bounds, in one place that the
+//! parser ([`crate::parse`]) checks and the OpenAPI description ([`crate::body`]) states, so
+//! the two cannot drift apart.
+//!
+//! Serde needs literal field names, so the request structs spell them again; a test holds
+//! them to these constants.
+
+use fencelock_core::model::MAX_NAME_BYTES;
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+use utoipa::openapi::{RefOr, Schema};
+
+use crate::parse::Limits;
+
+/// Who asks, or the owner of the lease.
+pub const OWNER: &str = "owner";
+/// A TTL in whole seconds.
+pub const TTL_SECONDS: &str = "ttl_seconds";
+/// A TTL in whole milliseconds.
+pub const TTL_MS: &str = "ttl_ms";
+/// How long an acquire may wait in line, in milliseconds.
+pub const WAIT_MS: &str = "wait_ms";
+/// The fencing token the caller holds.
+pub const FENCING_TOKEN: &str = "fencing_token";
+
+/// An owner as a client may send it: white space around it is trimmed, what is left is not
+/// blank and has no control characters.
+const OWNER_PATTERN: &str = r"^\s*[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*\s*$";
+
+/// The largest integer a JavaScript client holds exactly (2^53 − 1): the description caps
+/// tokens there, although the server takes any unsigned 64-bit integer.
+const JS_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// The bounds of one integer field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    /// The smallest value accepted.
+    pub min: u64,
+    /// The largest value accepted.
+    pub max: u64,
+}
+
+impl Limits {
+    /// The bounds of `ttl_seconds`: 1 to the longest TTL in whole seconds.
+    pub fn ttl_seconds(&self) -> Range {
+        Range {
+            min: 1,
+            max: self.max_ttl.as_millis() / 1000,
+        }
+    }
+
+    /// The bounds of `ttl_ms`: 1 to the longest TTL.
+    pub fn ttl_ms(&self) -> Range {
+        Range {
+            min: 1,
+            max: self.max_ttl.as_millis(),
+        }
+    }
+
+    /// The bounds of `wait_ms`: 0 to the longest wait.
+    pub fn wait_ms(&self) -> Range {
+        Range {
+            min: 0,
+            max: u64::try_from(self.max_wait.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// The bounds of `fencing_token`: any unsigned 64-bit integer.
+pub const TOKEN_RANGE: Range = Range {
+    min: 0,
+    max: u64::MAX,
+};
+
+/// The schema of an owner field.
+pub(crate) fn owner_schema(description: &str) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(description))
+        .min_length(Some(1))
+        .max_length(Some(MAX_NAME_BYTES))
+        .pattern(Some(OWNER_PATTERN))
+        .into()
+}
+
+/// The schema of an integer field within `range` (a token's, capped at 2^53 − 1).
+pub(crate) fn integer_schema(description: &str, range: Range) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+        .description(Some(description))
+        .minimum(Some(range.min))
+        .maximum(Some(range.max.min(JS_SAFE_INTEGER)))
+        .into()
+}
+
+/// The description of a TTL field with the default limits, e.g. `… (default 86400).`
+pub(crate) fn with_default(text: &str, default: Range) -> String {
+    format!("{text} (default {}).", default.max)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Serialize;
+    use serde::de::DeserializeOwned;
+    use serde_json::{Map, Value, json};
+    use utoipa::PartialSchema;
+
+    use super::*;
+    use crate::body::{AcquireRequest, ReleaseRequest, RenewRequest};
+    use crate::parse;
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    /// A body the parser accepts reads into the request struct, which writes back the same
+    /// values (unknown fields aside), which the parser reads the same again.
+    fn round_trips<T, P>(body: Value, parse: impl Fn(&Map<String, Value>) -> P)
+    where
+        T: Serialize + DeserializeOwned,
+        P: PartialEq + std::fmt::Debug,
+    {
+        let body = object(body);
+        let parsed = parse(&body);
+        let request: T = serde_json::from_value(Value::Object(body.clone())).unwrap();
+        let again = object(serde_json::to_value(&request).unwrap());
+        let known: Map<String, Value> = body.into_iter().filter(|(k, _)| k != "x").collect();
+        assert_eq!(again, known);
+        assert_eq!(parse(&again), parsed);
+    }
+
+    #[test]
+    fn what_the_parser_accepts_the_request_structs_read_and_write_back() {
+        let limits = Limits::default();
+        let acquire = |body: &Map<String, Value>| parse::acquire(body, &limits).unwrap();
+        let release = |body: &Map<String, Value>| parse::release(body).unwrap();
+        let renew = |body: &Map<String, Value>| parse::renew(body, &limits).unwrap();
+        round_trips::<AcquireRequest, _>(json!({"owner": " w ", "ttl_seconds": 30, "x": 1}), acquire);
+        round_trips::<AcquireRequest, _>(json!({"owner": "w", "ttl_ms": 1, "wait_ms": 300_000}), acquire);
+        round_trips::<AcquireRequest, _>(
+            json!({"owner": "w", "ttl_seconds": 86_400, "wait_ms": 0}),
+            acquire,
+        );
+        round_trips::<ReleaseRequest, _>(json!({"owner": "w"}), release);
+        round_trips::<ReleaseRequest, _>(json!({"owner": "\tw", "fencing_token": u64::MAX}), release);
+        round_trips::<RenewRequest, _>(
+            json!({"owner": "w", "ttl_ms": 86_400_000, "fencing_token": 0}),
+            renew,
+        );
+        round_trips::<RenewRequest, _>(json!({"owner": "w", "ttl_seconds": 1}), renew);
+    }
+
+    fn keys(value: impl Serialize) -> Vec<String> {
+        let mut keys: Vec<String> = object(serde_json::to_value(value).unwrap())
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    fn sorted(names: &[&str]) -> Vec<String> {
+        let mut names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn the_request_structs_use_these_names() {
+        let acquire = AcquireRequest {
+            owner: "w".into(),
+            ttl_seconds: Some(1),
+            ttl_ms: Some(1),
+            wait_ms: Some(1),
+        };
+        assert_eq!(keys(acquire), sorted(&[OWNER, TTL_SECONDS, TTL_MS, WAIT_MS]));
+        let release = ReleaseRequest {
+            owner: "w".into(),
+            fencing_token: Some(1),
+        };
+        assert_eq!(keys(release), sorted(&[OWNER, FENCING_TOKEN]));
+        let renew = RenewRequest {
+            owner: "w".into(),
+            ttl_seconds: Some(1),
+            ttl_ms: Some(1),
+            fencing_token: Some(1),
+        };
+        assert_eq!(keys(renew), sorted(&[OWNER, TTL_SECONDS, TTL_MS, FENCING_TOKEN]));
+    }
+
+    #[test]
+    fn the_schemas_state_the_default_limits() {
+        let schema = serde_json::to_value(AcquireRequest::schema()).unwrap();
+        let bounds = |name: &str| {
+            let field = &schema["properties"][name];
+            (field["minimum"].as_u64(), field["maximum"].as_u64())
+        };
+        let limits = Limits::default();
+        for (name, range) in [
+            (TTL_SECONDS, limits.ttl_seconds()),
+            (TTL_MS, limits.ttl_ms()),
+            (WAIT_MS, limits.wait_ms()),
+        ] {
+            assert_eq!(bounds(name), (Some(range.min), Some(range.max)), "{name}");
+        }
+        assert_eq!(schema["properties"][OWNER]["maxLength"], json!(MAX_NAME_BYTES));
+        assert_eq!(schema["required"], json!([OWNER]));
+    }
+}
