@@ -299,6 +299,37 @@ mod tests {
         }
     }
 
+    #[test]
+    fn every_scheme_name_is_lower_case_and_names_one_row() {
+        let names: Vec<&str> = SCHEMES.iter().flat_map(|row| row.names.iter().copied()).collect();
+        for name in &names {
+            assert_eq!(*name, name.to_ascii_lowercase());
+            assert_eq!(names.iter().filter(|n| *n == name).count(), 1, "{name}");
+        }
+        for row in SCHEMES {
+            assert!(
+                row.names
+                    .iter()
+                    .any(|name| row.example.starts_with(&format!("{name}://")))
+            );
+        }
+    }
+
+    #[test]
+    fn a_store_left_out_says_how_to_build_it() {
+        let etcd = SCHEMES.iter().find(|row| row.names == ["etcd"]).unwrap();
+        let error = OpenError::NotBuilt {
+            address: "etcd://h:1".into(),
+            feature: "etcd",
+            build_needs: etcd.build_needs,
+        };
+        assert_eq!(
+            error.to_string(),
+            "this fencelock was built without the etcd store, needed for \"etcd://h:1\": build it \
+             with `--features etcd` (the etcd store needs protoc: apt-get install protobuf-compiler)"
+        );
+    }
+
     #[cfg(feature = "sqlite")]
     #[tokio::test]
     async fn sqlite_opens_a_relative_or_absolute_path() {
