@@ -9,6 +9,7 @@ use fencelock_core::{
     AcquireOutcome, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome,
     RenewOutcome, Resource, StoreError, Ttl, Waiters,
 };
+#[cfg(feature = "direct")]
 use fencelock_stores::OpenError;
 use futures_util::FutureExt;
 use tokio::time::{Instant, timeout};
@@ -27,6 +28,7 @@ pub enum ConnectError {
     /// The address is neither a server's (`http://`, `https://`) nor a store's this build
     /// knows.
     #[error("unsupported address {address:?}: expected http://HOST:PORT or https://HOST:PORT for a fencelock server, or a store: {}", fencelock_stores::supported_schemes().join(", "))]
+    #[cfg(feature = "direct")]
     UnsupportedScheme {
         /// The address as given.
         address: String,
@@ -35,8 +37,20 @@ pub enum ConnectError {
     #[error(transparent)]
     Server(#[from] InvalidServerAddress),
     /// A store address that is invalid, or a store that refused to open.
+    #[cfg(feature = "direct")]
     #[error(transparent)]
     Store(OpenError),
+    /// Not a server's address, on a client built without the `direct` feature, which opens
+    /// store addresses.
+    #[error(
+        "{address:?} is not a fencelock server address (http://HOST:PORT or https://HOST:PORT), \
+         and this fencelock-client was built without the `direct` feature, which opens store \
+         addresses: build it with `--features direct`"
+    )]
+    NoDirect {
+        /// The address as given.
+        address: String,
+    },
 }
 
 impl ConnectError {
@@ -44,8 +58,12 @@ impl ConnectError {
     /// opened): worth telling apart for exit codes.
     pub fn is_bad_address(&self) -> bool {
         match self {
-            Self::UnsupportedScheme { .. } | Self::Server(_) => true,
+            Self::Server(_) | Self::NoDirect { .. } => true,
+            #[cfg(feature = "direct")]
+            Self::UnsupportedScheme { .. } => true,
+            #[cfg(feature = "direct")]
             Self::Store(OpenError::UnsupportedScheme { .. } | OpenError::InvalidAddress { .. }) => true,
+            #[cfg(feature = "direct")]
             Self::Store(_) => false,
         }
     }
@@ -129,8 +147,8 @@ pub struct Client {
 ///
 /// - `http://HOST:PORT` or `https://HOST:PORT`: a fencelock server (see [`HttpStore`]);
 ///   nothing is sent until the first call;
-/// - any store address (`sqlite://PATH`, `memory://`, …; see [`fencelock_stores::open`]):
-///   that store, straight, with no server. Waiting for a busy lock is then first come, first
+/// - with the `direct` feature (on by default), any store address (`sqlite://PATH`,
+///   `memory://`, …; see `fencelock_stores::open`): that store, straight, with no server. Waiting for a busy lock is then first come, first
 ///   served among this client's callers only, and wakes when the holder's lease ends or it
 ///   is released through this process.
 ///
@@ -152,11 +170,16 @@ pub async fn connect(address: &str) -> Result<Client, ConnectError> {
     if matches!(scheme.as_deref(), Some("http" | "https")) {
         return Ok(Client::from_http(HttpStore::new(address)?));
     }
-    match fencelock_stores::open(address).await {
+    #[cfg(feature = "direct")]
+    return match fencelock_stores::open(address).await {
         Ok(store) => Ok(Client::from_store(store)),
         Err(OpenError::UnsupportedScheme { address }) => Err(ConnectError::UnsupportedScheme { address }),
         Err(error) => Err(ConnectError::Store(error)),
-    }
+    };
+    #[cfg(not(feature = "direct"))]
+    Err(ConnectError::NoDirect {
+        address: address.into(),
+    })
 }
 
 impl Client {

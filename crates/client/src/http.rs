@@ -17,7 +17,7 @@ use fencelock_core::{
 use fencelock_wire::body::InvalidLease;
 use fencelock_wire::{
     AcquireRequest, AcquireResponse, Judged, LeaseBody, ListResponse, Problem, ProblemKind, ReleaseRequest,
-    RenewRequest, outcome, parse,
+    RenewRequest, TtlFields, outcome, parse,
 };
 use reqwest::{Response, StatusCode};
 
@@ -147,8 +147,7 @@ impl HttpStore {
         let wait = wait.min(self.options.max_wait_per_request);
         let body = AcquireRequest {
             owner: owner.to_string(),
-            ttl_seconds: None,
-            ttl_ms: Some(ttl.as_millis()),
+            ttl: TtlFields::ms(ttl.as_millis()),
             wait_ms: (!wait.is_zero()).then(|| millis(wait)),
         };
         let request = self
@@ -219,8 +218,7 @@ impl LockStore for HttpStore {
     ) -> Result<RenewOutcome> {
         let body = RenewRequest {
             owner: owner.to_string(),
-            ttl_seconds: None,
-            ttl_ms: Some(ttl.as_millis()),
+            ttl: TtlFields::ms(ttl.as_millis()),
             fencing_token: token.map(|t| t.0),
         };
         let url = format!("{}/renew", self.lock_url(resource));

@@ -1,5 +1,5 @@
-//! The [`LockStore`] trait: what every store (in-memory, embedded, PostgreSQL, Redis, etcd,
-//! and the HTTP client of a fencelock server) promises.
+//! The [`LockStore`] trait: what every store (in-memory, embedded, PostgreSQL, etcd, and the
+//! HTTP client of a fencelock server) promises.
 
 use std::fmt;
 use std::time::Duration;

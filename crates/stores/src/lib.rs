@@ -12,9 +12,27 @@
 //! # }
 //! ```
 //!
+//! # Guarantees
+//!
+//! What each store promises, in one table (the README links here). Every store keeps the
+//! same rules — one live lease per resource, fencing tokens greater than every one issued
+//! for the resource before, judged release and renew — and passes the same conformance
+//! suite (`crates/conformance`); they differ in what follows.
+//!
+//! | store | address | whose clock decides expiry | TTL granularity | durable | what a failover can lose | fit for |
+//! | --- | --- | --- | --- | --- | --- | --- |
+//! | embedded ([`sqlite`], the default) | `sqlite://PATH` | the server's: the wall clock read at start, then monotonic, so a clock jump moves no lease; the time the server is stopped is not counted, so a clock stepped while it is down cannot shorten a lease (downtime prolongs them instead) | 1 ms | yes: committed and fsynced before the answer (group commit) | no failover: one server owns the file | one server; correctness with fencing tokens |
+//! | [`postgres`] | `postgres://user@host:port/db` | the database's (`clock_timestamp()` of the primary): the servers' clocks do not matter, but expiry follows the database host's wall clock, so a step of that clock (forward or back) ends or prolongs every lease by the step: keep it synchronised, and slewed rather than stepped | 1 ms: a lease is stamped at the database's time rounded *up* to a whole millisecond, and lasts `ttl` from there, so never less than asked | yes: committed and flushed before the answer; the store's sessions set `synchronous_commit = on` whatever the server's default (an address's own `options` may set it otherwise), and a commit is as durable as the server's `fsync` makes it | with asynchronous replication, the commits the new primary had not received: answered grants and releases, and the fencing tokens issued with them, so a later grant may reuse a token. With synchronous replication (`synchronous_commit = on` or `remote_apply` and a synchronous standby) nothing answered is lost. Either way the new primary's clock takes over, so leases end early or late by the difference between the two hosts' clocks | correctness with fencing tokens on one primary or with synchronous replication; efficiency only with asynchronous replication. Tokens live in the database: a new, empty database starts them again at 1, so never move the locks of resources that remember tokens to one |
+//! | [`etcd`] v3 (cargo feature `etcd`) | `etcd://host:port[,host:port…]` | etcd's: a lock is one key attached to an etcd lease, which the leader's clock counts down; the servers' clocks decide nothing | whole seconds, rounded **up**, and etcd may raise a short TTL to its minimum (about 1.5 × the election timeout): a lease never lasts less than asked. `expires_at` is the granting server's time before it asked plus the TTL etcd granted, and etcd frees the lock then or a little later (it looks for expired leases about every half second); until it deletes the key, `get` and `list` still show the lease | yes: a quorum of members has committed it (Raft) before the answer | nothing answered; a new leader restarts lease countdowns, so a lock may outlive its `expires_at` by up to a TTL (never end sooner) | correctness with fencing tokens: tokens are etcd revisions, which the cluster never reuses (a restore from a snapshot keeps them; only a new, empty cluster starts again at 1) |
+//! | in-memory ([`MemoryStore`]) | `memory://` | the server's, as the embedded store's while it runs | 1 ms | no | everything: nothing survives the process | tests, one process |
+//!
 //! # Layout
 //!
-//! - [`open`] and [`OpenError`]: the address parser, one `match` arm per scheme.
+//! - [`SCHEMES`]: one row per store address scheme (its names, cargo feature, example
+//!   address, and how to open it). [`open`], [`supported_schemes`], the "not built" error
+//!   and the `features` test all read it; adding a store is adding a row.
+//! - [`Deadline`]: any [`LockStore`] with a deadline on every call; the stores on a network
+//!   server are opened in one.
 //! - [`sqlite`] (feature `sqlite`, on by default): [`sqlite::SqliteStore`], one SQLite file
 //!   owned by one server, with group commit.
 //! - [`postgres`] (feature `postgres`, on by default): [`postgres::PostgresStore`], a
@@ -23,11 +41,16 @@
 //!   [`etcd::EtcdStore`], an etcd cluster shared by many servers.
 //! - The in-memory store is [`fencelock_core::MemoryStore`]; it lives in the core crate as
 //!   the reference every store is tested against.
+//!
+//! Each store is one module with its own private error enum, converted into
+//! [`StoreError`] in one place; no driver type crosses the [`LockStore`] trait.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use fencelock_core::{LockStore, MemoryStore, StoreError};
 
+mod deadline;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "postgres")]
@@ -36,6 +59,80 @@ pub mod postgres;
 mod remote;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+
+pub use deadline::Deadline;
+
+/// A store address scheme: everything [`open`], the error messages, the command line and the
+/// `features` test need to know of one store.
+#[derive(Debug)]
+pub struct Scheme {
+    /// The scheme's names, lower case, as written before `://` (`["postgres", "postgresql"]`).
+    pub names: &'static [&'static str],
+    /// The cargo feature that builds the store, or `None` if it is always built.
+    pub feature: Option<&'static str>,
+    /// What an address looks like, for people (`"sqlite://PATH"`).
+    pub example: &'static str,
+    /// What the store's build needs besides the Rust toolchain, if anything: said when the
+    /// store is not built.
+    pub build_needs: Option<&'static str>,
+    /// Opens an address of this scheme (the whole address, and what follows `://`); `None`
+    /// when this build left the store out.
+    open: Option<OpenFn>,
+}
+
+/// How a [`Scheme`] opens an address: `(address, rest after "://")`.
+type OpenFn = for<'a> fn(&'a str, &'a str) -> Opening<'a>;
+
+/// The future of opening a store.
+type Opening<'a> = Pin<Box<dyn Future<Output = Result<Arc<dyn LockStore>, OpenError>> + Send + 'a>>;
+
+impl Scheme {
+    /// Whether this build has the store.
+    pub fn is_built(&self) -> bool {
+        self.open.is_some()
+    }
+}
+
+/// Every store address scheme fencelock knows, built into this binary or not.
+pub const SCHEMES: &[Scheme] = &[
+    Scheme {
+        names: &["memory"],
+        feature: None,
+        example: "memory://",
+        build_needs: None,
+        open: Some(open_memory),
+    },
+    Scheme {
+        names: &["sqlite"],
+        feature: Some("sqlite"),
+        example: "sqlite://PATH",
+        build_needs: None,
+        #[cfg(feature = "sqlite")]
+        open: Some(sqlite::open),
+        #[cfg(not(feature = "sqlite"))]
+        open: None,
+    },
+    Scheme {
+        names: &["postgres", "postgresql"],
+        feature: Some("postgres"),
+        example: "postgres://USER@HOST:PORT/DB",
+        build_needs: None,
+        #[cfg(feature = "postgres")]
+        open: Some(postgres::open),
+        #[cfg(not(feature = "postgres"))]
+        open: None,
+    },
+    Scheme {
+        names: &["etcd"],
+        feature: Some("etcd"),
+        example: "etcd://HOST:PORT[,HOST:PORT...]",
+        build_needs: Some("protoc: apt-get install protobuf-compiler"),
+        #[cfg(feature = "etcd")]
+        open: Some(etcd::open),
+        #[cfg(not(feature = "etcd"))]
+        open: None,
+    },
+];
 
 /// Why a store address could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -50,13 +147,16 @@ pub enum OpenError {
     /// The store is one fencelock has, but this build left it out.
     #[error(
         "this fencelock was built without the {feature} store, needed for {address:?}: build it \
-         with `--features {feature}` (the etcd store needs protoc: apt-get install protobuf-compiler)"
+         with `--features {feature}`{}",
+        build_needs.map(|needs| format!(" (the {feature} store needs {needs})")).unwrap_or_default()
     )]
     NotBuilt {
         /// The address as given.
         address: String,
         /// The cargo feature that builds the store.
         feature: &'static str,
+        /// What that feature's build needs besides the Rust toolchain, if anything.
+        build_needs: Option<&'static str>,
     },
     /// The scheme is known but the rest of the address is not right for it.
     #[error("invalid store address {address:?}: {reason}")]
@@ -79,20 +179,14 @@ pub enum OpenError {
 
 /// The address forms this build can open, as written in error messages.
 pub fn supported_schemes() -> Vec<&'static str> {
-    let mut schemes = vec!["memory://"];
-    if cfg!(feature = "sqlite") {
-        schemes.push("sqlite://PATH");
-    }
-    if cfg!(feature = "postgres") {
-        schemes.push("postgres://USER@HOST:PORT/DB");
-    }
-    if cfg!(feature = "etcd") {
-        schemes.push("etcd://HOST:PORT[,HOST:PORT...]");
-    }
-    schemes
+    SCHEMES
+        .iter()
+        .filter(|scheme| scheme.is_built())
+        .map(|scheme| scheme.example)
+        .collect()
 }
 
-/// Opens the store at `address`:
+/// Opens the store at `address`, by the row of [`SCHEMES`] its scheme names:
 ///
 /// - `memory://`: a new, empty [`MemoryStore`] (nothing shared, nothing kept);
 /// - `sqlite://PATH`: the embedded store in the file at `PATH`, relative to the current
@@ -105,61 +199,43 @@ pub fn supported_schemes() -> Vec<&'static str> {
 ///
 /// Schemes are case-insensitive.
 pub async fn open(address: &str) -> Result<Arc<dyn LockStore>, OpenError> {
-    let Some((scheme, rest)) = address.split_once("://") else {
-        return Err(OpenError::UnsupportedScheme {
-            address: address.into(),
-        });
-    };
-    match scheme.to_ascii_lowercase().as_str() {
-        "memory" => open_memory(address, rest),
-        #[cfg(feature = "sqlite")]
-        "sqlite" => open_sqlite(address, rest).await,
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => open_postgres(address, rest).await,
-        #[cfg(feature = "etcd")]
-        "etcd" => open_etcd(address, rest).await,
-        #[cfg(not(feature = "etcd"))]
-        "etcd" => Err(OpenError::NotBuilt {
-            address: address.into(),
-            feature: "etcd",
-        }),
-        _ => Err(OpenError::UnsupportedScheme {
-            address: address.into(),
-        }),
-    }
-}
-
-fn open_memory(address: &str, rest: &str) -> Result<Arc<dyn LockStore>, OpenError> {
-    if !rest.is_empty() {
-        return Err(invalid(address, "memory:// takes nothing after the scheme"));
-    }
-    Ok(Arc::new(MemoryStore::new()))
-}
-
-#[cfg(feature = "sqlite")]
-async fn open_sqlite(address: &str, path: &str) -> Result<Arc<dyn LockStore>, OpenError> {
-    if path.is_empty() {
-        return Err(invalid(
-            address,
-            "sqlite:// needs a file path, e.g. sqlite://fencelock.db",
-        ));
-    }
-    let store_error = |source| OpenError::Store {
+    let unsupported = || OpenError::UnsupportedScheme {
         address: address.into(),
-        source,
     };
-    let path = std::path::PathBuf::from(path);
-    // Opening reads and writes the file: keep that off the async threads.
-    let opened = tokio::task::spawn_blocking(move || sqlite::SqliteStore::open(path))
-        .await
-        .map_err(|e| store_error(StoreError::unavailable("opening the SQLite store panicked", e)))?;
-    Ok(Arc::new(opened.map_err(store_error)?))
+    let (scheme, rest) = address.split_once("://").ok_or_else(unsupported)?;
+    let scheme = scheme.to_ascii_lowercase();
+    let row = SCHEMES
+        .iter()
+        .find(|row| row.names.contains(&scheme.as_str()))
+        .ok_or_else(unsupported)?;
+    match (row.open, row.feature) {
+        (Some(open), _) => open(address, rest).await,
+        (None, Some(feature)) => Err(OpenError::NotBuilt {
+            address: address.into(),
+            feature,
+            build_needs: row.build_needs,
+        }),
+        (None, None) => Err(unsupported()),
+    }
 }
 
-#[cfg(feature = "postgres")]
-async fn open_postgres(address: &str, rest: &str) -> Result<Arc<dyn LockStore>, OpenError> {
-    // The driver reads only the lower-case scheme.
-    match postgres::PostgresStore::connect(&format!("postgres://{rest}")).await {
+fn open_memory<'a>(address: &'a str, rest: &'a str) -> Opening<'a> {
+    let opened = if rest.is_empty() {
+        Ok(Arc::new(MemoryStore::new()) as Arc<dyn LockStore>)
+    } else {
+        Err(invalid(address, "memory:// takes nothing after the scheme"))
+    };
+    Box::pin(std::future::ready(opened))
+}
+
+/// What [`open`] answers for a store that `opening` gave: the store, or why not. A store's
+/// [`StoreError::Invalid`] at open is the address's fault.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "etcd"))]
+fn opened<S: LockStore>(
+    address: &str,
+    opening: Result<S, StoreError>,
+) -> Result<Arc<dyn LockStore>, OpenError> {
+    match opening {
         Ok(store) => Ok(Arc::new(store)),
         Err(StoreError::Invalid(reason)) => Err(invalid(address, &reason)),
         Err(source) => Err(OpenError::Store {
@@ -169,16 +245,16 @@ async fn open_postgres(address: &str, rest: &str) -> Result<Arc<dyn LockStore>, 
     }
 }
 
-#[cfg(feature = "etcd")]
-async fn open_etcd(address: &str, rest: &str) -> Result<Arc<dyn LockStore>, OpenError> {
-    match etcd::EtcdStore::connect(&format!("etcd://{rest}")).await {
-        Ok(store) => Ok(Arc::new(store)),
-        Err(StoreError::Invalid(reason)) => Err(invalid(address, &reason)),
-        Err(source) => Err(OpenError::Store {
-            address: address.into(),
-            source,
-        }),
-    }
+/// A page of `leases`, fetched one past `limit` to know whether another page follows.
+#[cfg(any(feature = "postgres", feature = "etcd"))]
+fn page(mut leases: Vec<fencelock_core::Lease>, limit: usize) -> fencelock_core::LeasePage {
+    let next = if leases.len() > limit {
+        leases.truncate(limit);
+        leases.last().map(|l| l.resource.clone())
+    } else {
+        None
+    };
+    fencelock_core::LeasePage { leases, next }
 }
 
 fn invalid(address: &str, reason: &str) -> OpenError {
@@ -221,6 +297,37 @@ mod tests {
                 assert!(message.contains(scheme), "{message}");
             }
         }
+    }
+
+    #[test]
+    fn every_scheme_name_is_lower_case_and_names_one_row() {
+        let names: Vec<&str> = SCHEMES.iter().flat_map(|row| row.names.iter().copied()).collect();
+        for name in &names {
+            assert_eq!(*name, name.to_ascii_lowercase());
+            assert_eq!(names.iter().filter(|n| *n == name).count(), 1, "{name}");
+        }
+        for row in SCHEMES {
+            assert!(
+                row.names
+                    .iter()
+                    .any(|name| row.example.starts_with(&format!("{name}://")))
+            );
+        }
+    }
+
+    #[test]
+    fn a_store_left_out_says_how_to_build_it() {
+        let etcd = SCHEMES.iter().find(|row| row.names == ["etcd"]).unwrap();
+        let error = OpenError::NotBuilt {
+            address: "etcd://h:1".into(),
+            feature: "etcd",
+            build_needs: etcd.build_needs,
+        };
+        assert_eq!(
+            error.to_string(),
+            "this fencelock was built without the etcd store, needed for \"etcd://h:1\": build it \
+             with `--features etcd` (the etcd store needs protoc: apt-get install protobuf-compiler)"
+        );
     }
 
     #[cfg(feature = "sqlite")]

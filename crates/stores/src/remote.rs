@@ -1,28 +1,13 @@
-//! What the stores on a network server (PostgreSQL, etcd) share: a deadline on every call,
-//! and a subscription to release notices that is renewed whenever it is lost.
+//! What the stores on a network server (PostgreSQL, etcd) share: a subscription to release
+//! notices that is renewed whenever it is lost. (Their deadline on every call is
+//! [`crate::deadline::Deadline`].)
 
 use std::time::Duration;
 
 use fencelock_core::store::Result;
-use fencelock_core::{ReleaseFeed, StoreError};
+use fencelock_core::{ReleaseFeed, ReleaseNotice};
+use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
-
-/// Runs `call`, or gives up with [`StoreError::Unavailable`] after `deadline`, so that no
-/// call hangs on a server that stopped answering. `store` and `doing` name the store and the
-/// call, for the error message.
-pub(crate) async fn within<T>(
-    deadline: Duration,
-    store: &str,
-    doing: &str,
-    call: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    tokio::time::timeout(deadline, call).await.unwrap_or_else(|_| {
-        Err(StoreError::Unavailable {
-            message: format!("{store}: {doing}: no answer within {deadline:?}"),
-            source: None,
-        })
-    })
-}
 
 /// The shortest and the longest pause before subscribing again.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -32,7 +17,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// is lost), then, each time it ends, opens a new one with `open`, pausing a little longer
 /// after each failure, and tells `feed` that notices may have been missed in between (so
 /// waiters ask again at once instead of waiting for their holder's expiry). Spawned on the
-/// current runtime; stops when the handle is dropped.
+/// current runtime; stops when the [`Subscription`] is dropped.
 ///
 /// The caller opens `first` itself, so that the store is only made once notices flow, and a
 /// store that cannot subscribe at all fails to open.
@@ -41,32 +26,52 @@ pub(crate) fn keep_subscribed<S, O, F>(
     first: S,
     mut open: O,
     feed: ReleaseFeed,
-) -> AbortOnDrop
+) -> Subscription
 where
     S: Future<Output = ()> + Send + 'static,
     O: FnMut() -> F + Send + 'static,
     F: Future<Output = Result<S>> + Send,
 {
-    AbortOnDrop(tokio::spawn(async move {
-        let mut session = first;
-        loop {
-            session.await;
-            let mut backoff = FIRST_BACKOFF;
-            session = loop {
-                tokio::time::sleep(backoff).await;
-                match open().await {
-                    Ok(next) => {
-                        feed.missed();
-                        break next;
+    let task = AbortOnDrop(tokio::spawn({
+        let feed = feed.clone();
+        async move {
+            let mut session = first;
+            loop {
+                session.await;
+                let mut backoff = FIRST_BACKOFF;
+                session = loop {
+                    tokio::time::sleep(backoff).await;
+                    match open().await {
+                        Ok(next) => {
+                            feed.missed();
+                            break next;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "{what}: subscribing to releases failed; retrying");
+                            backoff = (backoff * 2).min(MAX_BACKOFF);
+                        }
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "{what}: subscribing to releases failed; retrying");
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                    }
-                }
-            };
+                };
+            }
         }
-    }))
+    }));
+    Subscription { feed, _task: task }
+}
+
+/// The release notices of a store, fed by a subscription kept alive in the background; what
+/// its [`LockStore::releases`](fencelock_core::LockStore::releases) hands out. Dropping it
+/// stops the subscription.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    feed: ReleaseFeed,
+    _task: AbortOnDrop,
+}
+
+impl Subscription {
+    /// A new receiver of the notices.
+    pub(crate) fn receiver(&self) -> broadcast::Receiver<ReleaseNotice> {
+        self.feed.subscribe()
+    }
 }
 
 /// Aborts a task when dropped, so that neither an early return nor a dropped store leaves

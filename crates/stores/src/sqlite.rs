@@ -33,7 +33,7 @@
 //!
 //! The connection holds an exclusive lock on the file from open until close, so a second
 //! server (in this process or another) fails at open instead of corrupting the lock state:
-//! to share a store between servers, use PostgreSQL, Redis or etcd.
+//! to share a store between servers, use PostgreSQL or etcd.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -91,6 +91,25 @@ const MIGRATIONS: &[&str] = &[
 ",
 ];
 
+/// Opens `sqlite://PATH` for [`crate::open`]: `path` is what follows the scheme.
+pub(crate) fn open<'a>(address: &'a str, path: &'a str) -> crate::Opening<'a> {
+    Box::pin(async move {
+        if path.is_empty() {
+            return Err(crate::invalid(
+                address,
+                "sqlite:// needs a file path, e.g. sqlite://fencelock.db",
+            ));
+        }
+        let path = PathBuf::from(path);
+        // Opening reads and writes the file: keep that off the async threads.
+        let opened = tokio::task::spawn_blocking(move || SqliteStore::open(path))
+            .await
+            .map_err(|e| StoreError::from(SqliteError::OpenPanicked(e)))
+            .and_then(|opened| opened);
+        crate::opened(address, opened)
+    })
+}
+
 /// A store in one SQLite file, for one server: durable, fast through group commit, and
 /// refusing a second opener of the same file.
 pub struct SqliteStore {
@@ -138,7 +157,70 @@ enum Message {
     Close,
 }
 
-/// Why a batch could not be written.
+/// Every failure of the SQLite store. Callers only ever see it as a [`StoreError`], made in
+/// one place (the `From` below); no `rusqlite` type crosses the [`LockStore`] trait.
+#[derive(Debug, thiserror::Error)]
+enum SqliteError {
+    /// The file could not be opened, configured or migrated.
+    #[error("{}", open_message(.path, .what, .source))]
+    Open {
+        path: PathBuf,
+        what: &'static str,
+        source: rusqlite::Error,
+    },
+    #[error("opening the SQLite store panicked")]
+    OpenPanicked(#[source] tokio::task::JoinError),
+    #[error("{} cannot use a write-ahead log (journal mode {mode})", .path.display())]
+    NoWal { path: PathBuf, mode: String },
+    #[error(
+        "{} has schema version {version}, not one of this fencelock's (0 to {known}): \
+         was it written by a newer fencelock?",
+        .path.display()
+    )]
+    UnknownSchema {
+        path: PathBuf,
+        version: i64,
+        known: usize,
+    },
+    #[error("cannot re-base the SQLite store's leases")]
+    Rebase(#[source] rusqlite::Error),
+    #[error("cannot read the SQLite store")]
+    Read(#[source] rusqlite::Error),
+    /// A value in the file that no lease can hold.
+    #[error("{0}")]
+    Data(String),
+    #[error("cannot start the SQLite writer thread")]
+    Thread(#[source] std::io::Error),
+    #[error("the SQLite store is closed")]
+    Closed,
+    #[error("the SQLite writer of {} stopped", .0.display())]
+    WriterStopped(PathBuf),
+    #[error("the SQLite store could not commit; nothing of this call was applied")]
+    Batch(#[source] Arc<WriteError>),
+}
+
+impl From<SqliteError> for StoreError {
+    fn from(e: SqliteError) -> Self {
+        let message = e.to_string();
+        match e {
+            SqliteError::Open { source, .. } | SqliteError::Rebase(source) | SqliteError::Read(source) => {
+                StoreError::unavailable(message, source)
+            }
+            SqliteError::OpenPanicked(source) => StoreError::unavailable(message, source),
+            SqliteError::Thread(source) => StoreError::unavailable(message, source),
+            SqliteError::Batch(source) => StoreError::unavailable(message, source),
+            SqliteError::NoWal { .. } | SqliteError::Closed | SqliteError::WriterStopped(_) => {
+                StoreError::Unavailable {
+                    message,
+                    source: None,
+                }
+            }
+            SqliteError::UnknownSchema { .. } | SqliteError::Data(_) => StoreError::Corrupt(message),
+        }
+    }
+}
+
+/// Why a batch could not be written: shared by every caller of the batch.
 #[derive(Debug, thiserror::Error)]
 enum WriteError {
     #[error(transparent)]
@@ -184,7 +266,7 @@ impl SqliteStore {
         let writer = std::thread::Builder::new()
             .name("fencelock-sqlite".into())
             .spawn(move || writer.run(receiver))
-            .map_err(|e| StoreError::unavailable("cannot start the SQLite writer thread", e))?;
+            .map_err(SqliteError::Thread)?;
         Ok(Self {
             queue: Some(queue),
             closed,
@@ -234,24 +316,26 @@ impl SqliteStore {
         &self,
         op: impl FnOnce(&mut LockTable, Timestamp) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let queue = self.queue.as_ref().ok_or_else(closed)?;
+        let queue = self.queue.as_ref().ok_or(SqliteError::Closed)?;
         let (reply, answer) = oneshot::channel();
         let job: Job = Box::new(move |table, now| {
             let outcome = op(table, now);
             Box::new(move |failure| {
                 let answer = match failure {
                     None => outcome,
-                    Some(error) => Err(batch_failed(error)),
+                    Some(error) => Err(SqliteError::Batch(Arc::clone(error)).into()),
                 };
                 // The caller may have given up waiting; the change stands all the same.
                 let _ = reply.send(answer);
             })
         });
-        queue.send(Message::Job(job)).await.map_err(|_| closed())?;
-        answer.await.map_err(|_| StoreError::Unavailable {
-            message: format!("the SQLite writer of {} stopped", self.path.display()),
-            source: None,
-        })?
+        queue
+            .send(Message::Job(job))
+            .await
+            .map_err(|_| SqliteError::Closed)?;
+        answer
+            .await
+            .map_err(|_| SqliteError::WriterStopped(self.path.clone()))?
     }
 }
 
@@ -339,20 +423,6 @@ impl LockStore for SqliteStore {
             shared: false,
         }
     }
-}
-
-fn closed() -> StoreError {
-    StoreError::Unavailable {
-        message: "the SQLite store is closed".into(),
-        source: None,
-    }
-}
-
-fn batch_failed(error: &Arc<WriteError>) -> StoreError {
-    StoreError::unavailable(
-        "the SQLite store could not commit; nothing of this call was applied",
-        Arc::clone(error),
-    )
 }
 
 /// The thread that owns the connection and the table.
@@ -498,8 +568,12 @@ fn to_sql(what: &'static str, value: u64) -> Result<i64, WriteError> {
 }
 
 /// Opens the file and takes it for this server alone, durably journalled.
-fn connect(path: &Path) -> Result<Connection> {
-    let failed = |what: &str, error: rusqlite::Error| open_error(path, what, error);
+fn connect(path: &Path) -> Result<Connection, SqliteError> {
+    let failed = |what: &'static str, source: rusqlite::Error| SqliteError::Open {
+        path: path.to_path_buf(),
+        what,
+        source,
+    };
     let conn = Connection::open(path).map_err(|e| failed("cannot open", e))?;
     // Another server holding the file must make this open fail at once, not wait for it.
     conn.busy_timeout(Duration::ZERO)
@@ -512,12 +586,9 @@ fn connect(path: &Path) -> Result<Connection> {
         .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
         .map_err(|e| failed("cannot set the journal mode of", e))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Unavailable {
-            message: format!(
-                "{} cannot use a write-ahead log (journal mode {mode})",
-                path.display()
-            ),
-            source: None,
+        return Err(SqliteError::NoWal {
+            path: path.to_path_buf(),
+            mode,
         });
     }
     // FULL: every commit is fsynced before it returns, so an answered change survives a
@@ -529,8 +600,12 @@ fn connect(path: &Path) -> Result<Connection> {
 
 /// Brings the schema up to date. Always writes, even when there is nothing to migrate: the
 /// write takes the exclusive lock that keeps other servers out from now on.
-fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
-    let failed = |error: rusqlite::Error| open_error(path, "cannot prepare", error);
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), SqliteError> {
+    let failed = |source: rusqlite::Error| SqliteError::Open {
+        path: path.to_path_buf(),
+        what: "cannot prepare",
+        source,
+    };
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(failed)?;
@@ -538,12 +613,11 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .map_err(failed)?;
     let Some(applied) = usize::try_from(version).ok().filter(|v| *v <= MIGRATIONS.len()) else {
-        return Err(StoreError::Corrupt(format!(
-            "{} has schema version {version}, not one of this fencelock's (0 to {}): \
-             was it written by a newer fencelock?",
-            path.display(),
-            MIGRATIONS.len()
-        )));
+        return Err(SqliteError::UnknownSchema {
+            path: path.to_path_buf(),
+            version,
+            known: MIGRATIONS.len(),
+        });
     };
     for (version, migration) in (1_i64..).zip(MIGRATIONS).skip(applied) {
         tx.execute_batch(migration).map_err(failed)?;
@@ -560,8 +634,8 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
 /// With `recorded` the last batch's time and `now` the clock's reading: if `now` is later,
 /// every lease live at `recorded` moves later by `now - recorded`, in one transaction; if it
 /// is earlier, the store's clock runs ahead of `clock` by `recorded - now`.
-fn rebase(conn: &mut Connection, clock: Arc<dyn Clock>) -> Result<StoreClock> {
-    let failed = |e: rusqlite::Error| StoreError::unavailable("cannot re-base the SQLite store's leases", e);
+fn rebase(conn: &mut Connection, clock: Arc<dyn Clock>) -> Result<StoreClock, SqliteError> {
+    let failed = SqliteError::Rebase;
     let tx = conn.transaction().map_err(failed)?;
     let recorded: i64 = tx
         .query_row("SELECT last_now FROM meta WHERE id = 1", [], |row| row.get(0))
@@ -589,8 +663,8 @@ fn rebase(conn: &mut Connection, clock: Arc<dyn Clock>) -> Result<StoreClock> {
 
 /// Reads every lease (expired ones too: they are purged by the rules, not by a restart) and
 /// the last token issued.
-fn load(conn: &Connection) -> Result<LockTable> {
-    let unreadable = |e: rusqlite::Error| StoreError::unavailable("cannot read the SQLite store", e);
+fn load(conn: &Connection) -> Result<LockTable, SqliteError> {
+    let unreadable = SqliteError::Read;
     let last_token: i64 = conn
         .query_row("SELECT last_token FROM meta WHERE id = 1", [], |row| row.get(0))
         .map_err(unreadable)?;
@@ -603,15 +677,14 @@ fn load(conn: &Connection) -> Result<LockTable> {
         })
         .map_err(unreadable)?
         .map(|row| lease_from_row(row.map_err(unreadable)?))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(LockTable::new(from_sql("last token", last_token)?, leases))
 }
 
 fn lease_from_row(
     (resource, owner, token, acquired_at, expires_at): (String, String, i64, i64, i64),
-) -> Result<Lease> {
-    let corrupt =
-        |what: &str, why: String| StoreError::Corrupt(format!("lease of {resource:?}: {what} {why}"));
+) -> Result<Lease, SqliteError> {
+    let corrupt = |what: &str, why: String| SqliteError::Data(format!("lease of {resource:?}: {what} {why}"));
     Ok(Lease {
         resource: Resource::new(resource.clone()).map_err(|e| corrupt("resource", e.to_string()))?,
         owner: Owner::new(&owner).map_err(|e| corrupt("owner", e.to_string()))?,
@@ -621,27 +694,26 @@ fn lease_from_row(
     })
 }
 
-fn from_sql(what: &str, value: i64) -> Result<u64> {
+fn from_sql(what: &str, value: i64) -> Result<u64, SqliteError> {
     u64::try_from(value)
-        .map_err(|_| StoreError::Corrupt(format!("negative {what} {value} in the SQLite store")))
+        .map_err(|_| SqliteError::Data(format!("negative {what} {value} in the SQLite store")))
 }
 
-/// An error at open; a busy file means another server has it.
-fn open_error(path: &Path, what: &str, error: rusqlite::Error) -> StoreError {
+/// The message of an error at open; a busy file means another server has it.
+fn open_message(path: &Path, what: &str, error: &rusqlite::Error) -> String {
     let busy = matches!(
         error.sqlite_error_code(),
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
     );
-    let message = if busy {
+    if busy {
         format!(
             "{} is in use by another fencelock server: an embedded store belongs to one \
-             server; to share a store between servers, use PostgreSQL, Redis or etcd",
+             server; to share a store between servers, use PostgreSQL or etcd",
             path.display()
         )
     } else {
         format!("{what} the SQLite store {}", path.display())
-    };
-    StoreError::unavailable(message, error)
+    }
 }
 
 #[cfg(test)]

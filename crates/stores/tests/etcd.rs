@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::{AcquireOutcome, FencingToken, LockStore, ReleaseOutcome, Resource, StoreError};
+use fencelock_stores::Deadline;
 use fencelock_stores::etcd::{EtcdOptions, EtcdStore};
 use fencelock_testkit::{EtcdCluster, shared_etcd};
 
@@ -17,7 +18,7 @@ async fn shared_url() -> String {
         .expect("start etcd")
 }
 
-async fn store(url: &str) -> Arc<EtcdStore> {
+async fn store(url: &str) -> Arc<Deadline<EtcdStore>> {
     Arc::new(EtcdStore::connect(url).await.expect("connect to etcd"))
 }
 
@@ -118,7 +119,7 @@ fn impatient() -> EtcdOptions {
 /// Acquires and releases `resource` until both succeed or `within` runs out (a leader
 /// election after a kill takes a moment); returns the token granted.
 async fn acquire_and_release_until_it_works(
-    store: &EtcdStore,
+    store: &Deadline<EtcdStore>,
     resource: &Resource,
     within: Duration,
 ) -> FencingToken {

@@ -3,15 +3,10 @@
 
 #[test]
 fn every_store_is_built_so_every_store_test_ran() {
-    let stores = [
-        ("sqlite", cfg!(feature = "sqlite")),
-        ("postgres", cfg!(feature = "postgres")),
-        ("etcd", cfg!(feature = "etcd")),
-    ];
-    let missing: Vec<&str> = stores
+    let missing: Vec<&str> = fencelock_stores::SCHEMES
         .iter()
-        .filter(|(_, built)| !built)
-        .map(|(name, _)| *name)
+        .filter(|scheme| !scheme.is_built())
+        .map(|scheme| scheme.feature.unwrap_or(scheme.example))
         .collect();
     assert!(
         missing.is_empty(),

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::{AcquireOutcome, LockStore, ReleaseNotice, StoreError};
+use fencelock_stores::Deadline;
 use fencelock_stores::postgres::{PostgresOptions, PostgresStore};
 use fencelock_testkit::{Postgres, Proxy, shared_postgres};
 
@@ -17,7 +18,7 @@ async fn shared_url() -> String {
         .expect("start PostgreSQL")
 }
 
-async fn store(url: &str) -> Arc<PostgresStore> {
+async fn store(url: &str) -> Arc<Deadline<PostgresStore>> {
     Arc::new(PostgresStore::connect(url).await.expect("connect to PostgreSQL"))
 }
 

@@ -256,7 +256,7 @@ async fn the_token_counter_is_never_reset() {
 // ---- One server per file ----
 
 const IN_USE: &str = "in use by another fencelock server";
-const USE_SHARED: &str = "use PostgreSQL, Redis or etcd";
+const USE_SHARED: &str = "use PostgreSQL or etcd";
 
 #[tokio::test]
 async fn a_second_open_of_the_same_file_fails_and_says_why() {

@@ -73,15 +73,33 @@ impl TryFrom<LeaseBody> for Lease {
 pub struct AcquireRequest {
     /// Who asks.
     pub owner: String,
-    /// The TTL in whole seconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds: Option<u64>,
-    /// The TTL in whole milliseconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttl_ms: Option<u64>,
+    /// The TTL.
+    #[serde(flatten)]
+    pub ttl: TtlFields,
     /// How long to wait in line if another owner holds the lock (default 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
+}
+
+/// A TTL as a request gives it: exactly one of the two (the parser checks it).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TtlFields {
+    /// In whole seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u64>,
+    /// In whole milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+impl TtlFields {
+    /// A TTL given in milliseconds.
+    pub fn ms(ms: u64) -> Self {
+        Self {
+            ttl_seconds: None,
+            ttl_ms: Some(ms),
+        }
+    }
 }
 
 /// `DELETE /locks/{resource}`: release.
@@ -99,12 +117,9 @@ pub struct ReleaseRequest {
 pub struct RenewRequest {
     /// The owner of the lease.
     pub owner: String,
-    /// The new TTL from now, in whole seconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds: Option<u64>,
-    /// The new TTL from now, in whole milliseconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttl_ms: Option<u64>,
+    /// The new TTL, from now.
+    #[serde(flatten)]
+    pub ttl: TtlFields,
     /// Renew only if this is the current lease's token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,

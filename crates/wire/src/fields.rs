@@ -106,7 +106,7 @@ mod tests {
     use utoipa::PartialSchema;
 
     use super::*;
-    use crate::body::{AcquireRequest, ReleaseRequest, RenewRequest};
+    use crate::body::{AcquireRequest, ReleaseRequest, RenewRequest, TtlFields};
     use crate::parse;
 
     fn object(value: Value) -> Map<String, Value> {
@@ -172,8 +172,10 @@ mod tests {
     fn the_request_structs_use_these_names() {
         let acquire = AcquireRequest {
             owner: "w".into(),
-            ttl_seconds: Some(1),
-            ttl_ms: Some(1),
+            ttl: TtlFields {
+                ttl_seconds: Some(1),
+                ttl_ms: Some(1),
+            },
             wait_ms: Some(1),
         };
         assert_eq!(keys(acquire), sorted(&[OWNER, TTL_SECONDS, TTL_MS, WAIT_MS]));
@@ -184,8 +186,10 @@ mod tests {
         assert_eq!(keys(release), sorted(&[OWNER, FENCING_TOKEN]));
         let renew = RenewRequest {
             owner: "w".into(),
-            ttl_seconds: Some(1),
-            ttl_ms: Some(1),
+            ttl: TtlFields {
+                ttl_seconds: Some(1),
+                ttl_ms: Some(1),
+            },
             fencing_token: Some(1),
         };
         assert_eq!(keys(renew), sorted(&[OWNER, TTL_SECONDS, TTL_MS, FENCING_TOKEN]));

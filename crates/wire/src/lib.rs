@@ -22,6 +22,7 @@ pub mod problem;
 
 pub use body::{
     AcquireRequest, AcquireResponse, Granted, Held, LeaseBody, ListResponse, ReleaseRequest, RenewRequest,
+    TtlFields,
 };
 pub use outcome::{Judged, Label, Op, Outcome};
 pub use parse::{Acquire, Limits, Release, Renew};

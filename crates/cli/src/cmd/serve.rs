@@ -15,8 +15,8 @@ pub struct Args {
     /// The address to listen on.
     #[arg(long, env = "FENCELOCK_LISTEN", default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
-    /// The store: sqlite://PATH (embedded, the default), memory://, postgres://…, etcd://….
-    #[arg(long, env = "FENCELOCK_STORE", default_value = "sqlite://fencelock.db")]
+    // The help lists the stores this build has, from the stores' table of schemes.
+    #[arg(long, env = "FENCELOCK_STORE", default_value = "sqlite://fencelock.db", help = store_help())]
     store: String,
     /// The longest TTL a client may ask for.
     #[arg(long, env = "FENCELOCK_MAX_TTL", default_value = "1day", value_parser = humantime::parse_duration)]
@@ -84,6 +84,14 @@ pub async fn run(args: Args) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The help of `--store`: every store address this build can open.
+fn store_help() -> String {
+    format!(
+        "The store (the embedded one by default): {}",
+        fencelock_stores::supported_schemes().join(", ")
+    )
 }
 
 async fn serve(args: Args) -> Result<(), String> {

@@ -1,0 +1,281 @@
+//! [`EtcdStore`] (`etcd://host:port[,host:port…]`): leases as etcd keys bound to etcd
+//! leases, shared by any number of fencelock servers.
+//!
+//! Its guarantees are in the [crate's guarantee table](crate#guarantees).
+//!
+//! # How the rules are kept
+//!
+//! - A lock on resource `r` is the key `/fencelock/locks/` + `r` (so listing in key order is
+//!   listing in the order of the names' bytes). Its value is JSON with the owner,
+//!   `acquired_at` and `expires_at` (milliseconds since the epoch); the key is attached to an
+//!   etcd lease granted with the TTL.
+//! - The **fencing token is the key's create revision**. etcd's revision counts every change
+//!   in the whole cluster and never goes back, so a key created after another (after a
+//!   release or an expiry) always has a greater create revision; rewriting the key (an
+//!   extension or a renewal) keeps it.
+//! - Acquire grants an etcd lease, then runs a transaction that creates the key only if it
+//!   is absent (`create_revision == 0`). If the key exists and belongs to the caller, a second
+//!   transaction rewrites it with the new lease only if it is unchanged since it was read
+//!   (`mod_revision`), which extends it; if it changed, acquire starts over. A lease known
+//!   to be unused is revoked; after an error it is left to run out instead, since a lost
+//!   answer may hide that the key was put on it.
+//! - Release and renew read the key (a linearizable read), judge the caller on what they
+//!   read (absent, other owner, other token), and then delete or rewrite the key in a
+//!   transaction that only succeeds if the key is still that same version (`mod_revision`)
+//!   with that token (`create_revision`); otherwise they start over.
+//! - Renew grants a **new** etcd lease with the new TTL and moves the key onto it (then
+//!   revokes the old lease): an etcd keep-alive could only restart the old lease's original
+//!   TTL, while a renew may ask for a shorter one.
+//! - All reads are linearizable (etcd's default), never served from a member's possibly
+//!   stale copy.
+//! - [`LockStore::releases`] is fed by a watch on the key prefix: every deletion, by a
+//!   release or by the expiry of a lease, and every rewrite that moves a lease's expiry
+//!   earlier (a shortening renewal or extension), wakes waiters, on every server. When the watch is
+//!   lost it resumes from the last revision it saw, so no deletion is missed unless etcd
+//!   compacted that history meanwhile.
+//! - [`LockStore::purge_expired`] returns nothing: etcd deletes expired keys by itself.
+//!
+//! # Failure
+//!
+//! Requests carry etcd's "require leader" flag, so a member cut off from the quorum refuses
+//! them at once instead of holding them; every request also has a timeout, and every call an
+//! overall deadline (the store is opened in a [`Deadline`]). Without a quorum, calls return
+//! [`StoreError::Unavailable`] and nothing is granted; while a new leader is elected (about
+//! a second after the leader is lost) they do too, and the caller may retry. A request that
+//! a member refused at connection time (a member that is down) reached nothing, so it is
+//! sent again to another member.
+//!
+//! Tested with etcd 3.4.
+//!
+//! [`StoreError::Unavailable`]: fencelock_core::StoreError::Unavailable
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Client, ConnectOptions};
+use fencelock_core::store::Result;
+use fencelock_core::{
+    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Ttl,
+};
+use tokio::sync::broadcast;
+
+use crate::deadline::{Deadline, within};
+use crate::remote::{Subscription, keep_subscribed};
+
+mod codec;
+mod error;
+mod txn;
+mod watch;
+
+use error::EtcdError;
+
+/// The store's name in error messages.
+const STORE: &str = "etcd";
+
+/// How often a call reads and writes again when the key changed between the two, before it
+/// gives up. Each retry means another caller changed the key meanwhile, so this is only hit
+/// under extreme contention on one resource.
+pub(super) const MAX_ATTEMPTS: usize = 32;
+
+/// How long a caller told "held" is asked to wait when the holder's `expires_at` has passed
+/// but etcd has not yet deleted the key (it finds expired leases about every half second).
+/// The deletion itself also wakes waiters, through the watch.
+const EXPIRY_RECHECK: Duration = Duration::from_millis(250);
+
+/// How an [`EtcdStore`] connects, where it keeps its keys, and how long it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdOptions {
+    /// The most one etcd request may take.
+    pub request_timeout: Duration,
+    /// How long to wait for a connection to a member.
+    pub connect_timeout: Duration,
+    /// The prefix of every lock key; the resource name follows it.
+    pub prefix: String,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            prefix: "/fencelock/locks/".into(),
+        }
+    }
+}
+
+impl EtcdOptions {
+    /// The most one call (a few requests) may take, whatever happens on the network.
+    fn call_deadline(&self) -> Duration {
+        self.request_timeout * 3 + self.connect_timeout
+    }
+}
+
+/// Opens `etcd://…` for [`crate::open`]: `rest` is what follows the scheme.
+pub(crate) fn open<'a>(address: &'a str, rest: &'a str) -> crate::Opening<'a> {
+    Box::pin(async move { crate::opened(address, EtcdStore::connect(&format!("etcd://{rest}")).await) })
+}
+
+/// A [`LockStore`] in an etcd cluster; see the module docs for how it keeps the rules.
+/// [`connect`](EtcdStore::connect) gives it wrapped in its call [`Deadline`].
+pub struct EtcdStore {
+    client: Client,
+    endpoints: Vec<String>,
+    options: EtcdOptions,
+    // Stops watching when the store is dropped.
+    released: Subscription,
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("endpoints", &self.endpoints)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdStore {
+    /// Connects to the members in `url` (`etcd://host:port[,host:port…]`) with default
+    /// options, checks that the cluster answers, and starts watching for releases. Must be
+    /// called within a Tokio runtime.
+    pub async fn connect(url: &str) -> Result<Deadline<Self>> {
+        Self::connect_with(url, EtcdOptions::default()).await
+    }
+
+    /// As [`EtcdStore::connect`], with `options`.
+    pub async fn connect_with(url: &str, options: EtcdOptions) -> Result<Deadline<Self>> {
+        let endpoints = endpoints(url)?;
+        let connect = ConnectOptions::new()
+            .with_timeout(options.request_timeout)
+            .with_connect_timeout(options.connect_timeout)
+            .with_keep_alive(Duration::from_secs(5), options.request_timeout)
+            // A member cut off from the quorum refuses at once rather than holding requests.
+            .with_require_leader(true);
+        let deadline = options.call_deadline();
+        let client = within(deadline, STORE, "connect", async {
+            Ok(Client::connect(&endpoints, Some(connect))
+                .await
+                .map_err(EtcdError::request("connect"))?)
+        })
+        .await?;
+        let released = ReleaseFeed::new();
+        let open = {
+            let (client, prefix, feed) = (client.clone(), options.prefix.clone(), released.clone());
+            // Where a new watch resumes, so that no deletion between two watches is missed.
+            let resume = Arc::new(AtomicI64::new(0));
+            move || {
+                watch::watch(
+                    client.clone(),
+                    prefix.clone(),
+                    deadline,
+                    feed.clone(),
+                    resume.clone(),
+                )
+            }
+        };
+        // Only answer once the watch is in place, so that no release after this is missed;
+        // making the watch also proves that the cluster answers.
+        let first = open().await?;
+        let store = Self {
+            client,
+            endpoints,
+            options,
+            released: keep_subscribed(STORE, first, open, released),
+        };
+        Ok(Deadline::new(store, STORE, deadline))
+    }
+
+    fn key(&self, resource: &Resource) -> Vec<u8> {
+        [self.options.prefix.as_bytes(), resource.as_str().as_bytes()].concat()
+    }
+}
+
+#[async_trait]
+impl LockStore for EtcdStore {
+    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+        self.try_acquire(resource, owner, ttl).await
+    }
+
+    async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
+        let kv = self.read(&self.key(resource)).await?;
+        Ok(kv.map(|kv| codec::lease(resource.clone(), &kv)).transpose()?)
+    }
+
+    async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        self.try_release(resource, owner, token).await
+    }
+
+    async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        self.try_renew(resource, owner, ttl, token).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        self.try_list(query).await
+    }
+
+    /// etcd deletes the key of an expired lease by itself: there is never anything left to
+    /// purge, so this returns no leases (and makes no request).
+    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+        Ok(Vec::new())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        // A linearizable read needs the leader and a quorum, which is what serving needs.
+        // The bare prefix is never a lock key (names are not empty).
+        let key = self.options.prefix.clone().into_bytes();
+        self.read(&key).await.map(drop)
+    }
+
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
+        Some(self.released.receiver())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ttl_granularity: Duration::from_secs(1),
+            durable: true,
+            knows_released_lease: true,
+            shared: true,
+        }
+    }
+}
+
+/// The member addresses of `etcd://host:port[,host:port…]`, as `http://host:port`.
+fn endpoints(url: &str) -> Result<Vec<String>, EtcdError> {
+    let invalid = |why: &str| EtcdError::Invalid(format!("{url:?} is not an etcd address: {why}"));
+    let (scheme, members) = url
+        .split_once("://")
+        .ok_or_else(|| invalid("expected etcd://host:port[,host:port...]"))?;
+    if !scheme.eq_ignore_ascii_case("etcd") {
+        return Err(invalid("the scheme must be etcd://"));
+    }
+    members
+        .split(',')
+        .map(|member| {
+            let (host, port) = member
+                .rsplit_once(':')
+                .ok_or_else(|| invalid(&format!("member {member:?} has no port")))?;
+            if host.is_empty() || host.contains('/') {
+                return Err(invalid(&format!("member {member:?} has no host")));
+            }
+            port.parse::<u16>()
+                .map_err(|_| invalid(&format!("member {member:?} has no valid port")))?;
+            Ok(format!("http://{member}"))
+        })
+        .collect()
+}

@@ -1,0 +1,356 @@
+//! [`PostgresStore`] (`postgres://user@host:port/db`): leases in a PostgreSQL table, shared
+//! by any number of fencelock servers.
+//!
+//! Its guarantees are in the [crate's guarantee table](crate#guarantees).
+//!
+//! # How the rules are kept
+//!
+//! Every operation is one SQL statement; none reads a row and then writes it in a second
+//! statement, so no other server can change the row in between.
+//!
+//! - Every statement that changes a resource first takes a transaction-level advisory lock
+//!   on that resource (`pg_advisory_xact_lock`), and only then reads the clock and draws a
+//!   token. Writes to one resource are therefore applied in the order of their tokens, and a
+//!   token is never drawn, held back, and written after a newer one (which could otherwise
+//!   happen between a statement drawing its token and inserting its row, if a newer lease is
+//!   granted and released in that gap).
+//! - Fencing tokens come from the sequence `fencelock_tokens`, which lives apart from the
+//!   lease rows, so a token outlives the release or purge of its lease. Sequences never hand
+//!   out a value twice, even for rolled-back transactions. Tokens are strictly increasing
+//!   per resource (and across resources) but not consecutive: every acquire draws one, and
+//!   only a grant keeps it.
+//! - Acquire is `INSERT … ON CONFLICT (resource) DO UPDATE`, which sees the latest committed
+//!   row whatever the statement's snapshot: the update keeps the row as it is when another
+//!   owner holds a live lease, so that `RETURNING` reports the holder in the same statement.
+//! - Release and renew lock the row (`FOR UPDATE`, which also reads its latest version),
+//!   decide not found / forbidden / conflict from it, and delete or update it only if allowed.
+//! - A release notifies the channel `fencelock_released` in the same statement, so the
+//!   notice is sent exactly when the release commits. Each store keeps one connection that
+//!   listens on it (reconnecting when it is lost) and feeds [`LockStore::releases`];
+//!   releases made while that connection is down are not heard, and waiters then fall back
+//!   on the expiry of the lease they wait for.
+//! - An expired lease stays in its row until it is purged or replaced by a grant.
+//!   [`LockStore::purge_expired`] deletes every expired row and returns them; one server
+//!   purges at a time (a try-lock), and the others purge nothing meanwhile. A grant that
+//!   replaces an expired lease does not report it (`Granted { expired: None }`): the
+//!   statement only returns the row as it is now.
+//!
+//! The schema is created and upgraded at start by numbered migrations, recorded in
+//! `fencelock_schema_version`, under an advisory lock so that servers starting together
+//! apply each migration once. It needs PostgreSQL 12 or newer (tested with 15), and a user
+//! that may create tables in the database's default schema.
+//!
+//! # Failure
+//!
+//! Connections are made with a connect timeout and a server-side `statement_timeout`, and
+//! every call has an overall deadline (the store is opened in a [`Deadline`]), so a call to
+//! an unreachable database returns [`StoreError::Unavailable`] promptly instead of hanging.
+//! The pool replaces closed connections by itself, so service resumes when the database is
+//! back.
+//!
+//! [`StoreError::Unavailable`]: fencelock_core::StoreError::Unavailable
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use fencelock_core::store::Result;
+use fencelock_core::{
+    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Ttl,
+};
+use tokio::sync::broadcast;
+use tokio_postgres::{NoTls, Row};
+
+use crate::deadline::{Deadline, within};
+use crate::remote::{Subscription, keep_subscribed};
+
+mod error;
+mod listen;
+mod row;
+mod sql;
+
+use error::PgError;
+
+/// The store's name in error messages.
+const STORE: &str = "PostgreSQL";
+
+/// Opens `postgres://…` (or `postgresql://…`) for [`crate::open`]: `rest` is what follows
+/// the scheme.
+pub(crate) fn open<'a>(address: &'a str, rest: &'a str) -> crate::Opening<'a> {
+    // The driver reads only the lower-case scheme.
+    Box::pin(async move {
+        crate::opened(
+            address,
+            PostgresStore::connect(&format!("postgres://{rest}")).await,
+        )
+    })
+}
+
+/// How a [`PostgresStore`] connects and how long it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresOptions {
+    /// How long to wait for a new connection (TCP and start-up).
+    pub connect_timeout: Duration,
+    /// The longest a statement may run on the server, lock waits included; also how long a
+    /// call waits for a free pooled connection.
+    pub statement_timeout: Duration,
+    /// The most connections in the pool (the listening connection comes on top).
+    pub pool_size: usize,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(3),
+            statement_timeout: Duration::from_secs(5),
+            pool_size: 16,
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// The most one call may take, whatever happens on the network.
+    fn call_deadline(&self) -> Duration {
+        self.connect_timeout + self.statement_timeout + Duration::from_secs(1)
+    }
+}
+
+/// A [`LockStore`] in a PostgreSQL database; see the module docs for how it keeps the rules.
+/// [`connect`](PostgresStore::connect) gives it wrapped in its call [`Deadline`].
+pub struct PostgresStore {
+    pool: Pool,
+    options: PostgresOptions,
+    address: String,
+    // Stops listening when the store is dropped.
+    released: Subscription,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("address", &self.address)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user[:password]@host:port/db`, or any form
+    /// tokio-postgres reads) with default options, brings the schema up to date, and starts
+    /// listening for releases. Must be called within a Tokio runtime.
+    pub async fn connect(url: &str) -> Result<Deadline<Self>> {
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// As [`PostgresStore::connect`], with `options`.
+    pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Deadline<Self>> {
+        let config = client_config(url, &options)?;
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                // A connection the server closed (restart, failover) reports itself closed:
+                // checking that is enough to replace it, and costs no round trip.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.statement_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(PgError::PoolConfig)?;
+        let address = redacted(&config);
+        let deadline = options.call_deadline();
+        within(deadline, STORE, "migrate the schema", async {
+            Ok(sql::migrate(&pool).await?)
+        })
+        .await?;
+
+        let released = ReleaseFeed::new();
+        let feed = released.clone();
+        let open = move || listen::listen(config.clone(), deadline, feed.clone());
+        // Only answer once LISTEN is in place, so that no release after this is missed.
+        let first = open().await?;
+        let store = Self {
+            pool,
+            options,
+            address,
+            released: keep_subscribed(STORE, first, open, released),
+        };
+        Ok(Deadline::new(store, STORE, deadline))
+    }
+
+    /// Runs `statement` with `params` on a pooled connection.
+    async fn query(
+        &self,
+        doing: &'static str,
+        statement: &'static str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>, PgError> {
+        let client = self.pool.get().await.map_err(PgError::pool(doing))?;
+        let prepared = client
+            .prepare_cached(statement)
+            .await
+            .map_err(PgError::db(doing))?;
+        client.query(&prepared, params).await.map_err(PgError::db(doing))
+    }
+}
+
+#[async_trait]
+impl LockStore for PostgresStore {
+    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+        let params = (resource.as_str(), owner.as_str(), row::ttl_param(ttl)?);
+        let rows = self
+            .query("acquire", sql::ACQUIRE, &[&params.0, &params.1, &params.2])
+            .await?;
+        Ok(row::acquired(resource, owner, rows)?)
+    }
+
+    async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
+        let rows = self.query("get", sql::GET, &[&resource.as_str()]).await?;
+        Ok(row::found(resource, &rows)?)
+    }
+
+    async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        let params = (resource.as_str(), owner.as_str(), row::token_param(token));
+        let rows = self
+            .query("release", sql::RELEASE, &[&params.0, &params.1, &params.2])
+            .await?;
+        Ok(row::released(resource, &rows)?)
+    }
+
+    async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        let params = (
+            resource.as_str(),
+            owner.as_str(),
+            row::token_param(token),
+            row::ttl_param(ttl)?,
+        );
+        let rows = self
+            .query("renew", sql::RENEW, &[&params.0, &params.1, &params.2, &params.3])
+            .await?;
+        Ok(row::renewed(resource, &rows)?)
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        let limit = query.limit.max(1);
+        // One more than asked, to know whether another page follows.
+        let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
+        let after = query.after.as_ref().map(Resource::as_str);
+        let rows = self
+            .query("list", sql::LIST, &[&query.prefix.as_str(), &after, &fetch])
+            .await?;
+        Ok(crate::page(row::leases(&rows)?, limit))
+    }
+
+    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+        let rows = self.query("purge expired leases", sql::PURGE, &[]).await?;
+        Ok(row::leases(&rows)?)
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.query("ping", "SELECT 1", &[]).await?;
+        Ok(())
+    }
+
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
+        Some(self.released.receiver())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ttl_granularity: Duration::from_millis(1),
+            durable: true,
+            knows_released_lease: true,
+            shared: true,
+        }
+    }
+}
+
+/// The connection settings from `url`, with our timeouts added.
+fn client_config(url: &str, options: &PostgresOptions) -> Result<tokio_postgres::Config, PgError> {
+    let mut config = tokio_postgres::Config::from_str(url).map_err(PgError::Address)?;
+    // A statement that waits longer than this (on a lock, or on a server in trouble) is
+    // cancelled by the server itself, so no connection stays busy forever. And a commit is
+    // answered only once it is flushed to disk, whatever the server's default: with
+    // `synchronous_commit = off`, a crash could lose answered grants and roll the token
+    // sequence back.
+    let timeout = format!(
+        "-c statement_timeout={} -c synchronous_commit=on",
+        options.statement_timeout.as_millis()
+    );
+    // Options given in the address come last, so that they win (e.g. `remote_apply`).
+    let server_options = match config.get_options() {
+        Some(given) if !given.is_empty() => format!("{timeout} {given}"),
+        _ => timeout,
+    };
+    config
+        .options(server_options)
+        .connect_timeout(options.connect_timeout)
+        // Notice a peer that vanished without closing the connection (a network cut).
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(10))
+        .tcp_user_timeout(options.call_deadline());
+    if config.get_application_name().is_none() {
+        config.application_name("fencelock");
+    }
+    Ok(config)
+}
+
+/// The address for logs and `Debug`: no password.
+fn redacted(config: &tokio_postgres::Config) -> String {
+    let hosts = config
+        .get_hosts()
+        .iter()
+        .zip(config.get_ports().iter().chain(std::iter::repeat(&5432)))
+        .map(|(host, port)| match host {
+            tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+            tokio_postgres::config::Host::Unix(path) => format!("{}:{port}", path.display()),
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    format!(
+        "postgres://{}@{hosts}/{}",
+        config.get_user().unwrap_or(""),
+        config.get_dbname().unwrap_or("")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_commit_synchronously_unless_the_address_says_otherwise() {
+        let options = PostgresOptions::default();
+        let config = client_config("postgres://u@127.0.0.1:5432/db", &options).unwrap();
+        let set = config.get_options().unwrap();
+        assert!(set.contains("-c synchronous_commit=on"), "{set}");
+        assert!(set.contains("-c statement_timeout=5000"), "{set}");
+        // Options in the address come after ours, so that the operator's choice wins.
+        let given = "postgres://u@127.0.0.1:5432/db?options=-c%20synchronous_commit%3Dremote_apply";
+        let set = client_config(given, &options)
+            .unwrap()
+            .get_options()
+            .unwrap()
+            .to_owned();
+        assert!(set.ends_with("-c synchronous_commit=remote_apply"), "{set}");
+    }
+}
