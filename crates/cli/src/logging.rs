@@ -2,6 +2,7 @@
 
 use std::io::IsTerminal;
 
+use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
 /// How log lines are written.
@@ -13,15 +14,25 @@ pub enum Format {
     Json,
 }
 
-/// Logs to standard error at the level of `RUST_LOG` (default `info`).
-pub fn init(format: Format) {
+/// Logs to standard error at the level of `RUST_LOG` (default `info`). Keep the guard until
+/// the process ends: dropping it writes out what is still queued.
+///
+/// Lines are written by a thread of their own, so that a request never waits for standard
+/// error (a slow terminal or pipe). Nothing is dropped: when the queue is full, the logging
+/// call waits for room instead — every grant and release is logged.
+pub fn init(format: Format) -> WorkerGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let (writer, guard) = NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("fencelock-log")
+        .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     match format {
         Format::Text => builder.init(),
         Format::Json => builder.json().flatten_event(true).init(),
     }
+    guard
 }

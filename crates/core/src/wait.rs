@@ -433,4 +433,101 @@ mod tests {
         );
         assert_eq!(waiters.waiting(), 0);
     }
+
+    /// A store that counts the acquires it is asked for: the real in-memory store underneath.
+    #[derive(Debug)]
+    struct Counting {
+        inner: MemoryStore,
+        acquires: AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl LockStore for Counting {
+        async fn acquire(&self, r: &Resource, o: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+            self.acquires.fetch_add(1, Ordering::SeqCst);
+            self.inner.acquire(r, o, ttl).await
+        }
+        async fn get(&self, r: &Resource) -> Result<Option<crate::Lease>> {
+            self.inner.get(r).await
+        }
+        async fn release(
+            &self,
+            r: &Resource,
+            o: &Owner,
+            t: Option<crate::FencingToken>,
+        ) -> Result<crate::ReleaseOutcome> {
+            self.inner.release(r, o, t).await
+        }
+        async fn renew(
+            &self,
+            r: &Resource,
+            o: &Owner,
+            ttl: Ttl,
+            t: Option<crate::FencingToken>,
+        ) -> Result<RenewOutcome> {
+            self.inner.renew(r, o, ttl, t).await
+        }
+        async fn list(&self, q: &crate::ListQuery) -> Result<crate::LeasePage> {
+            self.inner.list(q).await
+        }
+        async fn purge_expired(&self) -> Result<Vec<crate::Lease>> {
+            self.inner.purge_expired().await
+        }
+        async fn ping(&self) -> Result<()> {
+            self.inner.ping().await
+        }
+        fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
+            self.inner.releases()
+        }
+        fn capabilities(&self) -> crate::Capabilities {
+            self.inner.capabilities()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_release_wakes_exactly_one_of_many_waiters() {
+        const WAITERS: usize = 1_000;
+        let clock = Arc::new(TokioClock::new(Timestamp::from_millis(1_000_000)));
+        let store = Arc::new(Counting {
+            inner: MemoryStore::with_clock(clock),
+            acquires: AtomicUsize::new(0),
+        });
+        let waiters = Waiters::new(store.clone());
+        let (r, a) = names("r", "a");
+        let ttl = Ttl::from_millis(3_600_000, Ttl::DEFAULT_MAX).unwrap();
+        let AcquireOutcome::Granted { lease, .. } = store.acquire(&r, &a, ttl).await.unwrap() else {
+            panic!("the first acquire is a grant");
+        };
+        let mut waiting: Vec<_> = (0..WAITERS)
+            .map(|i| {
+                let (waiters, (r, o)) = (waiters.clone(), names("r", &format!("w{i}")));
+                tokio::spawn(async move { waiters.acquire(&r, &o, ttl, Duration::from_secs(86_400)).await })
+            })
+            .collect();
+        until_waiting(&waiters, WAITERS).await;
+        // Only the head asked the store; the others wait their turn without asking.
+        assert_eq!(store.acquires.load(Ordering::SeqCst), 2, "the holder's grant and the head's try");
+        let mut holder = (a, lease.token);
+        for round in 0..10 {
+            let before = store.acquires.load(Ordering::SeqCst);
+            store.release(&r, &holder.0, Some(holder.1)).await.unwrap();
+            // The next holder is whichever waiter finishes; exactly one does.
+            let granted = loop {
+                tokio::task::yield_now().await;
+                if let Some(done) = waiting.iter().position(|w| w.is_finished()) {
+                    break waiting.swap_remove(done).await.unwrap().unwrap();
+                }
+            };
+            let AcquireOutcome::Granted { lease, .. } = granted else {
+                panic!("round {round}: {granted:?}");
+            };
+            until_waiting(&waiters, WAITERS - round - 1).await;
+            // One try by the woken head, one by the next head, which finds it held: no herd.
+            let asked = store.acquires.load(Ordering::SeqCst) - before;
+            assert_eq!(asked, 2, "round {round}: {asked} store calls for one release");
+            assert!(waiting.iter().all(|w| !w.is_finished()), "round {round}: more than one woke");
+            holder = (lease.owner, lease.token);
+        }
+        waiting.into_iter().for_each(|w| w.abort());
+    }
 }
