@@ -84,49 +84,34 @@ fn bench_with_one_resource_through_a_server_counts_the_same() {
     assert_contended(&report);
 }
 
-#[test]
-fn bench_measures_redis_set_nx_and_compare_and_delete() {
-    let redis = shared_redis().url();
+/// A peer's lock on `target`: counts add up without contention, and on one resource.
+fn peer_counts_add_up(target: &str) {
     let free = bench(
         None,
-        &["--target", &redis, "--clients", "4", "--resources", "10000"],
+        &["--target", target, "--clients", "4", "--resources", "10000"],
     );
     assert_eq!(free["errors"], 0, "{free}");
     assert_eq!(free["release_errors"], 0, "{free}");
     assert_contended(&bench(
         None,
-        &["--target", &redis, "--clients", "8", "--resources", "1"],
+        &["--target", target, "--clients", "8", "--resources", "1"],
     ));
 }
 
 #[test]
+fn bench_measures_redis_set_nx_and_compare_and_delete() {
+    peer_counts_add_up(&shared_redis().url());
+}
+
+#[test]
 fn bench_measures_a_postgres_lock_table() {
-    let postgres = shared_postgres().url();
-    let free = bench(
-        None,
-        &["--target", &postgres, "--clients", "4", "--resources", "10000"],
-    );
-    assert_eq!(free["errors"], 0, "{free}");
-    assert_contended(&bench(
-        None,
-        &["--target", &postgres, "--clients", "8", "--resources", "1"],
-    ));
+    peer_counts_add_up(&shared_postgres().url());
 }
 
 #[cfg(feature = "etcd")]
 #[test]
 fn bench_measures_an_etcd_lease_txn() {
-    let etcd = fencelock_testkit::shared_etcd().endpoint();
-    let etcd = format!("etcd://{etcd}");
-    let free = bench(
-        None,
-        &["--target", &etcd, "--clients", "4", "--resources", "10000"],
-    );
-    assert_eq!(free["errors"], 0, "{free}");
-    assert_contended(&bench(
-        None,
-        &["--target", &etcd, "--clients", "8", "--resources", "1"],
-    ));
+    peer_counts_add_up(&format!("etcd://{}", fencelock_testkit::shared_etcd().endpoint()));
 }
 
 #[test]

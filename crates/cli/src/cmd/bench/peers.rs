@@ -74,18 +74,25 @@ mod redis_peer {
         Ok(Box::new(RedisPeer {
             client,
             address: address.to_owned(),
-            names: names(load),
-            ttl_ms: load.ttl.as_millis() as u64,
-            script: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+            shared: Arc::new(Shared {
+                names: (0..load.resources).map(|i| load.name(i)).collect(),
+                ttl_ms: load.ttl.as_millis() as u64,
+                script: redis::Script::new(COMPARE_AND_DELETE),
+            }),
         }))
     }
 
     struct RedisPeer {
         client: redis::Client,
         address: String,
-        names: Arc<Vec<String>>,
+        shared: Arc<Shared>,
+    }
+
+    /// What every client's session reads and nobody changes.
+    struct Shared {
+        names: Vec<String>,
         ttl_ms: u64,
-        script: Arc<redis::Script>,
+        script: redis::Script,
     }
 
     #[async_trait]
@@ -102,9 +109,7 @@ mod redis_peer {
                 connection,
                 client,
                 counter: 0,
-                names: self.names.clone(),
-                ttl_ms: self.ttl_ms,
-                script: self.script.clone(),
+                shared: self.shared.clone(),
             }))
         }
     }
@@ -113,9 +118,7 @@ mod redis_peer {
         connection: MultiplexedConnection,
         client: usize,
         counter: u64,
-        names: Arc<Vec<String>>,
-        ttl_ms: u64,
-        script: Arc<redis::Script>,
+        shared: Arc<Shared>,
     }
 
     #[async_trait]
@@ -123,11 +126,11 @@ mod redis_peer {
         async fn try_acquire(&mut self, resource: usize) -> anyhow::Result<Option<u64>> {
             let token = token(self.client, &mut self.counter);
             let set: Option<String> = redis::cmd("SET")
-                .arg(&self.names[resource])
+                .arg(&self.shared.names[resource])
                 .arg(token)
                 .arg("NX")
                 .arg("PX")
-                .arg(self.ttl_ms)
+                .arg(self.shared.ttl_ms)
                 .query_async(&mut self.connection)
                 .await?;
             Ok(set.map(|_| token))
@@ -135,8 +138,9 @@ mod redis_peer {
 
         async fn release(&mut self, resource: usize, token: u64) -> anyhow::Result<bool> {
             let deleted: i64 = self
+                .shared
                 .script
-                .key(&self.names[resource])
+                .key(&self.shared.names[resource])
                 .arg(token)
                 .invoke_async(&mut self.connection)
                 .await?;
