@@ -1,6 +1,6 @@
 //! # fencelock-testkit
 //!
-//! Test fixtures for fencelock: names, owners and TTLs, and throwaway servers — PostgreSQL and etcd, each on free loopback ports
+//! Test fixtures for fencelock: names, owners and TTLs, and throwaway servers — PostgreSQL, etcd and Redis, each on free loopback ports
 //! with its data in a temporary folder, started by the test itself and stopped after it.
 //! Used only as a dev-dependency.
 //!
@@ -22,6 +22,7 @@
 //! - [`Etcd`]: one member; [`shared_etcd`] for one per test binary.
 //! - [`EtcdCluster`]: N members, with [`EtcdCluster::kill`], [`EtcdCluster::restart`] and
 //!   [`EtcdCluster::leader`].
+//! - [`Redis`]: in memory only; [`shared_redis`] for one per test binary.
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
 //! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
 //!   closing anything (a broken network, a hung host).
@@ -31,7 +32,9 @@ pub mod fixtures;
 mod postgres;
 mod process;
 mod proxy;
+mod redis;
 
 pub use etcd::{Etcd, EtcdCluster, shared_etcd};
 pub use postgres::{Postgres, shared_postgres};
 pub use proxy::Proxy;
+pub use redis::{Redis, shared_redis};

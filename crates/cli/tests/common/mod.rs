@@ -25,6 +25,7 @@ pub fn fencelock() -> Command {
         "FENCELOCK_GRACE",
         "FENCELOCK_PREFIX",
         "FENCELOCK_JSON",
+        "FENCELOCK_BENCH_TARGET",
         "FENCELOCK_LOG_FORMAT",
         "RUST_LOG",
     ] {

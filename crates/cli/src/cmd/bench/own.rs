@@ -1,0 +1,87 @@
+//! fencelock's own targets: a server (`--server`, over HTTP/1.1 keep-alive) or a store
+//! opened in this process (`--store`), both through the fencelock client's [`LockStore`].
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use fencelock_core::{AcquireOutcome, FencingToken, LockStore, Owner, ReleaseOutcome, Resource, Ttl};
+
+use super::{Contender, Failure, Load, Session};
+use crate::cmd::common::{Target, resource, ttl};
+
+/// Opens fencelock's target: each client gets its own server client (so its own keep-alive
+/// connection), or, straight on a store, shares the one store this process may open (the
+/// embedded store serves one opener at a time).
+pub async fn open(target: &Target, load: &Load) -> Result<Box<dyn Contender>, Failure> {
+    let names = (0..load.resources)
+        .map(|i| resource(&load.name(i)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let shared = match &target.store {
+        Some(_) => Some(target.connect().await?.store().clone()),
+        None => None,
+    };
+    Ok(Box::new(Own {
+        target: target.clone(),
+        shared,
+        names: Arc::new(names),
+        ttl: ttl(load.ttl)?,
+    }))
+}
+
+struct Own {
+    target: Target,
+    shared: Option<Arc<dyn LockStore>>,
+    names: Arc<Vec<Resource>>,
+    ttl: Ttl,
+}
+
+#[async_trait]
+impl Contender for Own {
+    async fn session(&self, client: usize) -> Result<Box<dyn Session>, Failure> {
+        let store = match &self.shared {
+            Some(store) => store.clone(),
+            None => self.target.connect().await?.store().clone(),
+        };
+        let owner = Owner::new(&format!("bench-{client}"))
+            .map_err(|e| Failure::bad_input(format!("bench owner: {e}")))?;
+        Ok(Box::new(OwnSession {
+            store,
+            owner,
+            names: self.names.clone(),
+            ttl: self.ttl,
+        }))
+    }
+}
+
+struct OwnSession {
+    store: Arc<dyn LockStore>,
+    owner: Owner,
+    names: Arc<Vec<Resource>>,
+    ttl: Ttl,
+}
+
+#[async_trait]
+impl Session for OwnSession {
+    async fn try_acquire(&mut self, resource: usize) -> anyhow::Result<Option<u64>> {
+        Ok(
+            match self
+                .store
+                .acquire(&self.names[resource], &self.owner, self.ttl)
+                .await?
+            {
+                AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => {
+                    Some(lease.token.0)
+                }
+                AcquireOutcome::Held { .. } => None,
+            },
+        )
+    }
+
+    async fn release(&mut self, resource: usize, token: u64) -> anyhow::Result<bool> {
+        let released = self
+            .store
+            .release(&self.names[resource], &self.owner, Some(FencingToken(token)))
+            .await?;
+        Ok(matches!(released, ReleaseOutcome::Released(_)))
+    }
+}
