@@ -114,16 +114,9 @@ impl LabelValue for Timeout {
 /// A call to the store, as `store_*` metrics name it (`op="…"`).
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum StoreOp {
-    /// One try of an acquire (a waiting acquire makes several).
-    Acquire,
-    /// A read of one lease.
-    Get,
-    /// A release.
-    Release,
-    /// A renewal.
-    Renew,
-    /// A page of leases.
-    List,
+    /// The call an operation of the API makes (an acquire's one try: a waiting acquire
+    /// makes several).
+    Call(Op),
     /// The purge of expired leases.
     Purge,
     /// A readiness check.
@@ -134,11 +127,7 @@ impl LabelValue for StoreOp {
     const KEY: &'static str = "op";
     fn as_str(self) -> &'static str {
         match self {
-            Self::Acquire => "acquire",
-            Self::Get => "get",
-            Self::Release => "release",
-            Self::Renew => "renew",
-            Self::List => "list",
+            Self::Call(op) => op.as_str(),
             Self::Purge => "purge",
             Self::Ping => "ping",
         }

@@ -11,6 +11,8 @@ use fencelock_core::{
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
+use fencelock_wire::Op;
+
 use crate::metrics::{Metrics, StoreOp};
 
 /// A [`LockStore`] that times each call to `inner` and counts those that fail
@@ -39,12 +41,15 @@ impl Timed {
 #[async_trait]
 impl LockStore for Timed {
     async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
-        self.run(StoreOp::Acquire, self.inner.acquire(resource, owner, ttl))
-            .await
+        self.run(
+            StoreOp::Call(Op::Acquire),
+            self.inner.acquire(resource, owner, ttl),
+        )
+        .await
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
-        self.run(StoreOp::Get, self.inner.get(resource)).await
+        self.run(StoreOp::Call(Op::Get), self.inner.get(resource)).await
     }
 
     async fn release(
@@ -53,8 +58,11 @@ impl LockStore for Timed {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        self.run(StoreOp::Release, self.inner.release(resource, owner, token))
-            .await
+        self.run(
+            StoreOp::Call(Op::Release),
+            self.inner.release(resource, owner, token),
+        )
+        .await
     }
 
     async fn renew(
@@ -64,12 +72,15 @@ impl LockStore for Timed {
         ttl: Ttl,
         token: Option<FencingToken>,
     ) -> Result<RenewOutcome> {
-        self.run(StoreOp::Renew, self.inner.renew(resource, owner, ttl, token))
-            .await
+        self.run(
+            StoreOp::Call(Op::Renew),
+            self.inner.renew(resource, owner, ttl, token),
+        )
+        .await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
-        self.run(StoreOp::List, self.inner.list(query)).await
+        self.run(StoreOp::Call(Op::List), self.inner.list(query)).await
     }
 
     async fn purge_expired(&self) -> Result<Vec<Lease>> {

@@ -19,6 +19,13 @@ fn value(text: &str, series: &str) -> f64 {
         .map_or(0.0, |v| v.trim().parse().expect("a number"))
 }
 
+/// Asserts that each series in `expected` reads its value in `text`.
+fn assert_reads(text: &str, expected: &[(&str, f64)]) {
+    for &(series, want) in expected {
+        assert_eq!(value(text, series), want, "{series}\n{text}");
+    }
+}
+
 async fn read(s: &TestServer, series: &str) -> f64 {
     value(&s.metrics().await, series)
 }
@@ -64,10 +71,9 @@ async fn acquisition_time_is_counted_by_outcome() {
             format!(r#"fencelock_request_duration_seconds_count{{op="acquire",outcome="{outcome}"}}"#);
         assert_eq!(value(&text, &series), 1.0, "{series}\n{text}");
     }
-    assert_eq!(
-        value(&text, r#"fencelock_store_duration_seconds_count{op="acquire"}"#),
-        3.0,
-        "{text}"
+    assert_reads(
+        &text,
+        &[(r#"fencelock_store_duration_seconds_count{op="acquire"}"#, 3.0)],
     );
 }
 
@@ -78,7 +84,7 @@ async fn live_leases_and_the_highest_token_follow_grants_and_ends() {
     let second = s.grant("r2", "a", 10).await;
     assert!(second["fencing_token"].as_u64() > first["fencing_token"].as_u64());
     let text = s.metrics().await;
-    assert_eq!(value(&text, "fencelock_live_leases"), 2.0, "{text}");
+    assert_reads(&text, &[("fencelock_live_leases", 2.0)]);
     assert_eq!(
         value(&text, "fencelock_highest_token"),
         second["fencing_token"].as_f64().unwrap(),
@@ -104,15 +110,12 @@ async fn contention_counts_refusals_at_once_and_waits() {
     let held = s.acquire("r", json!({"owner": "b", "ttl_seconds": 5})).await;
     assert_eq!(held.body["acquired"], false);
     let text = s.metrics().await;
-    assert_eq!(
-        value(&text, r#"fencelock_contention_total{kind="held"}"#),
-        1.0,
-        "{text}"
-    );
-    assert_eq!(
-        value(&text, r#"fencelock_contention_total{kind="waited"}"#),
-        0.0,
-        "{text}"
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_contention_total{kind="held"}"#, 1.0),
+            (r#"fencelock_contention_total{kind="waited"}"#, 0.0),
+        ],
     );
 
     // A waiter that is handed the lock when the holder releases.
@@ -138,15 +141,12 @@ async fn contention_counts_refusals_at_once_and_waits() {
     );
     assert_eq!(waiting.await.unwrap()["acquired"], true);
     let text = s.metrics().await;
-    assert_eq!(
-        value(&text, r#"fencelock_contention_total{kind="waited"}"#),
-        1.0,
-        "{text}"
-    );
-    assert_eq!(
-        value(&text, r#"fencelock_contention_total{kind="held"}"#),
-        1.0,
-        "{text}"
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_contention_total{kind="waited"}"#, 1.0),
+            (r#"fencelock_contention_total{kind="held"}"#, 1.0),
+        ],
     );
     assert_eq!(
         value(&text, r#"fencelock_timeouts_total{kind="wait_expired"}"#),
@@ -165,25 +165,14 @@ async fn a_wait_that_runs_out_is_a_timeout() {
         .await;
     assert_eq!(answer.body["acquired"], false, "{answer:?}");
     let text = s.metrics().await;
-    assert_eq!(
-        value(&text, r#"fencelock_timeouts_total{kind="wait_expired"}"#),
-        1.0,
-        "{text}"
-    );
-    assert_eq!(
-        value(&text, r#"fencelock_contention_total{kind="waited"}"#),
-        1.0,
-        "{text}"
-    );
-    assert_eq!(
-        value(&text, r#"fencelock_contention_total{kind="held"}"#),
-        0.0,
-        "{text}"
-    );
-    assert_eq!(
-        value(&text, r#"fencelock_timeouts_total{kind="lease_expired"}"#),
-        0.0,
-        "{text}"
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_timeouts_total{kind="wait_expired"}"#, 1.0),
+            (r#"fencelock_contention_total{kind="waited"}"#, 1.0),
+            (r#"fencelock_contention_total{kind="held"}"#, 0.0),
+            (r#"fencelock_timeouts_total{kind="lease_expired"}"#, 0.0),
+        ],
     );
 }
 
@@ -197,21 +186,17 @@ async fn hold_time_is_recorded_on_release() {
         StatusCode::NO_CONTENT
     );
     let text = s.metrics().await;
-    assert_eq!(
-        value(&text, r#"fencelock_lease_hold_seconds_count{end="released"}"#),
-        1.0,
-        "{text}"
+    assert_reads(
+        &text,
+        &[(r#"fencelock_lease_hold_seconds_count{end="released"}"#, 1.0)],
     );
     // Measured by the store's (manual) clock: exactly what the test moved it by.
-    assert_eq!(
-        value(&text, r#"fencelock_lease_hold_seconds_sum{end="released"}"#),
-        3.0,
-        "{text}"
-    );
-    assert_eq!(
-        value(&text, r#"fencelock_lease_hold_seconds_count{end="expired"}"#),
-        0.0,
-        "{text}"
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_lease_hold_seconds_sum{end="released"}"#, 3.0),
+            (r#"fencelock_lease_hold_seconds_count{end="expired"}"#, 0.0),
+        ],
     );
 }
 
@@ -223,19 +208,21 @@ async fn a_purged_lease_counts_as_expired_with_its_hold_time() {
     s.advance(Duration::from_secs(11));
     until(&s, r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0).await;
     let text = s.metrics().await;
-    assert_eq!(value(&text, "fencelock_leases_expired_total"), 1.0, "{text}");
-    assert_eq!(
-        value(&text, r#"fencelock_lease_hold_seconds_count{end="expired"}"#),
-        1.0,
-        "{text}"
+    assert_reads(
+        &text,
+        &[
+            ("fencelock_leases_expired_total", 1.0),
+            (r#"fencelock_lease_hold_seconds_count{end="expired"}"#, 1.0),
+        ],
     );
     // From acquired_at to expires_at: the TTL, whenever the purge came.
-    assert_eq!(
-        value(&text, r#"fencelock_lease_hold_seconds_sum{end="expired"}"#),
-        10.0,
-        "{text}"
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_lease_hold_seconds_sum{end="expired"}"#, 10.0),
+            ("fencelock_live_leases", 0.0),
+        ],
     );
-    assert_eq!(value(&text, "fencelock_live_leases"), 0.0, "{text}");
     assert!(
         value(&text, r#"fencelock_store_duration_seconds_count{op="purge"}"#) >= 1.0,
         "{text}"
@@ -250,17 +237,14 @@ async fn a_grant_over_an_expired_lease_counts_the_expiry() {
     s.advance(Duration::from_secs(11));
     s.grant("r", "b", 10).await;
     let text = s.metrics().await;
-    assert_eq!(
-        value(&text, r#"fencelock_timeouts_total{kind="lease_expired"}"#),
-        1.0,
-        "{text}"
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0),
+            (r#"fencelock_lease_hold_seconds_count{end="expired"}"#, 1.0),
+            ("fencelock_live_leases", 1.0),
+        ],
     );
-    assert_eq!(
-        value(&text, r#"fencelock_lease_hold_seconds_count{end="expired"}"#),
-        1.0,
-        "{text}"
-    );
-    assert_eq!(value(&text, "fencelock_live_leases"), 1.0, "{text}");
 }
 
 #[tokio::test]
