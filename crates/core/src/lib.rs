@@ -30,4 +30,4 @@ pub use store::{
     ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError,
 };
 pub use table::LockTable;
-pub use wait::Waiters;
+pub use wait::{Acquired, Waiters};

@@ -110,12 +110,14 @@ impl Waiters {
     ) -> Result<AcquireOutcome> {
         self.acquire_unless(resource, owner, ttl, wait, &CancellationToken::new())
             .await
+            .map(|acquired| acquired.outcome)
     }
 
     /// [`acquire`](Self::acquire), which stops waiting when `gone` is cancelled (its caller
     /// went away) as if its wait had run out. Unlike dropping the future, cancelling never
     /// interrupts a call to the store: the outcome of a call under way is returned, so that
-    /// a grant made meanwhile can be logged and given back.
+    /// a grant made meanwhile can be logged and given back. Says whether the acquire
+    /// waited, for the server's contention metrics.
     pub async fn acquire_unless(
         &self,
         resource: &Resource,
@@ -123,21 +125,27 @@ impl Waiters {
         ttl: Ttl,
         wait: Duration,
         gone: &CancellationToken,
-    ) -> Result<AcquireOutcome> {
+    ) -> Result<Acquired> {
         let store = &self.inner.store;
         let stop = || self.inner.shutdown.is_cancelled() || gone.is_cancelled();
+        let at_once = |outcome| Acquired {
+            outcome,
+            waited: false,
+        };
         if wait.is_zero() || stop() {
-            return store.acquire(resource, owner, ttl).await;
+            return store.acquire(resource, owner, ttl).await.map(at_once);
         }
         let Some(place) = InLine::join(&self.inner, resource) else {
-            return store.acquire(resource, owner, ttl).await;
+            return store.acquire(resource, owner, ttl).await.map(at_once);
         };
         // A wait too long to add to the clock (centuries) is as good as forever; a year will do.
         const FOREVER: Duration = Duration::from_secs(365 * 86_400);
         let now = Instant::now();
         let deadline = now.checked_add(wait).unwrap_or(now + FOREVER);
+        let mut waited = false;
         loop {
             if !place.is_head() {
+                waited = true;
                 tokio::select! {
                     () = place.wake.notified() => continue,
                     () = sleep_until(deadline) => break,
@@ -147,12 +155,13 @@ impl Waiters {
             }
             let outcome = store.acquire(resource, owner, ttl).await?;
             let AcquireOutcome::Held { expires_in, .. } = &outcome else {
-                return Ok(outcome);
+                return Ok(Acquired { outcome, waited });
             };
             let now = Instant::now();
             if now >= deadline || stop() {
-                return Ok(outcome);
+                return Ok(Acquired { outcome, waited });
             }
+            waited = true;
             // Ask again when the holder's lease ends, when the store says it may have ended
             // sooner, or, for a last try, when our wait runs out.
             tokio::select! {
@@ -166,8 +175,24 @@ impl Waiters {
         // time left by the store's clock) or, if nobody holds the lock at this instant (it is
         // being handed to the head), takes it, which is fair.
         drop(place);
-        store.acquire(resource, owner, ttl).await
+        let outcome = store.acquire(resource, owner, ttl).await?;
+        Ok(Acquired {
+            outcome,
+            waited: true,
+        })
     }
+}
+
+/// What [`Waiters::acquire_unless`] answers: the store's last answer, and whether the caller
+/// had to wait for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquired {
+    /// The outcome of the last try.
+    pub outcome: AcquireOutcome,
+    /// The acquire waited in line: it found the lock held (or others waiting before it) and
+    /// was not answered by its first try. A single try (`wait` zero, no room to wait, shutting
+    /// down) never waited, and neither did one granted at its first try.
+    pub waited: bool,
 }
 
 impl Inner {
@@ -426,7 +451,8 @@ mod tests {
         };
         until_waiting(&waiters, 1).await;
         gone.cancel();
-        let outcome = waiting.await.unwrap().unwrap();
+        let Acquired { outcome, waited } = waiting.await.unwrap().unwrap();
+        assert!(waited, "it found the lock held and waited");
         assert!(
             matches!(&outcome, AcquireOutcome::Held { holder, .. } if holder.owner.as_str() == "a"),
             "{outcome:?}"

@@ -17,6 +17,7 @@
 //! - [`events`]: one structured log line per lease event.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`observe`]: one call after every store call that counts it and writes its log lines.
+//! - [`timed`]: the store, with the time and failures of every call counted.
 //! - [`state`]: [`Config`] and the state the handlers share.
 
 pub mod events;
@@ -27,6 +28,7 @@ pub mod observe;
 pub mod problem;
 pub mod routes;
 pub mod state;
+pub mod timed;
 
 use std::sync::Arc;
 
@@ -44,10 +46,12 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
+    let metrics = Arc::new(metrics::Metrics::new());
+    let store = Arc::new(timed::Timed::new(store, metrics.clone()));
     let app = App {
         waiters: Waiters::with_limit(store, config.waiter_limit()),
         config: Arc::new(config),
-        metrics: Arc::new(metrics::Metrics::new()),
+        metrics,
     };
     let purger = tokio::spawn(purge_expired(app.clone()));
     let result = listener::run(listener, app.clone(), shutdown).await;
@@ -65,7 +69,7 @@ async fn purge_expired(app: App) {
             Ok(expired) => {
                 for lease in &expired {
                     events::expired(lease);
-                    app.metrics.expired();
+                    app.metrics.expired(lease);
                 }
             }
             Err(error) => tracing::warn!(%error, "purging expired leases failed"),

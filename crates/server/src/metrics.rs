@@ -1,7 +1,14 @@
 //! Prometheus metrics: what a lock operator watches (contention, waits, hold times, expiry).
+//!
+//! Every label value comes from an enum (an operation, an outcome, a route template, a status
+//! code): never a resource or an owner name, which would make one series per lock. Updates
+//! are atomics (and prometheus-client's read lock on a family's map); nothing here waits.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use axum::http::StatusCode;
+use fencelock_core::{FencingToken, Lease};
 use fencelock_wire::{Label, Op};
 use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -9,6 +16,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::routes::Route;
 
 /// The labels of a request: the operation and its outcome.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
@@ -27,57 +36,227 @@ impl EncodeLabelSet for OpLabels {
     }
 }
 
+/// A label whose values are an enum's names.
+trait LabelValue: Copy {
+    /// The label's name.
+    const KEY: &'static str;
+    /// The value's name.
+    fn as_str(self) -> &'static str;
+}
+
+/// The label set of one [`LabelValue`].
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+struct By<T>(T);
+
+impl<T: LabelValue> EncodeLabelSet for By<T> {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
+        [(T::KEY, self.0.as_str())].encode(encoder)
+    }
+}
+
+/// How a lease ended: `end="released"` or `end="expired"`.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum End {
+    /// Its holder released it (or the server gave it back for a client that hung up).
+    Released,
+    /// Its TTL ran out.
+    Expired,
+}
+
+impl LabelValue for End {
+    const KEY: &'static str = "end";
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Released => "released",
+            Self::Expired => "expired",
+        }
+    }
+}
+
+/// How an acquire met another owner's lease: `kind="held"` or `kind="waited"`.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+enum Contention {
+    /// Answered `acquired: false` at once, without waiting.
+    Held,
+    /// Waited in line, whatever it got in the end.
+    Waited,
+}
+
+impl LabelValue for Contention {
+    const KEY: &'static str = "kind";
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Held => "held",
+            Self::Waited => "waited",
+        }
+    }
+}
+
+/// What ran out: `kind="lease_expired"` or `kind="wait_expired"`.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+enum Timeout {
+    /// A lease ended by expiry, unreleased.
+    LeaseExpired,
+    /// A waiting acquire was answered `acquired: false`.
+    WaitExpired,
+}
+
+impl LabelValue for Timeout {
+    const KEY: &'static str = "kind";
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::LeaseExpired => "lease_expired",
+            Self::WaitExpired => "wait_expired",
+        }
+    }
+}
+
+/// A call to the store, as `store_*` metrics name it (`op="…"`).
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum StoreOp {
+    /// The call an operation of the API makes (an acquire's one try: a waiting acquire
+    /// makes several).
+    Call(Op),
+    /// The purge of expired leases.
+    Purge,
+    /// A readiness check.
+    Ping,
+}
+
+impl LabelValue for StoreOp {
+    const KEY: &'static str = "op";
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Call(op) => op.as_str(),
+            Self::Purge => "purge",
+            Self::Ping => "ping",
+        }
+    }
+}
+
+/// The labels of an HTTP request: the route template it matched and the status answered.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+struct HttpLabels {
+    route: Route,
+    status: StatusCode,
+}
+
+/// Written as `route="/locks/{resource}",status="204"`.
+impl EncodeLabelSet for HttpLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
+        [("route", self.route.template()), ("status", self.status.as_str())].encode(encoder)
+    }
+}
+
 /// The server's metrics, registered once.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
     requests: Family<OpLabels, Counter>,
     latency: Family<OpLabels, Histogram>,
-    hold: Histogram,
+    hold: Family<By<End>, Histogram>,
     expired: Counter,
+    contention: Family<By<Contention>, Counter>,
+    timeouts: Family<By<Timeout>, Counter>,
+    store_latency: Family<By<StoreOp>, Histogram>,
+    store_errors: Family<By<StoreOp>, Counter>,
+    live: Gauge,
+    highest_token: Gauge,
+    http: Family<HttpLabels, Counter>,
     waiting: Gauge,
+}
+
+/// Buckets from 100 µs to about 7 minutes: a store call, or an acquire with its wait.
+fn latency_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_1, 2.0, 22))
 }
 
 impl Metrics {
     /// Registers every metric under the `fencelock_` prefix.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("fencelock");
         let requests = Family::<OpLabels, Counter>::default();
-        let latency = Family::<OpLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.000_1, 2.0, 22))
+        let latency = Family::<OpLabels, Histogram>::new_with_constructor(latency_buckets);
+        // From 1 ms to about 3 days: leases live up to the maximum TTL (a day by default).
+        let hold = Family::<By<End>, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 28))
         });
-        let hold = Histogram::new(exponential_buckets(0.001, 2.0, 28));
-        let expired = Counter::default();
-        let waiting = Gauge::default();
-        registry.register(
-            "requests",
-            "Lock requests by operation and outcome",
-            requests.clone(),
-        );
-        registry.register(
-            "request_duration_seconds",
-            "Time to answer a lock request (acquire includes its wait)",
-            latency.clone(),
-        );
-        registry.register(
-            "lease_hold_seconds",
-            "How long released leases were held",
-            hold.clone(),
-        );
-        registry.register(
-            "leases_expired",
-            "Leases that ended by expiry, not release",
-            expired.clone(),
-        );
-        registry.register("waiters", "Acquires waiting for a busy lock now", waiting.clone());
-        Self {
-            registry,
+        let store_latency = Family::<By<StoreOp>, Histogram>::new_with_constructor(latency_buckets);
+        let mut m = Self {
+            registry: Registry::with_prefix("fencelock"),
             requests,
             latency,
             hold,
-            expired,
-            waiting,
-        }
+            expired: Counter::default(),
+            contention: Family::default(),
+            timeouts: Family::default(),
+            store_latency,
+            store_errors: Family::default(),
+            live: Gauge::default(),
+            highest_token: Gauge::default(),
+            http: Family::default(),
+            waiting: Gauge::default(),
+        };
+        m.registry.register(
+            "requests",
+            "Lock requests by operation and outcome (renewals and releases by result among them)",
+            m.requests.clone(),
+        );
+        m.registry.register(
+            "request_duration_seconds",
+            "Time to answer a lock request by operation and outcome; for op=\"acquire\" this is the acquisition time, its wait included",
+            m.latency.clone(),
+        );
+        m.registry.register(
+            "lease_hold_seconds",
+            "How long leases were held (from acquired_at, the last grant or extension), by how they ended",
+            m.hold.clone(),
+        );
+        m.registry.register(
+            "leases_expired",
+            "Leases that ended by expiry, not release (as timeouts_total{kind=\"lease_expired\"})",
+            m.expired.clone(),
+        );
+        m.registry.register(
+            "contention",
+            "Acquires that found the lock held by another owner: refused at once (held) or waited in line (waited)",
+            m.contention.clone(),
+        );
+        m.registry.register(
+            "timeouts",
+            "Leases that expired unreleased (lease_expired) and waiting acquires answered without the lock (wait_expired)",
+            m.timeouts.clone(),
+        );
+        m.registry.register(
+            "store_duration_seconds",
+            "Time of each call to the store, without waiting in line",
+            m.store_latency.clone(),
+        );
+        m.registry.register(
+            "store_errors",
+            "Calls to the store that failed (unreachable, timed out or failing)",
+            m.store_errors.clone(),
+        );
+        m.registry.register(
+            "live_leases",
+            "Leases this server granted minus those it saw end (released, given back, expired); sum over the servers of one store",
+            m.live.clone(),
+        );
+        m.registry.register(
+            "highest_token",
+            "The highest fencing token this server has granted",
+            m.highest_token.clone(),
+        );
+        m.registry.register(
+            "http_requests",
+            "HTTP requests by route template (other: no route) and status code",
+            m.http.clone(),
+        );
+        m.registry.register(
+            "waiters",
+            "Acquires waiting for a busy lock now",
+            m.waiting.clone(),
+        );
+        m
     }
 
     /// Counts one answered request and how long it took.
@@ -87,14 +266,60 @@ impl Metrics {
         self.latency.get_or_create(&labels).observe(took.as_secs_f64());
     }
 
-    /// Records the hold time of a released lease.
-    pub fn held_for(&self, held: Duration) {
-        self.hold.observe(held.as_secs_f64());
+    /// A new lease was granted.
+    pub fn granted(&self, lease: &Lease) {
+        self.live.inc();
+        let FencingToken(token) = lease.token;
+        self.highest_token
+            .inner()
+            .fetch_max(i64::try_from(token).unwrap_or(i64::MAX), Ordering::Relaxed);
     }
 
-    /// Counts an expired lease.
-    pub fn expired(&self) {
+    /// A lease was released; `held` is its hold time, where the store could tell it.
+    pub fn released(&self, held: Option<Duration>) {
+        self.live.dec();
+        if let Some(held) = held {
+            self.held_for(End::Released, held);
+        }
+    }
+
+    /// A lease ended by expiry.
+    pub fn expired(&self, lease: &Lease) {
+        self.live.dec();
         self.expired.inc();
+        self.timeouts.get_or_create(&By(Timeout::LeaseExpired)).inc();
+        self.held_for(End::Expired, lease.expires_at.since(lease.acquired_at));
+    }
+
+    fn held_for(&self, end: End, held: Duration) {
+        self.hold.get_or_create(&By(end)).observe(held.as_secs_f64());
+    }
+
+    /// An acquire ended: it `waited` in line or not, and was answered `held` or granted.
+    pub fn contended(&self, waited: bool, held: bool) {
+        if waited {
+            self.contention.get_or_create(&By(Contention::Waited)).inc();
+            if held {
+                self.timeouts.get_or_create(&By(Timeout::WaitExpired)).inc();
+            }
+        } else if held {
+            self.contention.get_or_create(&By(Contention::Held)).inc();
+        }
+    }
+
+    /// One call to the store took `took`, and `failed` or not.
+    pub fn store_call(&self, op: StoreOp, took: Duration, failed: bool) {
+        self.store_latency
+            .get_or_create(&By(op))
+            .observe(took.as_secs_f64());
+        if failed {
+            self.store_errors.get_or_create(&By(op)).inc();
+        }
+    }
+
+    /// One HTTP request on `route` was answered with `status`.
+    pub fn http_request(&self, route: Route, status: StatusCode) {
+        self.http.get_or_create(&HttpLabels { route, status }).inc();
     }
 
     /// The Prometheus text exposition, with the waiter gauge set to `waiting`.

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, FencingToken, Lease, LeasePage, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError,
+    AcquireOutcome, Acquired, FencingToken, Lease, LeasePage, Owner, ReleaseOutcome, RenewOutcome, Resource,
+    StoreError,
 };
 use fencelock_wire::{Label, Op, Outcome};
 
@@ -58,15 +59,27 @@ impl Observed for AcquireOutcome {
             Self::Granted { lease, expired } => {
                 if let Some(expired) = expired {
                     events::expired(expired);
-                    metrics.expired();
+                    metrics.expired(expired);
                 }
                 events::granted(lease, took);
+                metrics.granted(lease);
             }
             Self::Extended(lease) => events::extended(lease),
             Self::Held { holder, .. } => {
                 events::refused(op, self.label(), &asked.resource, &asked.owner, Some(holder));
             }
         }
+    }
+}
+
+/// An acquire through the waiters also counts whether it met another owner's lease.
+impl Observed for Acquired {
+    type Asked = Asked;
+
+    fn record(&self, op: Op, asked: &Asked, took: Duration, metrics: &Metrics) {
+        self.outcome.record(op, asked, took, metrics);
+        let held = matches!(self.outcome, AcquireOutcome::Held { .. });
+        metrics.contended(self.waited, held);
     }
 }
 
@@ -77,10 +90,13 @@ impl Observed for ReleaseOutcome {
         match self {
             Self::Released(Some(ended)) => {
                 events::released(&ended.lease, ended.held_for());
-                metrics.held_for(ended.held_for());
+                metrics.released(Some(ended.held_for()));
             }
             // Only a store in front of another server cannot say which lease it ended.
-            Self::Released(None) => events::released_unknown(&asked.resource, &asked.owner, asked.token),
+            Self::Released(None) => {
+                events::released_unknown(&asked.resource, &asked.owner, asked.token);
+                metrics.released(None);
+            }
             Self::NotFound | Self::Forbidden | Self::Conflict => refused(op, self, asked),
         }
     }

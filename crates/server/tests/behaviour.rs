@@ -6,17 +6,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use common::{TestServer, assert_problem, raw_connection, read_response};
-use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, MemoryStore, Owner,
-    ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
-};
+use common::{TestServer, UnreachableStore, assert_problem, raw_connection, read_response};
+use fencelock_core::{MemoryStore, Timestamp};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::broadcast;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_concurrent_acquirers_have_one_winner_over_twenty_rounds() {
@@ -384,65 +379,6 @@ async fn garbage_on_the_wire_never_stops_the_server() {
     }
     assert_eq!(s.send(Method::GET, "/healthz", None).await.status, StatusCode::OK);
     s.grant("r", "a", 5).await;
-}
-
-/// A store that always fails, as an unreachable one does. A stand-in: the embedded store
-/// cannot be made unreachable from outside; the PostgreSQL and etcd tests stop real servers.
-#[derive(Debug)]
-struct UnreachableStore;
-
-fn unreachable() -> StoreError {
-    StoreError::Unavailable {
-        message: "connection refused".into(),
-        source: None,
-    }
-}
-
-#[async_trait]
-impl LockStore for UnreachableStore {
-    async fn acquire(&self, _: &Resource, _: &Owner, _: Ttl) -> Result<AcquireOutcome, StoreError> {
-        Err(unreachable())
-    }
-    async fn get(&self, _: &Resource) -> Result<Option<Lease>, StoreError> {
-        Err(unreachable())
-    }
-    async fn release(
-        &self,
-        _: &Resource,
-        _: &Owner,
-        _: Option<FencingToken>,
-    ) -> Result<ReleaseOutcome, StoreError> {
-        Err(unreachable())
-    }
-    async fn renew(
-        &self,
-        _: &Resource,
-        _: &Owner,
-        _: Ttl,
-        _: Option<FencingToken>,
-    ) -> Result<RenewOutcome, StoreError> {
-        Err(unreachable())
-    }
-    async fn list(&self, _: &ListQuery) -> Result<LeasePage, StoreError> {
-        Err(unreachable())
-    }
-    async fn purge_expired(&self) -> Result<Vec<Lease>, StoreError> {
-        Err(unreachable())
-    }
-    async fn ping(&self) -> Result<(), StoreError> {
-        Err(unreachable())
-    }
-    fn releases(&self) -> Option<broadcast::Receiver<fencelock_core::ReleaseNotice>> {
-        None
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            ttl_granularity: Duration::from_millis(1),
-            durable: true,
-            knows_released_lease: true,
-            shared: false,
-        }
-    }
 }
 
 #[tokio::test]

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, EndedLease, Lease, LeasePage, Owner, Refusal, ReleaseOutcome, RenewOutcome, Resource,
+    AcquireOutcome, Acquired, EndedLease, Lease, LeasePage, Owner, Refusal, ReleaseOutcome, RenewOutcome,
+    Resource,
 };
 
 use crate::body::{AcquireResponse, Granted, Held, InvalidLease, LeaseBody};
@@ -109,6 +110,13 @@ impl Outcome for AcquireOutcome {
             Self::Extended(_) => Label::Extended,
             Self::Held { .. } => Label::Held,
         }
+    }
+}
+
+/// An acquire through the waiters: labelled by its last outcome, whether it waited or not.
+impl Outcome for Acquired {
+    fn label(&self) -> Label {
+        self.outcome.label()
     }
 }
 

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
-use fencelock_core::{AcquireOutcome, Lease, ReleaseOutcome};
+use fencelock_core::{AcquireOutcome, Acquired, Lease, ReleaseOutcome};
 use fencelock_wire::{AcquireRequest, AcquireResponse, Op, outcome, parse};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -50,7 +50,7 @@ pub async fn acquire(
             token: None,
         };
         observe(&app, Op::Acquire, &asked, &outcome, started.elapsed());
-        let outcome = outcome?;
+        let Acquired { outcome, .. } = outcome?;
         if let AcquireOutcome::Granted { lease, .. } = &outcome
             && gone.is_cancelled()
         {

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode, Uri};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use fencelock_core::{LockStore, Resource, StoreError};
@@ -111,23 +113,92 @@ fn problems(kinds: &[(ProblemKind, &str)]) -> BTreeMap<String, RefOr<Described>>
         .collect()
 }
 
+/// A route of the API, as the router matches it and `fencelock_http_requests_total` names it
+/// (by its template, never the path, which holds resource names).
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Route {
+    /// `/locks`.
+    Locks,
+    /// `/locks/{resource}`.
+    Lock,
+    /// `/locks/{resource}/renew`.
+    Renew,
+    /// `/healthz`.
+    Healthz,
+    /// `/readyz`.
+    Readyz,
+    /// `/metrics`.
+    Metrics,
+    /// `/openapi.json`.
+    OpenApi,
+    /// No route matched.
+    Other,
+}
+
+impl Route {
+    const MATCHED: [Self; 7] = [
+        Self::Locks,
+        Self::Lock,
+        Self::Renew,
+        Self::Healthz,
+        Self::Readyz,
+        Self::Metrics,
+        Self::OpenApi,
+    ];
+
+    /// The router's template (`other` for no route).
+    pub fn template(self) -> &'static str {
+        match self {
+            Self::Locks => "/locks",
+            Self::Lock => "/locks/{resource}",
+            Self::Renew => "/locks/{resource}/renew",
+            Self::Healthz => "/healthz",
+            Self::Readyz => "/readyz",
+            Self::Metrics => "/metrics",
+            Self::OpenApi => "/openapi.json",
+            Self::Other => "other",
+        }
+    }
+
+    /// The route the router matched, if any.
+    fn of(matched: Option<&MatchedPath>) -> Self {
+        matched
+            .and_then(|path| {
+                Self::MATCHED
+                    .into_iter()
+                    .find(|route| route.template() == path.as_str())
+            })
+            .unwrap_or(Self::Other)
+    }
+}
+
 /// The whole API as an axum router.
 pub fn router(app: App) -> Router {
     Router::new()
-        .route("/locks", get(list::list))
+        .route(Route::Locks.template(), get(list::list))
         .route(
-            "/locks/{resource}",
+            Route::Lock.template(),
             post(acquire::acquire).get(get::get).delete(release::release),
         )
-        .route("/locks/{resource}/renew", post(renew::renew))
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
-        .route("/openapi.json", get(openapi))
+        .route(Route::Renew.template(), post(renew::renew))
+        .route(Route::Healthz.template(), get(health::healthz))
+        .route(Route::Readyz.template(), get(health::readyz))
+        .route(Route::Metrics.template(), get(health::metrics))
+        .route(Route::OpenApi.template(), get(openapi))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(render_problems))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), count_http))
         .with_state(app)
+}
+
+/// Counts every request by the route it matched and the status of its answer (as the
+/// client gets it: outside the problem rendering).
+async fn count_http(State(app): State<App>, request: Request, next: Next) -> Response {
+    let route = Route::of(request.extensions().get::<MatchedPath>());
+    let response = next.run(request).await;
+    app.metrics.http_request(route, response.status());
+    response
 }
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {

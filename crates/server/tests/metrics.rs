@@ -1,0 +1,370 @@
+//! `GET /metrics`: each series moves when the request that must move it is made, and no
+//! series names a resource or an owner.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{TestServer, UnreachableStore};
+use fencelock_core::{ManualClock, MemoryStore, Timestamp};
+use fencelock_server::Config;
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+/// The value of exactly the series `series` (name and labels, as written), 0 if absent.
+fn value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.trim().parse().expect("a number"))
+}
+
+/// Asserts that each series in `expected` reads its value in `text`.
+fn assert_reads(text: &str, expected: &[(&str, f64)]) {
+    for &(series, want) in expected {
+        assert_eq!(value(text, series), want, "{series}\n{text}");
+    }
+}
+
+async fn read(s: &TestServer, series: &str) -> f64 {
+    value(&s.metrics().await, series)
+}
+
+/// Polls `/metrics` (with a deadline) until `series` reads `expected`.
+async fn until(s: &TestServer, series: &str, expected: f64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = s.metrics().await;
+        if value(&text, series) == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{series} never read {expected}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A server on an in-memory store on a manual clock, purging every `purge`.
+async fn manual_purging_every(purge: Duration) -> TestServer {
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_795_933_800_000)));
+    let config = Config {
+        purge_interval: purge,
+        ..Config::default()
+    };
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let mut s = TestServer::start(store, config).await;
+    s.clock = Some(clock);
+    s
+}
+
+#[tokio::test]
+async fn acquisition_time_is_counted_by_outcome() {
+    let s = TestServer::manual().await;
+    s.grant("r", "a", 10).await;
+    s.grant("r", "a", 10).await;
+    s.acquire("r", json!({"owner": "b", "ttl_seconds": 10})).await;
+    let text = s.metrics().await;
+    for outcome in ["granted", "extended", "held"] {
+        let series =
+            format!(r#"fencelock_request_duration_seconds_count{{op="acquire",outcome="{outcome}"}}"#);
+        assert_eq!(value(&text, &series), 1.0, "{series}\n{text}");
+    }
+    assert_reads(
+        &text,
+        &[(r#"fencelock_store_duration_seconds_count{op="acquire"}"#, 3.0)],
+    );
+}
+
+#[tokio::test]
+async fn live_leases_and_the_highest_token_follow_grants_and_ends() {
+    let s = TestServer::manual().await;
+    let first = s.grant("r1", "a", 10).await;
+    let second = s.grant("r2", "a", 10).await;
+    assert!(second["fencing_token"].as_u64() > first["fencing_token"].as_u64());
+    let text = s.metrics().await;
+    assert_reads(&text, &[("fencelock_live_leases", 2.0)]);
+    assert_eq!(
+        value(&text, "fencelock_highest_token"),
+        second["fencing_token"].as_f64().unwrap(),
+        "{text}"
+    );
+    // An extension is no new lease.
+    s.grant("r1", "a", 10).await;
+    assert_eq!(read(&s, "fencelock_live_leases").await, 2.0);
+    let released = s.release("r1", json!({"owner": "a"})).await;
+    assert_eq!(released.status, StatusCode::NO_CONTENT);
+    assert_eq!(read(&s, "fencelock_live_leases").await, 1.0);
+    assert_eq!(
+        read(&s, "fencelock_highest_token").await,
+        second["fencing_token"].as_f64().unwrap(),
+        "a release lowers no token"
+    );
+}
+
+#[tokio::test]
+async fn contention_counts_refusals_at_once_and_waits() {
+    let s = TestServer::manual().await;
+    s.grant("r", "a", 60).await;
+    let held = s.acquire("r", json!({"owner": "b", "ttl_seconds": 5})).await;
+    assert_eq!(held.body["acquired"], false);
+    let text = s.metrics().await;
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_contention_total{kind="held"}"#, 1.0),
+            (r#"fencelock_contention_total{kind="waited"}"#, 0.0),
+        ],
+    );
+
+    // A waiter that is handed the lock when the holder releases.
+    let waiting = {
+        let (base, client) = (s.base.clone(), s.client.clone());
+        tokio::spawn(async move {
+            let body = json!({"owner": "c", "ttl_seconds": 5, "wait_ms": 10_000});
+            let answer = client
+                .post(format!("{base}/locks/r"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            answer.json::<serde_json::Value>().await.unwrap()
+        })
+    };
+    s.until_waiters(1).await;
+    // Its first try (after a's grant and b's) found the lock held: it waits.
+    until(&s, r#"fencelock_store_duration_seconds_count{op="acquire"}"#, 3.0).await;
+    assert_eq!(
+        s.release("r", json!({"owner": "a"})).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(waiting.await.unwrap()["acquired"], true);
+    let text = s.metrics().await;
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_contention_total{kind="waited"}"#, 1.0),
+            (r#"fencelock_contention_total{kind="held"}"#, 1.0),
+        ],
+    );
+    assert_eq!(
+        value(&text, r#"fencelock_timeouts_total{kind="wait_expired"}"#),
+        0.0,
+        "a wait that got the lock did not run out: {text}"
+    );
+}
+
+#[tokio::test]
+async fn a_wait_that_runs_out_is_a_timeout() {
+    // The manual clock never moves, so the holder's lease outlasts the wait.
+    let s = TestServer::manual().await;
+    s.grant("r", "a", 60).await;
+    let answer = s
+        .acquire("r", json!({"owner": "b", "ttl_seconds": 5, "wait_ms": 20}))
+        .await;
+    assert_eq!(answer.body["acquired"], false, "{answer:?}");
+    let text = s.metrics().await;
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_timeouts_total{kind="wait_expired"}"#, 1.0),
+            (r#"fencelock_contention_total{kind="waited"}"#, 1.0),
+            (r#"fencelock_contention_total{kind="held"}"#, 0.0),
+            (r#"fencelock_timeouts_total{kind="lease_expired"}"#, 0.0),
+        ],
+    );
+}
+
+#[tokio::test]
+async fn hold_time_is_recorded_on_release() {
+    let s = TestServer::manual().await;
+    s.grant("r", "a", 60).await;
+    s.advance(Duration::from_secs(3));
+    assert_eq!(
+        s.release("r", json!({"owner": "a"})).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let text = s.metrics().await;
+    assert_reads(
+        &text,
+        &[(r#"fencelock_lease_hold_seconds_count{end="released"}"#, 1.0)],
+    );
+    // Measured by the store's (manual) clock: exactly what the test moved it by.
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_lease_hold_seconds_sum{end="released"}"#, 3.0),
+            (r#"fencelock_lease_hold_seconds_count{end="expired"}"#, 0.0),
+        ],
+    );
+}
+
+#[tokio::test]
+async fn a_purged_lease_counts_as_expired_with_its_hold_time() {
+    let s = manual_purging_every(Duration::from_millis(10)).await;
+    s.grant("r", "a", 10).await;
+    assert_eq!(read(&s, "fencelock_live_leases").await, 1.0);
+    s.advance(Duration::from_secs(11));
+    until(&s, r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0).await;
+    let text = s.metrics().await;
+    assert_reads(
+        &text,
+        &[
+            ("fencelock_leases_expired_total", 1.0),
+            (r#"fencelock_lease_hold_seconds_count{end="expired"}"#, 1.0),
+        ],
+    );
+    // From acquired_at to expires_at: the TTL, whenever the purge came.
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_lease_hold_seconds_sum{end="expired"}"#, 10.0),
+            ("fencelock_live_leases", 0.0),
+        ],
+    );
+    assert!(
+        value(&text, r#"fencelock_store_duration_seconds_count{op="purge"}"#) >= 1.0,
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_grant_over_an_expired_lease_counts_the_expiry() {
+    // No purge comes during the test: the grant finds the expired lease itself.
+    let s = manual_purging_every(Duration::from_secs(3_600)).await;
+    s.grant("r", "a", 10).await;
+    s.advance(Duration::from_secs(11));
+    s.grant("r", "b", 10).await;
+    let text = s.metrics().await;
+    assert_reads(
+        &text,
+        &[
+            (r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0),
+            (r#"fencelock_lease_hold_seconds_count{end="expired"}"#, 1.0),
+            ("fencelock_live_leases", 1.0),
+        ],
+    );
+}
+
+#[tokio::test]
+async fn renewals_and_releases_are_counted_by_result() {
+    let s = TestServer::manual().await;
+    let lease = s.grant("r", "a", 10).await;
+    let token = lease["fencing_token"].as_u64().unwrap();
+    for (path, body, expected) in [
+        ("/locks/r/renew", json!({"owner": "a", "ttl_seconds": 10}), 200),
+        ("/locks/r/renew", json!({"owner": "b", "ttl_seconds": 10}), 403),
+        (
+            "/locks/r/renew",
+            json!({"owner": "a", "ttl_seconds": 10, "fencing_token": token + 1}),
+            409,
+        ),
+        ("/locks/none/renew", json!({"owner": "a", "ttl_seconds": 10}), 404),
+    ] {
+        let answer = s.send(Method::POST, path, Some(body)).await;
+        assert_eq!(answer.status.as_u16(), expected, "{answer:?}");
+    }
+    for (resource, body, expected) in [
+        ("r", json!({"owner": "b"}), 403),
+        ("r", json!({"owner": "a", "fencing_token": token + 1}), 409),
+        ("none", json!({"owner": "a"}), 404),
+        ("r", json!({"owner": "a", "fencing_token": token}), 204),
+    ] {
+        let answer = s.release(resource, body).await;
+        assert_eq!(answer.status.as_u16(), expected, "{answer:?}");
+    }
+    let text = s.metrics().await;
+    for (op, done) in [("renew", "renewed"), ("release", "released")] {
+        for outcome in [done, "forbidden", "conflict", "not_found"] {
+            let series = format!(r#"fencelock_requests_total{{op="{op}",outcome="{outcome}"}}"#);
+            assert_eq!(value(&text, &series), 1.0, "{series}\n{text}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn store_errors_are_counted_by_operation() {
+    let s = TestServer::start(Arc::new(UnreachableStore), Config::default()).await;
+    s.acquire("r", json!({"owner": "a", "ttl_seconds": 5})).await;
+    s.renew("r", json!({"owner": "a", "ttl_seconds": 5})).await;
+    s.release("r", json!({"owner": "a"})).await;
+    s.get("r").await;
+    let text = s.metrics().await;
+    for op in ["acquire", "renew", "release", "get"] {
+        let errors = format!(r#"fencelock_store_errors_total{{op="{op}"}}"#);
+        assert_eq!(value(&text, &errors), 1.0, "{errors}\n{text}");
+        let timed = format!(r#"fencelock_store_duration_seconds_count{{op="{op}"}}"#);
+        assert_eq!(value(&text, &timed), 1.0, "{timed}\n{text}");
+        let answered = format!(r#"fencelock_requests_total{{op="{op}",outcome="unavailable"}}"#);
+        assert_eq!(value(&text, &answered), 1.0, "{answered}\n{text}");
+    }
+    // The purge runs once at start, and fails too.
+    until(&s, r#"fencelock_store_errors_total{op="purge"}"#, 1.0).await;
+}
+
+#[tokio::test]
+async fn http_requests_are_counted_by_route_template_and_status() {
+    let s = TestServer::manual().await;
+    s.send(Method::GET, "/healthz", None).await;
+    s.send(Method::GET, "/locks", None).await;
+    s.grant("some:name", "a", 10).await;
+    s.get("absent").await;
+    s.renew("absent", json!({"owner": "a", "ttl_seconds": 5})).await;
+    s.send_raw(Method::DELETE, "/locks/some:name", None, Vec::new())
+        .await;
+    s.send(Method::GET, "/no/such/route", None).await;
+    s.send(Method::PUT, "/locks/some:name", None).await;
+    let text = s.metrics().await;
+    for (route, status) in [
+        ("/healthz", 200),
+        ("/locks", 200),
+        ("/locks/{resource}", 200),
+        ("/locks/{resource}", 404),
+        ("/locks/{resource}/renew", 404),
+        ("/locks/{resource}", 415),
+        ("/locks/{resource}", 405),
+        ("other", 404),
+    ] {
+        let series = format!(r#"fencelock_http_requests_total{{route="{route}",status="{status}"}}"#);
+        assert_eq!(value(&text, &series), 1.0, "{series}\n{text}");
+    }
+    // The scrape is counted once answered: the next scrape shows it.
+    assert_eq!(
+        read(
+            &s,
+            r#"fencelock_http_requests_total{route="/metrics",status="200"}"#
+        )
+        .await,
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn no_series_names_a_resource_or_an_owner() {
+    let s = manual_purging_every(Duration::from_millis(10)).await;
+    let (resource, owner) = ("secret-resource-xyz", "secret-owner-xyz");
+    let lease = s.grant(resource, owner, 10).await;
+    let token = lease["fencing_token"].as_u64().unwrap();
+    s.grant(resource, owner, 10).await;
+    s.acquire(
+        resource,
+        json!({"owner": "secret-other-xyz", "ttl_seconds": 5, "wait_ms": 10}),
+    )
+    .await;
+    s.renew(resource, json!({"owner": owner, "ttl_seconds": 10}))
+        .await;
+    s.renew(resource, json!({"owner": "secret-other-xyz", "ttl_seconds": 10}))
+        .await;
+    s.get(resource).await;
+    s.send(Method::GET, "/locks?prefix=secret-", None).await;
+    s.send(Method::GET, "/secret-path-xyz", None).await;
+    s.release(resource, json!({"owner": owner, "fencing_token": token}))
+        .await;
+    s.grant("secret-expiring-xyz", owner, 1).await;
+    s.advance(Duration::from_secs(2));
+    until(&s, r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0).await;
+    let text = s.metrics().await;
+    assert!(!text.contains("secret"), "{text}");
+    assert!(!text.contains("xyz"), "{text}");
+}
