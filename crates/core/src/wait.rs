@@ -532,7 +532,11 @@ mod tests {
             .collect();
         until_waiting(&waiters, WAITERS).await;
         // Only the head asked the store; the others wait their turn without asking.
-        assert_eq!(store.acquires.load(Ordering::SeqCst), 2, "the holder's grant and the head's try");
+        assert_eq!(
+            store.acquires.load(Ordering::SeqCst),
+            2,
+            "the holder's grant and the head's try"
+        );
         let mut holder = (a, lease.token);
         for round in 0..10 {
             let before = store.acquires.load(Ordering::SeqCst);
@@ -551,7 +555,10 @@ mod tests {
             // One try by the woken head, one by the next head, which finds it held: no herd.
             let asked = store.acquires.load(Ordering::SeqCst) - before;
             assert_eq!(asked, 2, "round {round}: {asked} store calls for one release");
-            assert!(waiting.iter().all(|w| !w.is_finished()), "round {round}: more than one woke");
+            assert!(
+                waiting.iter().all(|w| !w.is_finished()),
+                "round {round}: more than one woke"
+            );
             holder = (lease.owner, lease.token);
         }
         waiting.into_iter().for_each(|w| w.abort());
