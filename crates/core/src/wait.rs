@@ -84,11 +84,6 @@ impl Waiters {
         self.inner.waiting.load(Ordering::Relaxed)
     }
 
-    /// The most callers that may wait at once.
-    pub fn limit(&self) -> usize {
-        self.inner.limit
-    }
-
     /// Makes every waiting acquire answer now, as if its wait had run out, and every later
     /// one answer without waiting. For shutting down.
     pub fn shut_down(&self) {
