@@ -258,11 +258,59 @@ impl LockStore for HttpStore {
     }
 
     /// The server purges expired leases by itself: nothing to do here.
-    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+    async fn purge_expired(&self) -> Result<Vec<fencelock_core::Expired>> {
         Ok(Vec::new())
     }
 
     /// Asks the server's readiness check, which asks its store.
+    async fn acquire_hold(
+        &self,
+        _: &Resource,
+        _: &Owner,
+        _: fencelock_core::Claim,
+        _: Ttl,
+        _: Option<Ttl>,
+    ) -> Result<fencelock_core::HoldOutcome> {
+        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn holds(&self, _: fencelock_core::HoldKind, _: &Resource) -> Result<Vec<fencelock_core::Hold>> {
+        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn release_hold(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &Resource,
+        _: &Owner,
+        _: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn renew_hold(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &Resource,
+        _: &Owner,
+        _: Ttl,
+        _: Option<FencingToken>,
+    ) -> Result<RenewOutcome<fencelock_core::Hold>> {
+        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn list_holds(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &ListQuery,
+    ) -> Result<fencelock_core::HoldPage> {
+        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn withdraw_intent(&self, _: &Resource, _: &Owner) -> Result<()> {
+        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
     async fn ping(&self) -> Result<()> {
         let response = self.send(self.http.get(format!("{}/readyz", self.base))).await?;
         if response.status().is_success() {

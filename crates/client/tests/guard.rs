@@ -467,8 +467,60 @@ impl LockStore for LateGrants {
         self.inner.list(query).await
     }
 
-    async fn purge_expired(&self) -> Result<Vec<Lease>, StoreError> {
+    async fn purge_expired(&self) -> Result<Vec<fencelock_core::Expired>, StoreError> {
         self.inner.purge_expired().await
+    }
+
+    async fn acquire_hold(
+        &self,
+        n: &Resource,
+        o: &Owner,
+        c: fencelock_core::Claim,
+        t: Ttl,
+        i: Option<Ttl>,
+    ) -> Result<fencelock_core::HoldOutcome, StoreError> {
+        self.inner.acquire_hold(n, o, c, t, i).await
+    }
+
+    async fn holds(
+        &self,
+        k: fencelock_core::HoldKind,
+        n: &Resource,
+    ) -> Result<Vec<fencelock_core::Hold>, StoreError> {
+        self.inner.holds(k, n).await
+    }
+
+    async fn release_hold(
+        &self,
+        k: fencelock_core::HoldKind,
+        n: &Resource,
+        o: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        self.inner.release_hold(k, n, o, token).await
+    }
+
+    async fn renew_hold(
+        &self,
+        k: fencelock_core::HoldKind,
+        n: &Resource,
+        o: &Owner,
+        t: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<fencelock_core::Hold>, StoreError> {
+        self.inner.renew_hold(k, n, o, t, token).await
+    }
+
+    async fn list_holds(
+        &self,
+        k: fencelock_core::HoldKind,
+        q: &ListQuery,
+    ) -> Result<fencelock_core::HoldPage, StoreError> {
+        self.inner.list_holds(k, q).await
+    }
+
+    async fn withdraw_intent(&self, n: &Resource, o: &Owner) -> Result<(), StoreError> {
+        self.inner.withdraw_intent(n, o).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -4,7 +4,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, FencingToken, Lease, ListQuery, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource,
+    AcquireOutcome, FencingToken, Key, Kind, Lease, ListQuery, ReleaseNotice, ReleaseOutcome, RenewOutcome,
+    Resource,
 };
 
 use crate::{Harness, owner, ttl};
@@ -400,7 +401,15 @@ pub async fn purge_forgets_only_expired_leases(h: &Harness) {
     let live = grant(h, "live", "o", h.long_ttl()).await;
     let dead = grant(h, "dead", "o", h.short_ttl()).await;
     h.expire(&dead).await;
-    let purged = h.store.purge_expired().await.unwrap();
+    let purged: Vec<Lease> = h
+        .store
+        .purge_expired()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == Kind::Lock)
+        .map(|e| e.lease)
+        .collect();
     assert!(
         purged.iter().all(|l| l.token != live.token),
         "purged a live lease: {purged:?}"
@@ -482,15 +491,23 @@ pub async fn shortened_leases_are_announced(h: &Harness) {
     );
 }
 
-/// Whether `resource` is announced on `feed` within a few seconds.
+/// Whether the lock `resource` is announced on `feed` within a few seconds.
 pub(crate) async fn announced(
     feed: &mut tokio::sync::broadcast::Receiver<ReleaseNotice>,
     resource: &Resource,
 ) -> bool {
+    announced_key(feed, &Key::lock(resource)).await
+}
+
+/// Whether `key` is announced on `feed` within a few seconds.
+pub(crate) async fn announced_key(
+    feed: &mut tokio::sync::broadcast::Receiver<ReleaseNotice>,
+    key: &Key,
+) -> bool {
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             match feed.recv().await {
-                Ok(ReleaseNotice::Freed(heard)) if heard == *resource => return,
+                Ok(ReleaseNotice::Freed(heard)) if heard == *key => return,
                 Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Err(closed) => panic!("release feed closed: {closed}"),
             }

@@ -7,7 +7,10 @@
 //!
 //! - [`model`]: the validated newtypes — [`Resource`], [`Owner`], [`Ttl`], [`FencingToken`],
 //!   [`Timestamp`] — and [`Lease`].
+//! - [`hold`]: semaphores and read-write locks — [`Claim`], [`Hold`], and [`hold::judge`],
+//!   their rule book.
 //! - [`store`]: the [`LockStore`] trait, its outcome enums and [`StoreError`].
+//! - [`layer`]: [`Layered`], a store with a [`Layer`] around each call (deadlines, timing).
 //! - [`table`]: [`LockTable`], the rules as a pure state machine (used by the in-memory and
 //!   the embedded store).
 //! - [`memory`]: [`MemoryStore`], the reference store (`memory://`).
@@ -16,6 +19,8 @@
 //! - [`wait`]: [`Waiters`], first-come first-served waiting above any store.
 
 pub mod clock;
+pub mod hold;
+pub mod layer;
 pub mod memory;
 pub mod model;
 pub mod store;
@@ -23,6 +28,8 @@ pub mod table;
 pub mod wait;
 
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use hold::{Busy, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind};
+pub use layer::{Call, Layer, Layered};
 pub use memory::MemoryStore;
 pub use model::{FencingToken, InvalidName, InvalidTtl, Lease, Owner, Resource, Timestamp, Ttl};
 pub use store::{

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::clock::{Clock, SystemClock};
+use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage};
 use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
 use crate::store::{
     AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, ReleaseFeed, ReleaseNotice,
@@ -52,8 +53,8 @@ impl MemoryStore {
             let answer = op(&mut table, self.clock.now());
             (answer, table.take_freed())
         };
-        for resource in &freed {
-            self.released.announce(resource);
+        for key in &freed {
+            self.released.announce(key);
         }
         answer
     }
@@ -98,8 +99,53 @@ impl LockStore for MemoryStore {
         Ok(self.table().list(self.clock.now(), query))
     }
 
-    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+    async fn purge_expired(&self) -> Result<Vec<Expired>> {
         Ok(self.apply(|table, now| table.purge_expired(now)))
+    }
+
+    async fn acquire_hold(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        self.apply(|table, now| table.acquire_hold(now, name, owner, claim, ttl, intent))
+    }
+
+    async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
+        Ok(self.table().holds(self.clock.now(), kind, name))
+    }
+
+    async fn release_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        Ok(self.apply(|table, now| table.release_hold(now, kind, name, owner, token)))
+    }
+
+    async fn renew_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        Ok(self.apply(|table, now| table.renew_hold(now, kind, name, owner, ttl, token)))
+    }
+
+    async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
+        Ok(self.table().list_holds(self.clock.now(), kind, query))
+    }
+
+    async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
+        self.apply(|table, _| table.withdraw_intent(name, owner));
+        Ok(())
     }
 
     async fn ping(&self) -> Result<()> {

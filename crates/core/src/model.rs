@@ -137,6 +137,12 @@ impl Ttl {
     /// The longest maximum a server may be configured with: one year.
     pub const CEILING: Ttl = Ttl(365 * 86_400_000);
 
+    /// A TTL of `ms` milliseconds, for constants; `ms` must not be zero.
+    pub const fn from_const_millis(ms: u64) -> Self {
+        assert!(ms > 0, "a TTL is at least 1 millisecond");
+        Self(ms)
+    }
+
     /// A TTL of `ms` milliseconds, refused if zero or above `max`.
     pub fn from_millis(ms: u64, max: Ttl) -> Result<Self, InvalidTtl> {
         match ms {

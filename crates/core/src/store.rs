@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
+use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
 use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
 
 /// A store's result.
@@ -66,11 +67,11 @@ impl EndedLease {
     }
 }
 
-/// What a renew did.
+/// What a renew did, of a lease (`L` = [`Lease`]) or of a hold ([`Hold`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RenewOutcome {
+pub enum RenewOutcome<L = Lease> {
     /// `expires_at` is now + TTL; token and `acquired_at` are unchanged.
-    Renewed(Lease),
+    Renewed(L),
     /// No live lease on the resource: an expired lease is never renewed.
     NotFound,
     /// A live lease of another owner, whatever the token.
@@ -120,7 +121,7 @@ impl From<Refusal> for ReleaseOutcome {
     }
 }
 
-impl From<Refusal> for RenewOutcome {
+impl<L> From<Refusal> for RenewOutcome<L> {
     fn from(refusal: Refusal) -> Self {
         match refusal {
             Refusal::NotFound => Self::NotFound,
@@ -133,10 +134,11 @@ impl From<Refusal> for RenewOutcome {
 /// A notice on a store's release feed ([`LockStore::releases`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseNotice {
-    /// The lock on this resource may be free sooner than its waiters were told: its lease
-    /// was released, purged after its expiry, or renewed or extended to end earlier than it
-    /// did. Waiters ask the store again.
-    Freed(Resource),
+    /// The lock, semaphore or read-write lock of this name may be free sooner than its
+    /// waiters were told: a lease or hold was released, purged after its expiry, replaced
+    /// (a downgrade), or renewed or extended to end earlier than it did; or a waiting
+    /// writer's intent was withdrawn. Waiters ask the store again.
+    Freed(Key),
     /// Notices may have been lost — the store lost its subscription to the releases of other
     /// servers and renewed it — so any resource may have been released meanwhile.
     Missed,
@@ -158,9 +160,9 @@ impl ReleaseFeed {
         Self(broadcast::channel(Self::CAPACITY).0)
     }
 
-    /// Announces that the lock on `resource` may be free sooner than its waiters think.
-    pub fn announce(&self, resource: &Resource) {
-        let _ = self.0.send(ReleaseNotice::Freed(resource.clone()));
+    /// Announces that `key` may be free sooner than its waiters think.
+    pub fn announce(&self, key: &Key) {
+        let _ = self.0.send(ReleaseNotice::Freed(key.clone()));
     }
 
     /// Announces that notices may have been lost.
@@ -268,6 +270,11 @@ impl StoreError {
 /// - On `Err`, nothing was changed — or, where the store cannot know (a connection lost
 ///   mid-call), the outcome is unknown and the caller must treat it as not granted.
 ///
+/// Semaphores and read-write locks ([`crate::hold`]) are held through the `*_hold` methods,
+/// with the same contract: each hold is a lease with its own token, greater than every token
+/// issued for its name before, and the rules of [`crate::hold::judge`] hold across every
+/// server sharing the store.
+///
 /// Waiting for a busy lock is not the store's job: see [`crate::wait::Waiters`].
 #[async_trait]
 pub trait LockStore: Send + Sync + fmt::Debug + 'static {
@@ -298,9 +305,60 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// Live leases in the order of their resource names' bytes, one page at a time.
     async fn list(&self, query: &ListQuery) -> Result<LeasePage>;
 
-    /// Forgets leases that have expired and returns them, so that expiry can be logged and
-    /// counted. Stores that forget expired leases by themselves (etcd) may return none.
-    async fn purge_expired(&self) -> Result<Vec<Lease>>;
+    /// Forgets leases and holds that have expired (and writers' intents that ended) and
+    /// returns the leases and holds, so that expiry can be logged and counted. Stores that
+    /// forget expired leases by themselves (etcd) may return none.
+    async fn purge_expired(&self) -> Result<Vec<Expired>>;
+
+    /// Grants `owner` a hold of `claim` on the semaphore or read-write lock `name`, extends
+    /// its live hold of that claim, replaces its live hold of another claim (upgrade,
+    /// downgrade), or says why not — as [`crate::hold::judge`] decides.
+    ///
+    /// `intent` is for a writer that waits: when a [`Claim::Write`] is not granted, the store
+    /// records in the same step (or renews) that `owner` waits, until now + `intent`, so that
+    /// readers arriving later are refused, on every server sharing the store, until it is
+    /// granted, gives up ([`LockStore::withdraw_intent`]) or its intent runs out. A grant of
+    /// `write` ends the owner's intent.
+    async fn acquire_hold(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome>;
+
+    /// The live holds on `name`, in token order (empty if none).
+    async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>>;
+
+    /// Ends `owner`'s live hold on `name`: `NotFound` if it has none, `Conflict` if a token
+    /// is given that is not its hold's. Never `Forbidden`: an owner either holds or not.
+    async fn release_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome>;
+
+    /// Sets the expiry of `owner`'s live hold on `name` to now + `ttl`, refused as
+    /// [`LockStore::release_hold`] is.
+    async fn renew_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>>;
+
+    /// The names of `kind` with live holds, in the order of their bytes, one page at a time
+    /// (`query.limit` counts names).
+    async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage>;
+
+    /// Ends `owner`'s intent to write `name` (a writer that gave up waiting), and announces
+    /// it so that the readers it held back ask again. Nothing if it has none.
+    async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()>;
 
     /// Answers if the store can serve requests (for readiness checks).
     async fn ping(&self) -> Result<()>;

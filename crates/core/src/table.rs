@@ -1,4 +1,5 @@
-//! [`LockTable`]: the rules of fencelock as a pure state machine over leases held in memory.
+//! [`LockTable`]: the rules of fencelock as a pure state machine over leases and holds held
+//! in memory.
 //!
 //! The in-memory store is a table behind a mutex; the embedded store is a table owned by its
 //! writer thread, with every change journalled so that a batch whose commit fails can be
@@ -7,20 +8,27 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
+use crate::hold::{self, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind, Verdict};
 use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
 use crate::store::{
     AcquireOutcome, EndedLease, LeasePage, ListQuery, Refusal, ReleaseOutcome, RenewOutcome, StoreError,
 };
 
-/// Leases by resource, and the last fencing token issued.
+/// Leases by resource, holds by name, and the last fencing token issued (one counter for
+/// every name of every kind, which makes each name's tokens increase too).
 #[derive(Debug, Default)]
 pub struct LockTable {
     leases: BTreeMap<Resource, Lease>,
+    /// The holds of each semaphore and read-write lock, in token order.
+    holds: BTreeMap<(HoldKind, Resource), Vec<Hold>>,
+    /// Writers waiting for read-write locks. Not journalled nor written to disk: an intent
+    /// only holds readers back for a moment, and the waiting server renews it.
+    intents: HashMap<Resource, Vec<Intent>>,
     last_token: u64,
     journal: Option<Journal>,
-    /// Resources whose lock may be free sooner than their waiters were told, not yet taken
-    /// by [`LockTable::take_freed`].
-    freed: Vec<Resource>,
+    /// Names that may be free sooner than their waiters were told, not yet taken by
+    /// [`LockTable::take_freed`].
+    freed: Vec<Key>,
 }
 
 /// What a batch changed, kept until it is committed or undone.
@@ -28,11 +36,18 @@ pub struct LockTable {
 struct Journal {
     last_token: u64,
     before: HashMap<Resource, Option<Lease>>,
+    holds_before: HashMap<HoldId, Option<Hold>>,
     freed: usize,
 }
 
 /// A resource a committed batch changed, with the lease it has now (`None`: no row).
 pub type Dirty = (Resource, Option<Lease>);
+
+/// One owner's place on a semaphore or read-write lock.
+pub type HoldId = (HoldKind, Resource, Owner);
+
+/// A hold a committed batch changed, with what it is now (`None`: no row).
+pub type DirtyHold = (HoldId, Option<Hold>);
 
 impl LockTable {
     /// A table holding `leases` (live or not), whose last issued token was `last_token`.
@@ -43,16 +58,28 @@ impl LockTable {
         Self {
             leases,
             last_token: last_token.max(highest),
-            journal: None,
-            freed: Vec::new(),
+            ..Self::default()
         }
+    }
+
+    /// This table with `holds` (live or not) added; the last token rises to theirs if need be.
+    pub fn with_holds(mut self, holds: impl IntoIterator<Item = (HoldKind, Hold)>) -> Self {
+        for (kind, hold) in holds {
+            self.last_token = self.last_token.max(hold.lease.token.0);
+            let group = self.holds.entry((kind, hold.lease.resource.clone())).or_default();
+            group.push(hold);
+        }
+        for group in self.holds.values_mut() {
+            group.sort_by_key(|h| h.lease.token);
+        }
+        self
     }
 
     /// The resources whose lock may have become free sooner than their waiters were told
     /// since the last call: released, purged, or renewed or extended to end earlier than
     /// before. A store announces these on its release feed once they are committed, so that
     /// waiters ask again instead of sleeping until an expiry that no longer holds.
-    pub fn take_freed(&mut self) -> Vec<Resource> {
+    pub fn take_freed(&mut self) -> Vec<Key> {
         std::mem::take(&mut self.freed)
     }
 
@@ -74,7 +101,7 @@ impl LockTable {
         let outcome = match current {
             Some(lease) if lease.is_live(now) && lease.owner == *owner => {
                 if expires_at < lease.expires_at {
-                    self.freed.push(resource.clone());
+                    self.freed.push(Key::lock(resource));
                 }
                 let lease = Lease {
                     acquired_at: now,
@@ -126,7 +153,7 @@ impl LockTable {
             Ok(lease) => {
                 let lease = lease.clone();
                 self.set(resource, None);
-                self.freed.push(resource.clone());
+                self.freed.push(Key::lock(resource));
                 ReleaseOutcome::Released(Some(EndedLease { lease, ended_at: now }))
             }
         }
@@ -151,7 +178,7 @@ impl LockTable {
                 if let Some(Lease { expires_at, .. }) = self.set(resource, Some(lease.clone()))
                     && lease.expires_at < expires_at
                 {
-                    self.freed.push(resource.clone());
+                    self.freed.push(Key::lock(resource));
                 }
                 RenewOutcome::Renewed(lease)
             }
@@ -182,19 +209,226 @@ impl LockTable {
         LeasePage { leases, next }
     }
 
-    /// Forgets every lease that has expired at `now` and returns them.
-    pub fn purge_expired(&mut self, now: Timestamp) -> Vec<Lease> {
-        let expired: Vec<Lease> = self
+    /// Forgets every lease and hold that has expired at `now`, and every intent that ended,
+    /// and returns the leases and holds.
+    pub fn purge_expired(&mut self, now: Timestamp) -> Vec<Expired> {
+        let leases: Vec<Lease> = self
             .leases
             .values()
             .filter(|l| !l.is_live(now))
             .cloned()
             .collect();
-        for lease in &expired {
+        let holds: Vec<(HoldKind, Hold)> = self
+            .holds
+            .iter()
+            .flat_map(|((kind, _), group)| group.iter().map(move |h| (*kind, h)))
+            .filter(|(_, h)| !h.is_live(now))
+            .map(|(kind, h)| (kind, h.clone()))
+            .collect();
+        self.intents.retain(|_, intents| {
+            intents.retain(|i| now < i.expires_at);
+            !intents.is_empty()
+        });
+        let mut expired = Vec::with_capacity(leases.len() + holds.len());
+        for lease in leases {
             self.set(&lease.resource, None);
-            self.freed.push(lease.resource.clone());
+            self.freed.push(Key::lock(&lease.resource));
+            expired.push(Expired {
+                kind: Kind::Lock,
+                lease,
+            });
+        }
+        for (kind, hold) in holds {
+            let name = &hold.lease.resource;
+            self.set_hold(kind, name, &hold.lease.owner, None);
+            self.freed.push(Key::hold(kind, name));
+            expired.push(Expired {
+                kind: kind.into(),
+                lease: hold.lease,
+            });
         }
         expired
+    }
+
+    /// Acquire of a hold: see [`hold::judge`] and [`crate::LockStore::acquire_hold`].
+    pub fn acquire_hold(
+        &mut self,
+        now: Timestamp,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome, StoreError> {
+        let kind = claim.kind();
+        let group = self
+            .holds
+            .get(&(kind, name.clone()))
+            .map_or(&[][..], Vec::as_slice);
+        let intents = self.intents.get(name).map_or(&[][..], Vec::as_slice);
+        let verdict = hold::judge(now, group, intents, owner, claim);
+        let own = group
+            .iter()
+            .find(|h| h.is_live(now) && h.lease.owner == *owner)
+            .cloned();
+        let outcome = match verdict {
+            Verdict::LimitMismatch(limit) => return Ok(HoldOutcome::LimitMismatch { limit }),
+            Verdict::Busy(busy) => {
+                if let (Claim::Write, Some(intent)) = (claim, intent) {
+                    self.intend(now, name, owner, intent);
+                }
+                return Ok(HoldOutcome::Busy(busy));
+            }
+            Verdict::Extend => {
+                let own =
+                    own.ok_or_else(|| StoreError::Corrupt("extending a hold that is not there".into()))?;
+                let hold = Hold {
+                    lease: Lease {
+                        acquired_at: now,
+                        expires_at: now.plus(ttl),
+                        ..own.lease.clone()
+                    },
+                    claim,
+                };
+                if hold.lease.expires_at < own.lease.expires_at {
+                    self.freed.push(Key::hold(kind, name));
+                }
+                HoldOutcome::Extended(hold)
+            }
+            Verdict::Grant => {
+                let token = self.next_token()?;
+                let hold = hold::new_hold(name, owner, claim, token, now, ttl);
+                if own.is_some() {
+                    // An upgrade or a downgrade: what the old hold kept out may now get in.
+                    self.freed.push(Key::hold(kind, name));
+                }
+                HoldOutcome::Granted { hold, replaced: own }
+            }
+        };
+        if let HoldOutcome::Granted { hold, .. } | HoldOutcome::Extended(hold) = &outcome {
+            self.set_hold(kind, name, owner, Some(hold.clone()));
+            if claim == Claim::Write {
+                self.withdraw_intent(name, owner);
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The live holds on `name`, in token order.
+    pub fn holds(&self, now: Timestamp, kind: HoldKind, name: &Resource) -> Vec<Hold> {
+        self.holds
+            .get(&(kind, name.clone()))
+            .map(|group| group.iter().filter(|h| h.is_live(now)).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Release of a hold: `NotFound` without a live hold of `owner`, `Conflict` on another
+    /// token.
+    pub fn release_hold(
+        &mut self,
+        now: Timestamp,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> ReleaseOutcome {
+        match self.check_hold(now, kind, name, owner, token) {
+            Err(refusal) => refusal.into(),
+            Ok(hold) => {
+                self.set_hold(kind, name, owner, None);
+                self.freed.push(Key::hold(kind, name));
+                ReleaseOutcome::Released(Some(EndedLease {
+                    lease: hold.lease,
+                    ended_at: now,
+                }))
+            }
+        }
+    }
+
+    /// Renew of a hold, refused as [`LockTable::release_hold`] is.
+    pub fn renew_hold(
+        &mut self,
+        now: Timestamp,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> RenewOutcome<Hold> {
+        match self.check_hold(now, kind, name, owner, token) {
+            Err(refusal) => refusal.into(),
+            Ok(before) => {
+                let hold = Hold {
+                    lease: Lease {
+                        expires_at: now.plus(ttl),
+                        ..before.lease.clone()
+                    },
+                    claim: before.claim,
+                };
+                if hold.lease.expires_at < before.lease.expires_at {
+                    self.freed.push(Key::hold(kind, name));
+                }
+                self.set_hold(kind, name, owner, Some(hold.clone()));
+                RenewOutcome::Renewed(hold)
+            }
+        }
+    }
+
+    /// One page of the names of `kind` with live holds.
+    pub fn list_holds(&self, now: Timestamp, kind: HoldKind, query: &ListQuery) -> HoldPage {
+        let prefix = Resource::new(query.prefix.clone()).ok();
+        let start = match (&query.after, &prefix) {
+            (Some(after), Some(prefix)) if after >= prefix => Bound::Excluded((kind, after.clone())),
+            (Some(after), None) => Bound::Excluded((kind, after.clone())),
+            (_, Some(prefix)) => Bound::Included((kind, prefix.clone())),
+            (None, None) => Bound::Unbounded,
+        };
+        let mut names: Vec<(Resource, Vec<Hold>)> = self
+            .holds
+            .range((start, Bound::Unbounded))
+            .skip_while(|((k, _), _)| *k < kind)
+            .take_while(|((k, name), _)| *k == kind && name.as_str().starts_with(&query.prefix))
+            .filter_map(|((_, name), group)| {
+                let live: Vec<Hold> = group.iter().filter(|h| h.is_live(now)).cloned().collect();
+                (!live.is_empty()).then(|| (name.clone(), live))
+            })
+            .take(query.limit.saturating_add(1))
+            .collect();
+        let next = if names.len() > query.limit {
+            names.truncate(query.limit);
+            names.last().map(|(name, _)| name.clone())
+        } else {
+            None
+        };
+        HoldPage { names, next }
+    }
+
+    /// Records (or renews) that `owner` waits to write `name`, until `now + ttl`.
+    pub fn intend(&mut self, now: Timestamp, name: &Resource, owner: &Owner, ttl: Ttl) {
+        let intents = self.intents.entry(name.clone()).or_default();
+        let expires_at = now.plus(ttl);
+        match intents.iter_mut().find(|i| i.owner == *owner) {
+            Some(intent) => intent.expires_at = expires_at,
+            None => intents.push(Intent {
+                owner: owner.clone(),
+                expires_at,
+            }),
+        }
+    }
+
+    /// Ends `owner`'s intent to write `name`, announcing it if there was one.
+    pub fn withdraw_intent(&mut self, name: &Resource, owner: &Owner) {
+        let Some(intents) = self.intents.get_mut(name) else {
+            return;
+        };
+        let before = intents.len();
+        intents.retain(|i| i.owner != *owner);
+        if intents.len() < before {
+            self.freed.push(Key::hold(HoldKind::RwLock, name));
+        }
+        if intents.is_empty() {
+            self.intents.remove(name);
+        }
     }
 
     /// Starts journalling changes, so that they can be undone by [`LockTable::rollback`].
@@ -202,6 +436,7 @@ impl LockTable {
         self.journal = Some(Journal {
             last_token: self.last_token,
             before: HashMap::new(),
+            holds_before: HashMap::new(),
             freed: self.freed.len(),
         });
     }
@@ -221,8 +456,22 @@ impl LockTable {
             .collect()
     }
 
-    /// Ends journalling: the changes since [`LockTable::begin`] stay for good. Returns them,
-    /// as [`LockTable::changes`] does; after this, [`LockTable::rollback`] undoes nothing.
+    /// The holds that changed since [`LockTable::begin`], as they are now, keeping the
+    /// journal open (see [`LockTable::changes`]).
+    pub fn hold_changes(&self) -> Vec<DirtyHold> {
+        let Some(journal) = &self.journal else {
+            return Vec::new();
+        };
+        journal
+            .holds_before
+            .keys()
+            .map(|id| (id.clone(), self.find_hold(id).cloned()))
+            .collect()
+    }
+
+    /// Ends journalling: the changes since [`LockTable::begin`] stay for good. Returns the
+    /// leases changed, as [`LockTable::changes`] does; after this, [`LockTable::rollback`]
+    /// undoes nothing.
     pub fn commit(&mut self) -> Vec<Dirty> {
         let dirty = self.changes();
         self.journal = None;
@@ -242,6 +491,9 @@ impl LockTable {
                 None => self.leases.remove(&resource),
             };
         }
+        for ((kind, name, owner), before) in journal.holds_before {
+            self.put_hold(kind, &name, &owner, before);
+        }
     }
 
     /// The live lease of `owner`, or why the caller may not touch it (rules 5 and 8).
@@ -254,6 +506,58 @@ impl LockTable {
     ) -> Result<&Lease, Refusal> {
         let live = self.leases.get(resource).filter(|l| l.is_live(now));
         Refusal::check(live, owner, token)
+    }
+
+    /// The live hold of `owner` on `name`, or why the caller may not touch it.
+    fn check_hold(
+        &self,
+        now: Timestamp,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<Hold, Refusal> {
+        let own = self
+            .holds
+            .get(&(kind, name.clone()))
+            .and_then(|group| group.iter().find(|h| h.is_live(now) && h.lease.owner == *owner));
+        Refusal::check(own.map(|h| &h.lease), owner, token)?;
+        own.cloned().ok_or(Refusal::NotFound)
+    }
+
+    fn find_hold(&self, (kind, name, owner): &HoldId) -> Option<&Hold> {
+        self.holds
+            .get(&(*kind, name.clone()))?
+            .iter()
+            .find(|h| h.lease.owner == *owner)
+    }
+
+    /// Sets `owner`'s hold on `name` (journalled).
+    fn set_hold(&mut self, kind: HoldKind, name: &Resource, owner: &Owner, hold: Option<Hold>) {
+        if let Some(journal) = &mut self.journal {
+            let id = (kind, name.clone(), owner.clone());
+            journal.holds_before.entry(id).or_insert_with(|| {
+                self.holds
+                    .get(&(kind, name.clone()))
+                    .and_then(|group| group.iter().find(|h| h.lease.owner == *owner))
+                    .cloned()
+            });
+        }
+        self.put_hold(kind, name, owner, hold);
+    }
+
+    /// Sets `owner`'s hold on `name`, keeping the group in token order.
+    fn put_hold(&mut self, kind: HoldKind, name: &Resource, owner: &Owner, hold: Option<Hold>) {
+        let key = (kind, name.clone());
+        let group = self.holds.entry(key.clone()).or_default();
+        group.retain(|h| h.lease.owner != *owner);
+        if let Some(hold) = hold {
+            let at = group.partition_point(|h| h.lease.token < hold.lease.token);
+            group.insert(at, hold);
+        }
+        if group.is_empty() {
+            self.holds.remove(&key);
+        }
     }
 
     fn next_token(&mut self) -> Result<FencingToken, StoreError> {
@@ -288,6 +592,10 @@ mod tests {
 
     fn r(name: &str) -> Resource {
         Resource::new(name).unwrap()
+    }
+
+    fn k(name: &str) -> Key {
+        Key::lock(&r(name))
     }
 
     fn o(name: &str) -> Owner {
@@ -449,15 +757,15 @@ mod tests {
         table.acquire(now, &r("held"), &o("a"), ms(30_000)).unwrap();
         table.acquire(now, &r("held"), &o("x"), ms(5)).unwrap();
         table.release(now, &r("held"), &o("x"), None);
-        assert_eq!(table.take_freed(), Vec::<Resource>::new(), "longer, or refused");
+        assert_eq!(table.take_freed(), Vec::<Key>::new(), "longer, or refused");
         table.renew(now, &r("held"), &o("a"), ms(300), None);
         table.acquire(now, &r("held"), &o("a"), ms(100)).unwrap();
-        assert_eq!(table.take_freed(), [r("held"), r("held")], "shortened twice");
+        assert_eq!(table.take_freed(), [k("held"), k("held")], "shortened twice");
         table.acquire(now, &r("new"), &o("d"), ms(500)).unwrap();
         table.release(now, &r("new"), &o("d"), None);
         table.purge_expired(at(1_000));
-        assert_eq!(table.take_freed(), [r("new"), r("held"), r("stale")]);
-        assert_eq!(table.take_freed(), Vec::<Resource>::new(), "taken once");
+        assert_eq!(table.take_freed(), [k("new"), k("held"), k("stale")]);
+        assert_eq!(table.take_freed(), Vec::<Key>::new(), "taken once");
     }
 
     #[test]
@@ -471,7 +779,7 @@ mod tests {
         table.rollback();
         assert_eq!(
             table.take_freed(),
-            [r("extra")],
+            [k("extra")],
             "only what came before the batch"
         );
     }

@@ -1,6 +1,7 @@
 //! [`Waiters`]: waiting for a busy lock, first come first served, above any store.
 //!
-//! Each resource with waiters has a queue. Only the head of the queue asks the store; the
+//! Each name with waiters (a lock, a semaphore, a read-write lock) has one queue, whatever
+//! each waiter asks for, so that a writer is not overtaken by readers that came after it. Only the head of the queue asks the store; the
 //! others wait their turn. The head sleeps until the holder's lease ends (a timer set from
 //! the store's answer) or until the store reports a release of that resource, whichever
 //! comes first — there is no polling loop. The store's feed also reports a lease renewed or
@@ -13,7 +14,8 @@
 //! once, and renewals and releases never queue behind waiters.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -21,6 +23,7 @@ use tokio::sync::{Notify, broadcast};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use crate::hold::{Claim, HoldOutcome, Key};
 use crate::model::{Owner, Resource, Ttl};
 use crate::store::{AcquireOutcome, LockStore, ReleaseNotice, Result};
 
@@ -34,7 +37,7 @@ pub struct Waiters {
 struct Inner {
     store: Arc<dyn LockStore>,
     // Held only for a few queue operations, never across an `.await`.
-    queues: Mutex<HashMap<Resource, VecDeque<Place>>>,
+    queues: Mutex<HashMap<Key, VecDeque<Place>>>,
     next_id: AtomicU64,
     /// How many callers wait now, over all resources.
     waiting: AtomicUsize,
@@ -122,16 +125,92 @@ impl Waiters {
         gone: &CancellationToken,
     ) -> Result<Acquired> {
         let store = &self.inner.store;
+        self.line_up(&Key::lock(resource), wait, gone, None, |_| async move {
+            let outcome = store.acquire(resource, owner, ttl).await?;
+            let retry_in = match &outcome {
+                AcquireOutcome::Held { expires_in, .. } => Some(*expires_in),
+                _ => None,
+            };
+            Ok((outcome, retry_in))
+        })
+        .await
+    }
+
+    /// Acquires a hold of `claim` on the semaphore or read-write lock `name`, waiting as
+    /// [`acquire_unless`](Self::acquire_unless) does when it is busy. A writer at the head of
+    /// the line records its intent in the store and renews it while it waits (so that readers
+    /// arriving later, on any server sharing the store, wait behind it), and withdraws it if
+    /// it gives up.
+    pub async fn acquire_hold_unless(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        wait: Duration,
+        gone: &CancellationToken,
+    ) -> Result<Acquired<HoldOutcome>> {
+        let store = &self.inner.store;
+        let intended = AtomicBool::new(false);
+        let writer = claim == Claim::Write;
+        let refresh = writer.then_some(INTENT_REFRESH);
+        let intended_ref = &intended;
+        let acquired = self
+            .line_up(
+                &Key::hold(claim.kind(), name),
+                wait,
+                gone,
+                refresh,
+                |in_line| async move {
+                    let intent = (writer && in_line).then_some(INTENT_TTL);
+                    intended_ref.fetch_or(intent.is_some(), Ordering::Relaxed);
+                    let outcome = store.acquire_hold(name, owner, claim, ttl, intent).await?;
+                    let retry_in = match &outcome {
+                        HoldOutcome::Busy(busy) => Some(busy.retry_in),
+                        _ => None,
+                    };
+                    Ok((outcome, retry_in))
+                },
+            )
+            .await?;
+        let granted = matches!(
+            acquired.outcome,
+            HoldOutcome::Granted { .. } | HoldOutcome::Extended(_)
+        );
+        if intended.load(Ordering::Relaxed) && !granted {
+            // Readers held back by our intent need not wait for it to run out. Should this
+            // fail, the intent ends by itself within INTENT_TTL.
+            let _ = store.withdraw_intent(name, owner).await;
+        }
+        Ok(acquired)
+    }
+
+    /// The waiting line shared by every kind: `attempt(in_line)` asks the store once and
+    /// says when asking again may be answered otherwise (`None`: done). `in_line` is true
+    /// for a try made by the head of the line while it still means to wait; `refresh`, if
+    /// given, is how often the head asks again at the latest (to renew a writer's intent).
+    async fn line_up<T, F, Fut>(
+        &self,
+        key: &Key,
+        wait: Duration,
+        gone: &CancellationToken,
+        refresh: Option<Duration>,
+        attempt: F,
+    ) -> Result<Acquired<T>>
+    where
+        F: Fn(bool) -> Fut,
+        Fut: Future<Output = Result<(T, Option<Duration>)>>,
+    {
         let stop = || self.inner.shutdown.is_cancelled() || gone.is_cancelled();
-        let at_once = |outcome| Acquired {
+        let at_once = |(outcome, _)| Acquired {
             outcome,
             waited: false,
         };
         if wait.is_zero() || stop() {
-            return store.acquire(resource, owner, ttl).await.map(at_once);
+            return attempt(false).await.map(at_once);
         }
-        let Some(place) = InLine::join(&self.inner, resource) else {
-            return store.acquire(resource, owner, ttl).await.map(at_once);
+        let Some(place) = InLine::join(&self.inner, key) else {
+            return attempt(false).await.map(at_once);
         };
         // A wait too long to add to the clock (centuries) is as good as forever; a year will do.
         const FOREVER: Duration = Duration::from_secs(365 * 86_400);
@@ -148,8 +227,8 @@ impl Waiters {
                     () = gone.cancelled() => break,
                 }
             }
-            let outcome = store.acquire(resource, owner, ttl).await?;
-            let AcquireOutcome::Held { expires_in, .. } = &outcome else {
+            let (outcome, retry_in) = attempt(true).await?;
+            let Some(retry_in) = retry_in else {
                 return Ok(Acquired { outcome, waited });
             };
             let now = Instant::now();
@@ -157,11 +236,16 @@ impl Waiters {
                 return Ok(Acquired { outcome, waited });
             }
             waited = true;
-            // Ask again when the holder's lease ends, when the store says it may have ended
-            // sooner, or, for a last try, when our wait runs out.
+            // Ask again when what stands in the way ends, when the store says it may have
+            // ended sooner, when an intent needs renewing, or, for a last try, when our wait
+            // runs out.
+            let mut wake_at = (now + retry_in).min(deadline);
+            if let Some(refresh) = refresh {
+                wake_at = wake_at.min(now + refresh);
+            }
             tokio::select! {
                 () = place.wake.notified() => {}
-                () = sleep_until((now + *expires_in).min(deadline)) => {}
+                () = sleep_until(wake_at) => {}
                 () = self.inner.shutdown.cancelled() => {}
                 () = gone.cancelled() => {}
             }
@@ -170,7 +254,7 @@ impl Waiters {
         // time left by the store's clock) or, if nobody holds the lock at this instant (it is
         // being handed to the head), takes it, which is fair.
         drop(place);
-        let outcome = store.acquire(resource, owner, ttl).await?;
+        let (outcome, _) = attempt(false).await?;
         Ok(Acquired {
             outcome,
             waited: true,
@@ -178,12 +262,19 @@ impl Waiters {
     }
 }
 
+/// How long a waiting writer's intent lasts unless renewed: long enough to outlive a slow
+/// store call, short enough that readers are not held back long by a server that died.
+pub const INTENT_TTL: Ttl = Ttl::from_const_millis(3_000);
+
+/// How often the head of a line of writers renews its intent.
+const INTENT_REFRESH: Duration = Duration::from_secs(1);
+
 /// What [`Waiters::acquire_unless`] answers: the store's last answer, and whether the caller
 /// had to wait for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Acquired {
+pub struct Acquired<T = AcquireOutcome> {
     /// The outcome of the last try.
-    pub outcome: AcquireOutcome,
+    pub outcome: T,
     /// The acquire waited in line: it found the lock held (or others waiting before it) and
     /// was not answered by its first try. A single try (`wait` zero, no room to wait, shutting
     /// down) never waited, and neither did one granted at its first try.
@@ -191,15 +282,15 @@ pub struct Acquired {
 }
 
 impl Inner {
-    fn queues(&self) -> MutexGuard<'_, HashMap<Resource, VecDeque<Place>>> {
+    fn queues(&self) -> MutexGuard<'_, HashMap<Key, VecDeque<Place>>> {
         // Queue operations cannot panic half-way, so a poisoned lock is still consistent.
         self.queues
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn wake_head(&self, resource: &Resource) {
-        if let Some(head) = self.queues().get(resource).and_then(VecDeque::front) {
+    fn wake_head(&self, key: &Key) {
+        if let Some(head) = self.queues().get(key).and_then(VecDeque::front) {
             head.wake.notify_one();
         }
     }
@@ -217,17 +308,17 @@ impl Drop for Inner {
     }
 }
 
-/// A caller's place in the queue of one resource; leaving it (on drop) wakes the next.
+/// A caller's place in the queue of one name; leaving it (on drop) wakes the next.
 struct InLine<'a> {
     inner: &'a Inner,
-    resource: Resource,
+    key: Key,
     id: u64,
     wake: Arc<Notify>,
 }
 
 impl<'a> InLine<'a> {
     /// Joins the end of the line, or `None` if as many callers wait as the limit allows.
-    fn join(inner: &'a Inner, resource: &Resource) -> Option<Self> {
+    fn join(inner: &'a Inner, key: &Key) -> Option<Self> {
         let counted = inner
             .waiting
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -236,17 +327,13 @@ impl<'a> InLine<'a> {
         counted.ok()?;
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
-        inner
-            .queues()
-            .entry(resource.clone())
-            .or_default()
-            .push_back(Place {
-                id,
-                wake: wake.clone(),
-            });
+        inner.queues().entry(key.clone()).or_default().push_back(Place {
+            id,
+            wake: wake.clone(),
+        });
         Some(Self {
             inner,
-            resource: resource.clone(),
+            key: key.clone(),
             id,
             wake,
         })
@@ -255,7 +342,7 @@ impl<'a> InLine<'a> {
     fn is_head(&self) -> bool {
         self.inner
             .queues()
-            .get(&self.resource)
+            .get(&self.key)
             .and_then(VecDeque::front)
             .is_some_and(|head| head.id == self.id)
     }
@@ -265,14 +352,14 @@ impl Drop for InLine<'_> {
     fn drop(&mut self) {
         self.inner.waiting.fetch_sub(1, Ordering::AcqRel);
         let mut queues = self.inner.queues();
-        let Some(queue) = queues.get_mut(&self.resource) else {
+        let Some(queue) = queues.get_mut(&self.key) else {
             return;
         };
         let was_head = queue.front().is_some_and(|head| head.id == self.id);
         queue.retain(|place| place.id != self.id);
         match queue.front() {
             None => {
-                queues.remove(&self.resource);
+                queues.remove(&self.key);
             }
             Some(next) if was_head => next.wake.notify_one(),
             Some(_) => {}
@@ -293,7 +380,7 @@ async fn dispatch_releases(inner: std::sync::Weak<Inner>, mut releases: broadcas
             return;
         };
         match received {
-            Ok(ReleaseNotice::Freed(resource)) => inner.wake_head(&resource),
+            Ok(ReleaseNotice::Freed(key)) => inner.wake_head(&key),
             // Some notices were lost: wake every head, each asks the store once more.
             Ok(ReleaseNotice::Missed) | Err(broadcast::error::RecvError::Lagged(_)) => inner.wake_all_heads(),
             Err(broadcast::error::RecvError::Closed) => return,
@@ -455,53 +542,20 @@ mod tests {
         assert_eq!(waiters.waiting(), 0);
     }
 
-    /// A store that counts the acquires it is asked for: the real in-memory store underneath.
-    #[derive(Debug)]
-    struct Counting {
-        inner: MemoryStore,
-        acquires: AtomicUsize,
-    }
+    /// Counts the acquires a store is asked for.
+    #[derive(Debug, Default)]
+    struct CountAcquires(AtomicUsize);
 
-    #[async_trait::async_trait]
-    impl LockStore for Counting {
-        async fn acquire(&self, r: &Resource, o: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
-            self.acquires.fetch_add(1, Ordering::SeqCst);
-            self.inner.acquire(r, o, ttl).await
-        }
-        async fn get(&self, r: &Resource) -> Result<Option<crate::Lease>> {
-            self.inner.get(r).await
-        }
-        async fn release(
+    impl crate::Layer for CountAcquires {
+        fn around<T: Send>(
             &self,
-            r: &Resource,
-            o: &Owner,
-            t: Option<crate::FencingToken>,
-        ) -> Result<crate::ReleaseOutcome> {
-            self.inner.release(r, o, t).await
-        }
-        async fn renew(
-            &self,
-            r: &Resource,
-            o: &Owner,
-            ttl: Ttl,
-            t: Option<crate::FencingToken>,
-        ) -> Result<RenewOutcome> {
-            self.inner.renew(r, o, ttl, t).await
-        }
-        async fn list(&self, q: &crate::ListQuery) -> Result<crate::LeasePage> {
-            self.inner.list(q).await
-        }
-        async fn purge_expired(&self) -> Result<Vec<crate::Lease>> {
-            self.inner.purge_expired().await
-        }
-        async fn ping(&self) -> Result<()> {
-            self.inner.ping().await
-        }
-        fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
-            self.inner.releases()
-        }
-        fn capabilities(&self) -> crate::Capabilities {
-            self.inner.capabilities()
+            call: crate::Call,
+            inner: impl Future<Output = Result<T>> + Send,
+        ) -> impl Future<Output = Result<T>> + Send {
+            if call == crate::Call::Acquire {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+            inner
         }
     }
 
@@ -509,10 +563,10 @@ mod tests {
     async fn each_release_wakes_exactly_one_of_many_waiters() {
         const WAITERS: usize = 1_000;
         let clock = Arc::new(TokioClock::new(Timestamp::from_millis(1_000_000)));
-        let store = Arc::new(Counting {
-            inner: MemoryStore::with_clock(clock),
-            acquires: AtomicUsize::new(0),
-        });
+        let store = Arc::new(crate::Layered::new(
+            MemoryStore::with_clock(clock),
+            CountAcquires::default(),
+        ));
         let waiters = Waiters::new(store.clone());
         let (r, a) = names("r", "a");
         let ttl = Ttl::from_millis(3_600_000, Ttl::DEFAULT_MAX).unwrap();
@@ -528,13 +582,13 @@ mod tests {
         until_waiting(&waiters, WAITERS).await;
         // Only the head asked the store; the others wait their turn without asking.
         assert_eq!(
-            store.acquires.load(Ordering::SeqCst),
+            store.layer().0.load(Ordering::SeqCst),
             2,
             "the holder's grant and the head's try"
         );
         let mut holder = (a, lease.token);
         for round in 0..10 {
-            let before = store.acquires.load(Ordering::SeqCst);
+            let before = store.layer().0.load(Ordering::SeqCst);
             store.release(&r, &holder.0, Some(holder.1)).await.unwrap();
             // The next holder is whichever waiter finishes; exactly one does.
             let granted = loop {
@@ -548,7 +602,7 @@ mod tests {
             };
             until_waiting(&waiters, WAITERS - round - 1).await;
             // One try by the woken head, one by the next head, which finds it held: no herd.
-            let asked = store.acquires.load(Ordering::SeqCst) - before;
+            let asked = store.layer().0.load(Ordering::SeqCst) - before;
             assert_eq!(asked, 2, "round {round}: {asked} store calls for one release");
             assert!(
                 waiting.iter().all(|w| !w.is_finished()),

@@ -47,7 +47,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let metrics = Arc::new(metrics::Metrics::new());
-    let store = Arc::new(timed::Timed::new(store, metrics.clone()));
+    let store = Arc::new(timed::Timed::new(store, timed::Counted(metrics.clone())));
     let app = App {
         waiters: Waiters::with_limit(store, config.waiter_limit()),
         config: Arc::new(config),
@@ -67,9 +67,9 @@ async fn purge_expired(app: App) {
         every.tick().await;
         match app.waiters.store().purge_expired().await {
             Ok(expired) => {
-                for lease in &expired {
-                    events::expired(lease);
-                    app.metrics.expired(lease);
+                for ended in &expired {
+                    events::expired(&ended.lease);
+                    app.metrics.expired(&ended.lease);
                 }
             }
             Err(error) => tracing::warn!(%error, "purging expired leases failed"),

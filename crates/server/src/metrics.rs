@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use fencelock_core::{FencingToken, Lease};
+use fencelock_core::{Call, FencingToken, Lease};
 use fencelock_wire::{Label, Op};
 use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -111,26 +111,12 @@ impl LabelValue for Timeout {
     }
 }
 
-/// A call to the store, as `store_*` metrics name it (`op="…"`).
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum StoreOp {
-    /// The call an operation of the API makes (an acquire's one try: a waiting acquire
-    /// makes several).
-    Call(Op),
-    /// The purge of expired leases.
-    Purge,
-    /// A readiness check.
-    Ping,
-}
-
-impl LabelValue for StoreOp {
+/// A call to the store, as `store_*` metrics name it (`op="…"`): an acquire's one try (a
+/// waiting acquire makes several), the purge of expired leases, a readiness check, ….
+impl LabelValue for Call {
     const KEY: &'static str = "op";
     fn as_str(self) -> &'static str {
-        match self {
-            Self::Call(op) => op.as_str(),
-            Self::Purge => "purge",
-            Self::Ping => "ping",
-        }
+        Call::as_str(self)
     }
 }
 
@@ -158,8 +144,8 @@ pub struct Metrics {
     expired: Counter,
     contention: Family<By<Contention>, Counter>,
     timeouts: Family<By<Timeout>, Counter>,
-    store_latency: Family<By<StoreOp>, Histogram>,
-    store_errors: Family<By<StoreOp>, Counter>,
+    store_latency: Family<By<Call>, Histogram>,
+    store_errors: Family<By<Call>, Counter>,
     live: Gauge,
     highest_token: Gauge,
     http: Family<HttpLabels, Counter>,
@@ -180,7 +166,7 @@ impl Metrics {
         let hold = Family::<By<End>, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 28))
         });
-        let store_latency = Family::<By<StoreOp>, Histogram>::new_with_constructor(latency_buckets);
+        let store_latency = Family::<By<Call>, Histogram>::new_with_constructor(latency_buckets);
         let mut m = Self {
             registry: Registry::with_prefix("fencelock"),
             requests,
@@ -308,7 +294,7 @@ impl Metrics {
     }
 
     /// One call to the store took `took`, and `failed` or not.
-    pub fn store_call(&self, op: StoreOp, took: Duration, failed: bool) {
+    pub fn store_call(&self, op: Call, took: Duration, failed: bool) {
         self.store_latency
             .get_or_create(&By(op))
             .observe(took.as_secs_f64());

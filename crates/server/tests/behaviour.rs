@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestServer, UnreachableStore, assert_problem, raw_connection, read_response};
+use common::{TestServer, assert_problem, raw_connection, read_response, unreachable_store};
 use fencelock_core::{MemoryStore, Timestamp};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
@@ -383,7 +383,7 @@ async fn garbage_on_the_wire_never_stops_the_server() {
 
 #[tokio::test]
 async fn an_unreachable_store_gives_503_and_readiness_fails() {
-    let s = TestServer::start(Arc::new(UnreachableStore), Config::default()).await;
+    let s = TestServer::start(unreachable_store(), Config::default()).await;
     assert_problem(
         &s.acquire("r", json!({"owner": "a", "ttl_seconds": 5, "wait_ms": 1000}))
             .await,

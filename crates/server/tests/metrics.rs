@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestServer, UnreachableStore};
+use common::{TestServer, unreachable_store};
 use fencelock_core::{ManualClock, MemoryStore, Timestamp};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
@@ -285,7 +285,7 @@ async fn renewals_and_releases_are_counted_by_result() {
 
 #[tokio::test]
 async fn store_errors_are_counted_by_operation() {
-    let s = TestServer::start(Arc::new(UnreachableStore), Config::default()).await;
+    let s = TestServer::start(unreachable_store(), Config::default()).await;
     s.acquire("r", json!({"owner": "a", "ttl_seconds": 5})).await;
     s.renew("r", json!({"owner": "a", "ttl_seconds": 5})).await;
     s.release("r", json!({"owner": "a"})).await;

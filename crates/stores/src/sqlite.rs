@@ -402,8 +402,56 @@ impl LockStore for SqliteStore {
         self.call(move |table, now| Ok(table.list(now, &query))).await
     }
 
-    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+    async fn purge_expired(&self) -> Result<Vec<fencelock_core::Expired>> {
         self.call(|table, now| Ok(table.purge_expired(now))).await
+    }
+
+    async fn acquire_hold(
+        &self,
+        _: &Resource,
+        _: &Owner,
+        _: fencelock_core::Claim,
+        _: Ttl,
+        _: Option<Ttl>,
+    ) -> Result<fencelock_core::HoldOutcome> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn holds(&self, _: fencelock_core::HoldKind, _: &Resource) -> Result<Vec<fencelock_core::Hold>> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn release_hold(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &Resource,
+        _: &Owner,
+        _: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn renew_hold(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &Resource,
+        _: &Owner,
+        _: Ttl,
+        _: Option<FencingToken>,
+    ) -> Result<RenewOutcome<fencelock_core::Hold>> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn list_holds(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &ListQuery,
+    ) -> Result<fencelock_core::HoldPage> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn withdraw_intent(&self, _: &Resource, _: &Owner) -> Result<()> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
     }
 
     async fn ping(&self) -> Result<()> {

@@ -61,7 +61,7 @@ async fn a_token_outlives_the_purge_of_its_lease() {
         let purged = store.purge_expired().await.unwrap();
         let now = fencelock_core::Timestamp::now_wall();
         assert!(
-            purged.iter().all(|l| l.expires_at <= now),
+            purged.iter().all(|e| e.lease.expires_at <= now),
             "purged a live lease: {purged:?}"
         );
         let rows: i64 = client

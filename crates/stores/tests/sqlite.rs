@@ -223,7 +223,14 @@ async fn the_token_counter_is_never_reset() {
         .unwrap();
     let expired = grant(&store, "expired", "a", ttl(Duration::from_secs(1))).await;
     clock.advance(Duration::from_secs(2));
-    assert_eq!(store.purge_expired().await.unwrap(), vec![expired.clone()]);
+    let purged = store.purge_expired().await.unwrap();
+    assert_eq!(
+        purged,
+        vec![fencelock_core::Expired {
+            kind: fencelock_core::Kind::Lock,
+            lease: expired.clone()
+        }]
+    );
     let last = grant(&store, "kept", "a", long()).await;
     store.close().await;
 
@@ -414,7 +421,7 @@ async fn a_release_whose_caller_went_away_is_still_announced() {
     let notice = tokio::time::timeout(Duration::from_secs(10), feed.recv()).await;
     assert_eq!(
         notice.expect("announced").unwrap(),
-        fencelock_core::ReleaseNotice::Freed(resource("r"))
+        fencelock_core::ReleaseNotice::Freed(fencelock_core::Key::lock(&resource("r")))
     );
     assert_eq!(store.get(&resource("r")).await.unwrap(), None);
 }

@@ -5,17 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, ManualClock,
-    MemoryStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
-};
+use fencelock_core::{Call, Layer, Layered, LockStore, ManualClock, MemoryStore, StoreError, Timestamp};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// A running server and a client for it.
@@ -295,59 +291,23 @@ pub async fn read_response(stream: &mut TcpStream) -> (u16, String, Vec<u8>) {
 
 /// A store that always fails, as an unreachable one does. A stand-in: the embedded store
 /// cannot be made unreachable from outside; the PostgreSQL and etcd tests stop real servers.
-#[derive(Debug)]
-pub struct UnreachableStore;
-
-fn unreachable() -> StoreError {
-    StoreError::Unavailable {
-        message: "connection refused".into(),
-        source: None,
-    }
+pub fn unreachable_store() -> Arc<dyn LockStore> {
+    Arc::new(Layered::new(MemoryStore::new(), Unreachable))
 }
 
-#[async_trait]
-impl LockStore for UnreachableStore {
-    async fn acquire(&self, _: &Resource, _: &Owner, _: Ttl) -> Result<AcquireOutcome, StoreError> {
-        Err(unreachable())
-    }
-    async fn get(&self, _: &Resource) -> Result<Option<Lease>, StoreError> {
-        Err(unreachable())
-    }
-    async fn release(
+/// The layer of [`unreachable_store`]: every call fails without reaching the store.
+#[derive(Debug)]
+pub struct Unreachable;
+
+impl Layer for Unreachable {
+    async fn around<T: Send>(
         &self,
-        _: &Resource,
-        _: &Owner,
-        _: Option<FencingToken>,
-    ) -> Result<ReleaseOutcome, StoreError> {
-        Err(unreachable())
-    }
-    async fn renew(
-        &self,
-        _: &Resource,
-        _: &Owner,
-        _: Ttl,
-        _: Option<FencingToken>,
-    ) -> Result<RenewOutcome, StoreError> {
-        Err(unreachable())
-    }
-    async fn list(&self, _: &ListQuery) -> Result<LeasePage, StoreError> {
-        Err(unreachable())
-    }
-    async fn purge_expired(&self) -> Result<Vec<Lease>, StoreError> {
-        Err(unreachable())
-    }
-    async fn ping(&self) -> Result<(), StoreError> {
-        Err(unreachable())
-    }
-    fn releases(&self) -> Option<broadcast::Receiver<fencelock_core::ReleaseNotice>> {
-        None
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            ttl_granularity: Duration::from_millis(1),
-            durable: true,
-            knows_released_lease: true,
-            shared: false,
-        }
+        _: Call,
+        _: impl Future<Output = Result<T, StoreError>> + Send,
+    ) -> Result<T, StoreError> {
+        Err(StoreError::Unavailable {
+            message: "connection refused".into(),
+            source: None,
+        })
     }
 }

@@ -63,7 +63,7 @@ use fencelock_core::{
 };
 use tokio::sync::broadcast;
 
-use crate::deadline::{Deadline, within};
+use crate::deadline::{Deadline, Within, within};
 use crate::remote::{Subscription, keep_subscribed};
 
 mod codec;
@@ -186,7 +186,7 @@ impl EtcdStore {
             options,
             released: keep_subscribed(STORE, first, open, released),
         };
-        Ok(Deadline::new(store, STORE, deadline))
+        Ok(Deadline::new(store, Within::new(STORE, deadline)))
     }
 
     fn key(&self, resource: &Resource) -> Vec<u8> {
@@ -230,8 +230,56 @@ impl LockStore for EtcdStore {
 
     /// etcd deletes the key of an expired lease by itself: there is never anything left to
     /// purge, so this returns no leases (and makes no request).
-    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+    async fn purge_expired(&self) -> Result<Vec<fencelock_core::Expired>> {
         Ok(Vec::new())
+    }
+
+    async fn acquire_hold(
+        &self,
+        _: &Resource,
+        _: &Owner,
+        _: fencelock_core::Claim,
+        _: Ttl,
+        _: Option<Ttl>,
+    ) -> Result<fencelock_core::HoldOutcome> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn holds(&self, _: fencelock_core::HoldKind, _: &Resource) -> Result<Vec<fencelock_core::Hold>> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn release_hold(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &Resource,
+        _: &Owner,
+        _: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn renew_hold(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &Resource,
+        _: &Owner,
+        _: Ttl,
+        _: Option<FencingToken>,
+    ) -> Result<RenewOutcome<fencelock_core::Hold>> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn list_holds(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &ListQuery,
+    ) -> Result<fencelock_core::HoldPage> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn withdraw_intent(&self, _: &Resource, _: &Owner) -> Result<()> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
     }
 
     async fn ping(&self) -> Result<()> {

@@ -87,7 +87,7 @@ pub(super) async fn watch(
                     continue;
                 }
                 match codec::resource(&prefix, kv.key()) {
-                    Ok(resource) => feed.announce(&resource),
+                    Ok(resource) => feed.announce(&fencelock_core::Key::lock(&resource)),
                     Err(e) => tracing::warn!(error = %e, "odd key under the lock prefix"),
                 }
             }

@@ -69,7 +69,7 @@ where
         match message {
             Ok(AsyncMessage::Notification(note)) if note.channel() == CHANNEL => {
                 match Resource::new(note.payload()) {
-                    Ok(resource) => feed.announce(&resource),
+                    Ok(resource) => feed.announce(&fencelock_core::Key::lock(&resource)),
                     Err(e) => tracing::warn!(payload = note.payload(), error = %e, "odd release notice"),
                 }
             }

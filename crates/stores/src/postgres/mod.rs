@@ -64,7 +64,7 @@ use fencelock_core::{
 use tokio::sync::broadcast;
 use tokio_postgres::{NoTls, Row};
 
-use crate::deadline::{Deadline, within};
+use crate::deadline::{Deadline, Within, within};
 use crate::remote::{Subscription, keep_subscribed};
 
 mod error;
@@ -183,7 +183,7 @@ impl PostgresStore {
             address,
             released: keep_subscribed(STORE, first, open, released),
         };
-        Ok(Deadline::new(store, STORE, deadline))
+        Ok(Deadline::new(store, Within::new(STORE, deadline)))
     }
 
     /// Runs `statement` with `params` on a pooled connection.
@@ -260,9 +260,61 @@ impl LockStore for PostgresStore {
         Ok(crate::page(row::leases(&rows)?, limit))
     }
 
-    async fn purge_expired(&self) -> Result<Vec<Lease>> {
+    async fn purge_expired(&self) -> Result<Vec<fencelock_core::Expired>> {
         let rows = self.query("purge expired leases", sql::PURGE, &[]).await?;
-        Ok(row::leases(&rows)?)
+        let lease = |lease| fencelock_core::Expired {
+            kind: fencelock_core::Kind::Lock,
+            lease,
+        };
+        Ok(row::leases(&rows)?.into_iter().map(lease).collect())
+    }
+
+    async fn acquire_hold(
+        &self,
+        _: &Resource,
+        _: &Owner,
+        _: fencelock_core::Claim,
+        _: Ttl,
+        _: Option<Ttl>,
+    ) -> Result<fencelock_core::HoldOutcome> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn holds(&self, _: fencelock_core::HoldKind, _: &Resource) -> Result<Vec<fencelock_core::Hold>> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn release_hold(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &Resource,
+        _: &Owner,
+        _: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn renew_hold(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &Resource,
+        _: &Owner,
+        _: Ttl,
+        _: Option<FencingToken>,
+    ) -> Result<RenewOutcome<fencelock_core::Hold>> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn list_holds(
+        &self,
+        _: fencelock_core::HoldKind,
+        _: &ListQuery,
+    ) -> Result<fencelock_core::HoldPage> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
+    async fn withdraw_intent(&self, _: &Resource, _: &Owner) -> Result<()> {
+        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
     }
 
     async fn ping(&self) -> Result<()> {

@@ -32,7 +32,7 @@ pub async fn wait_for_release(
     tokio::time::timeout(within, async {
         loop {
             match feed.recv().await {
-                Ok(ReleaseNotice::Freed(heard)) if heard == *resource => return,
+                Ok(ReleaseNotice::Freed(heard)) if heard == fencelock_core::Key::lock(resource) => return,
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(closed) => panic!("release feed closed: {closed}"),
             }

@@ -1,0 +1,319 @@
+//! Semaphores and read-write locks: names that several owners may hold at once.
+//!
+//! A **hold** is one owner's lease on such a name: a semaphore's permit, or a read-write
+//! lock's read or write hold. Every hold is a [`Lease`] of its own (owner, TTL, fencing
+//! token) with a [`Claim`] saying what it holds. Tokens are issued per name as for locks:
+//! each new hold (a first grant, an upgrade, a downgrade) gets a token greater than every
+//! token issued for that name before.
+//!
+//! [`judge`] is the rule book: given every hold on a name, it decides what an acquire does.
+//! The stores that keep the holds in memory (the in-memory and the embedded store) and those
+//! that read them and write back conditionally (etcd) call it; PostgreSQL, which decides in
+//! one statement, mirrors it in SQL and is held to it by the conformance suite.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
+
+/// The three namespaces of fencelock: `/locks/x`, `/semaphores/x` and `/rwlocks/x` are
+/// unrelated names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// A plain lock: one owner at a time ([`crate::LockStore::acquire`]).
+    Lock,
+    /// A counting semaphore: at most `limit` owners at a time.
+    Semaphore,
+    /// A read-write lock: many readers or one writer.
+    RwLock,
+}
+
+impl Kind {
+    /// The name used in paths, logs and metric labels: `lock`, `semaphore`, `rwlock`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Lock => "lock",
+            Self::Semaphore => "semaphore",
+            Self::RwLock => "rwlock",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The kinds whose names many owners may hold: what the hold methods of
+/// [`crate::LockStore`] take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HoldKind {
+    /// A counting semaphore.
+    Semaphore,
+    /// A read-write lock.
+    RwLock,
+}
+
+impl HoldKind {
+    /// The name used in paths, logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        Kind::from(self).as_str()
+    }
+}
+
+impl From<HoldKind> for Kind {
+    fn from(kind: HoldKind) -> Self {
+        match kind {
+            HoldKind::Semaphore => Self::Semaphore,
+            HoldKind::RwLock => Self::RwLock,
+        }
+    }
+}
+
+impl fmt::Display for HoldKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name in one of the namespaces: what waiters queue on and release notices name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// The namespace.
+    pub kind: Kind,
+    /// The name within it.
+    pub name: Resource,
+}
+
+impl Key {
+    /// The key of a plain lock.
+    pub fn lock(resource: &Resource) -> Self {
+        Self {
+            kind: Kind::Lock,
+            name: resource.clone(),
+        }
+    }
+
+    /// The key of a semaphore or read-write lock.
+    pub fn hold(kind: HoldKind, name: &Resource) -> Self {
+        Self {
+            kind: kind.into(),
+            name: name.clone(),
+        }
+    }
+}
+
+/// What an owner asks for, and then holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Claim {
+    /// One permit of a semaphore of this many permits (at least one).
+    Permit {
+        /// The semaphore's limit, which every live permit carries.
+        limit: u32,
+    },
+    /// A read hold of a read-write lock: shared with other readers.
+    Read,
+    /// A write hold of a read-write lock: exclusive.
+    Write,
+}
+
+impl Claim {
+    /// The namespace the claim is made in.
+    pub fn kind(self) -> HoldKind {
+        match self {
+            Self::Permit { .. } => HoldKind::Semaphore,
+            Self::Read | Self::Write => HoldKind::RwLock,
+        }
+    }
+
+    /// Whether the claim excludes every other holder.
+    pub fn is_exclusive(self) -> bool {
+        self == Self::Write
+    }
+}
+
+/// An owner's lease on a semaphore or read-write lock (`lease.resource` is the name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// The lease: name, owner, token, `acquired_at`, `expires_at`.
+    pub lease: Lease,
+    /// What it holds.
+    pub claim: Claim,
+}
+
+impl Hold {
+    /// Whether the hold is live at `now`.
+    pub fn is_live(&self, now: Timestamp) -> bool {
+        self.lease.is_live(now)
+    }
+}
+
+/// A writer waiting for a read-write lock, recorded in the store so that readers arriving
+/// after it — on any server sharing the store — wait until it has had its turn. The waiting
+/// server keeps it alive while the writer waits; it ends by itself when the server does not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    /// The writer.
+    pub owner: Owner,
+    /// When the intent ends unless it is renewed, by the store's clock.
+    pub expires_at: Timestamp,
+}
+
+/// What an acquire of a hold did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldOutcome {
+    /// A new hold with a new token: a first grant, or the owner's hold replaced by one of
+    /// another claim (a read hold upgraded to write, a write hold downgraded to read).
+    Granted {
+        /// The new hold.
+        hold: Hold,
+        /// The owner's live hold this one replaced, if any.
+        replaced: Option<Hold>,
+    },
+    /// The owner already held this claim: same token, `acquired_at` and `expires_at` set anew.
+    Extended(Hold),
+    /// Not granted now. Not an error: the caller may retry or wait.
+    Busy(Busy),
+    /// The semaphore's live permits carry another limit than the one asked for: nothing
+    /// changed.
+    LimitMismatch {
+        /// The limit of the live permits.
+        limit: u32,
+    },
+}
+
+/// Why a hold was not granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Busy {
+    /// The live holds of other owners, in token order.
+    pub holders: Vec<Hold>,
+    /// A writer of another owner waits (read-write locks only): a new reader waits behind it.
+    pub writer_waits: bool,
+    /// When asking again may be answered otherwise, by the store's clock: the earliest end of
+    /// a hold or intent that stands in the way.
+    pub retry_in: Duration,
+}
+
+/// What [`judge`] decided; the caller applies it and issues tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Grant a new hold with a new token, replacing the owner's live hold if it has one.
+    Grant,
+    /// Extend the owner's live hold (same token).
+    Extend,
+    /// Refuse: see [`Busy`].
+    Busy(Busy),
+    /// Refuse: the live permits carry this limit.
+    LimitMismatch(u32),
+}
+
+/// Decides an acquire of `claim` by `owner` at `now`, given every hold on the name (live or
+/// not, in any order) and the writers' intents on it. This is the whole rule book of the
+/// SPEC's semaphores and read-write locks:
+///
+/// - a permit: refused with the live permits' limit if it differs; the owner's live permit
+///   is extended; granted while fewer than `limit` permits are live;
+/// - a read hold: the owner's read hold is extended, its write hold downgraded at once (new
+///   token); granted unless another owner holds `write` or a writer of another owner waits;
+/// - a write hold: the owner's write hold is extended; granted (as an upgrade, with a new
+///   token, if the owner is the only reader) when no other owner holds anything.
+pub fn judge(now: Timestamp, holds: &[Hold], intents: &[Intent], owner: &Owner, claim: Claim) -> Verdict {
+    let live = || holds.iter().filter(|h| h.is_live(now));
+    let own = live().find(|h| h.lease.owner == *owner);
+    let others: Vec<&Hold> = live().filter(|h| h.lease.owner != *owner).collect();
+    let busy = |blocking: &[&Hold], intents: &[&Intent]| {
+        let ends = blocking
+            .iter()
+            .map(|h| h.lease.expires_at)
+            .chain(intents.iter().map(|i| i.expires_at));
+        let mut holders: Vec<Hold> = others.iter().map(|h| (*h).clone()).collect();
+        holders.sort_by_key(|h| h.lease.token);
+        Verdict::Busy(Busy {
+            holders,
+            writer_waits: !intents.is_empty(),
+            retry_in: ends.min().map_or(Duration::ZERO, |end| end.since(now)),
+        })
+    };
+    match claim {
+        Claim::Permit { limit } => {
+            if let Some(theirs) = live().find_map(|h| match h.claim {
+                Claim::Permit { limit: theirs } if theirs != limit => Some(theirs),
+                _ => None,
+            }) {
+                return Verdict::LimitMismatch(theirs);
+            }
+            if own.is_some() {
+                Verdict::Extend
+            } else if others.len() < usize::try_from(limit).unwrap_or(usize::MAX) {
+                Verdict::Grant
+            } else {
+                busy(&others, &[])
+            }
+        }
+        Claim::Read => match own.map(|h| h.claim) {
+            Some(Claim::Read) => Verdict::Extend,
+            Some(_) => Verdict::Grant,
+            None => {
+                let writers: Vec<&Hold> = others
+                    .iter()
+                    .copied()
+                    .filter(|h| h.claim.is_exclusive())
+                    .collect();
+                let waiting: Vec<&Intent> = intents
+                    .iter()
+                    .filter(|i| i.owner != *owner && now < i.expires_at)
+                    .collect();
+                if writers.is_empty() && waiting.is_empty() {
+                    Verdict::Grant
+                } else {
+                    busy(&writers, &waiting)
+                }
+            }
+        },
+        Claim::Write => match own.map(|h| h.claim) {
+            Some(Claim::Write) => Verdict::Extend,
+            _ if others.is_empty() => Verdict::Grant,
+            _ => busy(&others, &[]),
+        },
+    }
+}
+
+/// One page of semaphores or read-write locks with live holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldPage {
+    /// Each name with its live holds in token order, names in the order of their bytes.
+    pub names: Vec<(Resource, Vec<Hold>)>,
+    /// Where the next page starts, or `None` on the last page.
+    pub next: Option<Resource>,
+}
+
+/// A lease a purge forgot because it had expired, with the namespace it was in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired {
+    /// The namespace.
+    pub kind: Kind,
+    /// The lease (for a semaphore or read-write lock, the hold's lease).
+    pub lease: Lease,
+}
+
+/// A new hold of `claim` for `owner` on `name`, granted at `now` with `token`.
+pub fn new_hold(
+    name: &Resource,
+    owner: &Owner,
+    claim: Claim,
+    token: FencingToken,
+    now: Timestamp,
+    ttl: Ttl,
+) -> Hold {
+    Hold {
+        lease: Lease {
+            resource: name.clone(),
+            owner: owner.clone(),
+            token,
+            acquired_at: now,
+            expires_at: now.plus(ttl),
+        },
+        claim,
+    }
+}

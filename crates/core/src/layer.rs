@@ -1,0 +1,300 @@
+//! [`Layered`]: a store wrapped in a [`Layer`] that sees every call go by — a deadline on
+//! each call, the time each one takes — written once instead of once per wrapper.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage};
+use crate::model::{FencingToken, Lease, Owner, Resource, Ttl};
+use crate::store::{
+    AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, ReleaseNotice, ReleaseOutcome,
+    RenewOutcome, Result,
+};
+
+/// A call of [`LockStore`], by name, as a [`Layer`] is told it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Call {
+    /// [`LockStore::acquire`].
+    Acquire,
+    /// [`LockStore::get`].
+    Get,
+    /// [`LockStore::release`].
+    Release,
+    /// [`LockStore::renew`].
+    Renew,
+    /// [`LockStore::list`].
+    List,
+    /// [`LockStore::purge_expired`].
+    Purge,
+    /// [`LockStore::ping`].
+    Ping,
+    /// [`LockStore::acquire_hold`].
+    AcquireHold,
+    /// [`LockStore::holds`].
+    Holds,
+    /// [`LockStore::release_hold`].
+    ReleaseHold,
+    /// [`LockStore::renew_hold`].
+    RenewHold,
+    /// [`LockStore::list_holds`].
+    ListHolds,
+    /// [`LockStore::withdraw_intent`].
+    WithdrawIntent,
+}
+
+impl Call {
+    /// The call's name, for messages and metric labels (`acquire`, `acquire_hold`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Acquire => "acquire",
+            Self::Get => "get",
+            Self::Release => "release",
+            Self::Renew => "renew",
+            Self::List => "list",
+            Self::Purge => "purge",
+            Self::Ping => "ping",
+            Self::AcquireHold => "acquire_hold",
+            Self::Holds => "holds",
+            Self::ReleaseHold => "release_hold",
+            Self::RenewHold => "renew_hold",
+            Self::ListHolds => "list_holds",
+            Self::WithdrawIntent => "withdraw_intent",
+        }
+    }
+}
+
+/// What a [`Layered`] store does around each call to the store underneath.
+pub trait Layer: Send + Sync + std::fmt::Debug + 'static {
+    /// Runs `inner`, the call `call` to the store underneath, and gives its result (or
+    /// another one: a deadline answers [`crate::StoreError::Unavailable`] when it runs out).
+    fn around<T: Send>(
+        &self,
+        call: Call,
+        inner: impl Future<Output = Result<T>> + Send,
+    ) -> impl Future<Output = Result<T>> + Send;
+}
+
+/// `inner`, with `layer` around each of its calls. The release feed and the capabilities are
+/// the store's own.
+#[derive(Debug)]
+pub struct Layered<S, L> {
+    inner: S,
+    layer: L,
+}
+
+impl<S, L> Layered<S, L> {
+    /// `inner` wrapped in `layer`.
+    pub fn new(inner: S, layer: L) -> Self {
+        Self { inner, layer }
+    }
+
+    /// The store underneath.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The layer.
+    pub fn layer(&self) -> &L {
+        &self.layer
+    }
+}
+
+#[async_trait]
+impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
+    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+        let call = self.inner.acquire(resource, owner, ttl);
+        self.layer.around(Call::Acquire, call).await
+    }
+
+    async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
+        self.layer.around(Call::Get, self.inner.get(resource)).await
+    }
+
+    async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        let call = self.inner.release(resource, owner, token);
+        self.layer.around(Call::Release, call).await
+    }
+
+    async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        let call = self.inner.renew(resource, owner, ttl, token);
+        self.layer.around(Call::Renew, call).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        self.layer.around(Call::List, self.inner.list(query)).await
+    }
+
+    async fn purge_expired(&self) -> Result<Vec<Expired>> {
+        self.layer.around(Call::Purge, self.inner.purge_expired()).await
+    }
+
+    async fn acquire_hold(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        let call = self.inner.acquire_hold(name, owner, claim, ttl, intent);
+        self.layer.around(Call::AcquireHold, call).await
+    }
+
+    async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
+        self.layer.around(Call::Holds, self.inner.holds(kind, name)).await
+    }
+
+    async fn release_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        let call = self.inner.release_hold(kind, name, owner, token);
+        self.layer.around(Call::ReleaseHold, call).await
+    }
+
+    async fn renew_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        let call = self.inner.renew_hold(kind, name, owner, ttl, token);
+        self.layer.around(Call::RenewHold, call).await
+    }
+
+    async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
+        let call = self.inner.list_holds(kind, query);
+        self.layer.around(Call::ListHolds, call).await
+    }
+
+    async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
+        let call = self.inner.withdraw_intent(name, owner);
+        self.layer.around(Call::WithdrawIntent, call).await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.layer.around(Call::Ping, self.inner.ping()).await
+    }
+
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
+        self.inner.releases()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+/// A shared store is a store: so that a layer can wrap an `Arc<dyn LockStore>`.
+#[async_trait]
+impl<S: LockStore + ?Sized> LockStore for Arc<S> {
+    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+        (**self).acquire(resource, owner, ttl).await
+    }
+
+    async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
+        (**self).get(resource).await
+    }
+
+    async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        (**self).release(resource, owner, token).await
+    }
+
+    async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        (**self).renew(resource, owner, ttl, token).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        (**self).list(query).await
+    }
+
+    async fn purge_expired(&self) -> Result<Vec<Expired>> {
+        (**self).purge_expired().await
+    }
+
+    async fn acquire_hold(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        (**self).acquire_hold(name, owner, claim, ttl, intent).await
+    }
+
+    async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
+        (**self).holds(kind, name).await
+    }
+
+    async fn release_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        (**self).release_hold(kind, name, owner, token).await
+    }
+
+    async fn renew_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        (**self).renew_hold(kind, name, owner, ttl, token).await
+    }
+
+    async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
+        (**self).list_holds(kind, query).await
+    }
+
+    async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
+        (**self).withdraw_intent(name, owner).await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        (**self).ping().await
+    }
+
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
+        (**self).releases()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+}
