@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome,
-    RenewOutcome, Resource, StoreError, Ttl, Waiters,
+    AcquireOutcome, Busy, Claim, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Lease, LeasePage,
+    ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Ttl, Waiters,
 };
 #[cfg(feature = "direct")]
 use fencelock_stores::OpenError;
 use futures_util::FutureExt;
 use tokio::time::{Instant, timeout};
+use tokio_util::sync::CancellationToken;
 
-use crate::guard::{GuardOptions, InvalidGuardOptions, LeaseGuard, LostReason, Timing};
+use crate::guard::{GuardOptions, Held, HoldGuard, InvalidGuardOptions, LeaseGuard, LostReason, Timing};
 use crate::http::{HttpStore, InvalidServerAddress};
 
 /// The longest wait the client will count: longer waits are this (some ten years), which
@@ -82,15 +83,40 @@ pub enum AcquireError {
         /// How long that lease has left unless it is renewed, by the store's clock.
         expires_in: Duration,
     },
+    /// Other owners hold what a semaphore permit or a read-write lock hold needs (and kept it
+    /// for the whole wait, if there was one): all the permits, a write hold, or — for a
+    /// reader — a writer waits before it. Contention, not a failure: try again later.
+    #[error("{}", busy_words(name, *claim, busy))]
+    HoldBusy {
+        /// The semaphore or read-write lock.
+        name: Resource,
+        /// What was asked for.
+        claim: Claim,
+        /// Who holds it, whether a writer waits, and when asking again may be answered
+        /// otherwise.
+        busy: Busy,
+    },
+    /// The semaphore's live permits carry another limit than the one asked for; nothing
+    /// changed. Every holder of a semaphore must ask with the same limit.
+    #[error(
+        "the semaphore {name} has live permits of limit {limit}: a permit of another limit cannot be granted until they end"
+    )]
+    LimitMismatch {
+        /// The semaphore.
+        name: Resource,
+        /// The limit its live permits carry.
+        limit: u32,
+    },
     /// The store (or server) failed or refused the request.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The guard options leave no time to renew a lease of this TTL.
     #[error(transparent)]
     Options(#[from] InvalidGuardOptions),
-    /// The lease was granted, but the store refused the renewal that confirms it to the
-    /// guard (sent when the grant came late, e.g. after a wait in line): it expired, was
-    /// deleted, or passed to another owner before the guard could start. Nothing is held.
+    /// The lease (of a lock, or of a permit or hold) was granted, but the store refused the
+    /// renewal that confirms it to the guard (sent when the grant came late, e.g. after a
+    /// wait in line): it expired, was deleted, or passed to another owner before the guard
+    /// could start. Nothing is held.
     #[error("the lease on {} (fencing token {}) was lost before it could be confirmed: {reason}", lease.resource, lease.token)]
     LostBeforeConfirmed {
         /// The lease as granted.
@@ -98,6 +124,32 @@ pub enum AcquireError {
         /// What the store's refusal says happened to it.
         reason: LostReason,
     },
+}
+
+/// Why a hold was not granted, in words: `"jobs" has 3 permits of 3 taken (by a, b, c)`.
+fn busy_words(name: &Resource, claim: Claim, busy: &Busy) -> String {
+    let owners = busy
+        .holders
+        .iter()
+        .map(|h| h.lease.owner.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    match claim {
+        Claim::Permit { limit } => {
+            format!("the semaphore {name} has all its {limit} permits held (by {owners})")
+        }
+        Claim::Read if busy.writer_waits && busy.holders.iter().all(|h| !h.claim.is_exclusive()) => {
+            format!("a writer waits for the read-write lock {name}: readers that come after it wait too")
+        }
+        Claim::Read | Claim::Write => {
+            let mode = if busy.holders.iter().any(|h| h.claim.is_exclusive()) {
+                "write"
+            } else {
+                "read"
+            };
+            format!("the read-write lock {name} is held for {mode} (by {owners})")
+        }
+    }
 }
 
 /// What the client talks to.
@@ -272,39 +324,197 @@ impl Client {
         match &self.backend {
             Backend::Direct(waiters) => waiters.acquire(resource, owner, ttl, wait).await,
             Backend::Server(http) => {
-                // The server keeps a request in line for at most its maximum wait: a longer
-                // wait is several requests, each joining the line anew.
-                let deadline = Instant::now() + wait;
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let outcome = http.acquire_waiting(resource, owner, ttl, left).await?;
-                    if !matches!(outcome, AcquireOutcome::Held { .. }) || Instant::now() >= deadline {
-                        return Ok(outcome);
-                    }
-                    // Answered early (e.g. the server is shutting down): do not hammer it.
-                    tokio::time::sleep(Duration::from_millis(100).min(left)).await;
-                }
+                let busy = |outcome: &AcquireOutcome| matches!(outcome, AcquireOutcome::Held { .. });
+                in_server_line(wait, busy, |left| {
+                    http.acquire_waiting(resource, owner, ttl, left)
+                })
+                .await
             }
         }
     }
 
-    /// A guard over `lease`, granted by a request sent at `sent`.
-    async fn guard(&self, lease: Lease, sent: Instant, timing: Timing) -> Result<LeaseGuard, AcquireError> {
+    /// Acquires one permit of the semaphore `name` of `limit` permits for `owner`, and keeps
+    /// it renewed until the guard is released or dropped — as [`acquire`](Self::acquire) does
+    /// for a lock, waiting up to `wait` in line while all the permits are held
+    /// ([`AcquireError::HoldBusy`]). Every holder of a semaphore asks with the same `limit`:
+    /// while permits of another limit are live, the answer is
+    /// [`AcquireError::LimitMismatch`]. Each permit has a fencing token of its own.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use fencelock_client::{AcquireError, Ttl, connect};
+    ///
+    /// let client = connect("memory://").await?;
+    /// let (exports, ttl) = ("exports".parse()?, Ttl::from_millis(30_000, Ttl::DEFAULT_MAX)?);
+    /// // At most two exports at once.
+    /// let one = client.acquire_permit(&exports, &"a".parse()?, 2, ttl, Duration::ZERO).await?;
+    /// let two = client.acquire_permit(&exports, &"b".parse()?, 2, ttl, Duration::ZERO).await?;
+    /// assert!(two.token() > one.token());
+    /// let third = client.acquire_permit(&exports, &"c".parse()?, 2, ttl, Duration::ZERO).await;
+    /// assert!(matches!(third, Err(AcquireError::HoldBusy { .. })));
+    /// one.release().await?;
+    /// let three = client.acquire_permit(&exports, &"c".parse()?, 2, ttl, Duration::ZERO).await?;
+    /// assert_eq!(client.holds(fencelock_client::HoldKind::Semaphore, &exports).await?.len(), 2);
+    /// # drop((two, three));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_permit(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        limit: u32,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<HoldGuard, AcquireError> {
+        self.acquire_claim(name, owner, Claim::Permit { limit }, ttl, wait)
+            .await
+    }
+
+    /// Acquires the read-write lock `name` for reading — shared with other readers — and
+    /// keeps the hold renewed until the guard is released or dropped. Waits up to `wait` while
+    /// another owner holds it for writing, or a writer waits that came first (writers are not
+    /// starved). An owner that holds it for writing is downgraded at once, with a new token.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use fencelock_client::{AcquireError, Ttl, connect};
+    ///
+    /// let client = connect("memory://").await?;
+    /// let (config, ttl) = ("config".parse()?, Ttl::from_millis(30_000, Ttl::DEFAULT_MAX)?);
+    /// let reader = client.acquire_read(&config, &"r1".parse()?, ttl, Duration::ZERO).await?;
+    /// let other = client.acquire_read(&config, &"r2".parse()?, ttl, Duration::ZERO).await?;
+    /// // A writer waits for both readers to be done.
+    /// let writer = client.acquire_write(&config, &"w".parse()?, ttl, Duration::ZERO).await;
+    /// assert!(matches!(writer, Err(AcquireError::HoldBusy { .. })));
+    /// reader.release().await?;
+    /// other.release().await?;
+    /// let writer = client.acquire_write(&config, &"w".parse()?, ttl, Duration::ZERO).await?;
+    /// assert!(writer.token() > other.token());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_read(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<HoldGuard, AcquireError> {
+        self.acquire_claim(name, owner, Claim::Read, ttl, wait).await
+    }
+
+    /// Acquires the read-write lock `name` for writing — exclusive — and keeps the hold
+    /// renewed until the guard is released or dropped. Waits up to `wait` while other owners
+    /// hold it; while it waits, readers that come after it wait too, on every server sharing
+    /// the store. An owner that is the only reader is upgraded, with a new token. See
+    /// [`acquire_read`](Self::acquire_read).
+    pub async fn acquire_write(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<HoldGuard, AcquireError> {
+        self.acquire_claim(name, owner, Claim::Write, ttl, wait).await
+    }
+
+    /// Acquires a hold of `claim` — a permit, a read or a write hold — on `name` for `owner`
+    /// and keeps it renewed: what [`acquire_permit`](Self::acquire_permit),
+    /// [`acquire_read`](Self::acquire_read) and [`acquire_write`](Self::acquire_write) do, for
+    /// a claim chosen at run time. A grant that comes late is confirmed by a renewal at once,
+    /// as [`acquire`](Self::acquire) does for a lock.
+    pub async fn acquire_claim(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<HoldGuard, AcquireError> {
+        let timing = self.guard_options.timing(ttl)?;
+        let sent = Instant::now();
+        match self.acquire_hold(name, owner, claim, ttl, wait).await? {
+            HoldOutcome::Granted { hold, .. } | HoldOutcome::Extended(hold) => {
+                self.guard(hold, sent, timing).await
+            }
+            HoldOutcome::Busy(busy) => Err(AcquireError::HoldBusy {
+                name: name.clone(),
+                claim,
+                busy,
+            }),
+            HoldOutcome::LimitMismatch { limit } => Err(AcquireError::LimitMismatch {
+                name: name.clone(),
+                limit,
+            }),
+        }
+    }
+
+    /// One acquire of a hold of `claim` on `name`, waiting up to `wait` while it is busy, with
+    /// no guard: nothing renews or releases the hold (for commands that hand it to a script).
+    /// A permit's limit must be at least 1.
+    pub async fn acquire_hold(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<HoldOutcome, StoreError> {
+        if claim == (Claim::Permit { limit: 0 }) {
+            return Err(StoreError::Invalid(
+                "a semaphore's limit must be at least 1".into(),
+            ));
+        }
+        let wait = wait.min(FOREVER);
+        match &self.backend {
+            Backend::Direct(waiters) => {
+                // Nobody cancels: the caller stops waiting by dropping the future.
+                let never = CancellationToken::new();
+                let acquired = waiters
+                    .acquire_hold_unless(name, owner, claim, ttl, wait, &never)
+                    .await?;
+                Ok(acquired.outcome)
+            }
+            Backend::Server(http) => {
+                let busy = |outcome: &HoldOutcome| matches!(outcome, HoldOutcome::Busy(_));
+                in_server_line(wait, busy, |left| {
+                    http.acquire_hold_waiting(name, owner, claim, ttl, left)
+                })
+                .await
+            }
+        }
+    }
+
+    /// A guard over `held`, granted by a request sent at `sent`.
+    async fn guard<T: Held>(
+        &self,
+        held: T,
+        sent: Instant,
+        timing: Timing,
+    ) -> Result<LeaseGuard<T>, AcquireError> {
         let store = self.store.clone();
         // After a wait in line, the grant happened somewhere between the send and the
         // answer, and the guard can only count from the send: it would count the whole
         // wait against the lease. Renewing at once anchors it to now instead.
         if sent.elapsed() <= timing.ttl.as_duration() / 10 {
-            return Ok(LeaseGuard::start(store, lease, sent, timing, None));
+            return Ok(LeaseGuard::start(store, held, sent, timing, None));
         }
         let resent = Instant::now();
-        let renewal = store.renew(&lease.resource, &lease.owner, timing.ttl, Some(lease.token));
+        let renewal = held.renew(&*store, timing.ttl);
         let failed = match timeout(timing.request_timeout, renewal).await {
             Ok(Ok(outcome)) => {
                 // A refusal means the lease is not ours any more (whatever the clock says):
                 // a guard over it would hand out the token of another owner's lock.
-                let renewed = LostReason::of_renewal(outcome)
-                    .map_err(|reason| AcquireError::LostBeforeConfirmed { lease, reason })?;
+                let renewed =
+                    LostReason::of_renewal(outcome).map_err(|reason| AcquireError::LostBeforeConfirmed {
+                        lease: held.lease().clone(),
+                        reason,
+                    })?;
                 return Ok(LeaseGuard::start(store, renewed, resent, timing, None));
             }
             Ok(Err(error)) => error.to_string(),
@@ -312,7 +522,44 @@ impl Client {
         };
         // The lease may still be ours: the guard counts from the send, and renews (or gives
         // up) at once.
-        Ok(LeaseGuard::start(store, lease, sent, timing, Some(failed)))
+        Ok(LeaseGuard::start(store, held, sent, timing, Some(failed)))
+    }
+
+    /// The live permits of a semaphore, or holds of a read-write lock, in token order (empty
+    /// if none).
+    pub async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>, StoreError> {
+        self.store.holds(kind, name).await
+    }
+
+    /// One page of the semaphores or read-write locks with live holds, ordered by the bytes
+    /// of their names (`query.limit` counts names).
+    pub async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage, StoreError> {
+        self.store.list_holds(kind, query).await
+    }
+
+    /// Releases `owner`'s live permit or hold on `name`; with `token`, only if it is that
+    /// hold's. `NotFound` if it has none (never `Forbidden`: an owner holds or not).
+    pub async fn release_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        self.store.release_hold(kind, name, owner, token).await
+    }
+
+    /// Renews `owner`'s live permit or hold on `name` for `ttl` from now; with `token`, only
+    /// if it is that hold's.
+    pub async fn renew_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>, StoreError> {
+        self.store.renew_hold(kind, name, owner, ttl, token).await
     }
 
     /// The live lease on `resource`, if any.
@@ -350,6 +597,32 @@ impl Client {
     /// Whether the server (and its store), or the store, answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.store.ping().await
+    }
+}
+
+/// Waits up to `wait` in a server's line: `attempt(left)` sends one request that the server
+/// keeps in line for up to `left`, and `busy` tells an answer that the caller may wait past.
+/// The server keeps a request in line for at most its maximum wait, so a longer wait is
+/// several requests, each joining the line anew.
+async fn in_server_line<O, F>(
+    wait: Duration,
+    busy: impl Fn(&O) -> bool,
+    attempt: impl Fn(Duration) -> F,
+) -> Result<O, StoreError>
+where
+    // A plain closure giving a future, not an async closure: the future must stay `Send`
+    // for callers that spawn it, which an async closure's borrow does not yet promise.
+    F: Future<Output = Result<O, StoreError>>,
+{
+    let deadline = Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let outcome = attempt(left).await?;
+        if !busy(&outcome) || Instant::now() >= deadline {
+            return Ok(outcome);
+        }
+        // Answered early (e.g. the server is shutting down): do not hammer it.
+        tokio::time::sleep(Duration::from_millis(100).min(left)).await;
     }
 }
 

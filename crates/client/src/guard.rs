@@ -1,6 +1,11 @@
 //! [`LeaseGuard`]: a lease kept alive in the background, that says as soon as its holder can
 //! no longer be sure to hold it.
 //!
+//! The lease is a lock's ([`Lease`]), or a semaphore's permit or a read-write lock's hold
+//! ([`Hold`], guarded by a [`HoldGuard`]): each is a lease of its own with its own token,
+//! renewed and released by its owner, so one guard, written once, holds all of them (see
+//! [`Held`]).
+//!
 //! # How the guard counts time
 //!
 //! The guard never reads the server's wall clock to decide anything: clocks of two machines
@@ -31,11 +36,14 @@
 //! process, the guard's task included): that is what fencing tokens are for. Pass
 //! [`LeaseGuard::token`] to the protected resource with every write (see [`crate::fence`]).
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use fencelock_core::{
-    FencingToken, Lease, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+    Claim, FencingToken, Hold, Kind, Lease, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource,
+    StoreError, Timestamp, Ttl,
 };
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -134,9 +142,9 @@ pub enum LeaseState {
 
 impl LostReason {
     /// What the store's answer to a renewal says: the renewed lease, or why it is lost.
-    pub(crate) fn of_renewal(outcome: RenewOutcome) -> Result<Lease, Self> {
+    pub(crate) fn of_renewal<T>(outcome: RenewOutcome<T>) -> Result<T, Self> {
         match outcome {
-            RenewOutcome::Renewed(lease) => Ok(lease),
+            RenewOutcome::Renewed(held) => Ok(held),
             RenewOutcome::NotFound => Err(Self::Gone),
             RenewOutcome::Forbidden => Err(Self::Taken),
             RenewOutcome::Conflict => Err(Self::Superseded),
@@ -179,30 +187,120 @@ pub enum LostReason {
     Released,
 }
 
+/// What a [`LeaseGuard`] holds: a lock's [`Lease`], or a [`Hold`] — a semaphore's permit or a
+/// read-write lock's read or write hold. Each is a lease of its own, with its own token, that
+/// only its owner renews and releases; they differ only in the store calls that do it.
+///
+/// Implemented for [`Lease`] and [`Hold`] only (the trait is sealed).
+#[async_trait]
+pub trait Held: sealed::Sealed + Clone + fmt::Debug + Send + Sync + 'static {
+    /// The lease: name, owner, fencing token, `acquired_at`, `expires_at`.
+    fn lease(&self) -> &Lease;
+
+    /// The namespace it is held in: a lock, a semaphore or a read-write lock.
+    fn kind(&self) -> Kind;
+
+    /// Renews it on `store` to now + `ttl`, carrying its token (so a newer lease or hold of
+    /// the same owner is never touched).
+    async fn renew(&self, store: &dyn LockStore, ttl: Ttl) -> Result<RenewOutcome<Self>, StoreError>;
+
+    /// Releases it on `store`, carrying its token.
+    async fn release(&self, store: &dyn LockStore) -> Result<ReleaseOutcome, StoreError>;
+}
+
+mod sealed {
+    /// Keeps [`super::Held`] to the two things a store can hold.
+    pub trait Sealed {}
+    impl Sealed for fencelock_core::Lease {}
+    impl Sealed for fencelock_core::Hold {}
+}
+
+#[async_trait]
+impl Held for Lease {
+    fn lease(&self) -> &Lease {
+        self
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Lock
+    }
+
+    async fn renew(&self, store: &dyn LockStore, ttl: Ttl) -> Result<RenewOutcome, StoreError> {
+        store
+            .renew(&self.resource, &self.owner, ttl, Some(self.token))
+            .await
+    }
+
+    async fn release(&self, store: &dyn LockStore) -> Result<ReleaseOutcome, StoreError> {
+        store.release(&self.resource, &self.owner, Some(self.token)).await
+    }
+}
+
+#[async_trait]
+impl Held for Hold {
+    fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    fn kind(&self) -> Kind {
+        self.claim.kind().into()
+    }
+
+    async fn renew(&self, store: &dyn LockStore, ttl: Ttl) -> Result<RenewOutcome<Hold>, StoreError> {
+        let lease = &self.lease;
+        store
+            .renew_hold(
+                self.claim.kind(),
+                &lease.resource,
+                &lease.owner,
+                ttl,
+                Some(lease.token),
+            )
+            .await
+    }
+
+    async fn release(&self, store: &dyn LockStore) -> Result<ReleaseOutcome, StoreError> {
+        let lease = &self.lease;
+        store
+            .release_hold(
+                self.claim.kind(),
+                &lease.resource,
+                &lease.owner,
+                Some(lease.token),
+            )
+            .await
+    }
+}
+
 /// What the renewal task and the guard share.
 #[derive(Debug)]
-struct Shared {
+struct Shared<T> {
     store: Arc<dyn LockStore>,
-    resource: Resource,
-    owner: Owner,
-    token: FencingToken,
+    /// What was granted: its name, owner, token and claim never change (a renewal only moves
+    /// its expiry), so renewals and the release are made from it.
+    granted: T,
     timing: Timing,
-    status: watch::Sender<Status>,
+    status: watch::Sender<Status<T>>,
     /// For tests: renewal stops while this is true (see [`LeaseGuard::pause_renewal`]).
     paused: watch::Sender<bool>,
 }
 
 #[derive(Debug, Clone)]
-struct Status {
+struct Status<T> {
     state: LeaseState,
-    lease: Lease,
+    /// As the store last confirmed it.
+    held: T,
     /// The lease is surely live before this moment of this process's monotonic clock.
     held_until: Instant,
 }
 
-impl Shared {
-    fn status(&self) -> Status {
+impl<T: Held> Shared<T> {
+    fn status(&self) -> Status<T> {
         self.status.borrow().clone()
+    }
+
+    fn lease(&self) -> &Lease {
+        self.granted.lease()
     }
 
     /// The moment the lease is declared lost if no renewal succeeds before.
@@ -211,13 +309,13 @@ impl Shared {
         held_until.checked_sub(self.timing.margin).unwrap_or(held_until)
     }
 
-    fn renewed(&self, lease: Lease, sent: Instant) {
+    fn renewed(&self, held: T, sent: Instant) {
         self.status.send_if_modified(|status| {
             if status.state.lost_reason().is_some() {
                 return false;
             }
             status.state = LeaseState::Held;
-            status.lease = lease;
+            status.held = held;
             status.held_until = sent + self.timing.ttl.as_duration();
             true
         });
@@ -229,7 +327,8 @@ impl Shared {
                 return false;
             }
             if failures == 1 {
-                tracing::warn!(resource = %status.lease.resource, error, "lease renewal failed; in jeopardy until renewed");
+                let (kind, lease) = (self.granted.kind(), self.lease());
+                tracing::warn!(%kind, resource = %lease.resource, error, "lease renewal failed; in jeopardy until renewed");
             }
             status.state = LeaseState::InJeopardy {
                 failures,
@@ -246,7 +345,8 @@ impl Shared {
                 return false;
             }
             if reason != LostReason::Released {
-                tracing::warn!(resource = %status.lease.resource, token = %status.lease.token, %reason, "lease lost");
+                let (kind, lease) = (self.granted.kind(), self.lease());
+                tracing::warn!(%kind, resource = %lease.resource, token = %lease.token, %reason, "lease lost");
             }
             status.state = LeaseState::Lost(reason);
             true
@@ -254,10 +354,16 @@ impl Shared {
     }
 }
 
-/// A lease on a resource, renewed in the background for as long as the guard lives.
+/// A lease, renewed in the background for as long as the guard lives: a lock's lease
+/// (`LeaseGuard`, the default), or a semaphore's permit or a read-write lock's hold
+/// ([`HoldGuard`]).
 ///
 /// Made by [`Client::acquire`](crate::Client::acquire) and
-/// [`Client::try_acquire`](crate::Client::try_acquire). Release it with
+/// [`Client::try_acquire`](crate::Client::try_acquire) for a lock, and by
+/// [`Client::acquire_permit`](crate::Client::acquire_permit),
+/// [`acquire_read`](crate::Client::acquire_read),
+/// [`acquire_write`](crate::Client::acquire_write) and
+/// [`acquire_claim`](crate::Client::acquire_claim) for the others. Release it with
 /// [`release`](LeaseGuard::release); dropping the guard also stops renewal and releases the
 /// lease in the background (if the process exits at once, the release may not be sent, and
 /// the lease ends at its expiry). Both carry the fencing token, so a late release never
@@ -291,15 +397,39 @@ impl Shared {
 /// # }
 /// ```
 #[derive(Debug)]
-pub struct LeaseGuard {
-    shared: Arc<Shared>,
+pub struct LeaseGuard<T: Held = Lease> {
+    shared: Arc<Shared<T>>,
     renewal: JoinHandle<()>,
     runtime: Handle,
     released: bool,
 }
 
-impl LeaseGuard {
-    /// Starts keeping `lease` alive; `sent` is when the request that granted or last renewed
+/// A semaphore's permit or a read-write lock's hold, renewed in the background for as long as
+/// the guard lives: a [`LeaseGuard`] over a [`Hold`], with its [`claim`](LeaseGuard::claim).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use fencelock_client::{Claim, Ttl, connect};
+///
+/// let client = connect("memory://").await?;
+/// let ttl = Ttl::from_millis(30_000, Ttl::DEFAULT_MAX)?;
+/// let gpus = "gpu-pool".parse()?;
+/// let permit = client
+///     .acquire_permit(&gpus, &"trainer-1".parse()?, 4, ttl, Duration::ZERO)
+///     .await?;
+/// assert_eq!(permit.claim(), Claim::Permit { limit: 4 });
+/// // Each permit is a lease of its own, with its own fencing token.
+/// println!("permit {} of {} on {}", permit.token(), 4, permit.resource());
+/// permit.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub type HoldGuard = LeaseGuard<Hold>;
+
+impl<T: Held> LeaseGuard<T> {
+    /// Starts keeping `held` alive; `sent` is when the request that granted or last renewed
     /// it was sent, and `failed_renewal` why a renewal tried since then failed, if one was.
     /// Must be called within a Tokio runtime.
     ///
@@ -308,22 +438,19 @@ impl LeaseGuard {
     /// the lease held.
     pub(crate) fn start(
         store: Arc<dyn LockStore>,
-        lease: Lease,
+        held: T,
         sent: Instant,
         timing: Timing,
         failed_renewal: Option<String>,
     ) -> Self {
-        let (resource, owner, token) = (lease.resource.clone(), lease.owner.clone(), lease.token);
         let status = Status {
             state: LeaseState::Held,
-            lease,
+            held: held.clone(),
             held_until: sent + timing.ttl.as_duration(),
         };
         let shared = Arc::new(Shared {
             store,
-            resource,
-            owner,
-            token,
+            granted: held,
             timing,
             status: watch::channel(status).0,
             paused: watch::channel(false).0,
@@ -348,19 +475,24 @@ impl LeaseGuard {
         }
     }
 
-    /// The locked resource.
+    /// The locked resource (the semaphore's or read-write lock's name, for a hold).
     pub fn resource(&self) -> &Resource {
-        &self.shared.resource
+        &self.shared.lease().resource
     }
 
     /// The owner holding the lease.
     pub fn owner(&self) -> &Owner {
-        &self.shared.owner
+        &self.shared.lease().owner
     }
 
     /// The fencing token of this lease: pass it to the protected resource with every write.
     pub fn token(&self) -> FencingToken {
-        self.shared.token
+        self.shared.lease().token
+    }
+
+    /// The namespace of what is held: a lock, a semaphore or a read-write lock.
+    pub fn kind(&self) -> Kind {
+        self.shared.granted.kind()
     }
 
     /// The TTL each renewal asks for.
@@ -368,16 +500,21 @@ impl LeaseGuard {
         self.shared.timing.ttl
     }
 
-    /// The lease as the store last confirmed it.
+    /// What is held as the store last confirmed it: the [`Lease`], or the [`Hold`].
+    pub fn held(&self) -> T {
+        self.shared.status().held
+    }
+
+    /// The lease as the store last confirmed it (for a hold, its lease).
     pub fn lease(&self) -> Lease {
-        self.shared.status().lease
+        self.shared.status.borrow().held.lease().clone()
     }
 
     /// When the lease ends by the store's clock, as last confirmed (the store's wall clock:
     /// for display and for other processes; the guard itself counts with
     /// [`held_until`](Self::held_until)).
     pub fn expires_at(&self) -> Timestamp {
-        self.shared.status.borrow().lease.expires_at
+        self.shared.status.borrow().held.lease().expires_at
     }
 
     /// The moment, by this process's monotonic clock, before which the lease is surely
@@ -394,7 +531,7 @@ impl LeaseGuard {
 
     /// Held, in jeopardy, or lost.
     pub fn state(&self) -> LeaseState {
-        self.shared.status().state
+        self.shared.status.borrow().state.clone()
     }
 
     /// Whether the holder may still count on the lease: held or in jeopardy, not lost.
@@ -424,11 +561,7 @@ impl LeaseGuard {
         self.released = true;
         self.renewal.abort();
         self.shared.lose(LostReason::Released);
-        let shared = &self.shared;
-        shared
-            .store
-            .release(&shared.resource, &shared.owner, Some(shared.token))
-            .await
+        self.shared.granted.release(&*self.shared.store).await
     }
 
     /// For tests: stops sending renewals, as if the process had stopped renewing (the
@@ -445,13 +578,25 @@ impl LeaseGuard {
     }
 }
 
-impl Drop for LeaseGuard {
+impl LeaseGuard<Hold> {
+    /// What is held: a permit (with the semaphore's limit), a read hold or a write hold.
+    pub fn claim(&self) -> Claim {
+        self.shared.granted.claim
+    }
+
+    /// The hold as the store last confirmed it.
+    pub fn hold(&self) -> Hold {
+        self.held()
+    }
+}
+
+impl<T: Held> Drop for LeaseGuard<T> {
     fn drop(&mut self) {
         self.renewal.abort();
         if self.released {
             return;
         }
-        let state = self.shared.status().state;
+        let state = self.state();
         self.shared.lose(LostReason::Released);
         // The store already said the lease is not ours: nothing to release.
         if matches!(
@@ -464,12 +609,12 @@ impl Drop for LeaseGuard {
         // If the runtime has shut down, the task never runs and the lease ends at its
         // expiry, as it would if this process had died.
         self.runtime.spawn(async move {
-            let resource = &shared.resource;
-            let release = shared.store.release(resource, &shared.owner, Some(shared.token));
+            let (kind, resource) = (shared.granted.kind(), &shared.lease().resource);
+            let release = shared.granted.release(&*shared.store);
             match timeout(shared.timing.request_timeout, release).await {
-                Ok(Ok(outcome)) => tracing::debug!(%resource, ?outcome, "released a dropped guard's lease"),
-                Ok(Err(error)) => tracing::warn!(%resource, %error, "releasing a dropped guard's lease failed; it ends at its expiry"),
-                Err(_) => tracing::warn!(%resource, "releasing a dropped guard's lease timed out; it ends at its expiry"),
+                Ok(Ok(outcome)) => tracing::debug!(%kind, %resource, ?outcome, "released a dropped guard's lease"),
+                Ok(Err(error)) => tracing::warn!(%kind, %resource, %error, "releasing a dropped guard's lease failed; it ends at its expiry"),
+                Err(_) => tracing::warn!(%kind, %resource, "releasing a dropped guard's lease timed out; it ends at its expiry"),
             }
         });
     }
@@ -478,7 +623,7 @@ impl Drop for LeaseGuard {
 /// The renewal task: renews every `renew_every` from the last confirmed send, retries
 /// failures with a growing pause, and declares the lease lost when the store says so or
 /// when only the safety margin is left.
-async fn keep_alive(shared: Arc<Shared>, sent: Instant) {
+async fn keep_alive<T: Held>(shared: Arc<Shared<T>>, sent: Instant) {
     let timing = shared.timing;
     let first_retry = (timing.renew_every / 8).clamp(Duration::from_millis(5), Duration::from_millis(500));
     let mut next = sent + timing.renew_every;
@@ -502,14 +647,12 @@ async fn keep_alive(shared: Arc<Shared>, sent: Instant) {
             continue;
         }
         let sent = Instant::now();
-        let renewal = shared
-            .store
-            .renew(&shared.resource, &shared.owner, timing.ttl, Some(shared.token));
+        let renewal = shared.granted.renew(&*shared.store, timing.ttl);
         let limit = timing.request_timeout.min(give_up_at - sent);
         let error = match timeout(limit, renewal).await {
             Ok(Ok(outcome)) => match LostReason::of_renewal(outcome) {
-                Ok(lease) => {
-                    shared.renewed(lease, sent);
+                Ok(held) => {
+                    shared.renewed(held, sent);
                     (next, retry, failures) = (sent + timing.renew_every, first_retry, 0);
                     continue;
                 }

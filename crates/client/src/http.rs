@@ -162,6 +162,21 @@ impl HttpStore {
         outcome::decode_acquire(read_json::<AcquireResponse>(response).await?).map_err(invalid_lease)
     }
 
+    /// Acquires a hold of `claim` on `name` for `owner`; while it is busy, the server keeps
+    /// the request in line for up to `wait` (at most [`HttpOptions::max_wait_per_request`]
+    /// is sent; the caller loops for longer waits).
+    pub async fn acquire_hold_waiting(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: fencelock_core::Claim,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<fencelock_core::HoldOutcome> {
+        let _ = (name, owner, claim, ttl, wait);
+        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+    }
+
     fn lock_url(&self, resource: &Resource) -> String {
         format!("{}/locks/{}", self.base, parse::encode_segment(resource.as_str()))
     }

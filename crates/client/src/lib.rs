@@ -48,8 +48,8 @@ pub mod http;
 
 pub use client::{AcquireError, Client, ConnectError, connect, with_lock};
 pub use fencelock_core::{
-    AcquireOutcome, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome,
-    RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+    AcquireOutcome, Busy, Claim, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Kind, Lease, LeasePage,
+    ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
 };
-pub use guard::{GuardOptions, InvalidGuardOptions, LeaseGuard, LeaseState, LostReason};
+pub use guard::{GuardOptions, Held, HoldGuard, InvalidGuardOptions, LeaseGuard, LeaseState, LostReason};
 pub use http::{HttpOptions, HttpStore, InvalidServerAddress};
