@@ -49,6 +49,9 @@ pub enum InvalidLease {
     /// A timestamp is not RFC 3339.
     #[error("invalid timestamp in lease: {0:?}")]
     Timestamp(String),
+    /// The answer is JSON of the right shape that no server sends (e.g. a permit of limit 0).
+    #[error("impossible answer: {0}")]
+    Answer(String),
 }
 
 impl TryFrom<LeaseBody> for Lease {
@@ -102,7 +105,8 @@ impl TtlFields {
     }
 }
 
-/// `DELETE /locks/{resource}`: release.
+/// `DELETE /locks/{resource}`: release; also of a permit (`/semaphores/{name}`) or a hold
+/// (`/rwlocks/{name}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseRequest {
     /// The owner of the lease.
@@ -112,7 +116,8 @@ pub struct ReleaseRequest {
     pub fencing_token: Option<u64>,
 }
 
-/// `POST /locks/{resource}/renew`: renew. Exactly one of `ttl_seconds` and `ttl_ms`.
+/// `POST /locks/{resource}/renew`: renew; also of a permit or a hold. Exactly one of
+/// `ttl_seconds` and `ttl_ms`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenewRequest {
     /// The owner of the lease.
@@ -127,7 +132,7 @@ pub struct RenewRequest {
 
 /// The OpenAPI description of a request body: its fields, by [`fields`]'s names and with
 /// the bounds of the default [`Limits`].
-fn request_schema(description: &str, owner: &str, properties: Vec<(&str, String, Range)>) -> RefOr<Schema> {
+fn request_schema(description: &str, owner: &str, properties: Vec<(&str, String, Range)>) -> ObjectBuilder {
     let object = ObjectBuilder::new()
         .description(Some(description))
         .property(fields::OWNER, fields::owner_schema(owner))
@@ -137,7 +142,6 @@ fn request_schema(description: &str, owner: &str, properties: Vec<(&str, String,
         .fold(object, |object, (name, text, range)| {
             object.property(name, fields::integer_schema(&text, range))
         })
-        .into()
 }
 
 const TOKEN_RULE: &str = "Any unsigned 64-bit integer is accepted; this description caps it at 2^53 − 1, the \
@@ -145,34 +149,64 @@ const TOKEN_RULE: &str = "Any unsigned 64-bit integer is accepted; this descript
 
 impl PartialSchema for AcquireRequest {
     fn schema() -> RefOr<Schema> {
-        let limits = Limits::default();
-        request_schema(
+        acquire_schema_with(
             "`POST /locks/{resource}`: acquire. Exactly one of `ttl_seconds` and `ttl_ms`.",
-            &format!("Who asks; trimmed of white space, 1 to {MAX_NAME_BYTES} bytes, no control characters."),
-            vec![
-                ttl_seconds("The TTL in whole seconds", &limits),
-                ttl_ms("The TTL in whole milliseconds", &limits),
-                (
-                    fields::WAIT_MS,
-                    fields::with_default(
-                        "If another owner holds the lock, wait up to this long for it (first come, \
-                         first served), 0 to the server's maximum",
-                        limits.wait_ms(),
-                    ) + " Default 0.",
-                    limits.wait_ms(),
-                ),
-            ],
+            "If another owner holds the lock",
+            |object| object,
         )
     }
+}
+
+/// The description of an acquire's body (of any kind): `owner`, the TTL and `wait_ms`
+/// (which waits while `busy`), with what `more` adds.
+pub(crate) fn acquire_schema_with(
+    description: &str,
+    busy: &str,
+    more: impl FnOnce(ObjectBuilder) -> ObjectBuilder,
+) -> RefOr<Schema> {
+    let limits = Limits::default();
+    more(request_schema(
+        description,
+        &format!("Who asks; trimmed of white space, 1 to {MAX_NAME_BYTES} bytes, no control characters."),
+        vec![
+            ttl_seconds("The TTL in whole seconds", &limits),
+            ttl_ms("The TTL in whole milliseconds", &limits),
+            (
+                fields::WAIT_MS,
+                fields::with_default(
+                    &format!(
+                        "{busy}, wait up to this long (first come, first served), 0 to the server's maximum"
+                    ),
+                    limits.wait_ms(),
+                ) + " Default 0.",
+                limits.wait_ms(),
+            ),
+        ],
+    ))
+    .into()
+}
+
+/// [`acquire_schema_with`] one more required integer field.
+pub(crate) fn acquire_schema(
+    description: &str,
+    busy: &str,
+    (name, text, range): (&str, String, Range),
+) -> RefOr<Schema> {
+    acquire_schema_with(description, busy, |object| {
+        object
+            .property(name, fields::integer_schema(&text, range))
+            .required(name)
+    })
 }
 
 impl PartialSchema for ReleaseRequest {
     fn schema() -> RefOr<Schema> {
         request_schema(
-            "`DELETE /locks/{resource}`: release.",
+            "`DELETE /locks/{resource}`, `/semaphores/{name}` or `/rwlocks/{name}`: release the owner's lease, permit or hold.",
             "The owner of the lease.",
             vec![token("release")],
         )
+        .into()
     }
 }
 
@@ -180,7 +214,7 @@ impl PartialSchema for RenewRequest {
     fn schema() -> RefOr<Schema> {
         let limits = Limits::default();
         request_schema(
-            "`POST /locks/{resource}/renew`: renew. Exactly one of `ttl_seconds` and `ttl_ms`.",
+            "`POST /locks/{resource}/renew`, `/semaphores/{name}/renew` or `/rwlocks/{name}/renew`: renew the owner's lease, permit or hold. Exactly one of `ttl_seconds` and `ttl_ms`.",
             "The owner of the lease.",
             vec![
                 ttl_seconds("The new TTL from now, in whole seconds", &limits),
@@ -188,6 +222,7 @@ impl PartialSchema for RenewRequest {
                 token("renewal"),
             ],
         )
+        .into()
     }
 }
 

@@ -21,6 +21,10 @@ pub const TTL_MS: &str = "ttl_ms";
 pub const WAIT_MS: &str = "wait_ms";
 /// The fencing token the caller holds.
 pub const FENCING_TOKEN: &str = "fencing_token";
+/// How many permits a semaphore has.
+pub const LIMIT: &str = "limit";
+/// A read-write lock's mode: `read` or `write`.
+pub const MODE: &str = "mode";
 
 /// An owner as a client may send it: white space around it is trimmed, what is left is not
 /// blank and has no control characters.
@@ -53,6 +57,14 @@ impl Limits {
         Range {
             min: 1,
             max: self.max_ttl.as_millis(),
+        }
+    }
+
+    /// The bounds of a semaphore's `limit`: 1 to the largest limit.
+    pub fn limit(&self) -> Range {
+        Range {
+            min: 1,
+            max: u64::from(self.max_limit),
         }
     }
 
@@ -107,7 +119,9 @@ mod tests {
 
     use super::*;
     use crate::body::{AcquireRequest, ReleaseRequest, RenewRequest, TtlFields};
+    use crate::hold::{HoldAcquireRequest, Mode, RwLockAcquireRequest, SemaphoreAcquireRequest};
     use crate::parse;
+    use fencelock_core::HoldKind;
 
     fn object(value: Value) -> Map<String, Value> {
         match value {
@@ -151,6 +165,41 @@ mod tests {
             renew,
         );
         round_trips::<RenewRequest, _>(json!({"owner": "w", "ttl_seconds": 1}), renew);
+        let semaphore =
+            |body: &Map<String, Value>| parse::acquire_hold(body, &limits, HoldKind::Semaphore).unwrap();
+        let rwlock =
+            |body: &Map<String, Value>| parse::acquire_hold(body, &limits, HoldKind::RwLock).unwrap();
+        round_trips::<SemaphoreAcquireRequest, _>(
+            json!({"owner": "w", "limit": 3, "ttl_ms": 9, "wait_ms": 1, "x": 1}),
+            semaphore,
+        );
+        round_trips::<HoldAcquireRequest, _>(json!({"owner": "w", "limit": 1, "ttl_seconds": 2}), semaphore);
+        round_trips::<RwLockAcquireRequest, _>(json!({"owner": "w", "mode": "write", "ttl_ms": 9}), rwlock);
+        round_trips::<HoldAcquireRequest, _>(
+            json!({"owner": "w", "mode": "read", "ttl_ms": 9, "wait_ms": 0}),
+            rwlock,
+        );
+    }
+
+    #[test]
+    fn a_hold_request_is_made_from_a_claim_and_parses_back_to_it() {
+        use fencelock_core::{Claim, Owner, Ttl};
+        let limits = Limits::default();
+        let owner = Owner::new("w").unwrap();
+        let ttl = Ttl::from_millis(1_500, limits.max_ttl).unwrap();
+        for claim in [Claim::Permit { limit: 7 }, Claim::Read, Claim::Write] {
+            let request = HoldAcquireRequest::new(&owner, claim, ttl, std::time::Duration::from_millis(40));
+            let body = object(serde_json::to_value(&request).unwrap());
+            let parsed = parse::acquire_hold(&body, &limits, request.kind()).unwrap();
+            assert_eq!(
+                (parsed.claim, parsed.acquire.ttl, parsed.acquire.owner),
+                (claim, ttl, owner.clone())
+            );
+            assert_eq!(parsed.acquire.wait.as_millis(), 40);
+        }
+        let request = HoldAcquireRequest::new(&owner, Claim::Read, ttl, std::time::Duration::ZERO);
+        assert_eq!(keys(request), sorted(&[OWNER, MODE, TTL_MS]));
+        assert_eq!(serde_json::to_value(Mode::Write).unwrap(), json!("write"));
     }
 
     fn keys(value: impl Serialize) -> Vec<String> {
@@ -193,6 +242,13 @@ mod tests {
             fencing_token: Some(1),
         };
         assert_eq!(keys(renew), sorted(&[OWNER, TTL_SECONDS, TTL_MS, FENCING_TOKEN]));
+        let semaphore = SemaphoreAcquireRequest {
+            owner: "w".into(),
+            limit: 1,
+            ttl: TtlFields::ms(1),
+            wait_ms: Some(1),
+        };
+        assert_eq!(keys(semaphore), sorted(&[OWNER, LIMIT, TTL_MS, WAIT_MS]));
     }
 
     #[test]
@@ -212,5 +268,15 @@ mod tests {
         }
         assert_eq!(schema["properties"][OWNER]["maxLength"], json!(MAX_NAME_BYTES));
         assert_eq!(schema["required"], json!([OWNER]));
+        let schema = serde_json::to_value(SemaphoreAcquireRequest::schema()).unwrap();
+        let limit = &schema["properties"][LIMIT];
+        assert_eq!(
+            (limit["minimum"].as_u64(), limit["maximum"].as_u64()),
+            (Some(1), Some(10_000))
+        );
+        assert_eq!(schema["required"], json!([OWNER, LIMIT]));
+        let schema = serde_json::to_value(RwLockAcquireRequest::schema()).unwrap();
+        assert_eq!(schema["properties"][MODE]["enum"], json!(["read", "write"]));
+        assert_eq!(schema["required"], json!([OWNER, MODE]));
     }
 }

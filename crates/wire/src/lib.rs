@@ -6,6 +6,8 @@
 //! # Layout
 //!
 //! - [`body`]: requests and answers as they travel ([`LeaseBody`], [`AcquireResponse`], …).
+//! - [`hold`]: the requests and answers of semaphores and read-write locks ([`PermitBody`],
+//!   [`HoldBody`], …).
 //! - [`fields`]: the names and bounds of the request fields, for the parser and the schema.
 //! - [`outcome`]: the one two-way translator between the store's outcomes and the API's
 //!   answers (body, status, problem kind), and the labels metrics and events use.
@@ -16,6 +18,7 @@
 
 pub mod body;
 pub mod fields;
+pub mod hold;
 pub mod outcome;
 pub mod parse;
 pub mod problem;
@@ -24,6 +27,12 @@ pub use body::{
     AcquireRequest, AcquireResponse, Granted, Held, LeaseBody, ListResponse, ReleaseRequest, RenewRequest,
     TtlFields,
 };
+pub use hold::{
+    HoldAcquireRequest, HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldsBody,
+    Mode, PermitBody, PermitGranted, RwLockAcquireRequest, RwLockAcquireResponse, RwLockBody, RwLockBusy,
+    RwLockListResponse, SemaphoreAcquireRequest, SemaphoreAcquireResponse, SemaphoreBody, SemaphoreBusy,
+    SemaphoreListResponse,
+};
 pub use outcome::{Judged, Label, Op, Outcome};
-pub use parse::{Acquire, Limits, Release, Renew};
+pub use parse::{Acquire, AcquireHold, Limits, Release, Renew};
 pub use problem::{FieldError, Problem, ProblemKind};

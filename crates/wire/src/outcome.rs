@@ -6,12 +6,18 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Acquired, EndedLease, Lease, LeasePage, Owner, Refusal, ReleaseOutcome, RenewOutcome,
-    Resource,
+    AcquireOutcome, Acquired, Busy, EndedLease, Hold, HoldKind, HoldOutcome, HoldPage, Lease, LeasePage,
+    Owner, Refusal, ReleaseOutcome, RenewOutcome, Resource,
 };
 
 use crate::body::{AcquireResponse, Granted, Held, InvalidLease, LeaseBody};
-use crate::problem::ProblemKind;
+use crate::hold::{
+    HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldsBody, Mode, PermitBody,
+    PermitGranted, RwLockAcquireResponse, RwLockBody, RwLockBusy, RwLockListResponse,
+    SemaphoreAcquireResponse, SemaphoreBody, SemaphoreBusy, SemaphoreListResponse,
+};
+use crate::parse;
+use crate::problem::{Problem, ProblemKind};
 
 /// An operation of the API, as metrics and log lines name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,6 +70,8 @@ pub enum Label {
     Forbidden,
     /// The live lease has another fencing token.
     Conflict,
+    /// A semaphore's live permits carry another limit than the one asked for.
+    LimitMismatch,
     /// The store failed.
     Unavailable,
 }
@@ -82,6 +90,7 @@ impl Label {
             Self::NotFound => "not_found",
             Self::Forbidden => "forbidden",
             Self::Conflict => "conflict",
+            Self::LimitMismatch => "limit_mismatch",
             Self::Unavailable => "unavailable",
         }
     }
@@ -113,10 +122,38 @@ impl Outcome for AcquireOutcome {
     }
 }
 
+impl Outcome for HoldOutcome {
+    fn label(&self) -> Label {
+        match self {
+            Self::Granted { .. } => Label::Granted,
+            Self::Extended(_) => Label::Extended,
+            Self::Busy(_) => Label::Held,
+            Self::LimitMismatch { .. } => Label::LimitMismatch,
+        }
+    }
+}
+
 /// An acquire through the waiters: labelled by its last outcome, whether it waited or not.
-impl Outcome for Acquired {
+impl<T: Outcome> Outcome for Acquired<T> {
     fn label(&self) -> Label {
         self.outcome.label()
+    }
+}
+
+/// A get of a semaphore or read-write lock: its live holds, none if nothing is held.
+impl Outcome for Vec<Hold> {
+    fn label(&self) -> Label {
+        if self.is_empty() {
+            Label::NotFound
+        } else {
+            Label::Found
+        }
+    }
+}
+
+impl Outcome for HoldPage {
+    fn label(&self) -> Label {
+        Label::Listed
     }
 }
 
@@ -142,7 +179,10 @@ impl Outcome for ReleaseOutcome {
     }
 }
 
-impl Outcome for RenewOutcome {
+impl<L> Outcome for RenewOutcome<L>
+where
+    Self: Judged,
+{
     fn label(&self) -> Label {
         judged_label(self)
     }
@@ -219,6 +259,31 @@ impl Judged for RenewOutcome {
     }
 }
 
+/// A renewal of a permit or a hold answers it (200), as a lock's renewal answers the lease.
+impl Judged for RenewOutcome<Hold> {
+    type Done = Hold;
+    type Body = HoldItem;
+    const DONE: Label = Label::Renewed;
+    const DONE_STATUS: u16 = 200;
+
+    fn judged(&self) -> Result<&Hold, Refusal> {
+        match self {
+            Self::Renewed(hold) => Ok(hold),
+            Self::NotFound => Err(Refusal::NotFound),
+            Self::Forbidden => Err(Refusal::Forbidden),
+            Self::Conflict => Err(Refusal::Conflict),
+        }
+    }
+
+    fn encode(hold: &Hold) -> HoldItem {
+        HoldItem::from(hold)
+    }
+
+    fn decode(body: HoldItem) -> Result<Self, InvalidLease> {
+        Ok(Self::Renewed(Hold::try_from(body)?))
+    }
+}
+
 impl From<Refusal> for ProblemKind {
     fn from(refusal: Refusal) -> Self {
         match refusal {
@@ -255,6 +320,249 @@ pub fn not_found_detail(resource: &Resource) -> String {
     format!("no live lock on {resource}")
 }
 
+/// What the SPEC calls a kind's names in people's words: `semaphore`, `read-write lock`.
+fn noun(kind: HoldKind) -> &'static str {
+    match kind {
+        HoldKind::Semaphore => "semaphore",
+        HoldKind::RwLock => "read-write lock",
+    }
+}
+
+/// What one owner holds of a kind: a `permit`, a `hold`.
+fn held_noun(kind: HoldKind) -> &'static str {
+    match kind {
+        HoldKind::Semaphore => "permit",
+        HoldKind::RwLock => "hold",
+    }
+}
+
+/// The problem's `detail` for a refusal of `owner`'s release or renewal of its permit or
+/// hold on `name` (a store never answers [`Refusal::Forbidden`] there: an owner either holds
+/// or not).
+pub fn hold_refusal_detail(kind: HoldKind, refusal: Refusal, name: &Resource, owner: &Owner) -> String {
+    let (noun, held) = (noun(kind), held_noun(kind));
+    match refusal {
+        Refusal::NotFound => format!("{owner} holds no live {held} of the {noun} {name}"),
+        Refusal::Forbidden => format!("the {noun} {name} is held by another owner than {owner}"),
+        Refusal::Conflict => {
+            format!("the live {held} of {owner} on the {noun} {name} has another fencing token")
+        }
+    }
+}
+
+/// The problem's `detail` when nothing is held of `name`.
+pub fn hold_not_found_detail(kind: HoldKind, name: &Resource) -> String {
+    format!("no live {} of the {} {name}", held_noun(kind), noun(kind))
+}
+
+/// The problem of an acquire asking `asked` permits of the semaphore `name`, whose live
+/// permits carry `limit`: its `limit` member is theirs, for the client to read back.
+pub fn limit_mismatch_problem(name: &Resource, asked: u32, limit: u32) -> Problem {
+    let detail = format!("the live permits of the semaphore {name} have limit {limit}, not {asked}");
+    let mut problem = Problem::new(ProblemKind::LimitMismatch, detail, "");
+    problem.limit = Some(limit);
+    problem
+}
+
+/// The outcome a problem answered to an acquire of a semaphore tells of: a limit
+/// mismatch, or `None` for any other problem.
+pub fn decode_limit_mismatch(problem: &Problem) -> Option<HoldOutcome> {
+    match (ProblemKind::from_type_uri(&problem.type_uri), problem.limit) {
+        (Some(ProblemKind::LimitMismatch), Some(limit)) => Some(HoldOutcome::LimitMismatch { limit }),
+        _ => None,
+    }
+}
+
+/// The answer to an acquire of a permit or a hold of `kind` on `name`; `Err` with the live
+/// permits' limit for a [`HoldOutcome::LimitMismatch`], which is answered as a problem
+/// ([`limit_mismatch_problem`]).
+pub fn encode_hold_acquire(
+    kind: HoldKind,
+    name: &Resource,
+    outcome: &HoldOutcome,
+) -> Result<HoldAcquireResponse, u32> {
+    let (hold, extended, replaced) = match outcome {
+        HoldOutcome::LimitMismatch { limit } => return Err(*limit),
+        HoldOutcome::Busy(busy) => return Ok(encode_busy(kind, name, busy)),
+        HoldOutcome::Granted { hold, replaced } => (hold, false, replaced.as_ref()),
+        HoldOutcome::Extended(hold) => (hold, true, None),
+    };
+    Ok(match HoldItem::from(hold) {
+        HoldItem::Permit(permit) => {
+            HoldAcquireResponse::Semaphore(SemaphoreAcquireResponse::Granted(PermitGranted {
+                acquired: true,
+                extended,
+                permit,
+            }))
+        }
+        HoldItem::Hold(body) => HoldAcquireResponse::RwLock(RwLockAcquireResponse::Granted(HoldGranted {
+            acquired: true,
+            extended,
+            hold: body,
+            replaced: replaced.and_then(HoldBody::of),
+        })),
+    })
+}
+
+fn encode_busy(kind: HoldKind, name: &Resource, busy: &Busy) -> HoldAcquireResponse {
+    let retry_in_ms = millis(busy.retry_in);
+    match kind {
+        HoldKind::Semaphore => {
+            HoldAcquireResponse::Semaphore(SemaphoreAcquireResponse::Busy(SemaphoreBusy {
+                acquired: false,
+                name: name.to_string(),
+                holders: busy.holders.len(),
+                permits: busy.holders.iter().filter_map(PermitBody::of).collect(),
+                retry_in_ms,
+            }))
+        }
+        HoldKind::RwLock => HoldAcquireResponse::RwLock(RwLockAcquireResponse::Busy(RwLockBusy {
+            acquired: false,
+            name: name.to_string(),
+            mode: held_mode(&busy.holders),
+            holders: busy.holders.iter().filter_map(HoldBody::of).collect(),
+            writer_waits: busy.writer_waits,
+            retry_in_ms,
+        })),
+    }
+}
+
+/// The mode a read-write lock is held in: its holders'; `write` when nothing is held (a
+/// reader refused only because a writer waits: the writer has the next turn).
+fn held_mode(holders: &[Hold]) -> Mode {
+    holders
+        .first()
+        .and_then(|h| Mode::of(h.claim))
+        .unwrap_or(Mode::Write)
+}
+
+/// The outcome an acquire's answer of either kind tells of.
+pub fn decode_hold_acquire(answer: HoldAcquireResponse) -> Result<HoldOutcome, InvalidLease> {
+    let granted = |hold: Hold, extended: bool, replaced: Option<Hold>| {
+        if extended {
+            HoldOutcome::Extended(hold)
+        } else {
+            HoldOutcome::Granted { hold, replaced }
+        }
+    };
+    Ok(match answer {
+        HoldAcquireResponse::Semaphore(SemaphoreAcquireResponse::Granted(g)) => {
+            granted(g.permit.try_into()?, g.extended, None)
+        }
+        HoldAcquireResponse::RwLock(RwLockAcquireResponse::Granted(g)) => {
+            let replaced = g.replaced.map(Hold::try_from).transpose()?;
+            granted(g.hold.try_into()?, g.extended, replaced)
+        }
+        HoldAcquireResponse::Semaphore(SemaphoreAcquireResponse::Busy(busy)) => HoldOutcome::Busy(Busy {
+            holders: read_all(busy.permits)?,
+            writer_waits: false,
+            retry_in: Duration::from_millis(busy.retry_in_ms),
+        }),
+        HoldAcquireResponse::RwLock(RwLockAcquireResponse::Busy(busy)) => HoldOutcome::Busy(Busy {
+            holders: read_all(busy.holders)?,
+            writer_waits: busy.writer_waits,
+            retry_in: Duration::from_millis(busy.retry_in_ms),
+        }),
+    })
+}
+
+fn read_all<B>(bodies: Vec<B>) -> Result<Vec<Hold>, InvalidLease>
+where
+    Hold: TryFrom<B, Error = InvalidLease>,
+{
+    bodies.into_iter().map(Hold::try_from).collect()
+}
+
+/// The answer to a get of `name` of `kind`, given its live holds in token order; `None`
+/// when nothing is held (answered 404, [`hold_not_found_detail`]).
+pub fn encode_holds(kind: HoldKind, name: &Resource, holds: &[Hold]) -> Option<HoldsBody> {
+    match kind {
+        HoldKind::Semaphore => semaphore_body(name, holds).map(HoldsBody::Semaphore),
+        HoldKind::RwLock => rwlock_body(name, holds).map(HoldsBody::RwLock),
+    }
+}
+
+/// A semaphore's live permits, with their limit; `None` if there is none.
+fn semaphore_body(name: &Resource, holds: &[Hold]) -> Option<SemaphoreBody> {
+    let permits: Vec<PermitBody> = holds.iter().filter_map(PermitBody::of).collect();
+    Some(SemaphoreBody {
+        name: name.to_string(),
+        limit: permits.first()?.limit,
+        permits,
+    })
+}
+
+/// A read-write lock's live holds, with their mode; `None` if there is none.
+fn rwlock_body(name: &Resource, holds: &[Hold]) -> Option<RwLockBody> {
+    let holders: Vec<HoldBody> = holds.iter().filter_map(HoldBody::of).collect();
+    Some(RwLockBody {
+        name: name.to_string(),
+        mode: holders.first()?.mode,
+        holders,
+    })
+}
+
+/// The live holds a get's answer lists, in its order (the token order).
+pub fn decode_holds(body: HoldsBody) -> Result<Vec<Hold>, InvalidLease> {
+    match body {
+        HoldsBody::Semaphore(semaphore) => read_all(semaphore.permits),
+        HoldsBody::RwLock(rwlock) => read_all(rwlock.holders),
+    }
+}
+
+/// The answer to a list of `kind`.
+pub fn encode_hold_page(kind: HoldKind, page: &HoldPage) -> HoldListResponse {
+    let next_cursor = page.next.as_ref().map(parse::encode_cursor);
+    let names = page.names.iter();
+    match kind {
+        HoldKind::Semaphore => HoldListResponse::Semaphores(SemaphoreListResponse {
+            semaphores: names
+                .filter_map(|(name, holds)| semaphore_body(name, holds))
+                .collect(),
+            next_cursor,
+        }),
+        HoldKind::RwLock => HoldListResponse::RwLocks(RwLockListResponse {
+            rwlocks: names
+                .filter_map(|(name, holds)| rwlock_body(name, holds))
+                .collect(),
+            next_cursor,
+        }),
+    }
+}
+
+/// The page a list's answer of either kind tells of.
+pub fn decode_hold_page(answer: HoldListResponse) -> Result<HoldPage, InvalidLease> {
+    let (bodies, next_cursor): (Vec<HoldsBody>, _) = match answer {
+        HoldListResponse::Semaphores(list) => (
+            list.semaphores.into_iter().map(HoldsBody::Semaphore).collect(),
+            list.next_cursor,
+        ),
+        HoldListResponse::RwLocks(list) => (
+            list.rwlocks.into_iter().map(HoldsBody::RwLock).collect(),
+            list.next_cursor,
+        ),
+    };
+    let names = bodies
+        .into_iter()
+        .map(|body| {
+            let name = match &body {
+                HoldsBody::Semaphore(semaphore) => &semaphore.name,
+                HoldsBody::RwLock(rwlock) => &rwlock.name,
+            };
+            Ok((Resource::new(name.as_str())?, decode_holds(body)?))
+        })
+        .collect::<Result<_, InvalidLease>>()?;
+    let next = next_cursor
+        .map(|cursor| parse::cursor(&cursor))
+        .transpose()
+        .map_err(|e| InvalidLease::Answer(format!("a cursor no server makes: {}", e.message)))?;
+    Ok(HoldPage { names, next })
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The answer to an acquire.
 pub fn encode_acquire(outcome: &AcquireOutcome) -> AcquireResponse {
     let granted = |lease, extended| {
@@ -279,7 +587,7 @@ pub fn encode_held(holder: &Lease, expires_in: Duration) -> Held {
         acquired: false,
         resource: holder.resource.to_string(),
         holder: LeaseBody::from(holder),
-        expires_in_ms: u64::try_from(expires_in.as_millis()).unwrap_or(u64::MAX),
+        expires_in_ms: millis(expires_in),
     }
 }
 
@@ -303,9 +611,154 @@ pub fn decode_acquire(answer: AcquireResponse) -> Result<AcquireOutcome, Invalid
 
 #[cfg(test)]
 mod tests {
-    use fencelock_core::{FencingToken, Timestamp};
+    use fencelock_core::{Claim, FencingToken, Timestamp};
 
     use super::*;
+
+    fn hold(owner: &str, token: u64, claim: Claim) -> Hold {
+        Hold {
+            lease: Lease {
+                owner: Owner::new(owner).unwrap(),
+                token: FencingToken(token),
+                ..lease()
+            },
+            claim,
+        }
+    }
+
+    /// Through JSON and back, as the client reads what the server wrote.
+    fn through_json<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> T {
+        serde_json::from_value(serde_json::to_value(value).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn hold_acquires_round_trip_through_their_answer() {
+        let name = Resource::new("r").unwrap();
+        let permit = Claim::Permit { limit: 3 };
+        let busy = |holders: Vec<Hold>, writer_waits| {
+            HoldOutcome::Busy(Busy {
+                holders,
+                writer_waits,
+                retry_in: Duration::from_millis(250),
+            })
+        };
+        for (kind, outcome) in [
+            (
+                HoldKind::Semaphore,
+                HoldOutcome::Granted {
+                    hold: hold("o", 7, permit),
+                    replaced: None,
+                },
+            ),
+            (HoldKind::Semaphore, HoldOutcome::Extended(hold("o", 7, permit))),
+            (
+                HoldKind::Semaphore,
+                busy(vec![hold("a", 1, permit), hold("b", 2, permit)], false),
+            ),
+            (
+                HoldKind::RwLock,
+                HoldOutcome::Granted {
+                    hold: hold("o", 9, Claim::Write),
+                    replaced: Some(hold("o", 8, Claim::Read)),
+                },
+            ),
+            (
+                HoldKind::RwLock,
+                HoldOutcome::Granted {
+                    hold: hold("o", 9, Claim::Read),
+                    replaced: None,
+                },
+            ),
+            (HoldKind::RwLock, HoldOutcome::Extended(hold("o", 9, Claim::Read))),
+            (HoldKind::RwLock, busy(vec![hold("a", 1, Claim::Read)], true)),
+            (HoldKind::RwLock, busy(vec![hold("a", 1, Claim::Write)], false)),
+            (HoldKind::RwLock, busy(vec![], true)),
+        ] {
+            let answer = encode_hold_acquire(kind, &name, &outcome).unwrap();
+            assert_eq!(decode_hold_acquire(through_json(&answer)).unwrap(), outcome);
+        }
+        let mismatch = HoldOutcome::LimitMismatch { limit: 5 };
+        assert_eq!(encode_hold_acquire(HoldKind::Semaphore, &name, &mismatch), Err(5));
+        let problem = limit_mismatch_problem(&name, 3, 5);
+        assert_eq!(problem.status, 409);
+        assert!(problem.type_uri.ends_with("limit-mismatch"));
+        assert_eq!(decode_limit_mismatch(&through_json(&problem)), Some(mismatch));
+        assert_eq!(
+            decode_limit_mismatch(&Problem::new(ProblemKind::Conflict, "", "")),
+            None
+        );
+    }
+
+    #[test]
+    fn hold_answers_are_written_as_the_spec_says() {
+        let name = Resource::new("r").unwrap();
+        let granted = HoldOutcome::Granted {
+            hold: hold("o", 7, Claim::Permit { limit: 3 }),
+            replaced: None,
+        };
+        let json =
+            serde_json::to_value(encode_hold_acquire(HoldKind::Semaphore, &name, &granted).unwrap()).unwrap();
+        assert_eq!(json["acquired"], true);
+        assert_eq!(json["permit"]["name"], "r");
+        assert_eq!(json["permit"]["limit"], 3);
+        assert_eq!(json["permit"]["fencing_token"], 7);
+        let busy = HoldOutcome::Busy(Busy {
+            holders: vec![hold("a", 1, Claim::Read), hold("b", 2, Claim::Read)],
+            writer_waits: true,
+            retry_in: Duration::ZERO,
+        });
+        let json =
+            serde_json::to_value(encode_hold_acquire(HoldKind::RwLock, &name, &busy).unwrap()).unwrap();
+        assert_eq!(json["acquired"], false);
+        assert_eq!((&json["name"], &json["mode"]), (&"r".into(), &"read".into()));
+        assert_eq!(json["holders"][1]["owner"], "b");
+    }
+
+    #[test]
+    fn holds_and_pages_round_trip_through_their_answer() {
+        let name = Resource::new("r").unwrap();
+        let permits = vec![
+            hold("a", 1, Claim::Permit { limit: 2 }),
+            hold("b", 2, Claim::Permit { limit: 2 }),
+        ];
+        let readers = vec![hold("a", 3, Claim::Read), hold("b", 4, Claim::Read)];
+        for (kind, holds) in [(HoldKind::Semaphore, &permits), (HoldKind::RwLock, &readers)] {
+            let body = encode_holds(kind, &name, holds).unwrap();
+            assert_eq!(&decode_holds(through_json(&body)).unwrap(), holds);
+            assert_eq!(encode_holds(kind, &name, &[]), None);
+            let page = HoldPage {
+                names: vec![
+                    (name.clone(), holds.clone()),
+                    (Resource::new("s").unwrap(), holds.clone()),
+                ],
+                next: Some(Resource::new("s").unwrap()),
+            };
+            let answer = encode_hold_page(kind, &page);
+            assert_eq!(decode_hold_page(through_json(&answer)).unwrap(), page);
+        }
+        let body = serde_json::to_value(encode_holds(HoldKind::Semaphore, &name, &permits)).unwrap();
+        assert_eq!((&body["name"], &body["limit"]), (&"r".into(), &2.into()));
+        let body = serde_json::to_value(encode_holds(HoldKind::RwLock, &name, &readers)).unwrap();
+        assert_eq!(body["mode"], "read");
+    }
+
+    #[test]
+    fn hold_renewals_round_trip_through_their_body() {
+        for claim in [Claim::Permit { limit: 4 }, Claim::Read, Claim::Write] {
+            let renewed = RenewOutcome::Renewed(hold("o", 5, claim));
+            let body = RenewOutcome::<Hold>::encode(renewed.judged().unwrap());
+            assert_eq!(
+                RenewOutcome::<Hold>::decode(through_json(&body)).unwrap(),
+                renewed
+            );
+            assert_eq!(renewed.label(), Label::Renewed);
+        }
+        let zero: HoldItem = serde_json::from_value(serde_json::json!({"name": "r", "owner": "o",
+            "fencing_token": 1, "acquired_at": "2026-11-29T06:30:00.123Z",
+            "expires_at": "2026-11-29T06:30:30.123Z", "limit": 0}))
+        .unwrap();
+        assert!(matches!(Hold::try_from(zero), Err(InvalidLease::Answer(_))));
+    }
 
     fn lease() -> Lease {
         Lease {
@@ -346,7 +799,7 @@ mod tests {
                 Some(refusal)
             );
             assert_eq!(ReleaseOutcome::from(refusal).judged(), Err(refusal));
-            assert_eq!(RenewOutcome::from(refusal).label(), Label::from(refusal));
+            assert_eq!(RenewOutcome::<Lease>::from(refusal).label(), Label::from(refusal));
         }
         assert_eq!(ProblemKind::Unavailable.refusal(), None);
     }
@@ -354,8 +807,8 @@ mod tests {
     #[test]
     fn done_calls_round_trip_through_their_body() {
         let renewed = RenewOutcome::Renewed(lease());
-        let body = RenewOutcome::encode(renewed.judged().unwrap());
-        assert_eq!(RenewOutcome::decode(body).unwrap(), renewed);
+        let body = RenewOutcome::<Lease>::encode(renewed.judged().unwrap());
+        assert_eq!(RenewOutcome::<Lease>::decode(body).unwrap(), renewed);
         assert_eq!(
             ReleaseOutcome::decode(()).unwrap(),
             ReleaseOutcome::Released(None)

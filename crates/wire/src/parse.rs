@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use fencelock_core::{FencingToken, InvalidName, Owner, Resource, Ttl};
+use fencelock_core::{Claim, FencingToken, HoldKind, InvalidName, Owner, Resource, Ttl};
 use serde_json::{Map, Value};
 
-use crate::fields::{self, FENCING_TOKEN, OWNER, Range, TTL_MS, TTL_SECONDS, WAIT_MS};
+use crate::fields::{self, FENCING_TOKEN, LIMIT, MODE, OWNER, Range, TTL_MS, TTL_SECONDS, WAIT_MS};
 use crate::problem::FieldError;
 
 /// The limits a server enforces (all configurable).
@@ -20,6 +20,13 @@ pub struct Limits {
     pub max_ttl: Ttl,
     /// The longest `wait_ms` (default 300,000 ms).
     pub max_wait: Duration,
+    /// The largest `limit` of a semaphore (default 10,000).
+    pub max_limit: u32,
+}
+
+impl Limits {
+    /// The largest semaphore `limit` when none is configured.
+    pub const DEFAULT_MAX_LIMIT: u32 = 10_000;
 }
 
 impl Default for Limits {
@@ -27,6 +34,7 @@ impl Default for Limits {
         Self {
             max_ttl: Ttl::DEFAULT_MAX,
             max_wait: Duration::from_millis(300_000),
+            max_limit: Self::DEFAULT_MAX_LIMIT,
         }
     }
 }
@@ -40,6 +48,15 @@ pub struct Acquire {
     pub ttl: Ttl,
     /// How long to wait if another owner holds the lock.
     pub wait: Duration,
+}
+
+/// A valid acquire of a semaphore's permit or of a read-write lock's hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireHold {
+    /// Who asks, for how long, and how long it may wait.
+    pub acquire: Acquire,
+    /// What it asks for: a permit of a semaphore of `limit` permits, or a `mode`.
+    pub claim: Claim,
 }
 
 /// A valid release.
@@ -65,18 +82,35 @@ pub struct Renew {
 /// Checks the body of an acquire.
 pub fn acquire(body: &Map<String, Value>, limits: &Limits) -> Result<Acquire, Vec<FieldError>> {
     let mut fields = Fields::new(body);
-    let owner = fields.owner();
-    let ttl = fields.ttl(limits);
-    let wait = fields.integer(WAIT_MS, limits.wait_ms());
+    let acquire = fields.acquire(limits);
     fields.finish()?;
-    match (owner, ttl, wait) {
-        (Some(owner), Some(ttl), Some(wait)) => Ok(Acquire {
-            owner,
-            ttl,
-            wait: Duration::from_millis(wait.unwrap_or(0)),
-        }),
-        _ => Err(vec![FieldError::new("body", "is invalid")]),
+    acquire.ok_or_else(invalid)
+}
+
+/// Checks the body of an acquire of `kind`: an acquire's fields, and `limit` (a semaphore's)
+/// or `mode` (a read-write lock's).
+pub fn acquire_hold(
+    body: &Map<String, Value>,
+    limits: &Limits,
+    kind: HoldKind,
+) -> Result<AcquireHold, Vec<FieldError>> {
+    let mut fields = Fields::new(body);
+    let acquire = fields.acquire(limits);
+    let claim = match kind {
+        HoldKind::Semaphore => fields.limit(limits),
+        HoldKind::RwLock => fields.mode(),
+    };
+    fields.finish()?;
+    match (acquire, claim) {
+        (Some(acquire), Some(claim)) => Ok(AcquireHold { acquire, claim }),
+        _ => Err(invalid()),
     }
+}
+
+/// What a parser answers if it found no bad field and still has no value, which cannot
+/// happen: every `None` comes with an error.
+fn invalid() -> Vec<FieldError> {
+    vec![FieldError::new("body", "is invalid")]
 }
 
 /// Checks the body of a release.
@@ -87,7 +121,7 @@ pub fn release(body: &Map<String, Value>) -> Result<Release, Vec<FieldError>> {
     fields.finish()?;
     match (owner, token) {
         (Some(owner), Some(token)) => Ok(Release { owner, token }),
-        _ => Err(vec![FieldError::new("body", "is invalid")]),
+        _ => Err(invalid()),
     }
 }
 
@@ -100,7 +134,7 @@ pub fn renew(body: &Map<String, Value>, limits: &Limits) -> Result<Renew, Vec<Fi
     fields.finish()?;
     match (owner, ttl, token) {
         (Some(owner), Some(ttl), Some(token)) => Ok(Renew { owner, ttl, token }),
-        _ => Err(vec![FieldError::new("body", "is invalid")]),
+        _ => Err(invalid()),
     }
 }
 
@@ -135,6 +169,43 @@ impl<'a> Fields<'a> {
             },
             Some(_) => self.fail(name, range),
         }
+    }
+
+    /// The fields of every acquire: `owner`, the TTL and `wait_ms`.
+    fn acquire(&mut self, limits: &Limits) -> Option<Acquire> {
+        let owner = self.owner();
+        let ttl = self.ttl(limits);
+        let wait = self.integer(WAIT_MS, limits.wait_ms());
+        Some(Acquire {
+            owner: owner?,
+            ttl: ttl?,
+            wait: Duration::from_millis(wait?.unwrap_or(0)),
+        })
+    }
+
+    /// A semaphore's `limit`: required, 1 to the largest limit.
+    fn limit(&mut self, limits: &Limits) -> Option<Claim> {
+        match self.integer(LIMIT, limits.limit())? {
+            // In range, so at most `max_limit`, a u32.
+            Some(limit) => u32::try_from(limit).ok().map(|limit| Claim::Permit { limit }),
+            None => {
+                self.fail(LIMIT, "is required");
+                None
+            }
+        }
+    }
+
+    /// A read-write lock's `mode`: exactly `"read"` or `"write"`.
+    fn mode(&mut self) -> Option<Claim> {
+        let message = match self.body.get(MODE) {
+            Some(Value::String(mode)) if mode == "read" => return Some(Claim::Read),
+            Some(Value::String(mode)) if mode == "write" => return Some(Claim::Write),
+            None => "is required",
+            Some(Value::Null) => "must not be null",
+            Some(_) => r#"must be "read" or "write""#,
+        };
+        self.errors.push(FieldError::new(MODE, message));
+        None
     }
 
     fn owner(&mut self) -> Option<Owner> {
@@ -192,7 +263,17 @@ impl<'a> Fields<'a> {
 /// The resource named by a raw (still percent-encoded) path segment: strict percent
 /// decoding, then UTF-8, then the model's rules. Errors name the field `resource`.
 pub fn resource(raw: &str) -> Result<Resource, FieldError> {
-    let fail = |message: String| FieldError::new("resource", message);
+    segment(raw, "resource")
+}
+
+/// The semaphore or read-write lock named by a raw path segment, checked as [`resource`]
+/// checks a lock's. Errors name the field `name`.
+pub fn name(raw: &str) -> Result<Resource, FieldError> {
+    segment(raw, "name")
+}
+
+fn segment(raw: &str, field: &str) -> Result<Resource, FieldError> {
+    let fail = |message: String| FieldError::new(field, message);
     let bytes = percent_decode(raw).ok_or_else(|| fail("has a malformed %-escape".into()))?;
     let name = String::from_utf8(bytes).map_err(|_| fail("is not valid UTF-8".into()))?;
     Resource::new(name).map_err(|e| fail(e.to_string()))
@@ -412,6 +493,74 @@ mod tests {
         }
         let missing = release(&object(json!({}))).unwrap_err();
         assert_eq!(missing, [FieldError::new("owner", "is required")]);
+    }
+
+    #[test]
+    fn a_hold_acquire_reads_its_limit_or_mode() {
+        let limits = Limits::default();
+        let semaphore = |body| acquire_hold(&object(body), &limits, HoldKind::Semaphore);
+        let rwlock = |body| acquire_hold(&object(body), &limits, HoldKind::RwLock);
+        let a = semaphore(json!({"owner": "w", "limit": 10_000, "ttl_ms": 5, "wait_ms": 9})).unwrap();
+        assert_eq!(a.claim, Claim::Permit { limit: 10_000 });
+        assert_eq!((a.acquire.owner.as_str(), a.acquire.ttl.as_millis()), ("w", 5));
+        assert_eq!(a.acquire.wait, Duration::from_millis(9));
+        assert_eq!(
+            rwlock(json!({"owner": "w", "mode": "read", "ttl_ms": 5}))
+                .unwrap()
+                .claim,
+            Claim::Read
+        );
+        assert_eq!(
+            rwlock(json!({"owner": "w", "mode": "write", "ttl_ms": 5}))
+                .unwrap()
+                .claim,
+            Claim::Write
+        );
+        for bad in [
+            json!(0),
+            json!(10_001),
+            json!("5"),
+            json!(5.0),
+            json!(null),
+            json!(-1),
+            json!(true),
+        ] {
+            let errors = semaphore(json!({"owner": "w", "limit": bad, "ttl_ms": 5})).unwrap_err();
+            assert_eq!(fields(&errors), ["limit"], "{bad}");
+        }
+        let missing = semaphore(json!({"owner": "w", "ttl_ms": 5})).unwrap_err();
+        assert_eq!(missing, [FieldError::new("limit", "is required")]);
+        for bad in [
+            json!("READ"),
+            json!("Write"),
+            json!(" read"),
+            json!(null),
+            json!(1),
+            json!(["read"]),
+        ] {
+            let errors = rwlock(json!({"owner": "w", "mode": bad, "ttl_ms": 5})).unwrap_err();
+            assert_eq!(fields(&errors), ["mode"], "{bad}");
+        }
+        let errors = rwlock(json!({"owner": "", "ttl_seconds": 1, "ttl_ms": 1})).unwrap_err();
+        assert_eq!(fields(&errors), ["owner", "ttl_seconds", "ttl_ms", "mode"]);
+        let small = Limits {
+            max_limit: 3,
+            ..limits
+        };
+        let errors = acquire_hold(
+            &object(json!({"owner": "w", "limit": 4, "ttl_ms": 5})),
+            &small,
+            HoldKind::Semaphore,
+        );
+        assert_eq!(fields(&errors.unwrap_err()), ["limit"]);
+    }
+
+    #[test]
+    fn names_are_checked_as_resources_and_named_name() {
+        assert_eq!(name("gpu%3Apool").unwrap().as_str(), "gpu:pool");
+        for bad in ["", "%ZZ", "%FF", &"a".repeat(256)] {
+            assert_eq!(name(bad).unwrap_err().field, "name", "{bad:?}");
+        }
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub enum ProblemKind {
     RequestTimeout,
     /// 409: the fencing token given is not the current lease's.
     Conflict,
+    /// 409: a semaphore's live permits carry another limit than the one asked for; the
+    /// problem's `limit` member gives theirs.
+    LimitMismatch,
     /// 413: the body is over the limit.
     PayloadTooLarge,
     /// 415: the body is not `application/json`.
@@ -33,13 +36,16 @@ pub enum ProblemKind {
 }
 
 impl ProblemKind {
-    const ALL: [ProblemKind; 11] = [
+    /// Every kind; where two share a status, the first is the one [`Self::from_status`]
+    /// reads.
+    const ALL: [ProblemKind; 12] = [
         Self::BadRequest,
         Self::Forbidden,
         Self::NotFound,
         Self::MethodNotAllowed,
         Self::RequestTimeout,
         Self::Conflict,
+        Self::LimitMismatch,
         Self::PayloadTooLarge,
         Self::UnsupportedMediaType,
         Self::InvalidFields,
@@ -55,7 +61,7 @@ impl ProblemKind {
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::RequestTimeout => 408,
-            Self::Conflict => 409,
+            Self::Conflict | Self::LimitMismatch => 409,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
             Self::InvalidFields => 422,
@@ -64,9 +70,16 @@ impl ProblemKind {
         }
     }
 
-    /// The kind for a status code, as a client reads it.
+    /// The kind for a status code, as a client reads it. 409 reads as [`Self::Conflict`]:
+    /// only a semaphore's acquire answers [`Self::LimitMismatch`], which a client tells by
+    /// the problem's type ([`Self::from_type_uri`]).
     pub fn from_status(status: u16) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| kind.status() == status)
+    }
+
+    /// The kind for a problem's `type` URI.
+    pub fn from_type_uri(uri: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.type_uri() == uri)
     }
 
     /// The problem's `type` URI.
@@ -82,6 +95,7 @@ impl ProblemKind {
             Self::MethodNotAllowed => "method-not-allowed",
             Self::RequestTimeout => "request-timeout",
             Self::Conflict => "conflict",
+            Self::LimitMismatch => "limit-mismatch",
             Self::PayloadTooLarge => "payload-too-large",
             Self::UnsupportedMediaType => "unsupported-media-type",
             Self::InvalidFields => "invalid-fields",
@@ -99,6 +113,7 @@ impl ProblemKind {
             Self::MethodNotAllowed => "Method not allowed.",
             Self::RequestTimeout => "The request was not received in time.",
             Self::Conflict => "The fencing token is not the current lease's.",
+            Self::LimitMismatch => "The semaphore's live permits have another limit.",
             Self::PayloadTooLarge => "The body is too large.",
             Self::UnsupportedMediaType => "The body must be application/json.",
             Self::InvalidFields => "Invalid fields.",
@@ -145,6 +160,9 @@ pub struct Problem {
     /// For 422: every invalid field.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub errors: Option<Vec<FieldError>>,
+    /// For a limit mismatch: the limit of the semaphore's live permits.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub limit: Option<u32>,
 }
 
 impl Problem {
@@ -157,6 +175,7 @@ impl Problem {
             detail: detail.into(),
             instance: instance.into(),
             errors: None,
+            limit: None,
         }
     }
 }
@@ -166,11 +185,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_kind_round_trips_through_its_status() {
+    fn every_kind_round_trips_through_its_type_and_all_but_one_through_its_status() {
         for kind in ProblemKind::ALL {
-            assert_eq!(ProblemKind::from_status(kind.status()), Some(kind));
+            assert_eq!(ProblemKind::from_type_uri(&kind.type_uri()), Some(kind));
+            if kind != ProblemKind::LimitMismatch {
+                assert_eq!(ProblemKind::from_status(kind.status()), Some(kind));
+            }
         }
+        assert_eq!(ProblemKind::from_status(409), Some(ProblemKind::Conflict));
+        assert!(ProblemKind::LimitMismatch.type_uri().ends_with("limit-mismatch"));
         assert_eq!(ProblemKind::from_status(200), None);
+        assert_eq!(ProblemKind::from_type_uri("urn:fencelock:problem:nope"), None);
     }
 
     #[test]

@@ -24,6 +24,10 @@ pub struct Args {
     /// The longest `wait_ms` a client may ask for.
     #[arg(long, env = "FENCELOCK_MAX_WAIT", default_value = "5m", value_parser = humantime::parse_duration)]
     max_wait: Duration,
+    /// The largest `limit` a client may give a semaphore.
+    #[arg(long, env = "FENCELOCK_MAX_LIMIT", default_value_t = Limits::DEFAULT_MAX_LIMIT,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    max_limit: u32,
     /// The largest request body, in bytes.
     #[arg(long, env = "FENCELOCK_MAX_BODY_BYTES", default_value_t = 16_384)]
     max_body_bytes: usize,
@@ -62,6 +66,7 @@ impl Args {
             limits: Limits {
                 max_ttl,
                 max_wait: self.max_wait,
+                max_limit: self.max_limit,
             },
             max_body_bytes: self.max_body_bytes,
             header_read_timeout: self.header_timeout,
