@@ -2,22 +2,28 @@
 //! everything written against a store (the guard, the commands, the conformance suite) works
 //! the same through a server.
 //!
-//! Answers are mapped back to outcomes by [`fencelock_wire::outcome`] and
-//! [`ProblemKind::from_status`], the translator and the status table the server uses too. A
-//! server that cannot be reached, times out or answers 503 is [`StoreError::Unavailable`]; a
-//! request the server refuses as invalid (422, 400, 413, 415) is [`StoreError::Invalid`].
+//! Locks travel at `/locks/{resource}`, semaphores at `/semaphores/{name}` and read-write
+//! locks at `/rwlocks/{name}`. Answers are mapped back to outcomes by
+//! [`fencelock_wire::outcome`] and [`ProblemKind::from_status`], the translator and the status
+//! table the server uses too (a 409 whose problem is a `limit-mismatch` is
+//! [`HoldOutcome::LimitMismatch`], read back by [`outcome::decode_limit_mismatch`]). A server
+//! that cannot be reached, times out or answers 503 is [`StoreError::Unavailable`]; a request
+//! the server refuses as invalid (422, 400, 413, 415) is [`StoreError::Invalid`].
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner,
-    ReleaseOutcome, RenewOutcome, Resource, StoreError, Ttl,
+    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Lease,
+    LeasePage, ListQuery, LockStore, Owner, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource,
+    StoreError, Ttl,
 };
 use fencelock_wire::body::InvalidLease;
+use fencelock_wire::hold::collection;
 use fencelock_wire::{
-    AcquireRequest, AcquireResponse, Judged, LeaseBody, ListResponse, Problem, ProblemKind, ReleaseRequest,
-    RenewRequest, TtlFields, outcome, parse,
+    AcquireRequest, AcquireResponse, HoldAcquireRequest, HoldAcquireResponse, HoldListResponse, HoldsBody,
+    Judged, LeaseBody, ListResponse, Problem, ProblemKind, ReleaseRequest, RenewRequest, TtlFields, outcome,
+    parse,
 };
 use reqwest::{Response, StatusCode};
 
@@ -78,6 +84,12 @@ pub struct InvalidServerAddress {
 /// [`LockStore::releases`] is `None` (the API has no feed of releases: waiting happens on
 /// the server, through `wait_ms`), and [`LockStore::purge_expired`] returns nothing (the
 /// server purges by itself).
+///
+/// A waiting writer's intent is the server's to keep: it records one for every write
+/// acquire that waits on it ([`acquire_hold_waiting`](Self::acquire_hold_waiting) with a
+/// wait). The API has no field for an intent of the caller's own, so the `intent` of
+/// [`LockStore::acquire_hold`] is not sent, and [`LockStore::withdraw_intent`] has nothing to
+/// withdraw.
 #[derive(Debug)]
 pub struct HttpStore {
     base: String,
@@ -164,17 +176,59 @@ impl HttpStore {
 
     /// Acquires a hold of `claim` on `name` for `owner`; while it is busy, the server keeps
     /// the request in line for up to `wait` (at most [`HttpOptions::max_wait_per_request`]
-    /// is sent; the caller loops for longer waits).
+    /// is sent; the caller loops for longer waits). A writer that waits has its intent
+    /// recorded by the server, so that readers arriving later wait behind it.
     pub async fn acquire_hold_waiting(
         &self,
         name: &Resource,
         owner: &Owner,
-        claim: fencelock_core::Claim,
+        claim: Claim,
         ttl: Ttl,
         wait: Duration,
-    ) -> Result<fencelock_core::HoldOutcome> {
-        let _ = (name, owner, claim, ttl, wait);
-        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+    ) -> Result<HoldOutcome> {
+        let wait = wait.min(self.options.max_wait_per_request);
+        let body = HoldAcquireRequest::new(owner, claim, ttl, wait);
+        let request = self
+            .http
+            .post(self.hold_url(claim.kind(), name))
+            .json(&body)
+            .timeout(self.options.request_timeout + wait);
+        let response = self.send(request).await?;
+        if response.status() == StatusCode::OK {
+            let answer: HoldAcquireResponse = read_json(response).await?;
+            return outcome::decode_hold_acquire(answer).map_err(invalid_lease);
+        }
+        let (status, problem) = read_problem(response).await;
+        match problem.as_ref().and_then(outcome::decode_limit_mismatch) {
+            Some(mismatch) => Ok(mismatch),
+            None => Err(problem_error(status, problem.as_ref())),
+        }
+    }
+
+    fn hold_url(&self, kind: HoldKind, name: &Resource) -> String {
+        format!(
+            "{}{}/{}",
+            self.base,
+            collection(kind),
+            parse::encode_segment(name.as_str())
+        )
+    }
+
+    /// A page of `collection` (`/locks`, `/semaphores`, `/rwlocks`) as `query` asks.
+    fn list_url(&self, collection: &str, query: &ListQuery) -> String {
+        // Every part is escaped down to unreserved characters, so the query string is safe
+        // as it is.
+        let mut url = format!(
+            "{}{collection}?limit={}&prefix={}",
+            self.base,
+            query.limit,
+            parse::encode_segment(&query.prefix)
+        );
+        if let Some(after) = &query.after {
+            url.push_str("&cursor=");
+            url.push_str(&parse::encode_cursor(after));
+        }
+        url
     }
 
     fn lock_url(&self, resource: &Resource) -> String {
@@ -242,19 +296,7 @@ impl LockStore for HttpStore {
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
-        // Every part is escaped down to unreserved characters, so the query string is safe
-        // as it is.
-        let mut url = format!(
-            "{}/locks?limit={}&prefix={}",
-            self.base,
-            query.limit,
-            parse::encode_segment(&query.prefix)
-        );
-        if let Some(after) = &query.after {
-            url.push_str("&cursor=");
-            url.push_str(&parse::encode_cursor(after));
-        }
-        let response = self.send(self.http.get(url)).await?;
+        let response = self.send(self.http.get(self.list_url("/locks", query))).await?;
         if response.status() != StatusCode::OK {
             return Err(unexpected(response).await);
         }
@@ -273,59 +315,86 @@ impl LockStore for HttpStore {
     }
 
     /// The server purges expired leases by itself: nothing to do here.
-    async fn purge_expired(&self) -> Result<Vec<fencelock_core::Expired>> {
+    async fn purge_expired(&self) -> Result<Vec<Expired>> {
         Ok(Vec::new())
     }
 
-    /// Asks the server's readiness check, which asks its store.
+    /// Acquires without waiting; `intent` is not sent (see [`HttpStore`]'s "Not supported").
     async fn acquire_hold(
         &self,
-        _: &Resource,
-        _: &Owner,
-        _: fencelock_core::Claim,
-        _: Ttl,
-        _: Option<Ttl>,
-    ) -> Result<fencelock_core::HoldOutcome> {
-        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        _intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        self.acquire_hold_waiting(name, owner, claim, ttl, Duration::ZERO)
+            .await
     }
 
-    async fn holds(&self, _: fencelock_core::HoldKind, _: &Resource) -> Result<Vec<fencelock_core::Hold>> {
-        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
+        let response = self.send(self.http.get(self.hold_url(kind, name))).await?;
+        match ProblemKind::from_status(response.status().as_u16()) {
+            None if response.status() == StatusCode::OK => {
+                let body: HoldsBody = read_json(response).await?;
+                outcome::decode_holds(body).map_err(invalid_lease)
+            }
+            Some(ProblemKind::NotFound) => Ok(Vec::new()),
+            _ => Err(unexpected(response).await),
+        }
     }
 
     async fn release_hold(
         &self,
-        _: fencelock_core::HoldKind,
-        _: &Resource,
-        _: &Owner,
-        _: Option<FencingToken>,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+        let body = ReleaseRequest {
+            owner: owner.to_string(),
+            fencing_token: token.map(|t| t.0),
+        };
+        let response = self
+            .send(self.http.delete(self.hold_url(kind, name)).json(&body))
+            .await?;
+        judged(response, async |_| Ok(())).await
     }
 
     async fn renew_hold(
         &self,
-        _: fencelock_core::HoldKind,
-        _: &Resource,
-        _: &Owner,
-        _: Ttl,
-        _: Option<FencingToken>,
-    ) -> Result<RenewOutcome<fencelock_core::Hold>> {
-        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        let body = RenewRequest {
+            owner: owner.to_string(),
+            ttl: TtlFields::ms(ttl.as_millis()),
+            fencing_token: token.map(|t| t.0),
+        };
+        let url = format!("{}/renew", self.hold_url(kind, name));
+        let response = self.send(self.http.post(url).json(&body)).await?;
+        judged(response, read_json).await
     }
 
-    async fn list_holds(
-        &self,
-        _: fencelock_core::HoldKind,
-        _: &ListQuery,
-    ) -> Result<fencelock_core::HoldPage> {
-        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
+        let url = self.list_url(collection(kind), query);
+        let response = self.send(self.http.get(url)).await?;
+        if response.status() != StatusCode::OK {
+            return Err(unexpected(response).await);
+        }
+        let page: HoldListResponse = read_json(response).await?;
+        outcome::decode_hold_page(page).map_err(invalid_lease)
     }
 
+    /// The server withdraws the intents it records; the client records none.
     async fn withdraw_intent(&self, _: &Resource, _: &Owner) -> Result<()> {
-        Err(StoreError::Invalid("TODO(issue10): holds".into()))
+        Ok(())
     }
 
+    /// Asks the server's readiness check, which asks its store.
     async fn ping(&self) -> Result<()> {
         let response = self.send(self.http.get(format!("{}/readyz", self.base))).await?;
         if response.status().is_success() {
@@ -335,7 +404,7 @@ impl LockStore for HttpStore {
         }
     }
 
-    fn releases(&self) -> Option<tokio::sync::broadcast::Receiver<fencelock_core::ReleaseNotice>> {
+    fn releases(&self) -> Option<tokio::sync::broadcast::Receiver<ReleaseNotice>> {
         None
     }
 
@@ -390,11 +459,22 @@ async fn read_json<T: serde::de::DeserializeOwned>(response: Response) -> Result
 /// The error for an answer that is not an outcome of the call: a problem (503, 422, …), or
 /// something that is not a fencelock server at all.
 async fn unexpected(response: Response) -> StoreError {
+    let (status, problem) = read_problem(response).await;
+    problem_error(status, problem.as_ref())
+}
+
+/// The status of an answer that is not a success, and its problem if it is one.
+async fn read_problem(response: Response) -> (StatusCode, Option<Problem>) {
     let status = response.status();
     let body = response.bytes().await.unwrap_or_default();
-    let detail = match serde_json::from_slice::<Problem>(&body) {
-        Ok(problem) => describe(&problem),
-        Err(_) => format!("HTTP {status}"),
+    (status, serde_json::from_slice::<Problem>(&body).ok())
+}
+
+/// The error an answer of `status` with `problem` (if it is one) tells of.
+fn problem_error(status: StatusCode, problem: Option<&Problem>) -> StoreError {
+    let detail = match problem {
+        Some(problem) => describe(problem),
+        None => format!("HTTP {status}"),
     };
     match ProblemKind::from_status(status.as_u16()) {
         Some(
