@@ -25,20 +25,23 @@ struct Cli {
 enum Command {
     /// Run the server.
     Serve(cmd::serve::Args),
-    /// Acquire a lease and print it as JSON (exit 0 granted, 1 held by another owner, 2 bad
-    /// input, 3 unreachable).
+    /// Acquire a lease — of a lock, a semaphore's permit (--limit) or a read-write lock
+    /// (--mode) — and print it as JSON (exit 0 granted, 1 held by others, 2 bad input, 3
+    /// unreachable).
     Acquire(cmd::acquire::Args),
     /// Renew a lease and print it as JSON (exit 0 renewed, 1 not found, forbidden or token
     /// conflict).
     Renew(cmd::renew::Args),
     /// Release a lease (exit 0 released, 1 not found, forbidden or token conflict).
     Release(cmd::release::Args),
-    /// Show the live lease on a resource (exit 0 held, 1 free).
+    /// Show the live lease on a resource, or a semaphore's permits or a read-write lock's
+    /// holds with --kind (exit 0 held, 1 free).
     Status(cmd::status::Args),
-    /// Show every live lease, ordered by resource.
+    /// Show every live lease (or, with --kind, permit or hold), ordered by name.
     List(cmd::list::Args),
-    /// Run a command while holding a lock; stop it before the lease could pass to anyone
-    /// else (exit: the command's status; 75 busy; 124 lease lost).
+    /// Run a command while holding a lock, a semaphore's permit (--limit) or a read-write
+    /// lock (--mode); stop it before the lease could pass to anyone else (exit: the
+    /// command's status; 75 busy; 124 lease lost).
     Run(cmd::run::Args),
     /// Load generator: acquire/release cycles against a server or a store, with latency
     /// percentiles.

@@ -5,9 +5,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock_client::{
-    Client, ConnectError, FencingToken, Lease, Owner, Resource, StoreError, Timestamp, Ttl,
+    Claim, Client, ConnectError, FencingToken, Hold, HoldKind, Kind, Lease, ListQuery, Owner, Resource,
+    StoreError, Timestamp, Ttl,
 };
-use fencelock_wire::LeaseBody;
+use fencelock_wire::{HoldItem, LeaseBody};
 
 /// Exit codes of the client commands (the SPEC's table, and `run`'s own).
 pub mod exit {
@@ -20,8 +21,9 @@ pub mod exit {
     pub const BAD_INPUT: u8 = 2;
     /// The server or the store cannot be reached (or failed).
     pub const UNREACHABLE: u8 = 3;
-    /// `run`: the lock was busy (`--no-wait`, or the wait ran out); CMD did not run. As
-    /// sysexits' EX_TEMPFAIL: try again later.
+    /// `run`: the lock was busy (`--no-wait`, or the wait ran out; for a semaphore, also
+    /// permits of another limit were live); CMD did not run. As sysexits' EX_TEMPFAIL: try
+    /// again later.
     pub const BUSY: u8 = 75;
     /// `run`: the lease was lost, and CMD was stopped (as `timeout` uses 124 for a command
     /// it had to stop).
@@ -64,7 +66,8 @@ impl Target {
 /// The lease `acquire` and `run` ask for.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Wanted {
-    /// The resource to lock, e.g. payment:42.
+    /// The resource to lock, e.g. payment:42 (with --limit, the semaphore's name; with
+    /// --mode, the read-write lock's).
     resource: String,
     /// Who holds the lease (default HOSTNAME:PID, as printed in the lease: renew and release
     /// with the same owner).
@@ -86,14 +89,81 @@ impl Wanted {
     }
 }
 
+/// What `acquire` and `run` hold: a lock (neither flag), one permit of a semaphore
+/// (`--limit`), or a read-write lock in a mode (`--mode`).
+///
+/// Neither flag is read from the environment, nor is `--kind` ([`KindFlag`]): what is held
+/// is said on the command line, so that a command meant for a lock never takes a semaphore
+/// by accident (and `run` hands its command `FENCELOCK_KIND`, which a `fencelock` command run
+/// by it must not pick up for another name).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Claimed {
+    /// Hold one permit of the semaphore NAME of N permits: at most N holders at once. Every
+    /// holder gives the same N (while permits of another limit are live, none is granted).
+    #[arg(long, value_name = "N", conflicts_with = "mode", value_parser = clap::value_parser!(u32).range(1..))]
+    limit: Option<u32>,
+    /// Hold the read-write lock NAME: `read` (shared with other readers) or `write`
+    /// (exclusive; readers that come while a writer waits wait behind it).
+    #[arg(long, value_enum)]
+    mode: Option<Mode>,
+}
+
+impl Claimed {
+    /// The claim asked for, or `None` for a lock.
+    pub fn claim(&self) -> Option<Claim> {
+        match (self.limit, self.mode) {
+            (Some(limit), _) => Some(Claim::Permit { limit }),
+            (None, Some(Mode::Read)) => Some(Claim::Read),
+            (None, Some(Mode::Write)) => Some(Claim::Write),
+            (None, None) => None,
+        }
+    }
+}
+
+/// `--mode`: a read-write lock's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Shared with other readers.
+    Read,
+    /// Exclusive.
+    Write,
+}
+
+/// `--kind`: the namespace of NAME, for the commands that cannot tell it from a limit or a
+/// mode (release, renew, status, list). Not read from the environment (see [`Claimed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KindFlag {
+    /// A lock (`/locks`).
+    Lock,
+    /// A semaphore (`/semaphores`).
+    Semaphore,
+    /// A read-write lock (`/rwlocks`).
+    Rwlock,
+}
+
+impl KindFlag {
+    /// The semaphore or read-write lock namespace, or `None` for locks.
+    pub fn hold_kind(self) -> Option<HoldKind> {
+        match self {
+            Self::Lock => None,
+            Self::Semaphore => Some(HoldKind::Semaphore),
+            Self::Rwlock => Some(HoldKind::RwLock),
+        }
+    }
+}
+
 /// The lease `renew` and `release` act on.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Existing {
-    /// The locked resource.
+    /// The locked resource (or the semaphore's or read-write lock's name, with --kind).
     resource: String,
     /// The owner of the lease.
     #[arg(long, env = "FENCELOCK_OWNER")]
     owner: String,
+    /// What RESOURCE names: a lock (the default), a semaphore's permit or a read-write
+    /// lock's hold.
+    #[arg(long, value_enum, default_value_t = KindFlag::Lock)]
+    pub kind: KindFlag,
     /// Act only if this is the lease's fencing token (recommended: then a late call never
     /// touches a newer lease). Deliberately not read from the environment: FENCELOCK_TOKEN
     /// is what `run` hands its command, and a token must never apply to another lease by
@@ -203,6 +273,61 @@ pub fn print_json(value: &impl serde::Serialize) {
 /// Writes a lease as one line of JSON, as the API does.
 pub fn print_lease(lease: &Lease) {
     print_json(&LeaseBody::from(lease));
+}
+
+/// Writes a permit or a hold as one line of JSON, as the API does.
+pub fn print_hold(hold: &Hold) {
+    print_json(&HoldItem::from(hold));
+}
+
+/// What a person calls a kind: `lock`, `semaphore`, `read-write lock`.
+pub fn noun(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Lock => "lock",
+        Kind::Semaphore => "semaphore",
+        Kind::RwLock => "read-write lock",
+    }
+}
+
+/// A permit or hold in words: `permit of worker-7 (fencing token 17) until … (in 29.5s)`,
+/// `read hold of worker-7 (…) …`.
+pub fn describe_hold(hold: &Hold) -> String {
+    let what = match hold.claim {
+        Claim::Permit { .. } => "permit",
+        Claim::Read => "read hold",
+        Claim::Write => "write hold",
+    };
+    let lease = &hold.lease;
+    format!(
+        "{what} of {} (fencing token {}) until {} ({})",
+        lease.owner,
+        lease.token,
+        lease.expires_at,
+        time_left(lease.expires_at)
+    )
+}
+
+/// Every page of a list, from `fetch`, which answers one page (its items, and where the
+/// next starts).
+pub async fn every_page<T>(
+    prefix: String,
+    page_size: usize,
+    fetch: impl AsyncFn(&ListQuery) -> Result<(Vec<T>, Option<Resource>), Failure>,
+) -> Result<Vec<T>, Failure> {
+    let mut all = Vec::new();
+    let mut query = ListQuery {
+        prefix,
+        after: None,
+        limit: page_size,
+    };
+    loop {
+        let (items, next) = fetch(&query).await?;
+        all.extend(items);
+        match next {
+            Some(next) => query.after = Some(next),
+            None => return Ok(all),
+        }
+    }
 }
 
 /// A lease in words: `payment:42 is held by worker-7 (token 17) until … (in 29.5s)`.

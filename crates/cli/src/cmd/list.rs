@@ -1,25 +1,29 @@
-//! `fencelock list [--prefix P]`: shows every live lease (whose resource starts with the
-//! prefix), ordered by resource. Exit 0 (even if there are none), 2 on bad input, 3 if the
-//! server or store is unreachable.
+//! `fencelock list [--prefix P] [--kind lock|semaphore|rwlock]`: shows every live lease (or
+//! permit, or hold) whose name starts with the prefix, ordered by name. Exit 0 (even if there
+//! are none), 2 on bad input, 3 if the server or store is unreachable.
 
 use std::process::ExitCode;
 
-use fencelock_client::{Lease, ListQuery};
-use fencelock_wire::LeaseBody;
+use fencelock_client::{Claim, Client, HoldKind, HoldPage, Lease};
+use fencelock_wire::{HoldListResponse, LeaseBody, outcome};
 use serde_json::json;
 
-use super::common::{self, Failure, Target, exit, time_left};
+use super::common::{self, Failure, KindFlag, Target, exit, time_left};
 
-/// How many leases are asked for at once (the API's largest page).
+/// How many leases (or names) are asked for at once (the API's largest page).
 const PAGE: usize = 1000;
 
 /// Flags of `fencelock list`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Only resources whose name starts with this.
+    /// Only names that start with this.
     #[arg(long, env = "FENCELOCK_PREFIX", default_value = "")]
     prefix: String,
-    /// Print `{"locks": [LEASE, …]}`.
+    /// What to list: locks (the default), semaphores or read-write locks.
+    #[arg(long, value_enum, default_value_t = KindFlag::Lock)]
+    kind: KindFlag,
+    /// Print `{"locks": [LEASE, …]}` (`{"semaphores": […]}`, `{"rwlocks": […]}`: each as
+    /// its GET answers it).
     #[arg(long, env = "FENCELOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
     #[command(flatten)]
@@ -37,56 +41,105 @@ async fn list(args: Args) -> Result<u8, Failure> {
             .map_err(|_| Failure::bad_input(format!("invalid --prefix {:?}", args.prefix)))?;
     }
     let client = args.target.connect().await?;
-    let mut leases = Vec::new();
-    let mut query = ListQuery {
-        prefix: args.prefix,
-        after: None,
-        limit: PAGE,
-    };
-    loop {
-        let page = client.list(&query).await?;
-        leases.extend(page.leases);
-        match page.next {
-            Some(next) => query.after = Some(next),
-            None => break,
-        }
+    match args.kind.hold_kind() {
+        None => list_locks(&client, args.prefix, args.json).await,
+        Some(kind) => list_holds(&client, kind, args.prefix, args.json).await,
     }
-    if args.json {
+}
+
+async fn list_locks(client: &Client, prefix: String, json: bool) -> Result<u8, Failure> {
+    let leases = common::every_page(prefix, PAGE, async |query| {
+        let page = client.list(query).await?;
+        Ok((page.leases, page.next))
+    })
+    .await?;
+    if json {
         let locks: Vec<LeaseBody> = leases.iter().map(LeaseBody::from).collect();
         common::print_json(&json!({ "locks": locks }));
     } else {
-        print_table(&leases);
+        let rows = leases.iter().map(|l| row(l, None)).collect();
+        print_table(["RESOURCE", "OWNER", "TOKEN", "EXPIRES"], rows, "no live leases");
     }
     Ok(exit::OK)
 }
 
-fn print_table(leases: &[Lease]) {
-    if leases.is_empty() {
-        println!("no live leases");
-        return;
+async fn list_holds(client: &Client, kind: HoldKind, prefix: String, json: bool) -> Result<u8, Failure> {
+    let names = common::every_page(prefix, PAGE, async |query| {
+        let page = client.list_holds(kind, query).await?;
+        Ok((page.names, page.next))
+    })
+    .await?;
+    let page = HoldPage { names, next: None };
+    if json {
+        // The API's answer, without the cursor of a page: this is every page.
+        match outcome::encode_hold_page(kind, &page) {
+            HoldListResponse::Semaphores(list) => common::print_json(&json!({"semaphores": list.semaphores})),
+            HoldListResponse::RwLocks(list) => common::print_json(&json!({"rwlocks": list.rwlocks})),
+        }
+        return Ok(exit::OK);
     }
-    let rows: Vec<[String; 4]> = leases
+    let rows = page
+        .names
         .iter()
-        .map(|l| {
-            let expires = format!("{} ({})", l.expires_at, time_left(l.expires_at));
-            [
-                l.resource.to_string(),
-                l.owner.to_string(),
-                l.token.to_string(),
-                expires,
-            ]
+        .flat_map(|(_, holds)| holds)
+        .map(|hold| {
+            let what = match hold.claim {
+                Claim::Permit { limit } => format!("permit of {limit}"),
+                Claim::Read => "read".into(),
+                Claim::Write => "write".into(),
+            };
+            row(&hold.lease, Some(what))
         })
         .collect();
-    let header = ["RESOURCE", "OWNER", "TOKEN", "EXPIRES"].map(String::from);
-    let width = |i: usize| {
-        rows.iter()
-            .chain([&header])
-            .map(|row| row[i].chars().count())
-            .max()
-            .unwrap_or(0)
+    let empty = match kind {
+        HoldKind::Semaphore => "no live permits",
+        HoldKind::RwLock => "no live holds",
     };
-    let (w0, w1, w2) = (width(0), width(1), width(2));
+    print_table(["NAME", "OWNER", "TOKEN", "HOLDS", "EXPIRES"], rows, empty);
+    Ok(exit::OK)
+}
+
+/// One line of the table: name, owner, token, what is held (for a permit or hold), expiry.
+fn row(lease: &Lease, held: Option<String>) -> Vec<String> {
+    let expires = format!("{} ({})", lease.expires_at, time_left(lease.expires_at));
+    [
+        lease.resource.to_string(),
+        lease.owner.to_string(),
+        lease.token.to_string(),
+    ]
+    .into_iter()
+    .chain(held)
+    .chain([expires])
+    .collect()
+}
+
+/// A table with `header`, its columns as wide as their widest cell (the token column, the
+/// third, right-aligned; the last not padded), or `empty` if there are no rows.
+fn print_table<const N: usize>(header: [&str; N], rows: Vec<Vec<String>>, empty: &str) {
+    if rows.is_empty() {
+        println!("{empty}");
+        return;
+    }
+    let header: Vec<String> = header.map(String::from).into();
+    let widths: Vec<usize> = (0..N)
+        .map(|i| {
+            rows.iter()
+                .chain([&header])
+                .map(|row| row[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
     for row in [&header].into_iter().chain(&rows) {
-        println!("{:w0$}  {:w1$}  {:>w2$}  {}", row[0], row[1], row[2], row[3]);
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| match i {
+                _ if i + 1 == N => cell.clone(),
+                2 => format!("{cell:>w$}", w = widths[i]),
+                _ => format!("{cell:w$}", w = widths[i]),
+            })
+            .collect();
+        println!("{}", cells.join("  "));
     }
 }

@@ -1,5 +1,6 @@
-//! `fencelock renew RESOURCE --owner O [--ttl 30s] [--token N]`: sets the expiry of the
-//! owner's live lease to now + TTL and prints the renewed lease as JSON.
+//! `fencelock renew RESOURCE --owner O [--ttl 30s] [--token N] [--kind lock|semaphore|rwlock]`:
+//! sets the expiry of the owner's live lease (with `--kind`, its permit or hold) to now + TTL
+//! and prints it renewed, as JSON.
 //!
 //! Exit 0 if renewed; 1 if not (no live lease — an expired lease is never renewed —,
 //! another owner's lease, or, with `--token`, a lease with another token); 2 on bad input;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use fencelock_wire::Judged;
 
 use super::common::{self, Existing, Failure, Target, exit};
-use super::release::refused;
+use super::release::Refused;
 
 /// Flags of `fencelock renew`.
 #[derive(Debug, clap::Args)]
@@ -33,12 +34,29 @@ pub async fn run(args: Args) -> ExitCode {
 async fn renew(args: Args) -> Result<u8, Failure> {
     let (resource, owner, token) = args.lease.parse()?;
     let ttl = common::ttl(args.ttl)?;
+    let kind = args.lease.kind.hold_kind();
     let client = args.target.connect().await?;
-    match client.renew(&resource, &owner, ttl, token).await?.judged() {
-        Ok(lease) => {
-            common::print_lease(lease);
-            Ok(exit::OK)
-        }
-        Err(refusal) => Ok(refused("renew", "renewed", &resource, refusal, args.lease.json)),
+    let refused = Refused {
+        command: "renew",
+        done: "renewed",
+        kind,
+        name: &resource,
+        owner: &owner,
+    };
+    let renewed = match kind {
+        None => client
+            .renew(&resource, &owner, ttl, token)
+            .await?
+            .judged()
+            .map(common::print_lease),
+        Some(kind) => client
+            .renew_hold(kind, &resource, &owner, ttl, token)
+            .await?
+            .judged()
+            .map(common::print_hold),
+    };
+    match renewed {
+        Ok(()) => Ok(exit::OK),
+        Err(refusal) => Ok(refused.tell(refusal, args.lease.json)),
     }
 }

@@ -1,12 +1,17 @@
-//! `fencelock run RESOURCE [--ttl 30s] [--wait 1m | --no-wait] -- CMD [ARGS...]`: runs CMD
-//! while holding a lease on RESOURCE, and makes sure CMD does not outlive the lease.
+//! `fencelock run RESOURCE [--ttl 30s] [--wait 1m | --no-wait] [--limit N | --mode M] -- CMD
+//! [ARGS...]`: runs CMD while holding a lease on RESOURCE — a lock's, or with `--limit N` one
+//! permit of the semaphore RESOURCE of N permits, or with `--mode read|write` a hold of the
+//! read-write lock RESOURCE — and makes sure CMD does not outlive the lease. A permit and a
+//! hold are leases with tokens of their own, held exactly as a lock's lease is.
 //!
 //! 1. Acquire (waiting as long as `--wait`, forever by default; a spinner on a terminal
-//!    says who holds the lock). Busy → exit 75, CMD does not run. A lease lost before it
-//!    could be confirmed (the store refused the renewal after a long wait, or too little of
-//!    it was left) → exit 124, CMD does not run.
+//!    says who holds it). Busy (for a semaphore, also: permits of another limit are live)
+//!    → exit 75, CMD does not run. A lease lost before it could be confirmed (the store
+//!    refused the renewal after a long wait, or too little of it was left) → exit 124, CMD
+//!    does not run.
 //! 2. Start CMD in a process group of its own, with `FENCELOCK_TOKEN`,
-//!    `FENCELOCK_RESOURCE` and `FENCELOCK_EXPIRES_AT` (the first expiry, RFC 3339).
+//!    `FENCELOCK_RESOURCE` (the name), `FENCELOCK_KIND` (`lock`, `semaphore` or `rwlock`)
+//!    and `FENCELOCK_EXPIRES_AT` (the first expiry, RFC 3339).
 //! 3. While CMD runs: renew every third of the TTL; forward SIGINT, SIGTERM and SIGHUP to
 //!    CMD's whole group.
 //! 4. When CMD ends: stop whatever it left running in its group (it would otherwise go on
@@ -39,13 +44,13 @@ use std::ffi::OsString;
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use fencelock_client::{AcquireError, GuardOptions, LeaseGuard, LostReason, Ttl};
+use fencelock_client::{AcquireError, GuardOptions, Held, Kind, LeaseGuard, LostReason, Ttl};
 use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, timeout};
 
-use super::common::{self, Failure, Target, Wanted, describe, exit};
+use super::common::{self, Claimed, Failure, Target, Wanted, describe, exit};
 use super::group::Group;
 use super::waiting::while_waiting;
 
@@ -58,6 +63,8 @@ pub struct Args {
     /// The resource, the owner, and the TTL (renewed every third of it).
     #[command(flatten)]
     wanted: Wanted,
+    #[command(flatten)]
+    claimed: Claimed,
     /// Wait at most this long for a busy lock (default: as long as it takes).
     #[arg(long, env = "FENCELOCK_WAIT", value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
     wait: Option<Duration>,
@@ -154,23 +161,43 @@ impl Signals {
 async fn run_command(args: Args) -> Result<u8, Failure> {
     let (resource, owner, ttl) = args.wanted.parse()?;
     let (schedule, options) = Schedule::new(ttl, args.grace)?;
-    let mut signals = Signals::listen()?;
+    let signals = Signals::listen()?;
     let client = args.target.connect().await?.with_guard_options(options);
     let wait = match (args.no_wait, args.wait) {
         (true, _) => Duration::ZERO,
         (false, wait) => wait.unwrap_or(FOREVER),
     };
-    let acquiring = while_waiting(
-        &client,
-        &resource,
-        wait,
-        client.acquire(&resource, &owner, ttl, wait),
-    );
+    let (command, resource) = (&args.command, &resource);
+    match args.claimed.claim() {
+        None => {
+            let acquiring = client.acquire(resource, &owner, ttl, wait);
+            let acquiring = while_waiting(&client, Kind::Lock, resource, wait, acquiring);
+            hold_while_running(acquiring, command, schedule, signals).await
+        }
+        Some(claim) => {
+            let acquiring = client.acquire_claim(resource, &owner, claim, ttl, wait);
+            let acquiring = while_waiting(&client, claim.kind().into(), resource, wait, acquiring);
+            hold_while_running(acquiring, command, schedule, signals).await
+        }
+    }
+}
+
+/// Steps 1 to 5 of the module's list, for a lease of any kind: `acquiring` gives the guard.
+async fn hold_while_running<T: Held>(
+    acquiring: impl Future<Output = Result<LeaseGuard<T>, AcquireError>>,
+    command: &[OsString],
+    schedule: Schedule,
+    mut signals: Signals,
+) -> Result<u8, Failure> {
     let guard = tokio::select! {
         acquired = acquiring => match acquired {
             Ok(guard) => guard,
             Err(AcquireError::Busy { holder, .. }) => {
                 eprintln!("fencelock run: not running: {}", describe(&holder));
+                return Ok(exit::BUSY);
+            }
+            Err(busy @ (AcquireError::HoldBusy { .. } | AcquireError::LimitMismatch { .. })) => {
+                eprintln!("fencelock run: not running: {busy}");
                 return Ok(exit::BUSY);
             }
             Err(AcquireError::Store(error)) => return Err(error.into()),
@@ -182,7 +209,7 @@ async fn run_command(args: Args) -> Result<u8, Failure> {
         },
         received = signals.recv() => return Ok(128 + received as u8),
     };
-    let (mut child, group) = match start(&args.command, &guard) {
+    let (mut child, group) = match start(command, &guard) {
         Ok(Some(started)) => started,
         Ok(None) => {
             give_back(guard).await;
@@ -213,7 +240,7 @@ async fn run_command(args: Args) -> Result<u8, Failure> {
 /// Starts CMD in a process group of its own (so that signals reach everything it starts,
 /// and a terminal's Ctrl-C reaches `fencelock run`, which forwards it). `None` if the lease
 /// was lost before CMD could start.
-fn start(command: &[OsString], guard: &LeaseGuard) -> Result<Option<(Child, Group)>, Failure> {
+fn start<T: Held>(command: &[OsString], guard: &LeaseGuard<T>) -> Result<Option<(Child, Group)>, Failure> {
     let (program, arguments) = command
         .split_first()
         .ok_or_else(|| Failure::bad_input("no CMD given"))?;
@@ -225,6 +252,7 @@ fn start(command: &[OsString], guard: &LeaseGuard) -> Result<Option<(Child, Grou
         .args(arguments)
         .env("FENCELOCK_TOKEN", guard.token().to_string())
         .env("FENCELOCK_RESOURCE", guard.resource().as_str())
+        .env("FENCELOCK_KIND", guard.kind().as_str())
         .env("FENCELOCK_EXPIRES_AT", guard.expires_at().to_rfc3339())
         .process_group(0)
         .spawn();
@@ -245,8 +273,8 @@ fn start(command: &[OsString], guard: &LeaseGuard) -> Result<Option<(Child, Grou
 
 /// The lease is lost: stop CMD's whole group before the lease's expiry (see the module's
 /// "The stop schedule").
-async fn stop_on_loss(
-    guard: LeaseGuard,
+async fn stop_on_loss<T: Held>(
+    guard: LeaseGuard<T>,
     child: &mut Child,
     group: Group,
     schedule: Schedule,
@@ -282,12 +310,12 @@ async fn stop_on_loss(
 /// Releases the lease before `run` exits without waiting for CMD to end: a release left to
 /// the guard's drop would not get out before the process ends. It carries the token, so it
 /// never frees a newer lease (a lease lost only for want of a renewal may still be ours).
-async fn give_back(guard: LeaseGuard) {
+async fn give_back<T: Held>(guard: LeaseGuard<T>) {
     let _ = timeout(Duration::from_secs(1), guard.release()).await;
 }
 
 /// CMD ended: stop what it left in its group, then release.
-async fn finish_run(guard: LeaseGuard, child: &mut Child, group: Group, schedule: Schedule) {
+async fn finish_run<T: Held>(guard: LeaseGuard<T>, child: &mut Child, group: Group, schedule: Schedule) {
     if group.alive() {
         eprintln!("fencelock run: CMD ended but left processes in its group: stopping them before releasing");
         group
