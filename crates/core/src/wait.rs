@@ -1,10 +1,13 @@
-//! [`Waiters`]: waiting for a busy lock, first come first served, above any store.
+//! [`Waiters`]: waiting for a busy lock, semaphore or read-write lock, first come first
+//! served, above any store.
 //!
-//! Each name with waiters (a lock, a semaphore, a read-write lock) has one queue, whatever
-//! each waiter asks for, so that a writer is not overtaken by readers that came after it. Only the head of the queue asks the store; the
-//! others wait their turn. The head sleeps until the holder's lease ends (a timer set from
-//! the store's answer) or until the store reports a release of that resource, whichever
-//! comes first — there is no polling loop. The store's feed also reports a lease renewed or
+//! Each name with waiters has one queue, whatever each waiter asks for, so that a writer is
+//! not overtaken by readers that came after it. Only the head of the queue asks the store; the
+//! others wait their turn. The head sleeps until what stands in its way ends (a timer set from
+//! the store's answer) or until the store reports a release on that name, whichever comes
+//! first — there is no polling loop. (A writer at the head also asks again every second, to
+//! keep alive the intent that holds back later readers on every server: see
+//! [`Waiters::acquire_hold_unless`].) The store's feed also reports a lease renewed or
 //! extended to end sooner, and a lease purged after its expiry, so the head never sleeps
 //! through a lock that became free. When the head leaves (granted, timed out, or its caller
 //! went away), the next waiter becomes head and asks at once.
