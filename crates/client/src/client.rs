@@ -391,10 +391,11 @@ impl Client {
     /// // A writer waits for both readers to be done.
     /// let writer = client.acquire_write(&config, &"w".parse()?, ttl, Duration::ZERO).await;
     /// assert!(matches!(writer, Err(AcquireError::HoldBusy { .. })));
+    /// let last_reader = other.token();
     /// reader.release().await?;
     /// other.release().await?;
     /// let writer = client.acquire_write(&config, &"w".parse()?, ttl, Duration::ZERO).await?;
-    /// assert!(writer.token() > other.token());
+    /// assert!(writer.token() > last_reader);
     /// # Ok(())
     /// # }
     /// ```
