@@ -59,7 +59,8 @@ pub async fn serve(
     result
 }
 
-/// Forgets expired leases every [`Config::purge_interval`], logging and counting each.
+/// Forgets expired leases, permits and holds every [`Config::purge_interval`], logging
+/// (with its kind) and counting each.
 async fn purge_expired(app: App) {
     let mut every = tokio::time::interval(app.config.purge_interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -68,7 +69,7 @@ async fn purge_expired(app: App) {
         match app.waiters.store().purge_expired().await {
             Ok(expired) => {
                 for ended in &expired {
-                    events::expired(&ended.lease);
+                    events::expired(ended.kind, &ended.lease);
                     app.metrics.expired(&ended.lease);
                 }
             }
