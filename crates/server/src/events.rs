@@ -1,52 +1,70 @@
-//! One structured log line for every grant, extension, renewal, release, expiry and refusal.
+//! One structured log line for every grant, extension, renewal, release, expiry and refusal
+//! of a lock's lease, a semaphore's permit or a read-write lock's hold. Every line has a
+//! `kind` (`lock`, `semaphore`, `rwlock`) and the name as `resource`.
 
 use std::time::Duration;
 
-use fencelock_core::{FencingToken, Lease, Owner, Resource};
+use fencelock_core::{FencingToken, Kind, Lease, Owner, Resource};
 use fencelock_wire::{Label, Op};
 
 const TARGET: &str = "fencelock::lease";
 
 /// A new lease was granted.
-pub fn granted(lease: &Lease, waited: Duration) {
-    tracing::info!(target: TARGET, event = "grant", resource = %lease.resource, owner = %lease.owner,
-        token = lease.token.0, expires_at = %lease.expires_at, waited_ms = millis(waited));
+pub fn granted(kind: Kind, lease: &Lease, waited: Duration) {
+    tracing::info!(target: TARGET, event = "grant", kind = kind.as_str(), resource = %lease.resource,
+        owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at, waited_ms = millis(waited));
+}
+
+/// An owner's read hold was replaced by a write hold (an upgrade), or its write hold by a
+/// read hold (a downgrade): `old` ended when `new` was granted.
+pub fn replaced(kind: Kind, old: &Lease, new: &Lease) {
+    tracing::info!(target: TARGET, event = "replace", kind = kind.as_str(), resource = %old.resource,
+        owner = %old.owner, token = old.token.0, new_token = new.token.0,
+        held_ms = millis(new.acquired_at.since(old.acquired_at)));
 }
 
 /// The holder's lease was extended by a re-acquire.
-pub fn extended(lease: &Lease) {
-    tracing::info!(target: TARGET, event = "extend", resource = %lease.resource, owner = %lease.owner,
-        token = lease.token.0, expires_at = %lease.expires_at);
+pub fn extended(kind: Kind, lease: &Lease) {
+    tracing::info!(target: TARGET, event = "extend", kind = kind.as_str(), resource = %lease.resource,
+        owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at);
 }
 
 /// A lease was renewed.
-pub fn renewed(lease: &Lease) {
-    tracing::info!(target: TARGET, event = "renew", resource = %lease.resource, owner = %lease.owner,
-        token = lease.token.0, expires_at = %lease.expires_at);
+pub fn renewed(kind: Kind, lease: &Lease) {
+    tracing::info!(target: TARGET, event = "renew", kind = kind.as_str(), resource = %lease.resource,
+        owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at);
 }
 
 /// A lease was released after being held for `held`.
-pub fn released(lease: &Lease, held: Duration) {
-    tracing::info!(target: TARGET, event = "release", resource = %lease.resource, owner = %lease.owner,
-        token = lease.token.0, held_ms = millis(held));
+pub fn released(kind: Kind, lease: &Lease, held: Duration) {
+    tracing::info!(target: TARGET, event = "release", kind = kind.as_str(), resource = %lease.resource,
+        owner = %lease.owner, token = lease.token.0, held_ms = millis(held));
 }
 
 /// A lease was released, by a store that cannot say which (a server in front of another).
-pub fn released_unknown(resource: &Resource, owner: &Owner, token: Option<FencingToken>) {
-    tracing::info!(target: TARGET, event = "release", resource = %resource, owner = %owner,
-        token = token.map(|t| t.0));
+pub fn released_unknown(kind: Kind, resource: &Resource, owner: &Owner, token: Option<FencingToken>) {
+    tracing::info!(target: TARGET, event = "release", kind = kind.as_str(), resource = %resource,
+        owner = %owner, token = token.map(|t| t.0));
 }
 
 /// A lease ended by expiry.
-pub fn expired(lease: &Lease) {
-    tracing::info!(target: TARGET, event = "expire", resource = %lease.resource, owner = %lease.owner,
-        token = lease.token.0, expired_at = %lease.expires_at);
+pub fn expired(kind: Kind, lease: &Lease) {
+    tracing::info!(target: TARGET, event = "expire", kind = kind.as_str(), resource = %lease.resource,
+        owner = %lease.owner, token = lease.token.0, expired_at = %lease.expires_at);
 }
 
-/// A request was refused: `reason` is `held`, `forbidden`, `conflict` or `not_found`.
-pub fn refused(op: Op, reason: Label, resource: &Resource, owner: &Owner, holder: Option<&Lease>) {
-    tracing::info!(target: TARGET, event = "refuse", op = op.as_str(), reason = reason.as_str(),
-        resource = %resource, owner = %owner,
+/// A request was refused: `reason` is `held`, `forbidden`, `conflict`, `not_found` or
+/// `limit_mismatch`; `holder` is a lease in the way, if any.
+pub fn refused(
+    kind: Kind,
+    op: Op,
+    reason: Label,
+    resource: &Resource,
+    owner: &Owner,
+    holder: Option<&Lease>,
+) {
+    tracing::info!(target: TARGET, event = "refuse", kind = kind.as_str(), op = op.as_str(),
+        reason = reason.as_str(), resource = %resource, owner = %owner,
         holder = holder.map(|h| h.owner.as_str()), token = holder.map(|h| h.token.0));
 }
 

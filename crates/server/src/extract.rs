@@ -1,12 +1,13 @@
-//! Reading requests: the resource from the raw path, and a JSON object body, with every
-//! check the SPEC asks for (content type, size, read time, JSON, object) done here once.
+//! Reading requests: the name from the raw path (a lock's resource, a semaphore's or a
+//! read-write lock's name), and a JSON object body, with every check the SPEC asks for
+//! (content type, size, read time, JSON, object) done here once.
 
 use std::error::Error as _;
 
 use axum::extract::{FromRequest, Request};
 use axum::http::{Uri, header};
-use fencelock_core::Resource;
-use fencelock_wire::{FieldError, ProblemKind, parse};
+use fencelock_core::{HoldKind, Resource};
+use fencelock_wire::{FieldError, ProblemKind, hold, parse};
 use serde_json::{Map, Value};
 
 use crate::problem::ApiError;
@@ -16,9 +17,25 @@ use crate::state::App;
 /// segment right after `/locks/`. Router parameters are not used because they decode before
 /// we can tell a malformed escape or invalid UTF-8 apart from a valid name.
 pub fn resource(uri: &Uri) -> Result<Resource, FieldError> {
-    let rest = uri.path().strip_prefix("/locks/").unwrap_or_default();
-    let segment = rest.split('/').next().unwrap_or_default();
-    parse::resource(segment)
+    parse::resource(segment_after(uri, "/locks"))
+}
+
+/// The name of a `/semaphores/{name}…` or `/rwlocks/{name}…` path (as `kind` says), decoded
+/// from the raw segment right after the collection as [`resource`] decodes a lock's (so
+/// `POST /semaphores/renew` acquires the semaphore named `renew`). Errors name the field
+/// `name`.
+pub fn hold_name(kind: HoldKind, uri: &Uri) -> Result<Resource, FieldError> {
+    parse::name(segment_after(uri, hold::collection(kind)))
+}
+
+/// The raw path segment after `collection` and a `/`; empty if there is none.
+fn segment_after<'a>(uri: &'a Uri, collection: &str) -> &'a str {
+    let rest = uri
+        .path()
+        .strip_prefix(collection)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .unwrap_or_default();
+    rest.split('/').next().unwrap_or_default()
 }
 
 /// Combines a checked resource and a checked body, listing every bad field of both.
@@ -152,5 +169,18 @@ mod tests {
         assert_eq!(resource(&uri("/locks/renew")).unwrap().as_str(), "renew");
         assert_eq!(resource(&uri("/locks/")).unwrap_err().field, "resource");
         assert_eq!(resource(&uri("/locks/%ZZ")).unwrap_err().field, "resource");
+    }
+
+    #[test]
+    fn the_name_is_the_segment_after_the_kinds_collection() {
+        let uri = |s: &str| s.parse::<Uri>().unwrap();
+        let semaphore = |path| hold_name(HoldKind::Semaphore, &uri(path));
+        let rwlock = |path| hold_name(HoldKind::RwLock, &uri(path));
+        assert_eq!(semaphore("/semaphores/gpu%3A1").unwrap().as_str(), "gpu:1");
+        assert_eq!(semaphore("/semaphores/a%2Fb/renew").unwrap().as_str(), "a/b");
+        assert_eq!(semaphore("/semaphores/renew").unwrap().as_str(), "renew");
+        assert_eq!(rwlock("/rwlocks/renew/renew").unwrap().as_str(), "renew");
+        assert_eq!(semaphore("/semaphores/").unwrap_err().field, "name");
+        assert_eq!(rwlock("/rwlocks/%FF").unwrap_err().field, "name");
     }
 }

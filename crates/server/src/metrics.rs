@@ -1,14 +1,17 @@
 //! Prometheus metrics: what a lock operator watches (contention, waits, hold times, expiry).
 //!
-//! Every label value comes from an enum (an operation, an outcome, a route template, a status
-//! code): never a resource or an owner name, which would make one series per lock. Updates
+//! Every label value comes from an enum (a kind, an operation, an outcome, a route template, a
+//! status code): never a resource or an owner name, which would make one series per lock.
+//! The request series say which kind they are about (`kind="lock"`, `"semaphore"`,
+//! `"rwlock"`); the lease series (live leases, hold times, expiries, contention, timeouts)
+//! count a semaphore's permits and a read-write lock's holds as leases, each its own. Updates
 //! are atomics (and prometheus-client's read lock on a family's map); nothing here waits.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use fencelock_core::{Call, FencingToken, Lease};
+use fencelock_core::{Call, FencingToken, Kind, Lease};
 use fencelock_wire::{Label, Op};
 use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -19,20 +22,28 @@ use prometheus_client::registry::Registry;
 
 use crate::routes::Route;
 
-/// The labels of a request: the operation and its outcome.
+/// The labels of a request: the kind it is about, the operation and its outcome.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub struct OpLabels {
+    /// `lock`, `semaphore`, `rwlock`.
+    pub kind: Kind,
     /// `acquire`, `release`, `renew`, `get`, `list`.
     pub op: Op,
     /// e.g. `granted`, `extended`, `held`, `released`, `not_found`, `forbidden`,
-    /// `conflict`, `unavailable`.
+    /// `conflict`, `limit_mismatch`, `unavailable`.
     pub outcome: Label,
 }
 
-/// Written as `op="…",outcome="…"`, by the names the wire types give them.
+/// Written as `kind="…",op="…",outcome="…"`, by the names the model and the wire types give
+/// them.
 impl EncodeLabelSet for OpLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
-        [("op", self.op.as_str()), ("outcome", self.outcome.as_str())].encode(encoder)
+        [
+            ("kind", self.kind.as_str()),
+            ("op", self.op.as_str()),
+            ("outcome", self.outcome.as_str()),
+        ]
+        .encode(encoder)
     }
 }
 
@@ -184,32 +195,32 @@ impl Metrics {
         };
         m.registry.register(
             "requests",
-            "Lock requests by operation and outcome (renewals and releases by result among them)",
+            "Requests by kind (lock, semaphore, rwlock), operation and outcome (renewals and releases by result among them)",
             m.requests.clone(),
         );
         m.registry.register(
             "request_duration_seconds",
-            "Time to answer a lock request by operation and outcome; for op=\"acquire\" this is the acquisition time, its wait included",
+            "Time to answer a request by kind, operation and outcome; for op=\"acquire\" this is the acquisition time, its wait included",
             m.latency.clone(),
         );
         m.registry.register(
             "lease_hold_seconds",
-            "How long leases were held (from acquired_at, the last grant or extension), by how they ended",
+            "How long leases, permits and holds were held (from acquired_at, the last grant or extension), by how they ended (an upgrade or downgrade ends the hold it replaces as released)",
             m.hold.clone(),
         );
         m.registry.register(
             "leases_expired",
-            "Leases that ended by expiry, not release (as timeouts_total{kind=\"lease_expired\"})",
+            "Leases, permits and holds that ended by expiry, not release (as timeouts_total{kind=\"lease_expired\"})",
             m.expired.clone(),
         );
         m.registry.register(
             "contention",
-            "Acquires that found the lock held by another owner: refused at once (held) or waited in line (waited)",
+            "Acquires (of every kind) that found what they asked for held by other owners: refused at once (held) or waited in line (waited)",
             m.contention.clone(),
         );
         m.registry.register(
             "timeouts",
-            "Leases that expired unreleased (lease_expired) and waiting acquires answered without the lock (wait_expired)",
+            "Leases, permits and holds that expired unreleased (lease_expired) and waiting acquires answered without a grant (wait_expired)",
             m.timeouts.clone(),
         );
         m.registry.register(
@@ -224,12 +235,12 @@ impl Metrics {
         );
         m.registry.register(
             "live_leases",
-            "Leases this server granted minus those it saw end (released, given back, expired); sum over the servers of one store",
+            "Leases, permits and holds this server granted minus those it saw end (released, given back, replaced, expired); sum over the servers of one store",
             m.live.clone(),
         );
         m.registry.register(
             "highest_token",
-            "The highest fencing token this server has granted",
+            "The highest fencing token this server has granted, of any kind",
             m.highest_token.clone(),
         );
         m.registry.register(
@@ -239,20 +250,20 @@ impl Metrics {
         );
         m.registry.register(
             "waiters",
-            "Acquires waiting for a busy lock now",
+            "Acquires waiting now, of every kind",
             m.waiting.clone(),
         );
         m
     }
 
-    /// Counts one answered request and how long it took.
-    pub fn observe(&self, op: Op, outcome: Label, took: Duration) {
-        let labels = OpLabels { op, outcome };
+    /// Counts one answered request on `kind` and how long it took.
+    pub fn observe(&self, kind: Kind, op: Op, outcome: Label, took: Duration) {
+        let labels = OpLabels { kind, op, outcome };
         self.requests.get_or_create(&labels).inc();
         self.latency.get_or_create(&labels).observe(took.as_secs_f64());
     }
 
-    /// A new lease was granted.
+    /// A new lease, permit or hold was granted.
     pub fn granted(&self, lease: &Lease) {
         self.live.inc();
         let FencingToken(token) = lease.token;
@@ -261,7 +272,8 @@ impl Metrics {
             .fetch_max(i64::try_from(token).unwrap_or(i64::MAX), Ordering::Relaxed);
     }
 
-    /// A lease was released; `held` is its hold time, where the store could tell it.
+    /// A lease, permit or hold was released (or replaced); `held` is its hold time, where
+    /// the store could tell it.
     pub fn released(&self, held: Option<Duration>) {
         self.live.dec();
         if let Some(held) = held {
@@ -269,7 +281,7 @@ impl Metrics {
         }
     }
 
-    /// A lease ended by expiry.
+    /// A lease, permit or hold ended by expiry.
     pub fn expired(&self, lease: &Lease) {
         self.live.dec();
         self.expired.inc();

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Acquired, FencingToken, Lease, LeasePage, Owner, ReleaseOutcome, RenewOutcome, Resource,
-    StoreError,
+    AcquireOutcome, Acquired, FencingToken, Hold, HoldOutcome, HoldPage, Kind, Lease, LeasePage, Owner,
+    ReleaseOutcome, RenewOutcome, Resource, StoreError,
 };
 use fencelock_wire::{Label, Op, Outcome};
 
@@ -13,10 +13,10 @@ use crate::events;
 use crate::metrics::Metrics;
 use crate::state::App;
 
-/// What a call on a lock asked for, as its log lines tell it.
+/// What a call on a lease, a permit or a hold asked for, as its log lines tell it.
 #[derive(Debug, Clone)]
 pub struct Asked {
-    /// The resource.
+    /// The resource (the lock's, the semaphore's or the read-write lock's name).
     pub resource: Resource,
     /// Who asked.
     pub owner: Owner,
@@ -29,13 +29,14 @@ pub trait Observed: Outcome {
     /// What the log lines need to know of the request besides the outcome.
     type Asked;
 
-    /// Writes the log lines of this outcome of `op`, which took `took`.
-    fn record(&self, op: Op, asked: &Self::Asked, took: Duration, metrics: &Metrics);
+    /// Writes the log lines of this outcome of `op` on `kind`, which took `took`.
+    fn record(&self, kind: Kind, op: Op, asked: &Self::Asked, took: Duration, metrics: &Metrics);
 }
 
-/// Counts a call to the store and writes its log lines.
+/// Counts a call to the store on `kind` and writes its log lines.
 pub fn observe<O: Observed>(
     app: &App,
+    kind: Kind,
     op: Op,
     asked: &O::Asked,
     outcome: &Result<O, StoreError>,
@@ -43,90 +44,176 @@ pub fn observe<O: Observed>(
 ) {
     let label = match outcome {
         Ok(outcome) => {
-            outcome.record(op, asked, took, &app.metrics);
+            outcome.record(kind, op, asked, took, &app.metrics);
             outcome.label()
         }
         Err(_) => Label::Unavailable,
     };
-    app.metrics.observe(op, label, took);
+    app.metrics.observe(kind, op, label, took);
 }
 
 impl Observed for AcquireOutcome {
     type Asked = Asked;
 
-    fn record(&self, op: Op, asked: &Asked, took: Duration, metrics: &Metrics) {
+    fn record(&self, kind: Kind, op: Op, asked: &Asked, took: Duration, metrics: &Metrics) {
         match self {
             Self::Granted { lease, expired } => {
                 if let Some(expired) = expired {
-                    events::expired(expired);
+                    events::expired(kind, expired);
                     metrics.expired(expired);
                 }
-                events::granted(lease, took);
+                events::granted(kind, lease, took);
                 metrics.granted(lease);
             }
-            Self::Extended(lease) => events::extended(lease),
+            Self::Extended(lease) => events::extended(kind, lease),
             Self::Held { holder, .. } => {
-                events::refused(op, self.label(), &asked.resource, &asked.owner, Some(holder));
+                events::refused(
+                    kind,
+                    op,
+                    self.label(),
+                    &asked.resource,
+                    &asked.owner,
+                    Some(holder),
+                );
             }
         }
     }
 }
 
-/// An acquire through the waiters also counts whether it met another owner's lease.
-impl Observed for Acquired {
+/// A grant of a permit or hold counts as a lease's; one that replaced the owner's hold of
+/// the other mode (an upgrade, a downgrade) also ends that hold, as a release would.
+impl Observed for HoldOutcome {
     type Asked = Asked;
 
-    fn record(&self, op: Op, asked: &Asked, took: Duration, metrics: &Metrics) {
-        self.outcome.record(op, asked, took, metrics);
-        let held = matches!(self.outcome, AcquireOutcome::Held { .. });
-        metrics.contended(self.waited, held);
+    fn record(&self, kind: Kind, op: Op, asked: &Asked, took: Duration, metrics: &Metrics) {
+        match self {
+            Self::Granted { hold, replaced } => {
+                if let Some(old) = replaced {
+                    events::replaced(kind, &old.lease, &hold.lease);
+                    metrics.released(Some(hold.lease.acquired_at.since(old.lease.acquired_at)));
+                }
+                events::granted(kind, &hold.lease, took);
+                metrics.granted(&hold.lease);
+            }
+            Self::Extended(hold) => events::extended(kind, &hold.lease),
+            Self::Busy(busy) => {
+                let holder = busy.holders.first().map(|h| &h.lease);
+                events::refused(kind, op, self.label(), &asked.resource, &asked.owner, holder);
+            }
+            Self::LimitMismatch { .. } => refused(kind, op, self, asked),
+        }
+    }
+}
+
+/// An acquire through the waiters also counts whether it met another owner's lease, permit
+/// or hold.
+impl<T: Observed<Asked = Asked> + Contended> Observed for Acquired<T> {
+    type Asked = Asked;
+
+    fn record(&self, kind: Kind, op: Op, asked: &Asked, took: Duration, metrics: &Metrics) {
+        self.outcome.record(kind, op, asked, took, metrics);
+        metrics.contended(self.waited, self.outcome.is_held());
+    }
+}
+
+/// An acquire's outcome, as contention is counted.
+pub trait Contended {
+    /// Whether another owner held what was asked for (not granted, not an error).
+    fn is_held(&self) -> bool;
+}
+
+impl Contended for AcquireOutcome {
+    fn is_held(&self) -> bool {
+        matches!(self, Self::Held { .. })
+    }
+}
+
+impl Contended for HoldOutcome {
+    fn is_held(&self) -> bool {
+        matches!(self, Self::Busy(_))
     }
 }
 
 impl Observed for ReleaseOutcome {
     type Asked = Asked;
 
-    fn record(&self, op: Op, asked: &Asked, _: Duration, metrics: &Metrics) {
+    fn record(&self, kind: Kind, op: Op, asked: &Asked, _: Duration, metrics: &Metrics) {
         match self {
             Self::Released(Some(ended)) => {
-                events::released(&ended.lease, ended.held_for());
+                events::released(kind, &ended.lease, ended.held_for());
                 metrics.released(Some(ended.held_for()));
             }
             // Only a store in front of another server cannot say which lease it ended.
             Self::Released(None) => {
-                events::released_unknown(&asked.resource, &asked.owner, asked.token);
+                events::released_unknown(kind, &asked.resource, &asked.owner, asked.token);
                 metrics.released(None);
             }
-            Self::NotFound | Self::Forbidden | Self::Conflict => refused(op, self, asked),
+            Self::NotFound | Self::Forbidden | Self::Conflict => refused(kind, op, self, asked),
         }
     }
 }
 
-impl Observed for RenewOutcome {
+/// A renewal of a lease (`L` = [`Lease`]) or of a permit or hold ([`Hold`]).
+impl<L: AsLease> Observed for RenewOutcome<L>
+where
+    Self: Outcome,
+{
     type Asked = Asked;
 
-    fn record(&self, op: Op, asked: &Asked, _: Duration, _: &Metrics) {
+    fn record(&self, kind: Kind, op: Op, asked: &Asked, _: Duration, _: &Metrics) {
         match self {
-            Self::Renewed(lease) => events::renewed(lease),
-            Self::NotFound | Self::Forbidden | Self::Conflict => refused(op, self, asked),
+            Self::Renewed(renewed) => events::renewed(kind, renewed.lease()),
+            Self::NotFound | Self::Forbidden | Self::Conflict => refused(kind, op, self, asked),
         }
     }
 }
 
-fn refused(op: Op, outcome: &impl Outcome, asked: &Asked) {
-    events::refused(op, outcome.label(), &asked.resource, &asked.owner, None);
+/// What a renewal renewed: a lease, or the lease of a hold.
+pub trait AsLease {
+    /// The lease.
+    fn lease(&self) -> &Lease;
+}
+
+impl AsLease for Lease {
+    fn lease(&self) -> &Lease {
+        self
+    }
+}
+
+impl AsLease for Hold {
+    fn lease(&self) -> &Lease {
+        &self.lease
+    }
+}
+
+fn refused(kind: Kind, op: Op, outcome: &impl Outcome, asked: &Asked) {
+    events::refused(kind, op, outcome.label(), &asked.resource, &asked.owner, None);
 }
 
 /// A get is only counted: reading a lease is no lease event.
 impl Observed for Option<Lease> {
     type Asked = ();
 
-    fn record(&self, _: Op, (): &(), _: Duration, _: &Metrics) {}
+    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &Metrics) {}
+}
+
+/// A get of a semaphore's permits or a read-write lock's holds is only counted.
+impl Observed for Vec<Hold> {
+    type Asked = ();
+
+    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &Metrics) {}
 }
 
 /// A list is only counted.
 impl Observed for LeasePage {
     type Asked = ();
 
-    fn record(&self, _: Op, (): &(), _: Duration, _: &Metrics) {}
+    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &Metrics) {}
+}
+
+/// A list of semaphores or read-write locks is only counted.
+impl Observed for HoldPage {
+    type Asked = ();
+
+    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &Metrics) {}
 }

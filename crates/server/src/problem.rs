@@ -14,6 +14,9 @@ pub enum ApiError {
     Problem(ProblemKind, String),
     /// 422: every invalid field.
     Invalid(Vec<FieldError>),
+    /// A problem the wire types built, with its extension members (e.g. a limit mismatch's
+    /// `limit`); its `instance` is filled in as every problem's.
+    Built(Box<Problem>),
     /// The store failed: 503, nothing was done.
     Store(StoreError),
 }
@@ -38,6 +41,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem = match self {
             Self::Problem(kind, detail) => Problem::new(kind, detail, ""),
+            Self::Built(problem) => *problem,
             Self::Invalid(errors) => {
                 let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
                 let detail = format!("invalid: {}", fields.join(", "));

@@ -540,11 +540,11 @@ async fn health_readiness_metrics_and_openapi_answer() {
     s.acquire("r", json!({"owner": "b", "ttl_seconds": 5})).await;
     let metrics = s.metrics().await;
     assert!(
-        metrics.contains(r#"fencelock_requests_total{op="acquire",outcome="granted"} 1"#),
+        metrics.contains(r#"fencelock_requests_total{kind="lock",op="acquire",outcome="granted"} 1"#),
         "{metrics}"
     );
     assert!(
-        metrics.contains(r#"fencelock_requests_total{op="acquire",outcome="held"} 1"#),
+        metrics.contains(r#"fencelock_requests_total{kind="lock",op="acquire",outcome="held"} 1"#),
         "{metrics}"
     );
     assert!(metrics.contains("fencelock_waiters 0"), "{metrics}");

@@ -67,8 +67,9 @@ async fn acquisition_time_is_counted_by_outcome() {
     s.acquire("r", json!({"owner": "b", "ttl_seconds": 10})).await;
     let text = s.metrics().await;
     for outcome in ["granted", "extended", "held"] {
-        let series =
-            format!(r#"fencelock_request_duration_seconds_count{{op="acquire",outcome="{outcome}"}}"#);
+        let series = format!(
+            r#"fencelock_request_duration_seconds_count{{kind="lock",op="acquire",outcome="{outcome}"}}"#
+        );
         assert_eq!(value(&text, &series), 1.0, "{series}\n{text}");
     }
     assert_reads(
@@ -277,7 +278,7 @@ async fn renewals_and_releases_are_counted_by_result() {
     let text = s.metrics().await;
     for (op, done) in [("renew", "renewed"), ("release", "released")] {
         for outcome in [done, "forbidden", "conflict", "not_found"] {
-            let series = format!(r#"fencelock_requests_total{{op="{op}",outcome="{outcome}"}}"#);
+            let series = format!(r#"fencelock_requests_total{{kind="lock",op="{op}",outcome="{outcome}"}}"#);
             assert_eq!(value(&text, &series), 1.0, "{series}\n{text}");
         }
     }
@@ -296,7 +297,7 @@ async fn store_errors_are_counted_by_operation() {
         assert_eq!(value(&text, &errors), 1.0, "{errors}\n{text}");
         let timed = format!(r#"fencelock_store_duration_seconds_count{{op="{op}"}}"#);
         assert_eq!(value(&text, &timed), 1.0, "{timed}\n{text}");
-        let answered = format!(r#"fencelock_requests_total{{op="{op}",outcome="unavailable"}}"#);
+        let answered = format!(r#"fencelock_requests_total{{kind="lock",op="{op}",outcome="unavailable"}}"#);
         assert_eq!(value(&text, &answered), 1.0, "{answered}\n{text}");
     }
     // The purge runs once at start, and fails too.

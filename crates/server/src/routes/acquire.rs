@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
-use fencelock_core::{AcquireOutcome, Acquired, Lease, ReleaseOutcome};
+use fencelock_core::{AcquireOutcome, Acquired, Kind, Lease, ReleaseOutcome};
 use fencelock_wire::{AcquireRequest, AcquireResponse, Op, outcome, parse};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -13,7 +13,7 @@ use crate::observe::{Asked, Observed, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{BodyProblems, detached};
+use super::{BodyProblems, detached, hold_kind};
 
 /// Acquire a lock.
 ///
@@ -49,26 +49,31 @@ pub async fn acquire(
             owner: request.owner,
             token: None,
         };
-        observe(&app, Op::Acquire, &asked, &outcome, started.elapsed());
+        observe(&app, Kind::Lock, Op::Acquire, &asked, &outcome, started.elapsed());
         let Acquired { outcome, .. } = outcome?;
         if let AcquireOutcome::Granted { lease, .. } = &outcome
             && gone.is_cancelled()
         {
-            give_back(&app, lease).await;
+            give_back(&app, Kind::Lock, lease).await;
         }
         Ok(Json(outcome::encode_acquire(&outcome)))
     })
     .await
 }
 
-/// Releases a lease granted to a caller who hung up before hearing of it.
-async fn give_back(app: &App, lease: &Lease) {
+/// Releases a lease of `kind` (a lock's, a permit's or a hold's) granted to a caller who hung
+/// up before hearing of it.
+pub(super) async fn give_back(app: &App, kind: Kind, lease: &Lease) {
     let started = Instant::now();
-    let outcome = app
-        .waiters
-        .store()
-        .release(&lease.resource, &lease.owner, Some(lease.token))
-        .await;
+    let (store, token) = (app.waiters.store(), Some(lease.token));
+    let outcome = match hold_kind(kind) {
+        None => store.release(&lease.resource, &lease.owner, token).await,
+        Some(kind) => {
+            store
+                .release_hold(kind, &lease.resource, &lease.owner, token)
+                .await
+        }
+    };
     let asked = Asked {
         resource: lease.resource.clone(),
         owner: lease.owner.clone(),
@@ -76,7 +81,7 @@ async fn give_back(app: &App, lease: &Lease) {
     };
     match outcome {
         Ok(released @ ReleaseOutcome::Released(_)) => {
-            released.record(Op::Release, &asked, started.elapsed(), &app.metrics);
+            released.record(kind, Op::Release, &asked, started.elapsed(), &app.metrics);
         }
         // Renewed or released by someone else meanwhile; it ends at its TTL.
         Ok(_) => {}

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
+use fencelock_core::Kind;
 use fencelock_wire::{LeaseBody, Op, Problem, ProblemKind, outcome};
 use tokio::time::Instant;
 
@@ -27,7 +28,7 @@ pub async fn get(State(app): State<App>, uri: Uri) -> Result<Json<LeaseBody>, Ap
     let resource = resource(&uri).map_err(|e| ApiError::Invalid(vec![e]))?;
     let started = Instant::now();
     let lease = app.waiters.store().get(&resource).await;
-    observe(&app, Op::Get, &(), &lease, started.elapsed());
+    observe(&app, Kind::Lock, Op::Get, &(), &lease, started.elapsed());
     match lease? {
         Some(lease) => Ok(Json(LeaseBody::from(&lease))),
         None => Err(ApiError::Problem(

@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
-use fencelock_core::ListQuery;
+use fencelock_core::{Kind, ListQuery};
 use fencelock_wire::{LeaseBody, ListResponse, Op, parse};
 use tokio::time::Instant;
 
@@ -29,7 +29,7 @@ pub async fn list(State(app): State<App>, RawQuery(query): RawQuery) -> Result<J
     let query = parse_query(query.as_deref().unwrap_or(""))?;
     let started = Instant::now();
     let page = app.waiters.store().list(&query).await;
-    observe(&app, Op::List, &(), &page, started.elapsed());
+    observe(&app, Kind::Lock, Op::List, &(), &page, started.elapsed());
     let page = page?;
     Ok(Json(ListResponse {
         locks: page.leases.iter().map(LeaseBody::from).collect(),
@@ -37,7 +37,7 @@ pub async fn list(State(app): State<App>, RawQuery(query): RawQuery) -> Result<J
     }))
 }
 
-fn parse_query(raw: &str) -> Result<ListQuery, ApiError> {
+pub(super) fn parse_query(raw: &str) -> Result<ListQuery, ApiError> {
     let pairs = parse::query_pairs(raw).map_err(|error| ApiError::Invalid(vec![error]))?;
     let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let prefix = parse::list_prefix(get("prefix"));

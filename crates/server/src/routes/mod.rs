@@ -3,6 +3,11 @@
 mod acquire;
 mod get;
 mod health;
+mod hold_acquire;
+mod hold_get;
+mod hold_list;
+mod hold_release;
+mod hold_renew;
 mod list;
 mod release;
 mod renew;
@@ -16,15 +21,14 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use fencelock_core::{LockStore, Resource, StoreError};
-use fencelock_wire::{FieldError, Judged, LeaseBody, Limits, Op, ProblemKind, outcome};
-use serde_json::{Map, Value};
+use fencelock_core::{HoldKind, Kind, LockStore, Refusal, Resource, StoreError};
+use fencelock_wire::{FieldError, HoldItem, Judged, LeaseBody, Op, ProblemKind, hold, outcome};
 use tokio::time::Instant;
 use utoipa::OpenApi;
 use utoipa::openapi::response::{Response as Described, ResponseBuilder};
 use utoipa::openapi::{Content, Ref, RefOr};
 
-use crate::extract::{both, resource};
+use crate::extract::both;
 use crate::observe::{Asked, Observed, observe};
 use crate::problem::{ApiError, render_problems};
 use crate::state::App;
@@ -42,11 +46,32 @@ use crate::state::App;
         release::release,
         renew::renew,
         list::list,
+        hold_acquire::acquire_semaphore,
+        hold_get::get_semaphore,
+        hold_release::release_semaphore,
+        hold_renew::renew_semaphore,
+        hold_list::list_semaphores,
+        hold_acquire::acquire_rwlock,
+        hold_get::get_rwlock,
+        hold_release::release_rwlock,
+        hold_renew::renew_rwlock,
+        hold_list::list_rwlocks,
         health::healthz,
         health::readyz,
         health::metrics
     ),
-    components(schemas(fencelock_wire::Granted, fencelock_wire::Held, fencelock_wire::FieldError))
+    components(schemas(
+        fencelock_wire::Granted,
+        fencelock_wire::Held,
+        fencelock_wire::FieldError,
+        fencelock_wire::PermitGranted,
+        fencelock_wire::SemaphoreBusy,
+        fencelock_wire::HoldGranted,
+        fencelock_wire::RwLockBusy,
+        fencelock_wire::PermitBody,
+        fencelock_wire::HoldBody,
+        fencelock_wire::Mode
+    ))
 )]
 pub struct ApiDoc;
 
@@ -89,7 +114,7 @@ impl utoipa::IntoResponses for PathProblems {
         problems(&[
             (
                 ProblemKind::InvalidFields,
-                "Invalid resource name or parameters, each listed in errors",
+                "Invalid name or parameters, each listed in errors",
             ),
             (
                 ProblemKind::Unavailable,
@@ -123,6 +148,12 @@ pub enum Route {
     Lock,
     /// `/locks/{resource}/renew`.
     Renew,
+    /// `/semaphores` or `/rwlocks`.
+    Holds(HoldKind),
+    /// `/semaphores/{name}` or `/rwlocks/{name}`.
+    Hold(HoldKind),
+    /// `/semaphores/{name}/renew` or `/rwlocks/{name}/renew`.
+    HoldRenew(HoldKind),
     /// `/healthz`.
     Healthz,
     /// `/readyz`.
@@ -136,10 +167,16 @@ pub enum Route {
 }
 
 impl Route {
-    const MATCHED: [Self; 7] = [
+    const MATCHED: [Self; 13] = [
         Self::Locks,
         Self::Lock,
         Self::Renew,
+        Self::Holds(HoldKind::Semaphore),
+        Self::Hold(HoldKind::Semaphore),
+        Self::HoldRenew(HoldKind::Semaphore),
+        Self::Holds(HoldKind::RwLock),
+        Self::Hold(HoldKind::RwLock),
+        Self::HoldRenew(HoldKind::RwLock),
         Self::Healthz,
         Self::Readyz,
         Self::Metrics,
@@ -152,6 +189,12 @@ impl Route {
             Self::Locks => "/locks",
             Self::Lock => "/locks/{resource}",
             Self::Renew => "/locks/{resource}/renew",
+            Self::Holds(HoldKind::Semaphore) => "/semaphores",
+            Self::Hold(HoldKind::Semaphore) => "/semaphores/{name}",
+            Self::HoldRenew(HoldKind::Semaphore) => "/semaphores/{name}/renew",
+            Self::Holds(HoldKind::RwLock) => "/rwlocks",
+            Self::Hold(HoldKind::RwLock) => "/rwlocks/{name}",
+            Self::HoldRenew(HoldKind::RwLock) => "/rwlocks/{name}/renew",
             Self::Healthz => "/healthz",
             Self::Readyz => "/readyz",
             Self::Metrics => "/metrics",
@@ -181,6 +224,34 @@ pub fn router(app: App) -> Router {
             post(acquire::acquire).get(get::get).delete(release::release),
         )
         .route(Route::Renew.template(), post(renew::renew))
+        .route(
+            Route::Holds(HoldKind::Semaphore).template(),
+            get(hold_list::list_semaphores),
+        )
+        .route(
+            Route::Hold(HoldKind::Semaphore).template(),
+            post(hold_acquire::acquire_semaphore)
+                .get(hold_get::get_semaphore)
+                .delete(hold_release::release_semaphore),
+        )
+        .route(
+            Route::HoldRenew(HoldKind::Semaphore).template(),
+            post(hold_renew::renew_semaphore),
+        )
+        .route(
+            Route::Holds(HoldKind::RwLock).template(),
+            get(hold_list::list_rwlocks),
+        )
+        .route(
+            Route::Hold(HoldKind::RwLock).template(),
+            post(hold_acquire::acquire_rwlock)
+                .get(hold_get::get_rwlock)
+                .delete(hold_release::release_rwlock),
+        )
+        .route(
+            Route::HoldRenew(HoldKind::RwLock).template(),
+            post(hold_renew::renew_rwlock),
+        )
         .route(Route::Healthz.template(), get(health::healthz))
         .route(Route::Readyz.template(), get(health::readyz))
         .route(Route::Metrics.template(), get(health::metrics))
@@ -205,12 +276,22 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
 }
 
-/// No route: a 404 problem — except `/locks/` and `/locks//renew`, whose resource name is
-/// empty, which is an invalid field like any other bad name.
+/// No route: a 404 problem — except `/locks/` and `/locks//renew` (and the same of
+/// semaphores and read-write locks), whose name is empty, which is an invalid field like any
+/// other bad name.
 async fn not_found(uri: Uri) -> ApiError {
     let path = uri.path();
-    if path == "/locks/" || path == "/locks//renew" {
-        return ApiError::Invalid(vec![FieldError::new("resource", "must not be empty or blank")]);
+    let collections = [
+        ("/locks", "resource"),
+        (hold::collection(HoldKind::Semaphore), "name"),
+        (hold::collection(HoldKind::RwLock), "name"),
+    ];
+    for (collection, field) in collections {
+        if let Some(rest) = path.strip_prefix(collection)
+            && (rest == "/" || rest == "//renew")
+        {
+            return ApiError::Invalid(vec![FieldError::new(field, "must not be empty or blank")]);
+        }
     }
     ApiError::Problem(ProblemKind::NotFound, format!("no such route: {path}"))
 }
@@ -239,16 +320,17 @@ async fn detached<T: Send + 'static>(
     }
 }
 
-/// A call on a held lease that the store judges (release, renew; later, a semaphore's or a
-/// read-write lock's): a kind of lease adds an `impl` of this, and [`judged`] does the rest.
+/// A call on a held lease that the store judges (release, renew, of a lock's lease or of a
+/// semaphore's permit or a read-write lock's hold): a call adds an `impl` of this, and
+/// [`judged`] does the rest.
 trait Judge: Sized + Send + Sync + 'static {
     /// The operation, for metrics and log lines.
     const OP: Op;
     /// What the store answers.
     type Outcome: Judged<Body: Reply> + Observed<Asked = Asked> + Send + 'static;
 
-    /// Reads the request body.
-    fn parse(body: &Map<String, Value>, limits: &Limits) -> Result<Self, Vec<FieldError>>;
+    /// The kind of lease the call is on.
+    fn kind(&self) -> Kind;
     /// What the log lines tell of the request.
     fn asked(self, resource: Resource) -> Asked;
     /// Asks the store.
@@ -259,23 +341,53 @@ trait Judge: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Outcome, StoreError>> + Send;
 }
 
-/// Parse, call the store (in a task of its own), observe, encode: the whole of a judged call.
-async fn judged<J: Judge>(app: App, uri: &Uri, body: &Map<String, Value>) -> Result<Response, ApiError> {
-    let (resource, request) = both(resource(uri), J::parse(body, &app.config.limits))?;
+/// Given the checked name and request: call the store (in a task of its own), observe,
+/// encode — the whole of a judged call.
+async fn judged<J: Judge>(
+    app: App,
+    name: Result<Resource, FieldError>,
+    request: Result<J, Vec<FieldError>>,
+) -> Result<Response, ApiError> {
+    let (resource, request) = both(name, request)?;
     detached(async move {
         let started = Instant::now();
+        let kind = request.kind();
         let outcome = request.call(app.waiters.store().as_ref(), &resource).await;
         let asked = request.asked(resource);
-        observe(&app, J::OP, &asked, &outcome, started.elapsed());
+        observe(&app, kind, J::OP, &asked, &outcome, started.elapsed());
         match outcome?.judged() {
             Ok(done) => Ok(J::Outcome::encode(done).reply(J::Outcome::DONE_STATUS)),
             Err(refusal) => Err(ApiError::Problem(
                 refusal.into(),
-                outcome::refusal_detail(refusal, &asked.resource, &asked.owner),
+                refusal_detail(kind, refusal, &asked),
             )),
         }
     })
     .await
+}
+
+/// The problem's `detail` for a refusal of a call on `kind`.
+fn refusal_detail(kind: Kind, refusal: Refusal, asked: &Asked) -> String {
+    let (name, owner) = (&asked.resource, &asked.owner);
+    match hold_kind(kind) {
+        None => outcome::refusal_detail(refusal, name, owner),
+        Some(kind) => outcome::hold_refusal_detail(kind, refusal, name, owner),
+    }
+}
+
+/// The kind of hold a namespace holds; `None` for locks.
+fn hold_kind(kind: Kind) -> Option<HoldKind> {
+    match kind {
+        Kind::Lock => None,
+        Kind::Semaphore => Some(HoldKind::Semaphore),
+        Kind::RwLock => Some(HoldKind::RwLock),
+    }
+}
+
+/// A release or renewal (`R`) of a semaphore's permit or a read-write lock's hold.
+struct OfHold<R> {
+    kind: HoldKind,
+    request: R,
 }
 
 /// The body of a done call as an answer with `status`.
@@ -292,6 +404,12 @@ impl Reply for () {
 }
 
 impl Reply for LeaseBody {
+    fn reply(self, status: u16) -> Response {
+        (status_code(status), Json(self)).into_response()
+    }
+}
+
+impl Reply for HoldItem {
     fn reply(self, status: u16) -> Response {
         (status_code(status), Json(self)).into_response()
     }

@@ -3,11 +3,10 @@
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::Response;
-use fencelock_core::{LockStore, ReleaseOutcome, Resource, StoreError};
-use fencelock_wire::{FieldError, Limits, Op, Problem, Release, ReleaseRequest, parse};
-use serde_json::{Map, Value};
+use fencelock_core::{Kind, LockStore, ReleaseOutcome, Resource, StoreError};
+use fencelock_wire::{Op, Problem, Release, ReleaseRequest, parse};
 
-use crate::extract::JsonObject;
+use crate::extract::{JsonObject, resource};
 use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
@@ -32,15 +31,16 @@ pub async fn release(
     uri: Uri,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    judged::<Release>(app, &uri, &body).await
+    let request = parse::release(&body);
+    judged(app, resource(&uri), request).await
 }
 
 impl Judge for Release {
     const OP: Op = Op::Release;
     type Outcome = ReleaseOutcome;
 
-    fn parse(body: &Map<String, Value>, _: &Limits) -> Result<Self, Vec<FieldError>> {
-        parse::release(body)
+    fn kind(&self) -> Kind {
+        Kind::Lock
     }
 
     fn asked(self, resource: Resource) -> Asked {

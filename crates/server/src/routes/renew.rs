@@ -3,11 +3,10 @@
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::Response;
-use fencelock_core::{LockStore, RenewOutcome, Resource, StoreError};
-use fencelock_wire::{FieldError, LeaseBody, Limits, Op, Problem, Renew, RenewRequest, parse};
-use serde_json::{Map, Value};
+use fencelock_core::{Kind, LockStore, RenewOutcome, Resource, StoreError};
+use fencelock_wire::{LeaseBody, Op, Problem, Renew, RenewRequest, parse};
 
-use crate::extract::JsonObject;
+use crate::extract::{JsonObject, resource};
 use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
@@ -32,15 +31,16 @@ pub async fn renew(
     uri: Uri,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    judged::<Renew>(app, &uri, &body).await
+    let request = parse::renew(&body, &app.config.limits);
+    judged(app, resource(&uri), request).await
 }
 
 impl Judge for Renew {
     const OP: Op = Op::Renew;
     type Outcome = RenewOutcome;
 
-    fn parse(body: &Map<String, Value>, limits: &Limits) -> Result<Self, Vec<FieldError>> {
-        parse::renew(body, limits)
+    fn kind(&self) -> Kind {
+        Kind::Lock
     }
 
     fn asked(self, resource: Resource) -> Asked {

@@ -1,0 +1,129 @@
+//! `POST /semaphores/{name}`, `POST /rwlocks/{name}`: acquire a permit or a hold, waiting up
+//! to `wait_ms` in line if it is busy.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::Uri;
+use axum::response::{IntoResponse, Response};
+use fencelock_core::{Acquired, Claim, HoldKind, HoldOutcome};
+use fencelock_wire::{
+    AcquireHold, Op, Problem, RwLockAcquireRequest, RwLockAcquireResponse, SemaphoreAcquireRequest,
+    SemaphoreAcquireResponse, outcome, parse,
+};
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::extract::{JsonObject, both, hold_name};
+use crate::observe::{Asked, observe};
+use crate::problem::ApiError;
+use crate::state::App;
+
+use super::acquire::give_back;
+use super::{BodyProblems, detached};
+
+/// Acquire a permit of a semaphore.
+///
+/// Grants a permit with a new fencing token while fewer than `limit` permits are live;
+/// extends the caller's own live permit (same token); or, if other owners hold every permit,
+/// answers `acquired: false` — at once, or after waiting up to `wait_ms` in first-come
+/// first-served order. A `limit` other than the live permits' is refused (409
+/// `limit-mismatch`, with theirs as `limit`) and changes nothing.
+#[utoipa::path(post, path = "/semaphores/{name}", tag = "semaphores",
+    params(("name" = String, Path, description = "The semaphore, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
+    request_body(content = SemaphoreAcquireRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Granted (new or extended), or every permit held by others", body = SemaphoreAcquireResponse),
+        (status = 409, description = "The live permits have another limit (problem type ending in limit-mismatch; `limit` is theirs)", body = Problem, content_type = "application/problem+json"),
+        BodyProblems,
+    ))]
+pub async fn acquire_semaphore(
+    State(app): State<App>,
+    uri: Uri,
+    JsonObject(body): JsonObject,
+) -> Result<Response, ApiError> {
+    acquire(app, HoldKind::Semaphore, &uri, &body).await
+}
+
+/// Acquire a read-write lock.
+///
+/// `read`: granted with a new token unless another owner holds `write` or a writer waits
+/// (writers are not starved). `write`: granted when no other owner holds anything; a sole
+/// reader is upgraded (new token). A writer asking `read` is downgraded at once (new token);
+/// the same mode again extends (same token). Otherwise `acquired: false` — at once, or after
+/// waiting up to `wait_ms` in first-come first-served order.
+#[utoipa::path(post, path = "/rwlocks/{name}", tag = "rwlocks",
+    params(("name" = String, Path, description = "The read-write lock, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
+    request_body(content = RwLockAcquireRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Granted (new, replaced or extended), or held against this mode", body = RwLockAcquireResponse),
+        BodyProblems,
+    ))]
+pub async fn acquire_rwlock(
+    State(app): State<App>,
+    uri: Uri,
+    JsonObject(body): JsonObject,
+) -> Result<Response, ApiError> {
+    acquire(app, HoldKind::RwLock, &uri, &body).await
+}
+
+async fn acquire(
+    app: App,
+    kind: HoldKind,
+    uri: &Uri,
+    body: &Map<String, Value>,
+) -> Result<Response, ApiError> {
+    let (name, AcquireHold { acquire, claim }) = both(
+        hold_name(kind, uri),
+        parse::acquire_hold(body, &app.config.limits, kind),
+    )?;
+    // As for locks: cancelled when the client hangs up; the wait ends, a store call under way
+    // completes and is logged, and a grant nobody will hear of is given back at once.
+    let gone = CancellationToken::new();
+    let _hung_up = gone.clone().drop_guard();
+    detached(async move {
+        let started = Instant::now();
+        let outcome = app
+            .waiters
+            .acquire_hold_unless(&name, &acquire.owner, claim, acquire.ttl, acquire.wait, &gone)
+            .await;
+        let asked = Asked {
+            resource: name,
+            owner: acquire.owner,
+            token: None,
+        };
+        observe(
+            &app,
+            kind.into(),
+            Op::Acquire,
+            &asked,
+            &outcome,
+            started.elapsed(),
+        );
+        let Acquired { outcome, .. } = outcome?;
+        if let HoldOutcome::Granted { hold, .. } = &outcome
+            && gone.is_cancelled()
+        {
+            // An upgrade or downgrade given back leaves the owner nothing: its renewal of
+            // the replaced hold then answers 404, so it learns it holds nothing.
+            give_back(&app, kind.into(), &hold.lease).await;
+        }
+        match outcome::encode_hold_acquire(kind, &asked.resource, &outcome) {
+            Ok(answer) => Ok(Json(answer).into_response()),
+            Err(limit) => Err(ApiError::Built(Box::new(outcome::limit_mismatch_problem(
+                &asked.resource,
+                asked_limit(claim),
+                limit,
+            )))),
+        }
+    })
+    .await
+}
+
+/// The limit a semaphore's acquire asked for (only its claims can mismatch).
+fn asked_limit(claim: Claim) -> u32 {
+    match claim {
+        Claim::Permit { limit } => limit,
+        Claim::Read | Claim::Write => 0,
+    }
+}
