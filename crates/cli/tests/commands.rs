@@ -1,7 +1,8 @@
-//! `fencelock acquire`, `renew`, `release`, `status` and `list` as a user runs them: against
-//! a real `fencelock serve`, and straight on an embedded store. Exit codes are the SPEC's:
-//! 0 done, 1 refused (held by another, not found, forbidden, conflict, free), 2 bad input,
-//! 3 unreachable.
+//! `fencelock acquire`, `renew`, `release`, `status` and `list` as a user runs them — of
+//! locks, semaphore permits (`--limit`, `--kind semaphore`) and read-write locks (`--mode`,
+//! `--kind rwlock`): against a real `fencelock serve`, and straight on an embedded store.
+//! Exit codes are the SPEC's: 0 done, 1 refused (held by another, not found, forbidden,
+//! conflict, free), 2 bad input, 3 unreachable.
 
 mod common;
 
@@ -262,4 +263,228 @@ fn the_commands_work_straight_on_an_embedded_store() {
             .unwrap(),
     );
     assert_eq!(via_env.json()["owner"], "b", "{via_env:?}");
+}
+
+#[test]
+fn permits_are_acquired_shown_renewed_and_released_like_leases() {
+    let server = Server::start();
+    let acquire = |owner: &str, limit: &str| {
+        server.run(&[
+            "acquire", "gpu-pool", "--limit", limit, "--owner", owner, "--ttl", "30s",
+        ])
+    };
+    let first = acquire("trainer-1", "2");
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let permit = first.json();
+    assert_eq!(
+        (&permit["name"], &permit["owner"]),
+        (&"gpu-pool".into(), &"trainer-1".into())
+    );
+    assert_eq!(permit["limit"], 2);
+    assert_eq!(ms(&permit["expires_at"]) - ms(&permit["acquired_at"]), 30_000);
+    let second = acquire("trainer-2", "2");
+    assert_eq!(second.code, Some(0), "{second:?}");
+    assert!(token(&second.json()) > token(&permit));
+    // The same owner again extends its permit: same token.
+    assert_eq!(token(&acquire("trainer-1", "2").json()), token(&permit));
+
+    // Full: refused, and told by whom; with --json, the API's answer.
+    let full = acquire("trainer-3", "2");
+    assert_eq!((full.code, full.stdout.as_str()), (Some(1), ""), "{full:?}");
+    assert!(
+        full.stderr
+            .contains("all its 2 permits held (by trainer-1, trainer-2)"),
+        "{full:?}"
+    );
+    let full = server.run(&[
+        "acquire",
+        "gpu-pool",
+        "--limit",
+        "2",
+        "--owner",
+        "trainer-3",
+        "--json",
+    ]);
+    assert_eq!(
+        (full.code, &full.json()["acquired"]),
+        (Some(1), &false.into()),
+        "{full:?}"
+    );
+    assert_eq!(full.json()["holders"], 2);
+    // Another limit than the live permits': refused, nothing changes.
+    let other = acquire("trainer-3", "3");
+    assert_eq!(other.code, Some(1), "{other:?}");
+    assert!(other.stderr.contains("live permits of limit 2"), "{other:?}");
+    let other = server.run(&[
+        "acquire",
+        "gpu-pool",
+        "--limit",
+        "3",
+        "--owner",
+        "trainer-3",
+        "--json",
+    ]);
+    assert_eq!(other.json()["limit"], 2, "{other:?}");
+    assert!(other.json()["type"].as_str().unwrap().ends_with("limit-mismatch"));
+
+    let status = server.run(&["status", "gpu-pool", "--kind", "semaphore", "--json"]);
+    assert_eq!(status.code, Some(0), "{status:?}");
+    let shown = status.json();
+    assert_eq!((&shown["name"], &shown["limit"]), (&"gpu-pool".into(), &2.into()));
+    let owners: Vec<&str> = shown["permits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["owner"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners, ["trainer-1", "trainer-2"]);
+    let status = server.run(&["status", "gpu-pool", "--kind", "semaphore"]);
+    assert!(
+        status
+            .stdout
+            .starts_with("gpu-pool (semaphore): 2 of 2 permits held\n"),
+        "{status:?}"
+    );
+    assert!(
+        status.stdout.contains("permit of trainer-1 (fencing token "),
+        "{status:?}"
+    );
+    // The namespaces are apart: there is no lock gpu-pool.
+    assert_eq!(server.lease("gpu-pool"), None);
+    let listed = server.run(&["list", "--kind", "semaphore", "--json"]);
+    assert_eq!(
+        listed.json()["semaphores"][0]["permits"],
+        shown["permits"],
+        "{listed:?}"
+    );
+    let table = server.run(&["list", "--kind", "semaphore"]);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert!(lines[0].starts_with("NAME") && lines.len() == 3, "{table:?}");
+    assert!(lines[1].starts_with("gpu-pool  trainer-1 "), "{table:?}");
+
+    let t = token(&permit).to_string();
+    let on_permit = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["gpu-pool", "--kind", "semaphore", "--owner", "trainer-1"]);
+        server.run(&all)
+    };
+    let renewed = on_permit(&["renew", "--ttl", "1m", "--token", &t]);
+    assert_eq!(renewed.code, Some(0), "{renewed:?}");
+    assert_eq!(token(&renewed.json()), token(&permit));
+    assert!(ms(&renewed.json()["expires_at"]) >= ms(&permit["acquired_at"]) + 60_000);
+    let stale = on_permit(&["renew", "--token", "999", "--json"]);
+    assert_eq!(
+        (stale.code, &stale.json()["reason"]),
+        (Some(1), &"conflict".into()),
+        "{stale:?}"
+    );
+    assert_eq!(stale.json()["name"], "gpu-pool");
+    let released = on_permit(&["release", "--token", &t]);
+    assert_eq!(
+        (released.code, released.stdout.trim()),
+        (Some(0), "released gpu-pool"),
+        "{released:?}"
+    );
+    let again = on_permit(&["release", "--json"]);
+    assert_eq!(
+        (again.code, &again.json()["reason"]),
+        (Some(1), &"not_found".into()),
+        "{again:?}"
+    );
+    assert!(
+        again.stderr.contains("trainer-1 holds no live permit"),
+        "{again:?}"
+    );
+    // A freed permit goes to the next owner, with a greater token.
+    let third = acquire("trainer-3", "2");
+    assert_eq!(third.code, Some(0), "{third:?}");
+    assert!(token(&third.json()) > token(&second.json()));
+}
+
+#[test]
+fn read_write_locks_share_reads_and_exclude_a_writer() {
+    let server = Server::start();
+    let acquire =
+        |owner: &str, mode: &str| server.run(&["acquire", "config", "--mode", mode, "--owner", owner]);
+    let r1 = acquire("r1", "read");
+    let r2 = acquire("r2", "read");
+    assert_eq!((r1.code, r2.code), (Some(0), Some(0)), "{r1:?} {r2:?}");
+    assert_eq!(
+        (&r1.json()["mode"], &r1.json()["name"]),
+        (&"read".into(), &"config".into())
+    );
+    assert!(token(&r2.json()) > token(&r1.json()));
+    let writer = acquire("w", "write");
+    assert_eq!(writer.code, Some(1), "{writer:?}");
+    assert!(writer.stderr.contains("held for read (by r1, r2)"), "{writer:?}");
+    let writer = server.run(&["acquire", "config", "--mode", "write", "--owner", "w", "--json"]);
+    assert_eq!(
+        (&writer.json()["acquired"], &writer.json()["mode"]),
+        (&false.into(), &"read".into())
+    );
+
+    let status = server.run(&["status", "config", "--kind", "rwlock", "--json"]);
+    assert_eq!(status.code, Some(0), "{status:?}");
+    assert_eq!(status.json()["mode"], "read");
+    assert_eq!(status.json()["holders"].as_array().map(Vec::len), Some(2));
+    let listed = server.run(&["list", "--kind", "rwlock", "--json"]);
+    assert_eq!(listed.json()["rwlocks"][0]["holders"], status.json()["holders"]);
+
+    for owner in ["r1", "r2"] {
+        let released = server.run(&["release", "config", "--kind", "rwlock", "--owner", owner]);
+        assert_eq!(released.code, Some(0), "{released:?}");
+    }
+    let free = server.run(&["status", "config", "--kind", "rwlock"]);
+    assert_eq!((free.code, free.stdout.trim()), (Some(1), "config is free"));
+    let writer = acquire("w", "write");
+    assert_eq!(writer.code, Some(0), "{writer:?}");
+    assert!(token(&writer.json()) > token(&r2.json()));
+    let reader = acquire("r3", "read");
+    assert_eq!(reader.code, Some(1), "{reader:?}");
+    assert!(reader.stderr.contains("held for write (by w)"), "{reader:?}");
+    let status = server.run(&["status", "config", "--kind", "rwlock"]);
+    assert!(
+        status
+            .stdout
+            .starts_with("config (read-write lock): held for write\n"),
+        "{status:?}"
+    );
+}
+
+#[test]
+fn bad_limits_modes_and_kinds_exit_2_and_an_unreachable_server_3() {
+    let server = Server::start();
+    for args in [
+        vec!["acquire", "r", "--owner", "a", "--limit", "2", "--mode", "read"],
+        vec!["acquire", "r", "--owner", "a", "--limit", "0"],
+        vec!["acquire", "r", "--owner", "a", "--limit", "-1"],
+        vec!["acquire", "r", "--owner", "a", "--limit", "many"],
+        vec!["acquire", "r", "--owner", "a", "--mode", "both"],
+        vec!["release", "r", "--owner", "a", "--kind", "mutex"],
+        vec!["status", "r", "--kind", "Semaphore"],
+        // Refused by the server (above its largest limit, 10,000): still bad input.
+        vec!["acquire", "r", "--owner", "a", "--limit", "10001"],
+    ] {
+        let shown = server.run(&args);
+        assert_eq!(shown.code, Some(2), "{args:?}: {shown:?}");
+        assert!(!shown.stderr.is_empty(), "{args:?} said nothing");
+    }
+    for kind in ["semaphore", "rwlock"] {
+        let shown = server.run(&["status", "r", "--kind", kind, "--json"]);
+        assert_eq!((shown.code, shown.stdout.trim()), (Some(1), "null"), "{shown:?}");
+    }
+    let nowhere = format!("http://127.0.0.1:{}", closed_port());
+    for args in [
+        vec!["acquire", "r", "--owner", "a", "--limit", "2"],
+        vec!["acquire", "r", "--owner", "a", "--mode", "write"],
+        vec!["renew", "r", "--owner", "a", "--kind", "semaphore"],
+        vec!["release", "r", "--owner", "a", "--kind", "rwlock"],
+        vec!["status", "r", "--kind", "rwlock"],
+        vec!["list", "--kind", "semaphore"],
+    ] {
+        let mut args = args.clone();
+        args.extend(["--server", &nowhere]);
+        let shown = run(&args);
+        assert_eq!(shown.code, Some(3), "{args:?}: {shown:?}");
+    }
 }
