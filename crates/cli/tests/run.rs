@@ -1,6 +1,7 @@
 //! `fencelock run` with real processes: what the child sees, exit statuses, mutual exclusion
-//! between runs, `--no-wait`, signals, and — the point of it all — a lost lease stops the
-//! child and its grandchildren before the lease's expiry.
+//! between runs (of a lock, of a semaphore's permits, of a read-write lock's modes),
+//! `--no-wait`, signals, and — the point of it all — a lost lease, permit or hold stops the
+//! child and its grandchildren before its expiry.
 
 mod common;
 
@@ -52,13 +53,14 @@ fn the_child_sees_the_lease_and_its_exit_status_passes_through() {
         "--",
         "sh",
         "-c",
-        "echo \"$FENCELOCK_TOKEN|$FENCELOCK_RESOURCE|$FENCELOCK_EXPIRES_AT\"; exit 7",
+        "echo \"$FENCELOCK_TOKEN|$FENCELOCK_RESOURCE|$FENCELOCK_EXPIRES_AT|$FENCELOCK_KIND\"; exit 7",
     ]);
     assert_eq!(shown.code, Some(7), "{shown:?}");
     let seen: Vec<&str> = shown.stdout.trim().split('|').collect();
     assert!(seen[0].parse::<u64>().unwrap() >= 1, "{seen:?}");
     assert_eq!(seen[1], "nightly");
     assert!(humantime::parse_rfc3339(seen[2]).is_ok(), "{seen:?}");
+    assert_eq!(seen[3], "lock");
     // Released when the child ended.
     assert_eq!(server.lease("nightly"), None);
 
@@ -103,6 +105,20 @@ fn bad_input_and_an_unreachable_server_are_told_before_the_child_starts() {
         ],
         vec!["run", "r", "--server", &nowhere],
         vec!["run", "", "--server", &nowhere, "--", "true"],
+        vec![
+            "run", "r", "--server", &nowhere, "--limit", "2", "--mode", "read", "--", "true",
+        ],
+        vec!["run", "r", "--server", &nowhere, "--limit", "0", "--", "true"],
+        vec![
+            "run",
+            "r",
+            "--server",
+            &nowhere,
+            "--mode",
+            "exclusive",
+            "--",
+            "true",
+        ],
     ] {
         let shown = run(&args);
         assert_eq!(shown.code, Some(2), "{args:?}: {shown:?}");
@@ -278,9 +294,31 @@ enum Loss {
     ServerKilled,
 }
 
+/// What a run holds: a lock, a permit or a hold (its flags), and its `--kind`.
+#[derive(Debug, Clone, Copy)]
+struct Holding {
+    flags: &'static [&'static str],
+    kind: &'static str,
+}
+
+const LOCK: Holding = Holding {
+    flags: &[],
+    kind: "lock",
+};
+
+/// The expiry of the first (or only) lease `status` shows, in ms since the epoch.
+fn first_expiry(shown: &serde_json::Value) -> i64 {
+    let first = match (shown.get("permits"), shown.get("holders")) {
+        (Some(permits), _) => &permits[0],
+        (_, Some(holders)) => &holders[0],
+        _ => shown,
+    };
+    ms(&first["expires_at"])
+}
+
 /// One forced loss: returns how long before the lease's expiry the child and its grandchild
 /// were both gone, in ms (negative: after).
-fn forced_loss(server: &mut Server, i: usize, loss: Loss, ignore_term: bool) -> i64 {
+fn forced_loss(server: &mut Server, i: usize, loss: Loss, ignore_term: bool, held: Holding) -> i64 {
     let dir = tempfile::tempdir().unwrap();
     let resource = format!("forced-{i}");
     // A child and a grandchild in its group; with `trap '' TERM` both ignore SIGTERM (an
@@ -288,13 +326,9 @@ fn forced_loss(server: &mut Server, i: usize, loss: Loss, ignore_term: bool) -> 
     let trap = if ignore_term { "trap '' TERM; " } else { "" };
     let script = format!("{trap}sleep 1000 & echo \"$$ $!\" > pids.tmp && mv pids.tmp pids; wait");
     let owner = format!("forced-{i}");
-    let run = spawn_run(
-        server,
-        &resource,
-        &["--ttl", "2s", "--owner", &owner],
-        &script,
-        dir.path(),
-    );
+    let mut args = vec!["--ttl", "2s", "--owner", &owner];
+    args.extend(held.flags);
+    let run = spawn_run(server, &resource, &args, &script, dir.path());
     let pids: Vec<i32> = wait_for_file(&dir.path().join("pids"))
         .split_whitespace()
         .map(|p| p.parse().unwrap())
@@ -304,10 +338,11 @@ fn forced_loss(server: &mut Server, i: usize, loss: Loss, ignore_term: bool) -> 
     std::thread::sleep(Duration::from_millis(u64::try_from(i * 97 % 700).unwrap()));
     // The expiry to beat: the last one the server confirmed before the loss (a renewal in
     // between only moves the real expiry later, so this can only understate the margin).
-    let expires_at = ms(&server.lease(&resource).expect("the run holds the lease")["expires_at"]);
+    let shown = server.status(&resource, held.kind).expect("the run holds it");
+    let expires_at = first_expiry(&shown);
     match loss {
         Loss::Deleted => {
-            let deleted = server.run(&["release", &resource, "--owner", &owner]);
+            let deleted = server.run(&["release", &resource, "--owner", &owner, "--kind", held.kind]);
             assert_eq!(deleted.code, Some(0), "{deleted:?}");
         }
         Loss::ServerKilled => server.kill(),
@@ -334,7 +369,7 @@ fn a_forced_loss_stops_the_child_and_its_grandchildren_before_the_lease_expires(
             Loss::ServerKilled
         };
         let ignore_term = i % 4 >= 2;
-        let margin = forced_loss(&mut server, i, loss, ignore_term);
+        let margin = forced_loss(&mut server, i, loss, ignore_term, LOCK);
         println!(
             "forced loss {i:>2}: {loss:?}, SIGTERM {}: group gone {margin} ms before the lease's expiry",
             if ignore_term { "ignored" } else { "obeyed" }
@@ -375,4 +410,169 @@ fn a_forced_loss_stops_the_child_and_its_grandchildren_before_the_lease_expires(
         margins.iter().filter(|m| m.1).map(|m| m.2).collect(),
     );
     assert!(all[0] > 0, "a child outlived the lease: {margins:?}");
+}
+
+#[test]
+fn a_forced_loss_of_a_permit_or_hold_stops_the_child_before_it_expires() {
+    let mut server = Server::start();
+    let permit = Holding {
+        flags: &["--limit", "3"],
+        kind: "semaphore",
+    };
+    let read = Holding {
+        flags: &["--mode", "read"],
+        kind: "rwlock",
+    };
+    let write = Holding {
+        flags: &["--mode", "write"],
+        kind: "rwlock",
+    };
+    for (i, (held, loss, ignore_term)) in [
+        (permit, Loss::Deleted, false),
+        (read, Loss::ServerKilled, false),
+        (write, Loss::Deleted, true),
+        (permit, Loss::ServerKilled, true),
+        (read, Loss::Deleted, true),
+        (write, Loss::ServerKilled, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let margin = forced_loss(&mut server, i, loss, ignore_term, held);
+        println!(
+            "forced loss {i}: {:?} {loss:?}: group gone {margin} ms before the expiry",
+            held.flags
+        );
+        assert!(
+            margin > 0,
+            "{:?} {loss:?}: the child outlived it by {} ms",
+            held.flags,
+            -margin
+        );
+    }
+}
+
+/// The fencing tokens of the runs that wrote `started-TOKEN` files in `dir`, once `n` have.
+fn started(dir: &Path, n: usize) -> Vec<u64> {
+    eventually(Duration::from_secs(10), "the runs to start", || {
+        let mut tokens: Vec<u64> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|entry| {
+                entry
+                    .ok()?
+                    .file_name()
+                    .to_str()?
+                    .strip_prefix("started-")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        tokens.sort_unstable();
+        (tokens.len() == n).then_some(tokens)
+    })
+}
+
+/// A child that says it started (with what it holds), then runs until the file `stop`
+/// appears, and says it ended.
+const UNTIL_STOP: &str = "echo \"$FENCELOCK_KIND $FENCELOCK_RESOURCE\" > started-$FENCELOCK_TOKEN; \
+                          while [ ! -e stop ]; do sleep 0.02; done; touch ended-$FENCELOCK_TOKEN";
+
+#[test]
+fn two_runs_share_a_semaphore_of_2_and_a_third_is_refused_or_waits() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let permit = |owner: &str, more: &[&str], script: &str| {
+        let mut args = vec!["--limit", "2", "--ttl", "3s", "--owner", owner];
+        args.extend(more);
+        spawn_run(&server, "exports", &args, script, dir.path())
+    };
+    let runs = [permit("a", &[], UNTIL_STOP), permit("b", &[], UNTIL_STOP)];
+    let mut cleanup = KillOnDrop(runs.iter().map(|c| i32::try_from(c.id()).unwrap()).collect());
+    // Both run at once, each with a permit of its own.
+    let tokens = started(dir.path(), 2);
+    let seen = std::fs::read_to_string(dir.path().join(format!("started-{}", tokens[0]))).unwrap();
+    assert_eq!(seen.trim(), "semaphore exports");
+
+    let refused = finish(permit("c", &["--no-wait"], "touch ran"));
+    assert_eq!(refused.code, Some(75), "{refused:?}");
+    assert!(refused.stderr.contains("all its 2 permits held"), "{refused:?}");
+    let other_limit = finish(spawn_run(
+        &server,
+        "exports",
+        &["--limit", "3", "--no-wait"],
+        "touch ran",
+        dir.path(),
+    ));
+    assert_eq!(other_limit.code, Some(75), "{other_limit:?}");
+    assert!(other_limit.stderr.contains("limit 2"), "{other_limit:?}");
+
+    let mut waiting = permit("d", &["--wait", "10s"], "echo $FENCELOCK_TOKEN > d");
+    cleanup.0.push(i32::try_from(waiting.id()).unwrap());
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "d ran while both permits were held"
+    );
+    std::fs::write(dir.path().join("stop"), "").unwrap();
+    for run in runs {
+        let shown = finish(run);
+        assert_eq!(shown.code, Some(0), "{shown:?}");
+    }
+    let shown = finish(waiting);
+    assert_eq!(shown.code, Some(0), "{shown:?}");
+    let d: u64 = std::fs::read_to_string(dir.path().join("d"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(d > tokens[1], "{d} after {tokens:?}");
+    assert!(!dir.path().join("ran").exists(), "a refused run ran its command");
+    assert_eq!(
+        server.status("exports", "semaphore"),
+        None,
+        "every permit was released"
+    );
+}
+
+#[test]
+fn read_runs_share_and_a_write_run_waits_until_they_are_done() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let hold = |mode: &str, more: &[&str], script: &str| {
+        let mut args = vec!["--mode", mode, "--ttl", "3s"];
+        args.extend(more);
+        spawn_run(&server, "config", &args, script, dir.path())
+    };
+    let readers = [hold("read", &[], UNTIL_STOP), hold("read", &[], UNTIL_STOP)];
+    let mut cleanup = KillOnDrop(readers.iter().map(|c| i32::try_from(c.id()).unwrap()).collect());
+    // Both readers run at once.
+    let tokens = started(dir.path(), 2);
+    let seen = std::fs::read_to_string(dir.path().join(format!("started-{}", tokens[1]))).unwrap();
+    assert_eq!(seen.trim(), "rwlock config");
+
+    let refused = finish(hold("write", &["--no-wait"], "touch ran"));
+    assert_eq!(refused.code, Some(75), "{refused:?}");
+    assert!(refused.stderr.contains("held for read"), "{refused:?}");
+    // The writer's command counts the readers that ended before it started.
+    let writer = hold(
+        "write",
+        &["--wait", "10s"],
+        "ls | grep -c '^ended-' > saw; echo $FENCELOCK_TOKEN > w",
+    );
+    cleanup.0.push(i32::try_from(writer.id()).unwrap());
+    std::fs::write(dir.path().join("stop"), "").unwrap();
+    for reader in readers {
+        let shown = finish(reader);
+        assert_eq!(shown.code, Some(0), "{shown:?}");
+    }
+    let shown = finish(writer);
+    assert_eq!(shown.code, Some(0), "{shown:?}");
+    let saw = std::fs::read_to_string(dir.path().join("saw")).unwrap();
+    assert_eq!(saw.trim(), "2", "the writer ran beside a reader");
+    let w: u64 = std::fs::read_to_string(dir.path().join("w"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(w > tokens[1]);
+    assert!(!dir.path().join("ran").exists(), "a refused run ran its command");
 }

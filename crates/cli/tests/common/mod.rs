@@ -150,7 +150,13 @@ impl Server {
 
     /// The live lease on `resource`, as the API answers it (`None` if there is none).
     pub fn lease(&self, resource: &str) -> Option<Value> {
-        let shown = self.run(&["status", resource, "--json"]);
+        self.status(resource, "lock")
+    }
+
+    /// What `fencelock status NAME --kind KIND --json` shows: the live lease, or the live
+    /// permits or holds, as the API answers them (`None` if there are none).
+    pub fn status(&self, name: &str, kind: &str) -> Option<Value> {
+        let shown = self.run(&["status", name, "--kind", kind, "--json"]);
         match shown.code {
             Some(0) => Some(shown.json()),
             Some(1) => None,
