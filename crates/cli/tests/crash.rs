@@ -1,5 +1,6 @@
 //! Crash safety of the embedded store, with a real `fencelock serve` process killed by
-//! SIGKILL: what was answered before the crash is still true after the restart.
+//! SIGKILL: what was answered before the crash — leases, semaphore permits, read-write lock
+//! holds — is still true after the restart.
 
 use std::path::Path;
 
@@ -101,10 +102,19 @@ async fn leases_and_tokens_survive_sigkill() {
     server.kill();
 }
 
-/// Asserts `now` is the lease `before` after a restart: the same grant, and no time taken
-/// from it (the store does not count the time it was stopped).
+/// Asserts `now` is the lease (or permit, or hold) `before` after a restart: the same grant,
+/// and no time taken from it (the store does not count the time it was stopped).
 fn assert_kept(before: &Value, now: &Value) {
-    for field in ["resource", "owner", "fencing_token", "acquired_at"] {
+    // A lease has a resource; a permit a name and a limit; a hold a name and a mode.
+    for field in [
+        "resource",
+        "name",
+        "limit",
+        "mode",
+        "owner",
+        "fencing_token",
+        "acquired_at",
+    ] {
         assert_eq!(
             now[field], before[field],
             "{field} changed across the restart: {now}"
@@ -125,6 +135,144 @@ async fn assert_still_held(client: &reqwest::Client, server: &Server, lease: &Va
     let thief = post(client, url, json!({"owner": "thief", "ttl_seconds": 5})).await;
     assert_eq!(thief["acquired"], false, "the lease ended early: {thief}");
     thief
+}
+
+/// `POST path` on `server` with `body`, concurrently for every body; the answers in order.
+async fn post_all(client: &reqwest::Client, server: &Server, path: &str, bodies: Vec<Value>) -> Vec<Value> {
+    let requests: Vec<_> = bodies
+        .into_iter()
+        .map(|body| {
+            let (client, url) = (client.clone(), format!("{}{path}", server.url));
+            tokio::spawn(async move { post(&client, url, body).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for request in requests {
+        answers.push(request.await.unwrap());
+    }
+    answers
+}
+
+/// The GET answer of `path` on `server`.
+async fn get(client: &reqwest::Client, server: &Server, path: &str) -> Value {
+    let answer = client.get(format!("{}{path}", server.url)).send().await.unwrap();
+    assert_eq!(answer.status(), 200, "GET {path}");
+    answer.json().await.unwrap()
+}
+
+/// `DELETE path` on `server` with `body`, answered 204.
+async fn delete(client: &reqwest::Client, server: &Server, path: &str, body: Value) {
+    let answer = client
+        .delete(format!("{}{path}", server.url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 204, "DELETE {path} {body}");
+}
+
+/// The fencing token of a lease, permit or hold.
+fn token_of(lease: &Value) -> u64 {
+    lease["fencing_token"].as_u64().expect("a fencing token")
+}
+
+/// What a granted acquire answered: its lease, permit or hold.
+fn granted(answer: &Value, field: &str) -> Value {
+    assert_eq!(answer["acquired"], true, "{answer}");
+    answer[field].clone()
+}
+
+#[tokio::test]
+async fn permits_and_holds_survive_sigkill_and_later_grants_get_greater_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fencelock.db");
+    let client = reqwest::Client::new();
+    let mut server = embedded(&db);
+    // Granted concurrently, so that the crash can fall on batched commits.
+    let permit = |i: usize| json!({"owner": format!("w{i}"), "limit": 30, "ttl_seconds": 600});
+    let read = |i: usize| json!({"owner": format!("r{i}"), "mode": "read", "ttl_seconds": 600});
+    let permits = post_all(
+        &client,
+        &server,
+        "/semaphores/jobs",
+        (0..20).map(permit).collect(),
+    )
+    .await;
+    let readers = post_all(&client, &server, "/rwlocks/config", (0..10).map(read).collect()).await;
+    let write = json!({"owner": "editor", "mode": "write", "ttl_seconds": 600});
+    let writer = post_all(&client, &server, "/rwlocks/doc", vec![write]).await;
+    let mut permits: Vec<Value> = permits.iter().map(|a| granted(a, "permit")).collect();
+    let mut readers: Vec<Value> = readers.iter().map(|a| granted(a, "hold")).collect();
+    let writer = granted(&writer[0], "hold");
+    // A permit and a hold released before the crash stay released.
+    delete(&client, &server, "/semaphores/jobs", json!({"owner": "w0"})).await;
+    delete(&client, &server, "/rwlocks/config", json!({"owner": "r0"})).await;
+    permits.remove(0);
+    readers.remove(0);
+    let highest = permits
+        .iter()
+        .chain(&readers)
+        .chain([&writer])
+        .map(token_of)
+        .max()
+        .unwrap();
+    server.kill();
+
+    let mut server = embedded(&db);
+    let by_token = |mut holds: Vec<Value>| {
+        holds.sort_by_key(token_of);
+        holds
+    };
+    let semaphore = get(&client, &server, "/semaphores/jobs").await;
+    assert_eq!(semaphore["limit"], 30, "{semaphore}");
+    let after = semaphore["permits"].as_array().unwrap();
+    let before = by_token(permits);
+    assert_eq!(after.len(), before.len(), "{semaphore}");
+    for (before, after) in before.iter().zip(after) {
+        assert_kept(before, after);
+    }
+    let config = get(&client, &server, "/rwlocks/config").await;
+    assert_eq!(config["mode"], "read", "{config}");
+    let after = config["holders"].as_array().unwrap();
+    let before = by_token(readers);
+    assert_eq!(after.len(), before.len(), "{config}");
+    for (before, after) in before.iter().zip(after) {
+        assert_kept(before, after);
+    }
+    let doc = get(&client, &server, "/rwlocks/doc").await;
+    assert_kept(&writer, &doc["holders"][0]);
+    // What they hold, they still exclude.
+    let reader = post(&client, format!("{}/rwlocks/doc", server.url), read(99)).await;
+    assert_eq!(reader["acquired"], false, "{reader}");
+    let write = json!({"owner": "x", "mode": "write", "ttl_seconds": 5});
+    let blocked = post(&client, format!("{}/rwlocks/config", server.url), write).await;
+    assert_eq!(blocked["acquired"], false, "{blocked}");
+    // A user sees them too.
+    let shown = server.run(&["status", "jobs", "--kind", "semaphore", "--json"]);
+    assert_eq!(shown.json(), semaphore, "{shown:?}");
+
+    // Every grant after the restart gets a greater token than every one before it.
+    let next_permit = post(&client, format!("{}/semaphores/jobs", server.url), permit(99)).await;
+    let new_name = post(
+        &client,
+        format!("{}/rwlocks/new", server.url),
+        json!({"owner": "n", "mode": "write", "ttl_seconds": 5}),
+    )
+    .await;
+    let lock = post(
+        &client,
+        format!("{}/locks/jobs", server.url),
+        json!({"owner": "n", "ttl_seconds": 5}),
+    )
+    .await;
+    for after in [
+        granted(&next_permit, "permit"),
+        granted(&new_name, "hold"),
+        granted(&lock, "lock"),
+    ] {
+        assert!(token_of(&after) > highest, "{after} after {highest}");
+    }
+    server.kill();
 }
 
 /// libfaketime, from Debian's `faketime` package (the test command installs it).
