@@ -171,6 +171,17 @@ async fn delete(client: &reqwest::Client, server: &Server, path: &str, body: Val
     assert_eq!(answer.status(), 204, "DELETE {path} {body}");
 }
 
+/// Asserts `after`, a GET's list of permits or holds after a restart, is `before` (in any
+/// order) as [`assert_kept`] has it, in token order.
+fn assert_all_kept(mut before: Vec<Value>, after: &Value) {
+    before.sort_by_key(token_of);
+    let after = after.as_array().expect("a list");
+    assert_eq!(after.len(), before.len(), "{after:?}");
+    for (before, after) in before.iter().zip(after) {
+        assert_kept(before, after);
+    }
+}
+
 /// The fencing token of a lease, permit or hold.
 fn token_of(lease: &Value) -> u64 {
     lease["fencing_token"].as_u64().expect("a fencing token")
@@ -219,26 +230,12 @@ async fn permits_and_holds_survive_sigkill_and_later_grants_get_greater_tokens()
     server.kill();
 
     let mut server = embedded(&db);
-    let by_token = |mut holds: Vec<Value>| {
-        holds.sort_by_key(token_of);
-        holds
-    };
     let semaphore = get(&client, &server, "/semaphores/jobs").await;
     assert_eq!(semaphore["limit"], 30, "{semaphore}");
-    let after = semaphore["permits"].as_array().unwrap();
-    let before = by_token(permits);
-    assert_eq!(after.len(), before.len(), "{semaphore}");
-    for (before, after) in before.iter().zip(after) {
-        assert_kept(before, after);
-    }
+    assert_all_kept(permits, &semaphore["permits"]);
     let config = get(&client, &server, "/rwlocks/config").await;
     assert_eq!(config["mode"], "read", "{config}");
-    let after = config["holders"].as_array().unwrap();
-    let before = by_token(readers);
-    assert_eq!(after.len(), before.len(), "{config}");
-    for (before, after) in before.iter().zip(after) {
-        assert_kept(before, after);
-    }
+    assert_all_kept(readers, &config["holders"]);
     let doc = get(&client, &server, "/rwlocks/doc").await;
     assert_kept(&writer, &doc["holders"][0]);
     // What they hold, they still exclude.

@@ -452,9 +452,12 @@ fn a_forced_loss_of_a_permit_or_hold_stops_the_child_before_it_expires() {
     }
 }
 
-/// The fencing tokens of the runs that wrote `started-TOKEN` files in `dir`, once `n` have.
-fn started(dir: &Path, n: usize) -> Vec<u64> {
-    eventually(Duration::from_secs(10), "the runs to start", || {
+/// Waits until every one of `runs` of [`UNTIL_STOP`] in `dir` has started its command, so
+/// that they all run at once, and checks that each was told it holds `held` (`KIND NAME`).
+/// Returns what kills them if the test fails, and their fencing tokens in order.
+fn running_at_once(runs: &[Child], dir: &Path, held: &str) -> (KillOnDrop, Vec<u64>) {
+    let cleanup = KillOnDrop(runs.iter().map(|c| i32::try_from(c.id()).unwrap()).collect());
+    let tokens = eventually(Duration::from_secs(10), "the runs to start", || {
         let mut tokens: Vec<u64> = std::fs::read_dir(dir)
             .unwrap()
             .filter_map(|entry| {
@@ -468,8 +471,13 @@ fn started(dir: &Path, n: usize) -> Vec<u64> {
             })
             .collect();
         tokens.sort_unstable();
-        (tokens.len() == n).then_some(tokens)
-    })
+        (tokens.len() == runs.len()).then_some(tokens)
+    });
+    for token in &tokens {
+        let seen = std::fs::read_to_string(dir.join(format!("started-{token}"))).unwrap();
+        assert_eq!(seen.trim(), held);
+    }
+    (cleanup, tokens)
 }
 
 /// A child that says it started (with what it holds), then runs until the file `stop`
@@ -487,11 +495,8 @@ fn two_runs_share_a_semaphore_of_2_and_a_third_is_refused_or_waits() {
         spawn_run(&server, "exports", &args, script, dir.path())
     };
     let runs = [permit("a", &[], UNTIL_STOP), permit("b", &[], UNTIL_STOP)];
-    let mut cleanup = KillOnDrop(runs.iter().map(|c| i32::try_from(c.id()).unwrap()).collect());
     // Both run at once, each with a permit of its own.
-    let tokens = started(dir.path(), 2);
-    let seen = std::fs::read_to_string(dir.path().join(format!("started-{}", tokens[0]))).unwrap();
-    assert_eq!(seen.trim(), "semaphore exports");
+    let (mut cleanup, tokens) = running_at_once(&runs, dir.path(), "semaphore exports");
 
     let refused = finish(permit("c", &["--no-wait"], "touch ran"));
     assert_eq!(refused.code, Some(75), "{refused:?}");
@@ -543,11 +548,7 @@ fn read_runs_share_and_a_write_run_waits_until_they_are_done() {
         spawn_run(&server, "config", &args, script, dir.path())
     };
     let readers = [hold("read", &[], UNTIL_STOP), hold("read", &[], UNTIL_STOP)];
-    let mut cleanup = KillOnDrop(readers.iter().map(|c| i32::try_from(c.id()).unwrap()).collect());
-    // Both readers run at once.
-    let tokens = started(dir.path(), 2);
-    let seen = std::fs::read_to_string(dir.path().join(format!("started-{}", tokens[1]))).unwrap();
-    assert_eq!(seen.trim(), "rwlock config");
+    let (mut cleanup, tokens) = running_at_once(&readers, dir.path(), "rwlock config");
 
     let refused = finish(hold("write", &["--no-wait"], "touch ran"));
     assert_eq!(refused.code, Some(75), "{refused:?}");
