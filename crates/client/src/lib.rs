@@ -7,7 +7,10 @@
 //! [`acquire`](Client::acquire) gives a [`LeaseGuard`]: the lease, its fencing token, a
 //! renewal task that keeps it alive, and [`lost`](LeaseGuard::lost), which completes as soon
 //! as the holder can no longer be sure it holds the lease. [`with_lock`] runs a closure
-//! under a lease and always releases it.
+//! under a lease and always releases it. Semaphores and read-write locks are held the same
+//! way: [`acquire_permit`](Client::acquire_permit), [`acquire_read`](Client::acquire_read) and
+//! [`acquire_write`](Client::acquire_write) give a [`HoldGuard`] — the same guard, over a
+//! permit or a hold, each with a fencing token of its own.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -34,10 +37,11 @@
 //!
 //! # Layout
 //!
-//! - [`client`]: [`connect`], [`Client`] (acquire with a guard, or plain calls) and
-//!   [`with_lock`].
-//! - [`guard`]: [`LeaseGuard`] — background renewal, [`LeaseState`], [`LostReason`], and
-//!   how the guard counts time ([`GuardOptions`]).
+//! - [`client`]: [`connect`], [`Client`] (acquire a lock, a permit or a hold with a guard,
+//!   or plain calls) and [`with_lock`].
+//! - [`guard`]: [`LeaseGuard`] over what it holds ([`Held`]: a lease, or a permit or hold,
+//!   [`HoldGuard`]) — background renewal, [`LeaseState`], [`LostReason`], and how the guard
+//!   counts time ([`GuardOptions`]).
 //! - [`http`]: [`HttpStore`], the [`LockStore`] trait over a server's HTTP API.
 //! - [`fence`]: the protected side — [`fence::FencedValue`] and a fenced SQL `UPDATE`.
 
