@@ -469,6 +469,7 @@ impl LockStore for SqliteStore {
             durable: true,
             knows_released_lease: true,
             shared: false,
+            writer_intents: true,
         }
     }
 }
