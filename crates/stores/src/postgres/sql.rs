@@ -28,8 +28,8 @@ const MIGRATIONS: &[&str] = &[
     CREATE SEQUENCE fencelock_tokens AS bigint MINVALUE 1 NO CYCLE;
     "#,
     // 2: semaphores and read-write locks. A hold is a row whose token comes from the same
-    // sequence as the leases'; the functions that change holds are here too (see "How the
-    // rules are kept" in the module docs for why they are functions).
+    // sequence as the leases'; the functions that change holds are here too (see
+    // "Semaphores and read-write locks" in the module docs for why they are functions).
     r#"
     CREATE TABLE fencelock_holds (
         kind        text NOT NULL CHECK (kind IN ('semaphore', 'rwlock')),
