@@ -523,6 +523,7 @@ impl LockStore for SqliteStore {
             durable: true,
             knows_released_lease: true,
             shared: false,
+            writer_intents: true,
         }
     }
 }

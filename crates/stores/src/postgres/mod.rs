@@ -332,6 +332,7 @@ impl LockStore for PostgresStore {
             durable: true,
             knows_released_lease: true,
             shared: true,
+            writer_intents: true,
         }
     }
 }
