@@ -50,16 +50,15 @@
 //! [`StoreError::Unavailable`]: fencelock_core::StoreError::Unavailable
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed,
-    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Ttl,
+    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Lease,
+    LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome,
+    Resource, Ttl,
 };
 use tokio::sync::broadcast;
 
@@ -68,10 +67,13 @@ use crate::remote::{Subscription, keep_subscribed};
 
 mod codec;
 mod error;
+mod holds;
 mod txn;
 mod watch;
 
+use codec::HoldKeys;
 use error::EtcdError;
+use watch::{Watch, Watched};
 
 /// The store's name in error messages.
 const STORE: &str = "etcd";
@@ -95,6 +97,8 @@ pub struct EtcdOptions {
     pub connect_timeout: Duration,
     /// The prefix of every lock key; the resource name follows it.
     pub prefix: String,
+    /// The prefix of every key of a semaphore or read-write lock (see the module docs).
+    pub holds_prefix: String,
 }
 
 impl Default for EtcdOptions {
@@ -103,6 +107,7 @@ impl Default for EtcdOptions {
             request_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
             prefix: "/fencelock/locks/".into(),
+            holds_prefix: "/fencelock/holds/".into(),
         }
     }
 }
@@ -125,6 +130,7 @@ pub struct EtcdStore {
     client: Client,
     endpoints: Vec<String>,
     options: EtcdOptions,
+    holds: HoldKeys,
     // Stops watching when the store is dropped.
     released: Subscription,
 }
@@ -163,19 +169,14 @@ impl EtcdStore {
         })
         .await?;
         let released = ReleaseFeed::new();
+        let holds = HoldKeys::new(&options.holds_prefix);
         let open = {
-            let (client, prefix, feed) = (client.clone(), options.prefix.clone(), released.clone());
-            // Where a new watch resumes, so that no deletion between two watches is missed.
-            let resume = Arc::new(AtomicI64::new(0));
-            move || {
-                watch::watch(
-                    client.clone(),
-                    prefix.clone(),
-                    deadline,
-                    feed.clone(),
-                    resume.clone(),
-                )
-            }
+            let (client, feed) = (client.clone(), released.clone());
+            let watches = [
+                Watch::new(Watched::Locks(options.prefix.clone())),
+                Watch::new(Watched::Holds(holds.clone())),
+            ];
+            move || watch::watch(client.clone(), watches.clone(), deadline, feed.clone())
         };
         // Only answer once the watch is in place, so that no release after this is missed;
         // making the watch also proves that the cluster answers.
@@ -184,6 +185,7 @@ impl EtcdStore {
             client,
             endpoints,
             options,
+            holds,
             released: keep_subscribed(STORE, first, open, released),
         };
         Ok(Deadline::new(store, Within::new(STORE, deadline)))
@@ -230,56 +232,52 @@ impl LockStore for EtcdStore {
 
     /// etcd deletes the key of an expired lease by itself: there is never anything left to
     /// purge, so this returns no leases (and makes no request).
-    async fn purge_expired(&self) -> Result<Vec<fencelock_core::Expired>> {
+    async fn purge_expired(&self) -> Result<Vec<Expired>> {
         Ok(Vec::new())
     }
 
     async fn acquire_hold(
         &self,
-        _: &Resource,
-        _: &Owner,
-        _: fencelock_core::Claim,
-        _: Ttl,
-        _: Option<Ttl>,
-    ) -> Result<fencelock_core::HoldOutcome> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        self.try_acquire_hold(name, owner, claim, ttl, intent).await
     }
 
-    async fn holds(&self, _: fencelock_core::HoldKind, _: &Resource) -> Result<Vec<fencelock_core::Hold>> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
+        self.try_holds(kind, name).await
     }
 
     async fn release_hold(
         &self,
-        _: fencelock_core::HoldKind,
-        _: &Resource,
-        _: &Owner,
-        _: Option<FencingToken>,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        self.try_release_hold(kind, name, owner, token).await
     }
 
     async fn renew_hold(
         &self,
-        _: fencelock_core::HoldKind,
-        _: &Resource,
-        _: &Owner,
-        _: Ttl,
-        _: Option<FencingToken>,
-    ) -> Result<RenewOutcome<fencelock_core::Hold>> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        self.try_renew_hold(kind, name, owner, ttl, token).await
     }
 
-    async fn list_holds(
-        &self,
-        _: fencelock_core::HoldKind,
-        _: &ListQuery,
-    ) -> Result<fencelock_core::HoldPage> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
+        self.try_list_holds(kind, query).await
     }
 
-    async fn withdraw_intent(&self, _: &Resource, _: &Owner) -> Result<()> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
+        self.try_withdraw_intent(name, owner).await
     }
 
     async fn ping(&self) -> Result<()> {
