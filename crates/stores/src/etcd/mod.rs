@@ -1,9 +1,10 @@
-//! [`EtcdStore`] (`etcd://host:port[,host:port…]`): leases as etcd keys bound to etcd
-//! leases, shared by any number of fencelock servers.
+//! [`EtcdStore`] (`etcd://host:port[,host:port…]`): leases — of locks, of semaphores' permits
+//! and of read-write locks' holds — as etcd keys bound to etcd leases, shared by any number of
+//! fencelock servers.
 //!
 //! Its guarantees are in the [crate's guarantee table](crate#guarantees).
 //!
-//! # How the rules are kept
+//! # How the rules of locks are kept
 //!
 //! - A lock on resource `r` is the key `/fencelock/locks/` + `r` (so listing in key order is
 //!   listing in the order of the names' bytes). Its value is JSON with the owner,
@@ -28,12 +29,57 @@
 //!   TTL, while a renew may ask for a shorter one.
 //! - All reads are linearizable (etcd's default), never served from a member's possibly
 //!   stale copy.
-//! - [`LockStore::releases`] is fed by a watch on the key prefix: every deletion, by a
-//!   release or by the expiry of a lease, and every rewrite that moves a lease's expiry
-//!   earlier (a shortening renewal or extension), wakes waiters, on every server. When the watch is
-//!   lost it resumes from the last revision it saw, so no deletion is missed unless etcd
-//!   compacted that history meanwhile.
-//! - [`LockStore::purge_expired`] returns nothing: etcd deletes expired keys by itself.
+//!
+//! # Semaphores and read-write locks
+//!
+//! Their keys are under a prefix of their own ([`EtcdOptions::holds_prefix`], by default
+//! `/fencelock/holds/`), where names and owners are followed by a zero byte (which neither
+//! may contain, and which sorts before every byte they may hold, so that key order is the
+//! order of the names' bytes):
+//!
+//! - each hold is one key, `semaphore/{name}` 0 `{owner}` 0 `permit`, or `rwlock/{name}` 0
+//!   `{owner}` 0 `read` (or `write`), attached to an etcd lease of the hold's TTL (whole
+//!   seconds, rounded up), its value JSON with `acquired_at`, `expires_at` and a permit's
+//!   `limit`. Its **token is its create revision**, as for locks: an extension or a renewal
+//!   rewrites the key and keeps it, while an upgrade or a downgrade deletes the key of one
+//!   mode and creates the other's, with a new token;
+//! - a waiting writer's intent is the key `intent/{name}` 0 `{owner}`, on an etcd lease of
+//!   the intent's TTL, its value JSON with `expires_at`.
+//!
+//! An acquire reads every hold on the name (and, for a read-write lock, every intent on it)
+//! in one transaction, at one revision `R`; decides with [`fencelock_core::hold::judge`];
+//! and writes what it decided in a transaction that succeeds only if no key in the name's
+//! range was created or rewritten after `R` (a compare of `mod_revision` over the whole
+//! range) — nor, for a reader, in its range of intents — and the owner's own hold, if it
+//! extends or replaces one, is still there. Keys deleted meanwhile (released or expired) can
+//! only have made the decision more cautious than it needed to be. If the compare fails,
+//! another call changed the name: the acquire reads and decides again, up to 32 times, then
+//! answers [`StoreError::Unavailable`]. So the limit, the exclusion of readers and writer,
+//! and the intents hold across every server. A refusal writes nothing (but an intent): it
+//! is what the name was at `R`.
+//!
+//! - A key exists as long as etcd keeps its lease alive, so every hold and intent read is
+//!   judged live, as a lock's key is, even past its `expires_at` by this server's clock
+//!   (etcd deletes it soon; a caller it stands in the way of is told to ask again in a
+//!   quarter of a second).
+//! - A refused writer with an intent to record writes it in a transaction with the same
+//!   compare, so that it is refused and recorded at one revision; a granted writer deletes
+//!   its intent in the grant's transaction; [`LockStore::withdraw_intent`] deletes it.
+//! - Release and renew read the owner's key (`NotFound` without one, `Conflict` on another
+//!   token: [`fencelock_core::Refusal::check`]) and delete it, or move it onto a new etcd
+//!   lease, only if it is still that version, as for locks.
+//! - The holds of a kind are listed from one revision, in key order, a batch at a time.
+//!
+//! # Release notices
+//!
+//! [`LockStore::releases`] is fed by two watches, on the locks' prefix and on the holds'
+//! prefix: every deletion (a release, the expiry of a lease, an upgrade's or a downgrade's
+//! old key, a writer's intent withdrawn, granted or run out), and every rewrite that moves an
+//! expiry earlier (a shortening renewal or extension), wakes the waiters of that lock,
+//! semaphore or read-write lock, on every server. When a watch is lost both resume from the
+//! last revision each saw, so no deletion is missed unless etcd compacted that history
+//! meanwhile. [`LockStore::purge_expired`] returns nothing: etcd deletes expired keys by
+//! itself.
 //!
 //! # Failure
 //!
