@@ -507,3 +507,21 @@ async fn hold_ttls_are_whole_seconds_rounded_up_and_expiries_are_announced_on_ev
         .expect("the expiry was not announced on the other server");
     assert_eq!(other.holds(HoldKind::Semaphore, &name).await.unwrap(), []);
 }
+
+#[tokio::test]
+async fn prefixes_of_locks_and_holds_that_overlap_are_refused() {
+    for (locks, holds) in [("/f/", "/f/"), ("/f/", "/f/holds/"), ("/f/locks/", "/f/")] {
+        let options = EtcdOptions {
+            prefix: locks.into(),
+            holds_prefix: holds.into(),
+            ..EtcdOptions::default()
+        };
+        let error = EtcdStore::connect_with("etcd://127.0.0.1:1", options)
+            .await
+            .expect_err("overlapping prefixes");
+        assert!(
+            matches!(&error, StoreError::Invalid(why) if why.contains("overlap")),
+            "{locks} {holds}: {error}"
+        );
+    }
+}

@@ -195,9 +195,9 @@ impl EtcdStore {
         .into())
     }
 
-    /// Revokes `old`, an etcd lease that a committed transaction moved a key off onto `new`.
-    /// The two may be the same when an earlier call granted the lease the key is on: never
-    /// revoke that one.
+    /// Revokes `old`, the etcd lease of a key that a committed transaction deleted or moved
+    /// onto `new`. Each call grants leases of its own, so the two differ; were they the same,
+    /// revoking would delete the key just written, hence the check.
     fn revoke_other(&self, old: i64, new: i64) {
         if old != new {
             self.revoke(old);

@@ -159,6 +159,18 @@ impl Default for EtcdOptions {
 }
 
 impl EtcdOptions {
+    /// Refuses prefixes under which the keys of locks and of holds would mix: listing locks
+    /// would then read holds, and the other way round.
+    fn check(&self) -> Result<(), EtcdError> {
+        let (locks, holds) = (&self.prefix, &self.holds_prefix);
+        if locks.starts_with(holds.as_str()) || holds.starts_with(locks.as_str()) {
+            return Err(EtcdError::Invalid(format!(
+                "the prefixes of locks ({locks:?}) and of holds ({holds:?}) overlap: neither may start with the other"
+            )));
+        }
+        Ok(())
+    }
+
     /// The most one call (a few requests) may take, whatever happens on the network.
     fn call_deadline(&self) -> Duration {
         self.request_timeout * 3 + self.connect_timeout
@@ -201,6 +213,7 @@ impl EtcdStore {
     /// As [`EtcdStore::connect`], with `options`.
     pub async fn connect_with(url: &str, options: EtcdOptions) -> Result<Deadline<Self>> {
         let endpoints = endpoints(url)?;
+        options.check()?;
         let connect = ConnectOptions::new()
             .with_timeout(options.request_timeout)
             .with_connect_timeout(options.connect_timeout)
