@@ -336,6 +336,9 @@ pub async fn upgrade_only_for_the_sole_reader_and_downgrade_at_once(h: &Harness)
 /// A waiting writer's intent holds back readers that come after it — not readers already
 /// holding, who may extend — until it is withdrawn; a writer granted ends its own intent.
 pub async fn a_waiting_writer_holds_back_new_readers(h: &Harness) {
+    if !h.capabilities().writer_intents {
+        return;
+    }
     let a = hold(h, "rw", "a", Claim::Read).await;
     let name = &a.lease.resource;
     let intent = Some(ttl(Duration::from_secs(60)));

@@ -221,6 +221,10 @@ pub struct Capabilities {
     /// (PostgreSQL, etcd): mutual exclusion, token order and release notices then hold
     /// across them all.
     pub shared: bool,
+    /// The store records a waiting writer's intent ([`LockStore::acquire_hold`]'s `intent`),
+    /// so that later readers wait behind it. A client of a server does not: the server's own
+    /// waiters record it when the client waits (`wait_ms`).
+    pub writer_intents: bool,
 }
 
 /// Why a store could not answer. Contention is not an error: see [`AcquireOutcome::Held`].

@@ -356,6 +356,7 @@ impl LockStore for EtcdStore {
             durable: true,
             knows_released_lease: true,
             shared: true,
+            writer_intents: true,
         }
     }
 }
