@@ -140,6 +140,8 @@ pub async fn concurrent_permit_acquires_never_exceed_the_limit(h: &Harness) {
         let ttl = h.long_ttl();
         tokio::spawn(async move { ask(store.as_ref(), &name, &format!("r{i}"), permit(LIMIT), ttl).await })
     });
+    // Spawn them all before awaiting any, so that they race.
+    let racers: Vec<_> = racers.collect();
     let mut tokens = HashSet::new();
     for racer in racers {
         if let HoldOutcome::Granted { hold, .. } = racer.await.unwrap() {
@@ -544,6 +546,7 @@ pub async fn the_limit_and_writer_intents_hold_across_servers(h: &Harness) {
         let name = name.clone();
         tokio::spawn(async move { ask(store.as_ref(), &name, &format!("r{i}"), permit(3), long).await })
     });
+    let racers: Vec<_> = racers.collect();
     let mut winners = 0;
     for racer in racers {
         winners += usize::from(matches!(racer.await.unwrap(), HoldOutcome::Granted { .. }));
