@@ -6,18 +6,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestServer, unreachable_store};
+use common::{TestServer, series_value as value, unreachable_store};
 use fencelock_core::{ManualClock, MemoryStore, Timestamp};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
-
-/// The value of exactly the series `series` (name and labels, as written), 0 if absent.
-fn value(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().expect("a number"))
-}
 
 /// Asserts that each series in `expected` reads its value in `text`.
 fn assert_reads(text: &str, expected: &[(&str, f64)]) {
@@ -28,22 +21,6 @@ fn assert_reads(text: &str, expected: &[(&str, f64)]) {
 
 async fn read(s: &TestServer, series: &str) -> f64 {
     value(&s.metrics().await, series)
-}
-
-/// Polls `/metrics` (with a deadline) until `series` reads `expected`.
-async fn until(s: &TestServer, series: &str, expected: f64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = s.metrics().await;
-        if value(&text, series) == expected {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{series} never read {expected}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// A server on an in-memory store on a manual clock, purging every `purge`.
@@ -135,7 +112,8 @@ async fn contention_counts_refusals_at_once_and_waits() {
     };
     s.until_waiters(1).await;
     // Its first try (after a's grant and b's) found the lock held: it waits.
-    until(&s, r#"fencelock_store_duration_seconds_count{op="acquire"}"#, 3.0).await;
+    s.until_series(r#"fencelock_store_duration_seconds_count{op="acquire"}"#, 3.0)
+        .await;
     assert_eq!(
         s.release("r", json!({"owner": "a"})).await.status,
         StatusCode::NO_CONTENT
@@ -207,7 +185,8 @@ async fn a_purged_lease_counts_as_expired_with_its_hold_time() {
     s.grant("r", "a", 10).await;
     assert_eq!(read(&s, "fencelock_live_leases").await, 1.0);
     s.advance(Duration::from_secs(11));
-    until(&s, r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0).await;
+    s.until_series(r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0)
+        .await;
     let text = s.metrics().await;
     assert_reads(
         &text,
@@ -301,7 +280,8 @@ async fn store_errors_are_counted_by_operation() {
         assert_eq!(value(&text, &answered), 1.0, "{answered}\n{text}");
     }
     // The purge runs once at start, and fails too.
-    until(&s, r#"fencelock_store_errors_total{op="purge"}"#, 1.0).await;
+    s.until_series(r#"fencelock_store_errors_total{op="purge"}"#, 1.0)
+        .await;
 }
 
 #[tokio::test]
@@ -364,7 +344,8 @@ async fn no_series_names_a_resource_or_an_owner() {
         .await;
     s.grant("secret-expiring-xyz", owner, 1).await;
     s.advance(Duration::from_secs(2));
-    until(&s, r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0).await;
+    s.until_series(r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0)
+        .await;
     let text = s.metrics().await;
     assert!(!text.contains("secret"), "{text}");
     assert!(!text.contains("xyz"), "{text}");
