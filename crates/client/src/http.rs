@@ -332,6 +332,7 @@ impl LockStore for HttpStore {
             durable: false,
             knows_released_lease: false,
             shared: false,
+            writer_intents: false,
         }
     }
 }

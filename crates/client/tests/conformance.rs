@@ -49,6 +49,7 @@ fn through_a_server(ttl_granularity: Duration) -> Capabilities {
         durable: false,
         knows_released_lease: false,
         shared: false,
+        writer_intents: false,
     }
 }
 

@@ -20,7 +20,9 @@
 //! # Layout
 //!
 //! - [`Harness`]: the store under test and how its time moves.
-//! - [`checks`]: one `async fn` per rule.
+//! - [`checks`]: one `async fn` per rule of locks.
+//! - [`holds`]: the same for semaphores and read-write locks, with their durable and shared
+//!   checks.
 //! - [`shared`]: the checks a store's declared capabilities call for: durability across a
 //!   reopen ([`Harness::reopening`]) and the rules across many servers ([`Harness::sharing`]).
 //! - [`suite!`]: one `#[tokio::test]` per check.
@@ -32,6 +34,7 @@ use std::time::{Duration, Instant};
 use fencelock_core::{Capabilities, Lease, LockStore, ManualClock, Resource, Ttl};
 
 pub mod checks;
+pub mod holds;
 pub mod shared;
 
 /// Opens a store over the same lock state as the store under test (for [`Harness::reopening`]
@@ -161,6 +164,21 @@ impl Harness {
     /// Returns once `lease` has expired by the store's clock: at once on a manual clock,
     /// else by asking the store until it no longer reports the lease (with a deadline).
     pub async fn expire(&self, lease: &Lease) {
+        self.expire_with(lease, async || {
+            let current = self
+                .store
+                .get(&lease.resource)
+                .await
+                .expect("get while waiting for expiry");
+            current.is_some_and(|c| c.token == lease.token)
+        })
+        .await;
+    }
+
+    /// Returns once `lease` (a lock's, or a hold's) has expired by the store's clock: at once
+    /// on a manual clock, else when `still_there` — asking the store — says it is gone, with
+    /// a deadline.
+    pub async fn expire_with(&self, lease: &Lease, mut still_there: impl AsyncFnMut() -> bool) {
         if let Some(clock) = &self.clock {
             clock.advance(lease.expires_at.since(clock_now(clock)) + Duration::from_millis(1));
             return;
@@ -170,15 +188,7 @@ impl Harness {
             + lease.expires_at.since(fencelock_core::Timestamp::now_wall())
             + granularity
             + Duration::from_secs(10);
-        loop {
-            let current = self
-                .store
-                .get(&lease.resource)
-                .await
-                .expect("get while waiting for expiry");
-            if current.is_none_or(|c| c.token != lease.token) {
-                return;
-            }
+        while still_there().await {
             assert!(
                 Instant::now() < deadline,
                 "lease {lease:?} did not expire in time"
@@ -233,6 +243,24 @@ macro_rules! suite {
             releases_are_announced,
             shortened_leases_are_announced,
             ping_answers
+        );
+        $crate::suite!(@each $make; holds:
+            a_semaphore_grants_up_to_its_limit,
+            a_permit_reacquired_is_extended_with_the_same_token,
+            a_limit_that_differs_is_refused_until_no_permit_is_live,
+            concurrent_permit_acquires_never_exceed_the_limit,
+            release_and_renew_of_a_hold_check_presence_then_token,
+            renew_of_a_hold_moves_only_the_expiry,
+            hold_tokens_increase_across_releases_and_expiries,
+            readers_share_and_a_writer_excludes,
+            upgrade_only_for_the_sole_reader_and_downgrade_at_once,
+            a_waiting_writer_holds_back_new_readers,
+            kinds_are_separate_namespaces,
+            list_holds_orders_by_name_and_pages,
+            an_expired_hold_is_gone,
+            hold_releases_are_announced,
+            holds_survive_a_reopen,
+            the_limit_and_writer_intents_hold_across_servers
         );
         $crate::suite!(@each $make; shared:
             answers_survive_a_reopen,

@@ -317,3 +317,121 @@ pub fn new_hold(
         claim,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Timestamp = Timestamp::from_millis(1_000_000);
+
+    fn o(name: &str) -> Owner {
+        Owner::new(name).unwrap()
+    }
+
+    /// A hold of `claim` by `owner` with `token`, ending `ends_in` ms after NOW (negative: ended).
+    fn h(owner: &str, claim: Claim, token: u64, ends_in: i64) -> Hold {
+        Hold {
+            lease: Lease {
+                resource: Resource::new("n").unwrap(),
+                owner: o(owner),
+                token: FencingToken(token),
+                acquired_at: Timestamp::from_millis(0),
+                expires_at: Timestamp::from_millis(NOW.as_millis().saturating_add_signed(ends_in)),
+            },
+            claim,
+        }
+    }
+
+    fn judged(holds: &[Hold], intents: &[Intent], owner: &str, claim: Claim) -> Verdict {
+        judge(NOW, holds, intents, &o(owner), claim)
+    }
+
+    const P2: Claim = Claim::Permit { limit: 2 };
+
+    #[test]
+    fn permits_up_to_the_limit_expired_ones_not_counted() {
+        let two = [h("a", P2, 1, 500), h("b", P2, 2, 100)];
+        let Verdict::Busy(busy) = judged(&two, &[], "c", P2) else {
+            panic!("full");
+        };
+        assert_eq!(busy.holders, two);
+        assert_eq!(busy.retry_in, Duration::from_millis(100), "the first to end");
+        assert!(!busy.writer_waits);
+        let one_ended = [h("a", P2, 1, 500), h("b", P2, 2, 0)];
+        assert_eq!(judged(&one_ended, &[], "c", P2), Verdict::Grant);
+        assert_eq!(judged(&two, &[], "a", P2), Verdict::Extend);
+    }
+
+    #[test]
+    fn a_limit_mismatch_comes_first_and_ended_permits_carry_no_limit() {
+        let live = [h("a", P2, 1, 500)];
+        let three = Claim::Permit { limit: 3 };
+        assert_eq!(judged(&live, &[], "a", three), Verdict::LimitMismatch(2));
+        assert_eq!(judged(&live, &[], "b", three), Verdict::LimitMismatch(2));
+        let ended = [h("a", P2, 1, -1)];
+        assert_eq!(judged(&ended, &[], "b", three), Verdict::Grant);
+    }
+
+    #[test]
+    fn readers_share_writers_exclude_and_upgrades_need_to_be_alone() {
+        let readers = [h("a", Claim::Read, 1, 500), h("b", Claim::Read, 2, 300)];
+        assert_eq!(judged(&readers, &[], "c", Claim::Read), Verdict::Grant);
+        assert_eq!(judged(&readers, &[], "a", Claim::Read), Verdict::Extend);
+        let Verdict::Busy(busy) = judged(&readers, &[], "a", Claim::Write) else {
+            panic!("b still reads");
+        };
+        assert_eq!(
+            busy.holders,
+            [readers[1].clone()],
+            "only the others stand in the way"
+        );
+        assert_eq!(busy.retry_in, Duration::from_millis(300));
+        assert_eq!(
+            judged(&readers[..1], &[], "a", Claim::Write),
+            Verdict::Grant,
+            "upgrade"
+        );
+        let writer = [h("w", Claim::Write, 3, 200)];
+        assert!(matches!(judged(&writer, &[], "c", Claim::Read), Verdict::Busy(_)));
+        assert!(matches!(
+            judged(&writer, &[], "c", Claim::Write),
+            Verdict::Busy(_)
+        ));
+        assert_eq!(judged(&writer, &[], "w", Claim::Write), Verdict::Extend);
+        assert_eq!(
+            judged(&writer, &[], "w", Claim::Read),
+            Verdict::Grant,
+            "downgrade"
+        );
+    }
+
+    #[test]
+    fn another_owners_live_intent_holds_back_new_readers_only() {
+        let readers = [h("a", Claim::Read, 1, 500)];
+        let intent = |owner: &str, ends_in: u64| Intent {
+            owner: o(owner),
+            expires_at: Timestamp::from_millis(NOW.as_millis() + ends_in),
+        };
+        let waiting = [intent("w", 50)];
+        let Verdict::Busy(busy) = judged(&readers, &waiting, "c", Claim::Read) else {
+            panic!("a writer waits");
+        };
+        assert!(busy.writer_waits);
+        assert_eq!(busy.retry_in, Duration::from_millis(50), "when the intent ends");
+        assert_eq!(judged(&readers, &waiting, "a", Claim::Read), Verdict::Extend);
+        assert_eq!(
+            judged(&readers, &waiting, "w", Claim::Read),
+            Verdict::Grant,
+            "its own"
+        );
+        assert_eq!(
+            judged(&readers, &[intent("w", 0)], "c", Claim::Read),
+            Verdict::Grant
+        );
+        assert_eq!(
+            judged(&[], &waiting, "x", Claim::Write),
+            Verdict::Grant,
+            "writers race"
+        );
+    }
+}

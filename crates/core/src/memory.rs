@@ -162,6 +162,7 @@ impl LockStore for MemoryStore {
             durable: false,
             knows_released_lease: true,
             shared: false,
+            writer_intents: true,
         }
     }
 }

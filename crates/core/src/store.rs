@@ -13,6 +13,10 @@ use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
 /// A store's result.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// The most expired leases and holds a store needs to forget in one
+/// [`LockStore::purge_expired`].
+pub const PURGE_BATCH: usize = 4096;
+
 /// What an acquire did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireOutcome {
@@ -217,6 +221,10 @@ pub struct Capabilities {
     /// (PostgreSQL, etcd): mutual exclusion, token order and release notices then hold
     /// across them all.
     pub shared: bool,
+    /// The store records a waiting writer's intent ([`LockStore::acquire_hold`]'s `intent`),
+    /// so that later readers wait behind it. A client of a server does not: the server's own
+    /// waiters record it when the client waits (`wait_ms`).
+    pub writer_intents: bool,
 }
 
 /// Why a store could not answer. Contention is not an error: see [`AcquireOutcome::Held`].
@@ -308,6 +316,10 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// Forgets leases and holds that have expired (and writers' intents that ended) and
     /// returns the leases and holds, so that expiry can be logged and counted. Stores that
     /// forget expired leases by themselves (etcd) may return none.
+    ///
+    /// A store may stop after [`PURGE_BATCH`] of them, so that one purge never holds it long
+    /// (a store that applies calls one at a time would make every other call wait); a caller
+    /// that gets at least that many calls again.
     async fn purge_expired(&self) -> Result<Vec<Expired>>;
 
     /// Grants `owner` a hold of `claim` on the semaphore or read-write lock `name`, extends

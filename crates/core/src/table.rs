@@ -11,7 +11,8 @@ use std::ops::Bound;
 use crate::hold::{self, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind, Verdict};
 use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
 use crate::store::{
-    AcquireOutcome, EndedLease, LeasePage, ListQuery, Refusal, ReleaseOutcome, RenewOutcome, StoreError,
+    AcquireOutcome, EndedLease, LeasePage, ListQuery, PURGE_BATCH, Refusal, ReleaseOutcome, RenewOutcome,
+    StoreError,
 };
 
 /// Leases by resource, holds by name, and the last fencing token issued (one counter for
@@ -209,13 +210,15 @@ impl LockTable {
         LeasePage { leases, next }
     }
 
-    /// Forgets every lease and hold that has expired at `now`, and every intent that ended,
-    /// and returns the leases and holds.
+    /// Forgets leases and holds that have expired at `now` — at most [`PURGE_BATCH`] of them,
+    /// so that the writer of the embedded store is never held long — and every intent that
+    /// ended, and returns the leases and holds.
     pub fn purge_expired(&mut self, now: Timestamp) -> Vec<Expired> {
         let leases: Vec<Lease> = self
             .leases
             .values()
             .filter(|l| !l.is_live(now))
+            .take(PURGE_BATCH)
             .cloned()
             .collect();
         let holds: Vec<(HoldKind, Hold)> = self
@@ -223,6 +226,7 @@ impl LockTable {
             .iter()
             .flat_map(|((kind, _), group)| group.iter().map(move |h| (*kind, h)))
             .filter(|(_, h)| !h.is_live(now))
+            .take(PURGE_BATCH - leases.len())
             .map(|(kind, h)| (kind, h.clone()))
             .collect();
         self.intents.retain(|_, intents| {
@@ -766,6 +770,20 @@ mod tests {
         table.purge_expired(at(1_000));
         assert_eq!(table.take_freed(), [k("new"), k("held"), k("stale")]);
         assert_eq!(table.take_freed(), Vec::<Key>::new(), "taken once");
+    }
+
+    #[test]
+    fn a_purge_forgets_a_bounded_batch_and_the_next_one_the_rest() {
+        let mut table = LockTable::default();
+        let many = PURGE_BATCH + 10;
+        for i in 0..many {
+            table.acquire(T0, &r(&format!("r{i}")), &o("a"), ms(10)).unwrap();
+        }
+        table.acquire(T0, &r("live"), &o("a"), ms(10_000)).unwrap();
+        assert_eq!(table.purge_expired(at(100)).len(), PURGE_BATCH);
+        assert_eq!(table.purge_expired(at(100)).len(), 10);
+        assert_eq!(table.purge_expired(at(100)).len(), 0);
+        assert!(table.get(at(100), &r("live")).is_some());
     }
 
     #[test]

@@ -1,10 +1,13 @@
-//! [`Waiters`]: waiting for a busy lock, first come first served, above any store.
+//! [`Waiters`]: waiting for a busy lock, semaphore or read-write lock, first come first
+//! served, above any store.
 //!
-//! Each name with waiters (a lock, a semaphore, a read-write lock) has one queue, whatever
-//! each waiter asks for, so that a writer is not overtaken by readers that came after it. Only the head of the queue asks the store; the
-//! others wait their turn. The head sleeps until the holder's lease ends (a timer set from
-//! the store's answer) or until the store reports a release of that resource, whichever
-//! comes first — there is no polling loop. The store's feed also reports a lease renewed or
+//! Each name with waiters has one queue, whatever each waiter asks for, so that a writer is
+//! not overtaken by readers that came after it. Only the head of the queue asks the store; the
+//! others wait their turn. The head sleeps until what stands in its way ends (a timer set from
+//! the store's answer) or until the store reports a release on that name, whichever comes
+//! first — there is no polling loop. (A writer at the head also asks again every second, to
+//! keep alive the intent that holds back later readers on every server: see
+//! [`Waiters::acquire_hold_unless`].) The store's feed also reports a lease renewed or
 //! extended to end sooner, and a lease purged after its expiry, so the head never sleeps
 //! through a lock that became free. When the head leaves (granted, timed out, or its caller
 //! went away), the next waiter becomes head and asks at once.
@@ -540,6 +543,93 @@ mod tests {
             "{outcome:?}"
         );
         assert_eq!(waiters.waiting(), 0);
+    }
+
+    fn hold_for(
+        waiters: &Waiters,
+        owner: &str,
+        claim: Claim,
+        wait: Duration,
+    ) -> tokio::task::JoinHandle<Result<HoldOutcome>> {
+        let (waiters, (name, o)) = (waiters.clone(), names("rw", owner));
+        let ttl = Ttl::from_millis(60_000, Ttl::DEFAULT_MAX).unwrap();
+        tokio::spawn(async move {
+            let gone = CancellationToken::new();
+            let acquired = waiters
+                .acquire_hold_unless(&name, &o, claim, ttl, wait, &gone)
+                .await?;
+            Ok(acquired.outcome)
+        })
+    }
+
+    /// A store on paused time where `a` holds a read hold on `rw`, and waiters over it.
+    async fn read_held() -> (Arc<MemoryStore>, Waiters) {
+        let clock = Arc::new(TokioClock::new(Timestamp::from_millis(1_000_000)));
+        let store = Arc::new(MemoryStore::with_clock(clock));
+        let waiters = Waiters::new(store.clone());
+        let outcome = hold_for(&waiters, "a", Claim::Read, Duration::ZERO)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(outcome, HoldOutcome::Granted { .. }), "{outcome:?}");
+        (store, waiters)
+    }
+
+    async fn try_read(store: &MemoryStore, who: &str) -> HoldOutcome {
+        let (name, o) = names("rw", who);
+        let ttl = Ttl::from_millis(1_000, Ttl::DEFAULT_MAX).unwrap();
+        store
+            .acquire_hold(&name, &o, Claim::Read, ttl, None)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_writer_goes_before_readers_that_came_after_it() {
+        let (store, waiters) = read_held().await;
+        let writer = hold_for(&waiters, "w", Claim::Write, Duration::from_secs(60));
+        until_waiting(&waiters, 1).await;
+        let later = hold_for(&waiters, "c", Claim::Read, Duration::from_secs(60));
+        until_waiting(&waiters, 2).await;
+        let (name, a) = names("rw", "a");
+        store
+            .release_hold(crate::HoldKind::RwLock, &name, &a, None)
+            .await
+            .unwrap();
+        let granted = writer.await.unwrap().unwrap();
+        let HoldOutcome::Granted { hold: w, .. } = granted else {
+            panic!("the writer first: {granted:?}");
+        };
+        until_waiting(&waiters, 1).await;
+        assert!(!later.is_finished(), "the later reader waits behind the writer");
+        store
+            .release_hold(crate::HoldKind::RwLock, &name, &w.lease.owner, None)
+            .await
+            .unwrap();
+        let read = later.await.unwrap().unwrap();
+        assert!(
+            matches!(&read, HoldOutcome::Granted { hold, .. } if hold.lease.token > w.lease.token),
+            "{read:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_writer_keeps_its_intent_alive_while_it_waits_and_withdraws_it_when_it_gives_up() {
+        let (store, waiters) = read_held().await;
+        let writer = hold_for(&waiters, "w", Claim::Write, Duration::from_secs(10));
+        until_waiting(&waiters, 1).await;
+        // Well past INTENT_TTL, a reader from elsewhere (another server's) is still held back.
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        let refused = try_read(&store, "x").await;
+        assert!(
+            matches!(&refused, HoldOutcome::Busy(busy) if busy.writer_waits),
+            "{refused:?}"
+        );
+        let gave_up = writer.await.unwrap().unwrap();
+        assert!(matches!(gave_up, HoldOutcome::Busy(_)), "{gave_up:?}");
+        // Withdrawn at once, not left to run out.
+        let read = try_read(&store, "x").await;
+        assert!(matches!(read, HoldOutcome::Granted { .. }), "{read:?}");
     }
 
     /// Counts the acquires a store is asked for.

@@ -60,20 +60,30 @@ pub async fn serve(
 }
 
 /// Forgets expired leases, permits and holds every [`Config::purge_interval`], logging
-/// (with its kind) and counting each.
+/// (with its kind) and counting each. A store may purge a bounded batch per call: while it
+/// returns a full one, more are asked for at once (each call a separate turn of the store, so
+/// requests are served in between).
 async fn purge_expired(app: App) {
     let mut every = tokio::time::interval(app.config.purge_interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        match app.waiters.store().purge_expired().await {
-            Ok(expired) => {
-                for ended in &expired {
-                    events::expired(ended.kind, &ended.lease);
-                    app.metrics.expired(&ended.lease);
+        loop {
+            match app.waiters.store().purge_expired().await {
+                Ok(expired) => {
+                    for ended in &expired {
+                        events::expired(ended.kind, &ended.lease);
+                        app.metrics.expired(&ended.lease);
+                    }
+                    if expired.len() < fencelock_core::store::PURGE_BATCH {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "purging expired leases failed");
+                    break;
                 }
             }
-            Err(error) => tracing::warn!(%error, "purging expired leases failed"),
         }
     }
 }

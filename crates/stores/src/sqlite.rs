@@ -3,31 +3,48 @@
 //! # How a call travels
 //!
 //! One writer thread owns the connection and a [`LockTable`] loaded from the file at open.
-//! Callers queue their operation and wait for the answer. The writer takes whatever is
-//! queued (up to [`MAX_BATCH`] operations), applies it to the table, writes every changed
+//! Callers queue their operation — on a lock, a semaphore or a read-write lock alike — and
+//! wait for the answer. The writer takes whatever is queued (up to [`MAX_BATCH`]
+//! operations), applies it to the table, writes every changed lease row, every changed hold
 //! row and the last fencing token in one transaction, and answers the callers only once
 //! that transaction is committed and fsynced: one fsync for the whole batch (*group
 //! commit*), and no caller ever hears of a change that a crash could take back. If the
-//! transaction fails, the table is rolled back and every caller of the batch gets
-//! [`StoreError::Unavailable`]: nothing is half-done.
+//! transaction fails, the table is rolled back (leases, holds and the token counter) and
+//! every caller of the batch gets [`StoreError::Unavailable`]: nothing is half-done.
 //!
-//! Reads (get, list) take the same queue, so they see every change answered before them and
-//! nothing that is not yet durable. Releases, purges and shortened leases are announced to
-//! waiters by the writer itself, once committed, so that an announcement cannot be lost with
-//! a caller that went away.
+//! Reads (get, list, holds, list of holds) take the same queue, so they see every change
+//! answered before them and nothing that is not yet durable. Releases, purges, downgrades,
+//! shortened leases and holds, and withdrawn intents are announced to waiters by the writer
+//! itself, once committed, so that an announcement cannot be lost with a caller that went
+//! away.
+//!
+//! # What is stored
+//!
+//! - `leases`: one row per lock, live or expired (expired rows go when purged or replaced).
+//! - `holds`: one row per semaphore permit or read-write hold, keyed by (kind, name, owner),
+//!   with its claim (`permit`, `read` or `write`), the semaphore's limit for a permit, its
+//!   token and its times.
+//! - `meta`: the last fencing token issued — one counter for locks and holds, which never
+//!   goes back and is never below a token in the file — and the store's time of the last
+//!   batch.
+//!
+//! A waiting writer's intent is not stored: it lives in the table only. It holds readers
+//! back for a few seconds at most and its server renews it while the writer waits; an
+//! embedded store belongs to one server, so no other server needs to see it, and a restart
+//! ends the wait along with the intent.
 //!
 //! # Time across a stop
 //!
 //! The store's clock is the wall clock read at open, then advanced by the monotonic clock
-//! (see [`SystemClock`]), so a clock step while the server runs moves no lease. Each batch
-//! also records the store's time in the file. At open, if the wall clock reads later than
-//! that record, time is taken not to have passed while the store was stopped: every lease
-//! that was live keeps the time it had left then (its `expires_at` moves later by the
-//! difference). A wall clock stepped forward while the server was down (or a suspend, which
-//! the monotonic clock does not count) therefore cannot end a lease early; the price is
-//! that downtime prolongs leases, which is the safe direction. If the wall clock reads
-//! earlier than the record (stepped back), the store's clock resumes from the record
-//! instead, so it never goes back either.
+//! (see [`SystemClock`]), so a clock step while the server runs moves no lease or hold.
+//! Each batch also records the store's time in the file. At open, if the wall clock reads
+//! later than that record, time is taken not to have passed while the store was stopped:
+//! every lease and hold that was live keeps the time it had left then (its `expires_at`
+//! moves later by the difference). A wall clock stepped forward while the server was down
+//! (or a suspend, which the monotonic clock does not count) therefore cannot end a lease or
+//! hold early; the price is that downtime prolongs them, which is the safe direction. If
+//! the wall clock reads earlier than the record (stepped back), the store's clock resumes
+//! from the record instead, so it never goes back either.
 //!
 //! # One server per file
 //!
@@ -44,11 +61,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::store::Result;
-use fencelock_core::table::Dirty;
+use fencelock_core::table::{Dirty, DirtyHold};
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Clock, FencingToken, Lease, LeasePage, ListQuery, LockStore, LockTable,
-    Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, SystemClock,
-    Timestamp, Ttl,
+    AcquireOutcome, Capabilities, Claim, Clock, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage,
+    Lease, LeasePage, ListQuery, LockStore, LockTable, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
+    RenewOutcome, Resource, StoreError, SystemClock, Timestamp, Ttl,
 };
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -88,6 +105,30 @@ const MIGRATIONS: &[&str] = &[
     -- The store's time (ms) of the last committed batch: at open, leases are re-based on it,
     -- so that a wall clock stepped while the store was stopped cannot shorten them.
     ALTER TABLE meta ADD COLUMN last_now INTEGER NOT NULL DEFAULT 0 CHECK (last_now >= 0);
+",
+    r"
+    -- Semaphore permits and read-write holds: one row per owner of a name, each a lease
+    -- with a token of its own, drawn from the same counter as the leases' tokens.
+    CREATE TABLE holds (
+        kind         TEXT    NOT NULL CHECK (kind IN ('semaphore', 'rwlock')),
+        name         TEXT    NOT NULL,
+        owner        TEXT    NOT NULL,
+        claim        TEXT    NOT NULL CHECK (claim IN ('permit', 'read', 'write')),
+        -- The semaphore's limit, which every permit carries; no other claim has one.
+        permit_limit INTEGER CHECK (permit_limit BETWEEN 1 AND 4294967295),
+        token        INTEGER NOT NULL CHECK (token > 0),
+        acquired_at  INTEGER NOT NULL,
+        expires_at   INTEGER NOT NULL,
+        PRIMARY KEY (kind, name, owner),
+        CHECK ((claim = 'permit') = (kind = 'semaphore')),
+        CHECK ((claim = 'permit') = (permit_limit IS NOT NULL))
+    ) STRICT, WITHOUT ROWID;
+    -- The counter stays at or above every hold's token, whoever writes the row: once the
+    -- row is gone, the counter is all that remembers the token.
+    CREATE TRIGGER holds_raise_the_counter_on_insert AFTER INSERT ON holds
+        BEGIN UPDATE meta SET last_token = NEW.token WHERE id = 1 AND last_token < NEW.token; END;
+    CREATE TRIGGER holds_raise_the_counter_on_update AFTER UPDATE OF token ON holds
+        BEGIN UPDATE meta SET last_token = NEW.token WHERE id = 1 AND last_token < NEW.token; END;
 ",
 ];
 
@@ -182,11 +223,11 @@ enum SqliteError {
         version: i64,
         known: usize,
     },
-    #[error("cannot re-base the SQLite store's leases")]
+    #[error("cannot re-base the SQLite store's leases and holds")]
     Rebase(#[source] rusqlite::Error),
     #[error("cannot read the SQLite store")]
     Read(#[source] rusqlite::Error),
-    /// A value in the file that no lease can hold.
+    /// A value in the file that no lease or hold can have.
     #[error("{0}")]
     Data(String),
     #[error("cannot start the SQLite writer thread")]
@@ -402,56 +443,69 @@ impl LockStore for SqliteStore {
         self.call(move |table, now| Ok(table.list(now, &query))).await
     }
 
-    async fn purge_expired(&self) -> Result<Vec<fencelock_core::Expired>> {
+    async fn purge_expired(&self) -> Result<Vec<Expired>> {
         self.call(|table, now| Ok(table.purge_expired(now))).await
     }
 
     async fn acquire_hold(
         &self,
-        _: &Resource,
-        _: &Owner,
-        _: fencelock_core::Claim,
-        _: Ttl,
-        _: Option<Ttl>,
-    ) -> Result<fencelock_core::HoldOutcome> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        let (name, owner) = (name.clone(), owner.clone());
+        self.call(move |table, now| table.acquire_hold(now, &name, &owner, claim, ttl, intent))
+            .await
     }
 
-    async fn holds(&self, _: fencelock_core::HoldKind, _: &Resource) -> Result<Vec<fencelock_core::Hold>> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
+        let name = name.clone();
+        self.call(move |table, now| Ok(table.holds(now, kind, &name)))
+            .await
     }
 
     async fn release_hold(
         &self,
-        _: fencelock_core::HoldKind,
-        _: &Resource,
-        _: &Owner,
-        _: Option<FencingToken>,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        let (name, owner) = (name.clone(), owner.clone());
+        self.call(move |table, now| Ok(table.release_hold(now, kind, &name, &owner, token)))
+            .await
     }
 
     async fn renew_hold(
         &self,
-        _: fencelock_core::HoldKind,
-        _: &Resource,
-        _: &Owner,
-        _: Ttl,
-        _: Option<FencingToken>,
-    ) -> Result<RenewOutcome<fencelock_core::Hold>> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        let (name, owner) = (name.clone(), owner.clone());
+        self.call(move |table, now| Ok(table.renew_hold(now, kind, &name, &owner, ttl, token)))
+            .await
     }
 
-    async fn list_holds(
-        &self,
-        _: fencelock_core::HoldKind,
-        _: &ListQuery,
-    ) -> Result<fencelock_core::HoldPage> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
+        let query = query.clone();
+        self.call(move |table, now| Ok(table.list_holds(now, kind, &query)))
+            .await
     }
 
-    async fn withdraw_intent(&self, _: &Resource, _: &Owner) -> Result<()> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
+        // Nothing to write (intents live in the table only), but through the queue all the
+        // same: the readers it held back are told once the batch is done, in order.
+        let (name, owner) = (name.clone(), owner.clone());
+        self.call(move |table, _| {
+            table.withdraw_intent(&name, &owner);
+            Ok(())
+        })
+        .await
     }
 
     async fn ping(&self) -> Result<()> {
@@ -469,6 +523,7 @@ impl LockStore for SqliteStore {
             durable: true,
             knows_released_lease: true,
             shared: false,
+            writer_intents: true,
         }
     }
 }
@@ -537,8 +592,8 @@ impl Writer {
                     self.counters.commits.fetch_add(1, Ordering::Relaxed);
                 }
                 // Announced here, once durable, whether or not each caller still listens.
-                for resource in self.table.take_freed() {
-                    self.released.announce(&resource);
+                for key in self.table.take_freed() {
+                    self.released.announce(&key);
                 }
                 None
             }
@@ -561,19 +616,23 @@ impl Writer {
         }
     }
 
-    /// Writes the batch's changes, the last token and the batch's time `now` in one
-    /// transaction, committed and fsynced on return. Returns whether there was anything to
-    /// write.
+    /// Writes the batch's changed leases and holds, the last token and the batch's time
+    /// `now` in one transaction, committed and fsynced on return. Returns whether there was
+    /// anything to write.
     fn persist(&mut self, now: Timestamp) -> Result<bool, WriteError> {
         let changes = self.table.changes();
+        let hold_changes = self.table.hold_changes();
         let last_token = self.table.last_token();
-        if changes.is_empty() && last_token == self.persisted_token {
+        if changes.is_empty() && hold_changes.is_empty() && last_token == self.persisted_token {
             return Ok(false);
         }
         // Dropped without commit on any error: SQLite rolls the transaction back.
         let tx = self.conn.transaction()?;
         for dirty in &changes {
             write_row(&tx, dirty)?;
+        }
+        for dirty in &hold_changes {
+            write_hold(&tx, dirty)?;
         }
         // max(): the counter only ever moves forward, whatever the table says.
         tx.prepare_cached(
@@ -609,6 +668,72 @@ fn write_row(tx: &rusqlite::Transaction<'_>, (resource, lease): &Dirty) -> Resul
         to_sql("timestamp", lease.expires_at.as_millis())?,
     ])?;
     Ok(())
+}
+
+fn write_hold(
+    tx: &rusqlite::Transaction<'_>,
+    ((kind, name, owner), hold): &DirtyHold,
+) -> Result<(), WriteError> {
+    let Some(hold) = hold else {
+        tx.prepare_cached("DELETE FROM holds WHERE kind = ?1 AND name = ?2 AND owner = ?3")?
+            .execute([kind.as_str(), name.as_str(), owner.as_str()])?;
+        return Ok(());
+    };
+    let (claim, limit) = claim_to_sql(hold.claim);
+    tx.prepare_cached(
+        "INSERT INTO holds (kind, name, owner, claim, permit_limit, token, acquired_at, expires_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (kind, name, owner) DO UPDATE SET claim = excluded.claim,
+             permit_limit = excluded.permit_limit, token = excluded.token,
+             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+    )?
+    .execute(params![
+        kind.as_str(),
+        name.as_str(),
+        owner.as_str(),
+        claim,
+        limit,
+        to_sql("fencing token", hold.lease.token.0)?,
+        to_sql("timestamp", hold.lease.acquired_at.as_millis())?,
+        to_sql("timestamp", hold.lease.expires_at.as_millis())?,
+    ])?;
+    Ok(())
+}
+
+/// A claim as the file spells it: its name, and the semaphore's limit for a permit.
+fn claim_to_sql(claim: Claim) -> (&'static str, Option<u32>) {
+    match claim {
+        Claim::Permit { limit } => ("permit", Some(limit)),
+        Claim::Read => ("read", None),
+        Claim::Write => ("write", None),
+    }
+}
+
+/// The claim of a row of `kind`, or why no hold can have it.
+fn claim_from_sql(kind: HoldKind, claim: &str, limit: Option<i64>) -> Result<Claim, String> {
+    let claim = match (claim, limit) {
+        ("permit", Some(limit)) => Claim::Permit {
+            limit: u32::try_from(limit)
+                .ok()
+                .filter(|l| *l >= 1)
+                .ok_or_else(|| format!("limit {limit} is not from 1 to {}", u32::MAX))?,
+        },
+        ("read", None) => Claim::Read,
+        ("write", None) => Claim::Write,
+        (claim, limit) => return Err(format!("claim {claim:?} with limit {limit:?}")),
+    };
+    if claim.kind() != kind {
+        return Err(format!("claim {claim:?} in a {kind}"));
+    }
+    Ok(claim)
+}
+
+/// The kind a row names, or what it names instead.
+fn kind_from_sql(kind: &str) -> Result<HoldKind, String> {
+    [HoldKind::Semaphore, HoldKind::RwLock]
+        .into_iter()
+        .find(|k| k.as_str() == kind)
+        .ok_or_else(|| format!("kind {kind:?}"))
 }
 
 fn to_sql(what: &'static str, value: u64) -> Result<i64, WriteError> {
@@ -676,12 +801,13 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), SqliteError> {
     tx.commit().map_err(failed)
 }
 
-/// Re-bases the leases on the store's last recorded time, so that no lease loses time the
-/// store was stopped, and returns the store's clock from now on (see the module docs).
+/// Re-bases the leases and holds on the store's last recorded time, so that none loses time
+/// the store was stopped, and returns the store's clock from now on (see the module docs).
 ///
 /// With `recorded` the last batch's time and `now` the clock's reading: if `now` is later,
-/// every lease live at `recorded` moves later by `now - recorded`, in one transaction; if it
-/// is earlier, the store's clock runs ahead of `clock` by `recorded - now`.
+/// every lease and hold live at `recorded` moves later by `now - recorded`, in one
+/// transaction; if it is earlier, the store's clock runs ahead of `clock` by
+/// `recorded - now`.
 fn rebase(conn: &mut Connection, clock: Arc<dyn Clock>) -> Result<StoreClock, SqliteError> {
     let failed = SqliteError::Rebase;
     let tx = conn.transaction().map_err(failed)?;
@@ -698,19 +824,21 @@ fn rebase(conn: &mut Connection, clock: Arc<dyn Clock>) -> Result<StoreClock, Sq
         let ahead_ms = from_sql("last time", recorded - now)?;
         return Ok(StoreClock { clock, ahead_ms });
     }
-    tx.execute(
-        "UPDATE leases SET expires_at = expires_at + (?1 - ?2) WHERE expires_at > ?2",
-        [now, recorded],
-    )
-    .map_err(failed)?;
+    for table in ["leases", "holds"] {
+        tx.execute(
+            &format!("UPDATE {table} SET expires_at = expires_at + (?1 - ?2) WHERE expires_at > ?2"),
+            [now, recorded],
+        )
+        .map_err(failed)?;
+    }
     tx.execute("UPDATE meta SET last_now = ?1 WHERE id = 1", [now])
         .map_err(failed)?;
     tx.commit().map_err(failed)?;
     Ok(StoreClock { clock, ahead_ms: 0 })
 }
 
-/// Reads every lease (expired ones too: they are purged by the rules, not by a restart) and
-/// the last token issued.
+/// Reads every lease and hold (expired ones too: they are purged by the rules, not by a
+/// restart) and the last token issued.
 fn load(conn: &Connection) -> Result<LockTable, SqliteError> {
     let unreadable = SqliteError::Read;
     let last_token: i64 = conn
@@ -724,15 +852,42 @@ fn load(conn: &Connection) -> Result<LockTable, SqliteError> {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
         })
         .map_err(unreadable)?
-        .map(|row| lease_from_row(row.map_err(unreadable)?))
+        .map(|row| lease_from_row("lease", row.map_err(unreadable)?))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(LockTable::new(from_sql("last token", last_token)?, leases))
+    let mut rows = conn
+        .prepare("SELECT kind, claim, permit_limit, name, owner, token, acquired_at, expires_at FROM holds")
+        .map_err(unreadable)?;
+    let holds = rows
+        .query_map([], |row| {
+            let claim: (String, String, Option<i64>) = (row.get(0)?, row.get(1)?, row.get(2)?);
+            let lease = (row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?);
+            Ok((claim, lease))
+        })
+        .map_err(unreadable)?
+        .map(|row| hold_from_row(row.map_err(unreadable)?))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(LockTable::new(from_sql("last token", last_token)?, leases).with_holds(holds))
 }
 
+/// The columns of a lease: resource (or name), owner, token, `acquired_at`, `expires_at`.
+type LeaseRow = (String, String, i64, i64, i64);
+
+fn hold_from_row(
+    ((kind, claim, limit), lease): ((String, String, Option<i64>), LeaseRow),
+) -> Result<(HoldKind, Hold), SqliteError> {
+    let corrupt = |why: String| SqliteError::Data(format!("hold on {:?}: {why}", lease.0));
+    let kind = kind_from_sql(&kind).map_err(corrupt)?;
+    let claim = claim_from_sql(kind, &claim, limit).map_err(corrupt)?;
+    let lease = lease_from_row(&format!("{kind} hold"), lease)?;
+    Ok((kind, Hold { lease, claim }))
+}
+
+/// The lease in `row`; `of` says what it belongs to, for the message if it is unreadable.
 fn lease_from_row(
-    (resource, owner, token, acquired_at, expires_at): (String, String, i64, i64, i64),
+    of: &str,
+    (resource, owner, token, acquired_at, expires_at): LeaseRow,
 ) -> Result<Lease, SqliteError> {
-    let corrupt = |what: &str, why: String| SqliteError::Data(format!("lease of {resource:?}: {what} {why}"));
+    let corrupt = |what: &str, why: String| SqliteError::Data(format!("{of} of {resource:?}: {what} {why}"));
     Ok(Lease {
         resource: Resource::new(resource.clone()).map_err(|e| corrupt("resource", e.to_string()))?,
         owner: Owner::new(&owner).map_err(|e| corrupt("owner", e.to_string()))?,

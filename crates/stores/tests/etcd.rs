@@ -1,15 +1,20 @@
 //! The etcd store against real, throwaway etcd: the conformance suite on one member, many
-//! servers on one cluster, and members of a three-member cluster killed and restarted.
+//! servers on one cluster (locks, semaphores and read-write locks), and members of a
+//! three-member cluster killed and restarted.
 #![cfg(feature = "etcd")]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
-use fencelock_core::{AcquireOutcome, FencingToken, LockStore, ReleaseOutcome, Resource, StoreError};
+use fencelock_core::{
+    AcquireOutcome, Claim, FencingToken, HoldKind, HoldOutcome, Key, LockStore, Owner, ReleaseOutcome,
+    Resource, StoreError, Waiters,
+};
 use fencelock_stores::Deadline;
 use fencelock_stores::etcd::{EtcdOptions, EtcdStore};
 use fencelock_testkit::{EtcdCluster, shared_etcd};
+use tokio_util::sync::CancellationToken;
 
 /// The shared server's address; starting it blocks, so not on the async worker.
 async fn shared_url() -> String {
@@ -243,4 +248,280 @@ async fn a_cluster_serves_with_one_member_down_and_refuses_without_a_quorum() {
     );
     assert_eq!(store.get(&kept).await.unwrap(), Some(kept_lease));
     drop(cluster);
+}
+
+/// Two stores on the shared server: two fencelock servers on one cluster.
+async fn two_servers() -> [Arc<dyn LockStore>; 2] {
+    let url = shared_url().await;
+    [store(&url).await, store(&url).await]
+}
+
+fn permit(limit: u32) -> Claim {
+    Claim::Permit { limit }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_acquirers_on_two_servers_get_exactly_the_limit_round_after_round() {
+    const ACQUIRERS: usize = 50;
+    const LIMIT: u32 = 5;
+    let servers = two_servers().await;
+    let name = shared::unique("fifty");
+    let mut last_round: Vec<FencingToken> = Vec::new();
+    for round in 0..10 {
+        let racers = (0..ACQUIRERS).map(|i| {
+            let (store, name) = (servers[i % 2].clone(), name.clone());
+            tokio::spawn(async move {
+                let who = owner(&format!("round{round}-{i}"));
+                let outcome = store
+                    .acquire_hold(&name, &who, permit(LIMIT), ttl(Duration::from_secs(60)), None)
+                    .await
+                    .expect("acquire a permit");
+                (store, who, outcome)
+            })
+        });
+        let mut winners = Vec::new();
+        // Every racer spawned before any is awaited.
+        for racer in racers.collect::<Vec<_>>() {
+            match racer.await.unwrap() {
+                (store, who, HoldOutcome::Granted { hold, replaced: None }) => {
+                    winners.push((store, who, hold))
+                }
+                (_, _, HoldOutcome::Busy(busy)) => assert_eq!(busy.holders.len(), LIMIT as usize, "{busy:?}"),
+                (_, who, other) => panic!("round {round}, {who}: {other:?}"),
+            }
+        }
+        assert_eq!(winners.len(), LIMIT as usize, "round {round}");
+        let mut tokens: Vec<FencingToken> = winners.iter().map(|(_, _, hold)| hold.lease.token).collect();
+        tokens.sort();
+        tokens.dedup();
+        assert_eq!(tokens.len(), LIMIT as usize, "round {round}: tokens {tokens:?}");
+        assert!(
+            last_round.iter().all(|before| tokens[0] > *before),
+            "round {round}: {tokens:?} after {last_round:?}"
+        );
+        let live = servers[round % 2]
+            .holds(HoldKind::Semaphore, &name)
+            .await
+            .unwrap();
+        assert_eq!(live.iter().map(|h| h.lease.token).collect::<Vec<_>>(), tokens);
+        for (store, who, hold) in winners {
+            let released = store
+                .release_hold(HoldKind::Semaphore, &name, &who, Some(hold.lease.token))
+                .await
+                .unwrap();
+            assert!(
+                matches!(released, ReleaseOutcome::Released(Some(_))),
+                "{released:?}"
+            );
+        }
+        last_round = tokens;
+    }
+}
+
+/// One hold as a worker saw it: granted (answered) at `from`, released (asked) at `to`.
+/// etcd held it at least over `[from, to]`.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    claim: Claim,
+    token: FencingToken,
+    from: Instant,
+    to: Instant,
+}
+
+/// Acquires `claim` on `name` through `server`'s waiting line (a writer's intent kept in etcd
+/// while it waits, waiters woken by the release notices of both servers), holds it a moment,
+/// releases it; again and again until `until`. Returns what it held. Writers pause after each
+/// release: waiting writers hold readers back, so writers that came back at once could keep
+/// every reader out.
+async fn cycle(server: Arc<Waiters>, name: Resource, who: Owner, claim: Claim, until: Instant) -> Vec<Held> {
+    let store = server.store().clone();
+    let mut history = Vec::new();
+    while Instant::now() < until {
+        let acquired = server
+            .acquire_hold_unless(
+                &name,
+                &who,
+                claim,
+                ttl(Duration::from_secs(60)),
+                Duration::from_secs(20),
+                &CancellationToken::new(),
+            )
+            .await
+            .expect("acquire a hold");
+        let HoldOutcome::Granted { hold, replaced: None } = acquired.outcome else {
+            panic!("{who}: {:?}", acquired.outcome);
+        };
+        let from = Instant::now();
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let to = Instant::now();
+        let released = store
+            .release_hold(HoldKind::RwLock, &name, &who, Some(hold.lease.token))
+            .await
+            .unwrap();
+        assert!(
+            matches!(released, ReleaseOutcome::Released(_)),
+            "{who}: {released:?}"
+        );
+        history.push(Held {
+            claim,
+            token: hold.lease.token,
+            from,
+            to,
+        });
+        if claim == Claim::Write {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+    history
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_writers_on_two_servers_never_overlap_a_writer() {
+    let servers = two_servers().await.map(|store| Arc::new(Waiters::new(store)));
+    let name = shared::unique("history");
+    let until = Instant::now() + Duration::from_secs(4);
+    let workers = (0..8).map(|i| {
+        let claim = if i % 4 == 0 { Claim::Write } else { Claim::Read };
+        let who = owner(&format!("worker-{i}"));
+        tokio::spawn(cycle(servers[i % 2].clone(), name.clone(), who, claim, until))
+    });
+    let mut history: Vec<Held> = Vec::new();
+    for worker in workers.collect::<Vec<_>>() {
+        history.extend(worker.await.unwrap());
+    }
+    history.sort_by_key(|held| held.token);
+    let writes = history.iter().filter(|held| held.claim == Claim::Write).count();
+    eprintln!("{} holds, {writes} of them writes", history.len());
+    assert!(writes > 0 && writes < history.len(), "both modes were granted");
+    for write in history.iter().filter(|held| held.claim == Claim::Write) {
+        for other in history.iter().filter(|other| other.token != write.token) {
+            assert!(
+                other.to < write.from || write.to < other.from,
+                "{other:?} overlaps the write {write:?}"
+            );
+            // Disjoint, so granted one after the other: in token order.
+            assert_eq!(
+                other.token > write.token,
+                other.from > write.to,
+                "{other:?} and the write {write:?} are out of token order"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_intent_on_one_server_holds_back_readers_on_the_other_until_withdrawn_or_run_out() {
+    let [one, other] = two_servers().await;
+    let mut heard = other.releases().unwrap();
+    let name = shared::unique("intent");
+    let long = ttl(Duration::from_secs(60));
+    let reader = one
+        .acquire_hold(&name, &owner("reader"), Claim::Read, long, None)
+        .await
+        .unwrap();
+    assert!(matches!(reader, HoldOutcome::Granted { .. }), "{reader:?}");
+    let writer = owner("writer");
+    let refused = one
+        .acquire_hold(
+            &name,
+            &writer,
+            Claim::Write,
+            long,
+            Some(ttl(Duration::from_secs(60))),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(refused, HoldOutcome::Busy(_)), "{refused:?}");
+    let late = owner("late");
+    let HoldOutcome::Busy(busy) = other
+        .acquire_hold(&name, &late, Claim::Read, long, None)
+        .await
+        .unwrap()
+    else {
+        panic!("a writer waits");
+    };
+    assert!(busy.writer_waits, "{busy:?}");
+    one.withdraw_intent(&name, &writer).await.unwrap();
+    let key = Key::hold(HoldKind::RwLock, &name);
+    shared::wait_for_key(&mut heard, &key, Duration::from_secs(10))
+        .await
+        .expect("the withdrawn intent was not announced on the other server");
+    let granted = other
+        .acquire_hold(&name, &late, Claim::Read, long, None)
+        .await
+        .unwrap();
+    assert!(matches!(granted, HoldOutcome::Granted { .. }), "{granted:?}");
+
+    // An intent its server stops renewing runs out by itself, on etcd's lease.
+    let later = owner("later");
+    one.acquire_hold(
+        &name,
+        &writer,
+        Claim::Write,
+        long,
+        Some(ttl(Duration::from_secs(1))),
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match other
+            .acquire_hold(&name, &later, Claim::Read, long, None)
+            .await
+            .unwrap()
+        {
+            HoldOutcome::Granted { .. } => break,
+            HoldOutcome::Busy(busy) => assert!(busy.writer_waits, "{busy:?}"),
+            odd => panic!("{odd:?}"),
+        }
+        assert!(Instant::now() < deadline, "the intent did not run out");
+        // Asks again when a notice comes, or after a second.
+        let _ = shared::wait_for_key(&mut heard, &key, Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_ttls_are_whole_seconds_rounded_up_and_expiries_are_announced_on_every_server() {
+    let [one, other] = two_servers().await;
+    let mut heard = other.releases().unwrap();
+    let name = shared::unique("rounded-hold");
+    let outcome = one
+        .acquire_hold(
+            &name,
+            &owner("a"),
+            permit(2),
+            ttl(Duration::from_millis(1001)),
+            None,
+        )
+        .await
+        .unwrap();
+    let HoldOutcome::Granted { hold, .. } = outcome else {
+        panic!("{outcome:?}");
+    };
+    let lasts = hold.lease.expires_at.since(hold.lease.acquired_at);
+    assert!(lasts >= Duration::from_secs(2), "asked 1.001 s, lasts {lasts:?}");
+    assert_eq!(lasts.subsec_millis(), 0, "{lasts:?}");
+    let key = Key::hold(HoldKind::Semaphore, &name);
+    shared::wait_for_key(&mut heard, &key, Duration::from_secs(15))
+        .await
+        .expect("the expiry was not announced on the other server");
+    assert_eq!(other.holds(HoldKind::Semaphore, &name).await.unwrap(), []);
+}
+
+#[tokio::test]
+async fn prefixes_of_locks_and_holds_that_overlap_are_refused() {
+    for (locks, holds) in [("/f/", "/f/"), ("/f/", "/f/holds/"), ("/f/locks/", "/f/")] {
+        let options = EtcdOptions {
+            prefix: locks.into(),
+            holds_prefix: holds.into(),
+            ..EtcdOptions::default()
+        };
+        let error = EtcdStore::connect_with("etcd://127.0.0.1:1", options)
+            .await
+            .expect_err("overlapping prefixes");
+        assert!(
+            matches!(&error, StoreError::Invalid(why) if why.contains("overlap")),
+            "{locks} {holds}: {error}"
+        );
+    }
 }

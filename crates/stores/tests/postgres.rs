@@ -2,14 +2,21 @@
 //! servers on one database, and the database going away and coming back.
 #![cfg(feature = "postgres")]
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
-use fencelock_core::{AcquireOutcome, LockStore, ReleaseNotice, StoreError};
+use fencelock_core::{
+    AcquireOutcome, Claim, Expired, FencingToken, Hold, HoldKind, HoldOutcome, Key, Kind, Lease, ListQuery,
+    LockStore, MemoryStore, Owner, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError,
+    Timestamp,
+};
 use fencelock_stores::Deadline;
 use fencelock_stores::postgres::{PostgresOptions, PostgresStore};
+use fencelock_testkit::fixtures::{resource, unique_prefix};
 use fencelock_testkit::{Postgres, Proxy, shared_postgres};
+use tokio::sync::broadcast;
 
 /// The shared server's address; starting it blocks, so not on the async worker.
 async fn shared_url() -> String {
@@ -107,6 +114,21 @@ async fn new_database(what: &str) -> String {
     format!("{server}/{name}")
 }
 
+/// The schema versions the database at `url` went through.
+async fn schema_versions(url: &str) -> Vec<i32> {
+    connected(url)
+        .await
+        .query(
+            "SELECT version FROM fencelock_schema_version ORDER BY version",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_starting_together_migrate_once() {
     let fresh = new_database("fresh").await;
@@ -119,18 +141,7 @@ async fn servers_starting_together_migrate_once() {
     for start in starts {
         start.await.unwrap().expect("a server starting alongside others");
     }
-    let versions: Vec<i32> = connected(&fresh)
-        .await
-        .query(
-            "SELECT version FROM fencelock_schema_version ORDER BY version",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    assert_eq!(versions, vec![1]);
+    assert_eq!(schema_versions(&fresh).await, [1, 2]);
 }
 
 #[tokio::test]
@@ -384,4 +395,688 @@ async fn a_database_behind_a_cut_network_fails_calls_within_the_deadline() {
         "the store answered again {:?} after the network came back",
         started.elapsed() - took
     );
+}
+
+// Semaphores and read-write locks.
+
+/// Long enough that no hold of these tests expires unless it is meant to.
+const LONG: Duration = Duration::from_secs(60);
+
+fn granted_hold(outcome: HoldOutcome) -> Hold {
+    match outcome {
+        HoldOutcome::Granted { hold, .. } => hold,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+fn busy(outcome: HoldOutcome) -> fencelock_core::Busy {
+    match outcome {
+        HoldOutcome::Busy(busy) => busy,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// Waits until `key` comes out of `feed`; panics after ten seconds.
+async fn hear(feed: &mut broadcast::Receiver<ReleaseNotice>, key: &Key) {
+    let heard = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match feed.recv().await {
+                Ok(ReleaseNotice::Freed(heard)) if heard == *key => return,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(closed) => panic!("release feed closed: {closed}"),
+            }
+        }
+    })
+    .await;
+    assert!(heard.is_ok(), "{key:?} was not announced");
+}
+
+/// Fifty acquirers on two servers race for a semaphore of five permits, ten times over: each
+/// round exactly five win, with tokens of their own, greater than every token of the rounds
+/// before. (A decision that counted the permits in a snapshot taken before it had the
+/// semaphore's lock would let in those that counted while another was being granted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_acquirers_on_two_servers_are_granted_exactly_the_limit() {
+    let url = shared_url().await;
+    let servers = [store(&url).await, store(&url).await];
+    let name = shared::unique("five-permits");
+    let claim = Claim::Permit { limit: 5 };
+    let mut previous = FencingToken(0);
+    for round in 0..10 {
+        let tries: Vec<_> = (0..50)
+            .map(|i| {
+                let server = servers[i % 2].clone();
+                let name = name.clone();
+                tokio::spawn(async move {
+                    let who = owner(&format!("acquirer-{i}"));
+                    let outcome = server.acquire_hold(&name, &who, claim, ttl(LONG), None).await;
+                    (i % 2, who, outcome.expect("acquire a permit"))
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for attempt in tries {
+            match attempt.await.unwrap() {
+                (server, who, HoldOutcome::Granted { hold, replaced: None }) => {
+                    assert_eq!(hold.lease.owner, who);
+                    assert_eq!(hold.claim, claim);
+                    winners.push((server, hold));
+                }
+                (_, _, HoldOutcome::Busy(busy)) => {
+                    assert_eq!(busy.holders.len(), 5, "round {round}: refused by {busy:?}");
+                }
+                (_, _, other) => panic!("round {round}: {other:?}"),
+            }
+        }
+        assert_eq!(winners.len(), 5, "round {round}: {winners:?}");
+        let tokens: BTreeSet<FencingToken> = winners.iter().map(|(_, h)| h.lease.token).collect();
+        assert_eq!(tokens.len(), 5, "round {round}: tokens shared: {winners:?}");
+        assert!(
+            tokens.first().is_some_and(|first| *first > previous),
+            "round {round}: {tokens:?} after {previous}"
+        );
+        let mut expected: Vec<Hold> = winners.iter().map(|(_, h)| h.clone()).collect();
+        expected.sort_by_key(|h| h.lease.token);
+        for server in &servers {
+            assert_eq!(server.holds(HoldKind::Semaphore, &name).await.unwrap(), expected);
+        }
+        for (server, hold) in winners {
+            let outcome = servers[1 - server]
+                .release_hold(
+                    HoldKind::Semaphore,
+                    &name,
+                    &hold.lease.owner,
+                    Some(hold.lease.token),
+                )
+                .await
+                .unwrap();
+            assert!(
+                matches!(&outcome, ReleaseOutcome::Released(Some(ended)) if ended.lease == hold.lease),
+                "{outcome:?}"
+            );
+        }
+        previous = *tokens.last().expect("five tokens");
+    }
+}
+
+/// One grant of a read-write lock, from its grant to its release, by the database's clock.
+#[derive(Debug, Clone, Copy)]
+struct Granted {
+    claim: Claim,
+    token: FencingToken,
+    from: Timestamp,
+    until: Timestamp,
+}
+
+/// Readers and writers on two servers race for one read-write lock for several hundred
+/// grants; by the database's clock, no write hold overlaps another hold, and holds that
+/// exclude each other follow the order of their tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_writers_on_two_servers_never_overlap() {
+    const WRITERS: usize = 2;
+    const READERS: usize = 4;
+    const WRITES: usize = 40;
+    const READS: usize = 60;
+    let url = shared_url().await;
+    let servers = [store(&url).await, store(&url).await];
+    let name = shared::unique("exclusive");
+    let racers: Vec<_> = (0..WRITERS + READERS)
+        .map(|i| {
+            let server = servers[i % 2].clone();
+            let name = name.clone();
+            let (claim, grants) = if i < WRITERS {
+                (Claim::Write, WRITES)
+            } else {
+                (Claim::Read, READS)
+            };
+            // A writer waits as the server's waiters do: with an intent that holds new
+            // readers back.
+            let intent = (claim == Claim::Write).then(|| ttl(Duration::from_secs(3)));
+            tokio::spawn(async move {
+                let who = owner(&format!("racer-{i}"));
+                let mut history = Vec::new();
+                while history.len() < grants {
+                    let outcome = server.acquire_hold(&name, &who, claim, ttl(LONG), intent).await;
+                    match outcome.expect("acquire") {
+                        HoldOutcome::Granted { hold, replaced: None } => {
+                            let released = server
+                                .release_hold(HoldKind::RwLock, &name, &who, Some(hold.lease.token))
+                                .await
+                                .expect("release");
+                            let ReleaseOutcome::Released(Some(ended)) = released else {
+                                panic!("expected a release, got {released:?}");
+                            };
+                            assert_eq!(ended.lease, hold.lease);
+                            history.push(Granted {
+                                claim,
+                                token: hold.lease.token,
+                                from: hold.lease.acquired_at,
+                                until: ended.ended_at,
+                            });
+                        }
+                        // Ask again soon: polling, as a waiter without notices would.
+                        HoldOutcome::Busy(_) => tokio::time::sleep(Duration::from_millis(2)).await,
+                        other => panic!("{other:?}"),
+                    }
+                }
+                history
+            })
+        })
+        .collect();
+    let mut history = Vec::new();
+    for racer in racers {
+        history.extend(racer.await.unwrap());
+    }
+    assert_eq!(history.len(), WRITERS * WRITES + READERS * READS);
+    history.sort_by_key(|g| g.token);
+    let mut shared_reads = 0;
+    for (i, first) in history.iter().enumerate() {
+        for later in &history[i + 1..] {
+            if first.claim == Claim::Write || later.claim == Claim::Write {
+                assert!(
+                    first.until <= later.from,
+                    "{later:?} began before {first:?} ended"
+                );
+            } else if later.from < first.until {
+                shared_reads += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{} grants, {shared_reads} pairs of reads held together",
+        history.len()
+    );
+}
+
+/// A writer's intent recorded through one server holds back new readers on the other (not
+/// those already reading) until it is withdrawn, and again until it runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_waiting_on_one_server_holds_back_readers_on_the_other() {
+    let url = shared_url().await;
+    let (a, b) = (store(&url).await, store(&url).await);
+    let name = shared::unique("writer-first");
+    let reader = granted_hold(
+        a.acquire_hold(&name, &owner("reader"), Claim::Read, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+    let writer = owner("writer");
+    let refused = busy(
+        a.acquire_hold(&name, &writer, Claim::Write, ttl(LONG), Some(ttl(LONG)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(refused.holders, std::slice::from_ref(&reader));
+    assert!(
+        !refused.writer_waits,
+        "a writer is not held back by its own intent"
+    );
+
+    let late = owner("late-reader");
+    let held_back = busy(
+        b.acquire_hold(&name, &late, Claim::Read, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+    assert!(held_back.writer_waits, "{held_back:?}");
+    assert_eq!(held_back.holders, std::slice::from_ref(&reader));
+    assert!(
+        held_back.retry_in > Duration::ZERO && held_back.retry_in <= LONG,
+        "{held_back:?}"
+    );
+    // A reader already holding is not a new reader: it extends.
+    let extended = b
+        .acquire_hold(&name, &owner("reader"), Claim::Read, ttl(LONG), None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&extended, HoldOutcome::Extended(hold) if hold.lease.token == reader.lease.token),
+        "{extended:?}"
+    );
+
+    // The writer gives up: the readers it held back are told, and let in.
+    let mut heard = b.releases().unwrap();
+    a.withdraw_intent(&name, &writer).await.unwrap();
+    hear(&mut heard, &Key::hold(HoldKind::RwLock, &name)).await;
+    granted_hold(
+        b.acquire_hold(&name, &late, Claim::Read, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+
+    // An intent the writer stops renewing runs out by itself.
+    busy(
+        a.acquire_hold(
+            &name,
+            &writer,
+            Claim::Write,
+            ttl(LONG),
+            Some(ttl(Duration::from_millis(300))),
+        )
+        .await
+        .unwrap(),
+    );
+    let later = owner("later-reader");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut held_back = false;
+    loop {
+        match b
+            .acquire_hold(&name, &later, Claim::Read, ttl(LONG), None)
+            .await
+            .unwrap()
+        {
+            HoldOutcome::Granted { .. } => break,
+            HoldOutcome::Busy(busy) => {
+                assert!(busy.writer_waits, "{busy:?}");
+                held_back = true;
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Instant::now() < deadline, "the intent did not run out");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(held_back, "the reader was not held back while the intent lasted");
+}
+
+/// Releases, downgrades and shortening renewals of holds on one server are announced on the
+/// other, with the kind of what was freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_changes_on_one_server_are_heard_on_the_other() {
+    let url = shared_url().await;
+    let (a, b) = (store(&url).await, store(&url).await);
+    let who = owner("holder");
+
+    let released = shared::unique("released-permit");
+    let permit = Claim::Permit { limit: 2 };
+    granted_hold(
+        a.acquire_hold(&released, &who, permit, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+    let mut heard = b.releases().unwrap();
+    a.release_hold(HoldKind::Semaphore, &released, &who, None)
+        .await
+        .unwrap();
+    hear(&mut heard, &Key::hold(HoldKind::Semaphore, &released)).await;
+
+    let downgraded = shared::unique("downgraded");
+    let write = granted_hold(
+        a.acquire_hold(&downgraded, &who, Claim::Write, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+    let mut heard = b.releases().unwrap();
+    let read = a
+        .acquire_hold(&downgraded, &who, Claim::Read, ttl(LONG), None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&read, HoldOutcome::Granted { hold, replaced: Some(old) }
+            if *old == write && hold.claim == Claim::Read && hold.lease.token > write.lease.token),
+        "{read:?}"
+    );
+    hear(&mut heard, &Key::hold(HoldKind::RwLock, &downgraded)).await;
+
+    let shortened = shared::unique("shortened");
+    granted_hold(
+        a.acquire_hold(&shortened, &who, permit, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+    let mut heard = b.releases().unwrap();
+    let renewed = a
+        .renew_hold(
+            HoldKind::Semaphore,
+            &shortened,
+            &who,
+            ttl(Duration::from_secs(30)),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(renewed, RenewOutcome::Renewed(_)), "{renewed:?}");
+    hear(&mut heard, &Key::hold(HoldKind::Semaphore, &shortened)).await;
+}
+
+/// A purge forgets expired holds (reporting each with its kind) and ended intents, and
+/// leaves the live ones. On a database of its own, so that no other test purges them first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_forgets_expired_holds_with_their_kind_and_ended_intents() {
+    let url = new_database("purged_holds").await;
+    let store = store(&url).await;
+    let name = resource("lapsed");
+    let brief = ttl(Duration::from_millis(100));
+    let permit = granted_hold(
+        store
+            .acquire_hold(&name, &owner("a"), Claim::Permit { limit: 1 }, brief, None)
+            .await
+            .unwrap(),
+    );
+    let write = granted_hold(
+        store
+            .acquire_hold(&name, &owner("a"), Claim::Write, brief, None)
+            .await
+            .unwrap(),
+    );
+    busy(
+        store
+            .acquire_hold(&name, &owner("b"), Claim::Write, ttl(LONG), Some(brief))
+            .await
+            .unwrap(),
+    );
+    let live = granted_hold(
+        store
+            .acquire_hold(&resource("live"), &owner("c"), Claim::Read, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !store.holds(HoldKind::Semaphore, &name).await.unwrap().is_empty()
+        || !store.holds(HoldKind::RwLock, &name).await.unwrap().is_empty()
+    {
+        assert!(Instant::now() < deadline, "the holds did not expire");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The intent ends with the holds (all were stamped within one TTL of each other).
+    let intents = |client: tokio_postgres::Client| async move {
+        let row = client
+            .query_one("SELECT count(*) FROM fencelock_intents", &[])
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    while intents(connected(&url).await).await > 0 {
+        let purged = store.purge_expired().await.unwrap();
+        let mut purged: Vec<(Kind, Lease)> = purged
+            .into_iter()
+            .map(|Expired { kind, lease }| (kind, lease))
+            .collect();
+        purged.sort_by_key(|(_, lease)| lease.token);
+        if !purged.is_empty() {
+            assert_eq!(
+                purged,
+                [
+                    (Kind::Semaphore, permit.lease.clone()),
+                    (Kind::RwLock, write.lease.clone())
+                ]
+            );
+        }
+        assert!(Instant::now() < deadline, "the intent was not purged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        store.holds(HoldKind::RwLock, &resource("live")).await.unwrap(),
+        [live]
+    );
+    let rows: i64 = connected(&url)
+        .await
+        .query_one("SELECT count(*) FROM fencelock_holds", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1, "only the live hold is left");
+}
+
+/// A database that version 1 of fencelock made (leases only) is brought to version 2 with
+/// its leases and its token counter: the next grant of any kind gets a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_version_1_is_migrated_keeping_its_leases() {
+    let old = new_database("version_1").await;
+    connected(&old)
+        .await
+        .batch_execute(
+            r#"
+            CREATE TABLE fencelock_schema_version (
+                version    integer PRIMARY KEY,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            );
+            CREATE TABLE fencelock_leases (
+                resource    text COLLATE "C" PRIMARY KEY,
+                owner       text NOT NULL,
+                token       bigint NOT NULL CHECK (token > 0),
+                acquired_at timestamptz NOT NULL,
+                expires_at  timestamptz NOT NULL
+            );
+            CREATE INDEX fencelock_leases_expires_at ON fencelock_leases (expires_at);
+            CREATE SEQUENCE fencelock_tokens AS bigint MINVALUE 1 NO CYCLE;
+            INSERT INTO fencelock_schema_version (version) VALUES (1);
+            SELECT setval('fencelock_tokens', 41);
+            INSERT INTO fencelock_leases
+            VALUES ('kept', 'a', 41, '2026-01-01T00:00:00Z', now() + interval '1 hour');
+            "#,
+        )
+        .await
+        .unwrap();
+
+    let store = store(&old).await;
+    let kept = resource("kept");
+    let lease = store.get(&kept).await.unwrap().expect("the lease is kept");
+    assert_eq!((lease.owner.as_str(), lease.token), ("a", FencingToken(41)));
+    assert_eq!(
+        lease.acquired_at,
+        Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap()
+    );
+    let held = store.acquire(&kept, &owner("b"), ttl(LONG)).await.unwrap();
+    assert!(matches!(held, AcquireOutcome::Held { holder, .. } if holder == lease));
+    // A semaphore of the same name is another namespace, and its tokens continue the count.
+    let permit = granted_hold(
+        store
+            .acquire_hold(&kept, &owner("b"), Claim::Permit { limit: 1 }, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+    assert!(permit.lease.token > FencingToken(41), "{permit:?}");
+    assert_eq!(schema_versions(&old).await, [1, 2]);
+}
+
+/// Ordinals of tokens by first sight, so that two stores' tokens can be compared by order.
+#[derive(Default)]
+struct Seen(HashMap<FencingToken, usize>);
+
+impl Seen {
+    fn lease(&mut self, lease: &Lease) -> String {
+        let next = self.0.len();
+        let ordinal = *self.0.entry(lease.token).or_insert(next);
+        format!("{}#{ordinal}", lease.owner)
+    }
+
+    fn hold(&mut self, hold: &Hold) -> String {
+        format!("{}:{:?}", self.lease(&hold.lease), hold.claim)
+    }
+
+    fn holds(&mut self, holds: &[Hold]) -> String {
+        holds.iter().map(|h| self.hold(h)).collect::<Vec<_>>().join(" ")
+    }
+
+    fn outcome(&mut self, outcome: &HoldOutcome) -> String {
+        match outcome {
+            HoldOutcome::Granted { hold, replaced } => {
+                let replaced = replaced.as_ref().map(|h| self.hold(h));
+                format!("granted {} replacing {replaced:?}", self.hold(hold))
+            }
+            HoldOutcome::Extended(hold) => format!("extended {}", self.hold(hold)),
+            HoldOutcome::Busy(busy) => format!(
+                "busy [{}] writer waits {} retry later {}",
+                self.holds(&busy.holders),
+                busy.writer_waits,
+                busy.retry_in > Duration::ZERO
+            ),
+            HoldOutcome::LimitMismatch { limit } => format!("limit {limit}"),
+        }
+    }
+}
+
+/// A small deterministic source of choices (xorshift).
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        usize::try_from(self.0 % u64::try_from(n).unwrap()).unwrap()
+    }
+
+    fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
+        &from[self.below(from.len())]
+    }
+}
+
+/// The token a release or renew of the reference run gives.
+#[derive(Debug, Clone, Copy)]
+enum Token {
+    None,
+    /// The token of the owner's live hold, in the store asked.
+    Own,
+    /// A token that is no hold's.
+    Wrong,
+}
+
+/// One call of the reference run.
+#[derive(Debug, Clone)]
+enum Call {
+    Acquire(Resource, Owner, Claim, bool),
+    Release(HoldKind, Resource, Owner, Token),
+    Renew(HoldKind, Resource, Owner, Token),
+    Withdraw(Resource, Owner),
+    Holds(HoldKind, Resource),
+}
+
+impl Call {
+    fn roll(dice: &mut Dice, names: &[Resource], owners: &[Owner]) -> Self {
+        let name = dice.pick(names).clone();
+        let who = dice.pick(owners).clone();
+        let kind = *dice.pick(&[HoldKind::Semaphore, HoldKind::RwLock]);
+        let token = *dice.pick(&[Token::None, Token::Own, Token::Own, Token::Wrong]);
+        match dice.below(20) {
+            0..=10 => {
+                let claim = *dice.pick(&[
+                    Claim::Permit { limit: 2 },
+                    Claim::Permit { limit: 2 },
+                    Claim::Permit { limit: 3 },
+                    Claim::Read,
+                    Claim::Read,
+                    Claim::Write,
+                ]);
+                Self::Acquire(name, who, claim, dice.below(2) == 0)
+            }
+            11..=14 => Self::Release(kind, name, who, token),
+            15..=16 => Self::Renew(kind, name, who, token),
+            17..=18 => Self::Withdraw(name, who),
+            _ => Self::Holds(kind, name),
+        }
+    }
+
+    /// What `store` answers, with tokens as ordinals of `seen`.
+    async fn answer(&self, store: &dyn LockStore, seen: &mut Seen) -> String {
+        match self {
+            Self::Acquire(name, who, claim, intent) => {
+                let intent = intent.then(|| ttl(LONG));
+                let outcome = store
+                    .acquire_hold(name, who, *claim, ttl(LONG), intent)
+                    .await
+                    .unwrap();
+                if let HoldOutcome::Granted { hold, .. } | HoldOutcome::Extended(hold) = &outcome {
+                    assert_eq!(hold.lease.expires_at.since(hold.lease.acquired_at), LONG);
+                    assert_eq!(hold.lease.resource, *name);
+                }
+                seen.outcome(&outcome)
+            }
+            Self::Release(kind, name, who, token) => {
+                let token = Self::token(store, *kind, name, who, *token).await;
+                match store.release_hold(*kind, name, who, token).await.unwrap() {
+                    ReleaseOutcome::Released(Some(ended)) => format!("released {}", seen.lease(&ended.lease)),
+                    other => format!("{other:?}"),
+                }
+            }
+            Self::Renew(kind, name, who, token) => {
+                let token = Self::token(store, *kind, name, who, *token).await;
+                match store
+                    .renew_hold(*kind, name, who, ttl(LONG), token)
+                    .await
+                    .unwrap()
+                {
+                    RenewOutcome::Renewed(hold) => format!("renewed {}", seen.hold(&hold)),
+                    other => format!("{other:?}"),
+                }
+            }
+            Self::Withdraw(name, who) => {
+                store.withdraw_intent(name, who).await.unwrap();
+                "withdrawn".into()
+            }
+            Self::Holds(kind, name) => seen.holds(&store.holds(*kind, name).await.unwrap()),
+        }
+    }
+
+    async fn token(
+        store: &dyn LockStore,
+        kind: HoldKind,
+        name: &Resource,
+        who: &Owner,
+        token: Token,
+    ) -> Option<FencingToken> {
+        match token {
+            Token::None => None,
+            Token::Wrong => Some(FencingToken(u64::MAX / 2)),
+            Token::Own => {
+                let holds = store.holds(kind, name).await.unwrap();
+                let own = holds.iter().find(|h| h.lease.owner == *who);
+                Some(own.map_or(FencingToken(u64::MAX / 2), |h| h.lease.token))
+            }
+        }
+    }
+}
+
+/// Every page of the holds of `kind` under `prefix`, one name a page.
+async fn pages(store: &dyn LockStore, kind: HoldKind, prefix: &str, seen: &mut Seen) -> Vec<String> {
+    let mut pages = Vec::new();
+    let mut after = None;
+    loop {
+        let query = ListQuery {
+            prefix: prefix.into(),
+            after,
+            limit: 1,
+        };
+        let page = store.list_holds(kind, &query).await.unwrap();
+        for (name, holds) in &page.names {
+            pages.push(format!("{name}: {}", seen.holds(holds)));
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return pages,
+        }
+    }
+}
+
+/// Random runs of hold calls on a few names and owners are answered by PostgreSQL as by the
+/// reference store, call by call: the same outcomes and holders, tokens in the same order,
+/// the same pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_are_decided_as_the_reference_store_decides() {
+    let postgres = store(&shared_url().await).await;
+    for seed in [
+        0x2545_f491_4f6c_dd1d_u64,
+        0x9e37_79b9_7f4a_7c15,
+        0xdead_beef_cafe_f00d,
+    ] {
+        let reference = MemoryStore::new();
+        let prefix = unique_prefix();
+        let names = ["x", "y"].map(|n| resource(&format!("{prefix}{n}")));
+        let owners = ["a", "b", "c"].map(owner);
+        let mut dice = Dice(seed);
+        let (mut seen_pg, mut seen_ref) = (Seen::default(), Seen::default());
+        for step in 0..250 {
+            let call = Call::roll(&mut dice, &names, &owners);
+            let theirs = call.answer(&*postgres, &mut seen_pg).await;
+            let ours = call.answer(&reference, &mut seen_ref).await;
+            assert_eq!(theirs, ours, "seed {seed:#x}, step {step}: {call:?}");
+        }
+        for kind in [HoldKind::Semaphore, HoldKind::RwLock] {
+            assert_eq!(
+                pages(&*postgres, kind, &prefix, &mut seen_pg).await,
+                pages(&reference, kind, &prefix, &mut seen_ref).await,
+                "seed {seed:#x}: {kind}"
+            );
+        }
+    }
 }

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Clock, FencingToken, Lease, ListQuery, LockStore, ManualClock, ReleaseOutcome,
-    RenewOutcome, StoreError, Timestamp, Ttl,
+    AcquireOutcome, Claim, Clock, Expired, FencingToken, Hold, HoldKind, HoldOutcome, Key, Kind, Lease,
+    ListQuery, LockStore, ManualClock, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError, Timestamp,
+    Ttl,
 };
 use fencelock_stores::sqlite::SqliteStore;
 use fencelock_testkit::fixtures::resource;
@@ -34,6 +35,24 @@ async fn grant(store: &SqliteStore, name: &str, who: &str, ttl: Ttl) -> Lease {
         AcquireOutcome::Granted { lease, .. } => lease,
         other => panic!("expected a grant of {name} to {who}, got {other:?}"),
     }
+}
+
+/// A semaphore of three permits.
+const PERMIT: Claim = Claim::Permit { limit: 3 };
+
+async fn grant_hold(store: &SqliteStore, name: &str, who: &str, claim: Claim, ttl: Ttl) -> Hold {
+    let outcome = store
+        .acquire_hold(&resource(name), &owner(who), claim, ttl, None)
+        .await;
+    match outcome.unwrap() {
+        HoldOutcome::Granted { hold, .. } => hold,
+        other => panic!("expected a grant of {claim:?} on {name} to {who}, got {other:?}"),
+    }
+}
+
+/// The live holds of `kind` on `name`.
+async fn holds(store: &SqliteStore, kind: HoldKind, name: &str) -> Vec<Hold> {
+    store.holds(kind, &resource(name)).await.unwrap()
 }
 
 fn is_unavailable<T: std::fmt::Debug>(result: &Result<T>) -> bool {
@@ -258,6 +277,299 @@ async fn the_token_counter_is_never_reset() {
             last.token
         );
     }
+}
+
+// ---- Semaphores and read-write locks: as durable as locks ----
+
+#[tokio::test]
+async fn permits_and_holds_survive_close_and_reopen_with_their_tokens_expiries_and_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let lease = grant(&store, "lock", "worker-0", long()).await;
+    let p1 = grant_hold(&store, "pool", "worker-1", PERMIT, long()).await;
+    clock.advance(Duration::from_secs(1));
+    let p2 = grant_hold(&store, "pool", "worker-2", PERMIT, ttl(Duration::from_secs(900))).await;
+    let r1 = grant_hold(&store, "shared", "reader-1", Claim::Read, long()).await;
+    let r2 = grant_hold(&store, "shared", "reader-2", Claim::Read, long()).await;
+    let RenewOutcome::Renewed(r2) = store
+        .renew_hold(
+            HoldKind::RwLock,
+            &r2.lease.resource,
+            &r2.lease.owner,
+            ttl(Duration::from_secs(1200)),
+            Some(r2.lease.token),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("renew of a held read hold failed");
+    };
+    grant_hold(&store, "exclusive", "writer", Claim::Read, long()).await;
+    // The sole reader's upgrade: a new token, in the row of the read hold it replaces.
+    let w = grant_hold(&store, "exclusive", "writer", Claim::Write, long()).await;
+    // A released permit leaves no row, but its token stays spent.
+    let gone = grant_hold(&store, "pool", "worker-3", PERMIT, long()).await;
+    let released = store
+        .release_hold(HoldKind::Semaphore, &gone.lease.resource, &gone.lease.owner, None)
+        .await
+        .unwrap();
+    assert!(matches!(released, ReleaseOutcome::Released(_)), "{released:?}");
+    store.close().await;
+
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    assert_eq!(holds(&store, HoldKind::Semaphore, "pool").await, [p1, p2]);
+    assert_eq!(holds(&store, HoldKind::RwLock, "shared").await, [r1, r2]);
+    assert_eq!(
+        holds(&store, HoldKind::RwLock, "exclusive").await,
+        vec![w.clone()]
+    );
+    assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease));
+    // The limit came back with the permits, and the writer still excludes readers.
+    let other_limit = Claim::Permit { limit: 4 };
+    let pool = store
+        .acquire_hold(&resource("pool"), &owner("worker-4"), other_limit, long(), None)
+        .await
+        .unwrap();
+    assert_eq!(pool, HoldOutcome::LimitMismatch { limit: 3 });
+    let read = store
+        .acquire_hold(
+            &resource("exclusive"),
+            &owner("reader-3"),
+            Claim::Read,
+            long(),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&read, HoldOutcome::Busy(busy) if busy.holders == [w.clone()]),
+        "{read:?}"
+    );
+
+    // Dropping, like closing, frees the file; the next grant of any kind draws above every
+    // token issued before, the released permit's included.
+    drop(store);
+    let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
+    let next = grant_hold(&store, "pool", "worker-4", PERMIT, long()).await;
+    assert_eq!(next.lease.token, FencingToken(gone.lease.token.0 + 1));
+    let lock = grant(&store, "lock-2", "worker-5", long()).await;
+    assert_eq!(lock.token, FencingToken(next.lease.token.0 + 1));
+}
+
+#[tokio::test]
+async fn a_wall_clock_stepped_forward_while_stopped_takes_no_time_from_a_hold() {
+    // As for a lease: held for 30 minutes under a clock an hour behind, stopped cleanly,
+    // started again with the right clock.
+    let dir = tempfile::tempdir().unwrap();
+    let behind = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), behind).unwrap();
+    let half_hour = ttl(Duration::from_secs(1800));
+    let write = grant_hold(&store, "rw", "a", Claim::Write, half_hour).await;
+    let permit = grant_hold(&store, "sem", "a", Claim::Permit { limit: 1 }, half_hour).await;
+    store.close().await;
+
+    let hour = ttl(Duration::from_secs(3600));
+    let right = Arc::new(ManualClock::new(T0.plus(hour)));
+    let store = SqliteStore::open_with_clock(db(&dir), right.clone()).unwrap();
+    for (before, claim) in [(&write, Claim::Read), (&permit, Claim::Permit { limit: 1 })] {
+        let moved = Hold {
+            lease: Lease {
+                expires_at: before.lease.expires_at.plus(hour),
+                ..before.lease.clone()
+            },
+            claim: before.claim,
+        };
+        let busy = store
+            .acquire_hold(&before.lease.resource, &owner("b"), claim, long(), None)
+            .await
+            .unwrap();
+        assert!(
+            matches!(&busy, HoldOutcome::Busy(busy)
+                if busy.holders == [moved.clone()] && busy.retry_in == Duration::from_secs(1800)),
+            "the hold keeps its 30 minutes: {busy:?}"
+        );
+    }
+    right.advance(Duration::from_secs(1799));
+    assert_eq!(holds(&store, HoldKind::RwLock, "rw").await.len(), 1);
+    right.advance(Duration::from_secs(1));
+    let read = grant_hold(&store, "rw", "b", Claim::Read, long()).await;
+    assert!(read.lease.token > permit.lease.token);
+    assert_eq!(holds(&store, HoldKind::Semaphore, "sem").await, []);
+}
+
+#[tokio::test]
+async fn expired_holds_are_purged_from_the_file_and_announced() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let mut feed = store.releases().unwrap();
+    let second = ttl(Duration::from_secs(1));
+    let permit = grant_hold(&store, "sem", "a", PERMIT, second).await;
+    let kept = grant_hold(&store, "sem", "b", PERMIT, long()).await;
+    let read = grant_hold(&store, "rw", "c", Claim::Read, second).await;
+    clock.advance(Duration::from_secs(2));
+
+    let purged = store.purge_expired().await.unwrap();
+    let expired = |kind, hold: &Hold| Expired {
+        kind,
+        lease: hold.lease.clone(),
+    };
+    assert_eq!(
+        purged,
+        [expired(Kind::Semaphore, &permit), expired(Kind::RwLock, &read)]
+    );
+    // Announced before the purge was answered: both names, nothing else.
+    let mut announced = Vec::new();
+    while let Ok(notice) = feed.try_recv() {
+        announced.push(notice);
+    }
+    let freed = |kind, name| ReleaseNotice::Freed(Key::hold(kind, &resource(name)));
+    assert_eq!(
+        announced,
+        [freed(HoldKind::Semaphore, "sem"), freed(HoldKind::RwLock, "rw")]
+    );
+    store.close().await;
+
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    let mut rows = conn.prepare("SELECT owner, token FROM holds").unwrap();
+    let left: Vec<(String, i64)> = rows
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(left, [("b".to_owned(), kept.lease.token.0 as i64)]);
+}
+
+#[tokio::test]
+async fn hold_reads_refusals_and_intents_commit_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    let write = grant_hold(&store, "rw", "a", Claim::Write, long()).await;
+    let name = &write.lease.resource;
+    let before = store.stats();
+    assert_eq!(before.commits, 1);
+    assert_eq!(holds(&store, HoldKind::RwLock, "rw").await, vec![write.clone()]);
+    let query = ListQuery {
+        prefix: String::new(),
+        after: None,
+        limit: 10,
+    };
+    let page = store.list_holds(HoldKind::RwLock, &query).await.unwrap();
+    assert_eq!(page.names, [(name.clone(), vec![write.clone()])]);
+    let busy = |outcome: Result<HoldOutcome>| matches!(outcome.unwrap(), HoldOutcome::Busy(_));
+    assert!(busy(
+        store
+            .acquire_hold(name, &owner("b"), Claim::Read, long(), None)
+            .await
+    ));
+    // A waiting writer's intent lives in memory only.
+    let intent = Some(ttl(Duration::from_secs(3)));
+    assert!(busy(
+        store
+            .acquire_hold(name, &owner("c"), Claim::Write, long(), intent)
+            .await
+    ));
+    store.withdraw_intent(name, &owner("c")).await.unwrap();
+    assert_eq!(
+        store
+            .release_hold(HoldKind::RwLock, name, &owner("b"), None)
+            .await
+            .unwrap(),
+        ReleaseOutcome::NotFound
+    );
+    let wrong = Some(FencingToken(write.lease.token.0 + 1));
+    assert_eq!(
+        store
+            .renew_hold(HoldKind::RwLock, name, &write.lease.owner, long(), wrong)
+            .await
+            .unwrap(),
+        RenewOutcome::Conflict
+    );
+    let after = store.stats();
+    assert_eq!(after.commits, before.commits, "{after:?}");
+    assert_eq!(after.operations, before.operations + 7);
+}
+
+#[tokio::test]
+async fn the_file_keeps_holds_to_their_rules_and_the_counter_above_their_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    let held = grant_hold(&store, "sem", "a", PERMIT, long()).await;
+    store.close().await;
+
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    let insert = |kind: &str, claim: &str, limit: Option<i64>, token: i64| {
+        conn.execute(
+            "INSERT INTO holds (kind, name, owner, claim, permit_limit, token, acquired_at, expires_at)
+             VALUES (?1, 'hand', 'h', ?2, ?3, ?4, 0, 0)",
+            rusqlite::params![kind, claim, limit, token],
+        )
+    };
+    for (kind, claim, limit, token) in [
+        ("semaphore", "permit", None, 9),
+        ("rwlock", "read", Some(2), 9),
+        ("rwlock", "permit", Some(2), 9),
+        ("semaphore", "read", None, 9),
+        ("semaphore", "permit", Some(0), 9),
+        ("semaphore", "permit", Some(2), 0),
+        ("lock", "write", None, 9),
+    ] {
+        let error = insert(kind, claim, limit, token).unwrap_err();
+        assert!(
+            error.to_string().contains("CHECK constraint failed"),
+            "{kind} {claim} {limit:?} {token}: {error}"
+        );
+    }
+    // A row written behind the store's back raises the counter; deleting it lowers nothing.
+    insert("rwlock", "write", None, 50).unwrap();
+    conn.execute("DELETE FROM holds WHERE owner = 'h'", []).unwrap();
+    let last: i64 = conn
+        .query_row("SELECT last_token FROM meta", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(last, 50);
+    drop(conn);
+
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    assert_eq!(holds(&store, HoldKind::Semaphore, "sem").await, [held]);
+    let next = grant_hold(&store, "hand", "i", Claim::Write, long()).await;
+    assert_eq!(next.lease.token, FencingToken(51));
+}
+
+#[tokio::test]
+async fn a_version_2_file_keeps_its_leases_when_migrated_to_keep_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let lease = grant(&store, "lock", "a", long()).await;
+    let released = grant(&store, "gone", "a", long()).await;
+    store
+        .release(&released.resource, &released.owner, None)
+        .await
+        .unwrap();
+    store.close().await;
+    // A file of version 2: this one without what version 3 added (the table and its
+    // triggers, which go with it).
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    conn.execute_batch("DROP TABLE holds; PRAGMA user_version = 2;")
+        .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease.clone()));
+    let permit = grant_hold(&store, "sem", "b", PERMIT, long()).await;
+    assert_eq!(permit.lease.token, FencingToken(released.token.0 + 1));
+    store.close().await;
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, 3);
+    drop(conn);
+
+    let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
+    assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease));
+    assert_eq!(holds(&store, HoldKind::Semaphore, "sem").await, [permit]);
 }
 
 // ---- One server per file ----
@@ -609,6 +921,96 @@ async fn assert_no_trace_of_the_failed_batch(store: &SqliteStore, kept: &Lease, 
     );
     assert_eq!(store.get(&first.resource).await.unwrap().as_ref(), Some(first));
     assert_eq!(store.get(&resource("poison")).await.unwrap(), None);
+}
+
+/// As for leases: a batch of hold operations whose transaction fails is answered unavailable
+/// whole, and none of its holds, releases or tokens is seen afterwards, before or after a
+/// restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_leaves_no_hold_behind_and_answers_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    let kept = grant_hold(&store, "kept", "a", Claim::Read, long()).await;
+    store.close().await;
+    rusqlite::Connection::open(db(&dir))
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER poison BEFORE INSERT ON holds WHEN NEW.name = 'poison'
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+        )
+        .unwrap();
+
+    let (store, gate, first) = held_writer(&db(&dir), "first", "a").await;
+    let spawn_hold = |name: &str, who: &str, claim: Claim| -> Call<()> {
+        let (store, name, who) = (store.clone(), resource(name), owner(who));
+        tokio::spawn(async move {
+            store
+                .acquire_hold(&name, &who, claim, long(), None)
+                .await
+                .map(drop)
+        })
+    };
+    let batch: Vec<Call<()>> = vec![
+        {
+            let (store, k) = (store.clone(), kept.lease.clone());
+            tokio::spawn(async move {
+                store
+                    .release_hold(HoldKind::RwLock, &k.resource, &k.owner, None)
+                    .await
+                    .map(drop)
+            })
+        },
+        spawn_hold("fine", "b", PERMIT),
+        spawn_hold("kept", "d", Claim::Read),
+        spawn_hold("poison", "c", Claim::Write),
+        {
+            let store = store.clone();
+            tokio::spawn(async move { store.holds(HoldKind::RwLock, &resource("kept")).await.map(drop) })
+        },
+    ];
+    until("the batch is queued", || store.queued() == 5).await;
+    gate.open();
+
+    let first = match first.await.unwrap().unwrap() {
+        AcquireOutcome::Granted { lease, .. } => lease,
+        outcome => panic!("the batch before the failure stands, got {outcome:?}"),
+    };
+    for call in batch {
+        let answer = call.await.unwrap();
+        assert!(is_unavailable(&answer), "{answer:?}");
+    }
+    assert_eq!(store.stats().failed_commits, 1);
+
+    assert_no_hold_of_the_failed_batch(&store, &kept).await;
+    assert_eq!(holds(&store, HoldKind::Semaphore, "fine").await, []);
+    // The tokens the failed batch drew were taken back with it: nobody ever held them.
+    let next = grant_hold(&store, "fine", "b", PERMIT, long()).await;
+    assert_eq!(next.lease.token, FencingToken(first.token.0 + 1));
+
+    drop(store);
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    assert_no_hold_of_the_failed_batch(&store, &kept).await;
+    assert_eq!(
+        holds(&store, HoldKind::Semaphore, "fine").await,
+        vec![next.clone()]
+    );
+    assert!(grant(&store, "new", "e", long()).await.token > next.lease.token);
+}
+
+/// The read hold from before the failed batch is as it was, alone on its name; no other
+/// read-write lock is held.
+async fn assert_no_hold_of_the_failed_batch(store: &SqliteStore, kept: &Hold) {
+    let query = ListQuery {
+        prefix: String::new(),
+        after: None,
+        limit: 10,
+    };
+    let page = store.list_holds(HoldKind::RwLock, &query).await.unwrap();
+    assert_eq!(
+        page.names,
+        [(kept.lease.resource.clone(), vec![kept.clone()])],
+        "release and second reader undone, poison never written"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
-//! How a lock is written in etcd: the value of its key, and reading it back.
+//! How locks, holds and writers' intents are written in etcd: their keys and values, and
+//! reading them back.
 
-use etcd_client::{KeyValue, TxnOpResponse, TxnResponse};
-use fencelock_core::{FencingToken, Lease, Owner, Resource, Timestamp};
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, TxnOp, TxnOpResponse, TxnResponse};
+use fencelock_core::{Claim, FencingToken, Hold, HoldKind, Intent, Key, Lease, Owner, Resource, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::error::EtcdError;
@@ -33,16 +34,10 @@ pub(super) fn lease(resource: Resource, kv: &KeyValue) -> Result<Lease> {
         .map_err(|e| EtcdError::Corrupt(format!("lock {resource} holds no lease: {e}")))?;
     let owner = Owner::new(&stored.owner)
         .map_err(|e| EtcdError::Corrupt(format!("lock {resource} has owner {:?}: {e}", stored.owner)))?;
-    let token = u64::try_from(kv.create_revision())
-        .ok()
-        .filter(|t| *t > 0)
-        .ok_or_else(|| {
-            EtcdError::Corrupt(format!("lock {resource} has revision {}", kv.create_revision()))
-        })?;
     Ok(Lease {
+        token: token(kv, &resource)?,
         resource,
         owner,
-        token: FencingToken(token),
         acquired_at: Timestamp::from_millis(stored.acquired_at),
         expires_at: Timestamp::from_millis(stored.expires_at),
     })
@@ -62,4 +57,304 @@ pub(super) fn last_get(answer: &TxnResponse) -> Option<KeyValue> {
         TxnOpResponse::Get(mut get) => get.take_kvs().into_iter().next(),
         _ => None,
     })
+}
+
+/// What the value of a hold key holds; the owner and the claim's mode are in the key, the
+/// token is the key's create revision.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredHold {
+    /// Milliseconds since the epoch.
+    acquired_at: u64,
+    /// Milliseconds since the epoch.
+    expires_at: u64,
+    /// A permit's semaphore limit; absent for read-write locks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limit: Option<u32>,
+}
+
+/// What the value of a writer's intent key holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredIntent {
+    /// Milliseconds since the epoch.
+    expires_at: u64,
+}
+
+/// The `expires_at` of any value this store writes (a lock, a hold, an intent), for the
+/// watch to tell a shortening rewrite.
+#[derive(Debug, Deserialize)]
+struct Expiry {
+    expires_at: u64,
+}
+
+/// The `expires_at` of the value of `kv`.
+pub(super) fn expires_at(kv: &KeyValue) -> Result<Timestamp> {
+    serde_json::from_slice::<Expiry>(kv.value())
+        .map(|e| Timestamp::from_millis(e.expires_at))
+        .map_err(|e| EtcdError::Corrupt(format!("value without expires_at: {e}")))
+}
+
+/// Ends a name inside a key. Names and owners have no control characters, and UTF-8 puts no
+/// byte below 0x80 inside a character, so a zero byte cannot occur in them: the key splits
+/// back into its parts, and `name` + 0 sorts before every longer name that starts with
+/// `name` (whose next byte is at least 0x20), so keys sort in the order of the names' bytes.
+const END: u8 = 0;
+
+/// The first byte after [`END`]: `name` + this is past every key of `name`, and before
+/// every key of a longer name.
+const PAST_END: u8 = END + 1;
+
+/// The folder of writers' intents, beside the folders of the two kinds.
+const INTENTS: &str = "intent";
+
+/// A range of keys, `[start, end)`.
+#[derive(Debug, Clone)]
+pub(super) struct Range {
+    pub(super) start: Vec<u8>,
+    pub(super) end: Vec<u8>,
+}
+
+impl Range {
+    /// Every key that starts with `start`.
+    fn under(start: Vec<u8>) -> Self {
+        let end = prefix_end(&start);
+        Self { start, end }
+    }
+
+    /// Reads every key of the range.
+    pub(super) fn get(&self) -> TxnOp {
+        TxnOp::get(
+            self.start.clone(),
+            Some(GetOptions::new().with_range(self.end.clone())),
+        )
+    }
+
+    /// Holds if no key of the range was created or rewritten after `revision`. A deletion
+    /// passes: the caller compares the keys it rewrites one by one.
+    pub(super) fn unchanged_since(&self, revision: i64) -> Compare {
+        Compare::mod_revision(self.start.clone(), CompareOp::Less, revision + 1).with_range(self.end.clone())
+    }
+}
+
+/// Where semaphores, read-write locks and writers' intents are kept: under one prefix,
+///
+/// - a hold: `{prefix}{kind}/{name}` 0 `{owner}` 0 `{mode}`, kind `semaphore` or `rwlock`,
+///   mode `permit`, `read` or `write`;
+/// - a writer's intent: `{prefix}intent/{name}` 0 `{owner}`.
+///
+/// The mode is in the key so that an upgrade or a downgrade deletes one key and creates
+/// another, whose create revision is the new token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct HoldKeys {
+    prefix: String,
+}
+
+impl HoldKeys {
+    pub(super) fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// The prefix of every key, for the watch.
+    pub(super) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn folder(&self, folder: &str) -> Vec<u8> {
+        [self.prefix.as_bytes(), folder.as_bytes(), b"/"].concat()
+    }
+
+    fn named(&self, folder: &str, name: &Resource) -> Vec<u8> {
+        [&self.folder(folder)[..], name.as_str().as_bytes(), &[END]].concat()
+    }
+
+    /// The key of `owner`'s hold of `claim` on `name`.
+    pub(super) fn hold(&self, name: &Resource, owner: &Owner, claim: Claim) -> Vec<u8> {
+        let mut key = self.named(claim.kind().as_str(), name);
+        key.extend_from_slice(owner.as_str().as_bytes());
+        key.push(END);
+        key.extend_from_slice(mode(claim).as_bytes());
+        key
+    }
+
+    /// Every hold on `name`.
+    pub(super) fn holds_of(&self, kind: HoldKind, name: &Resource) -> Range {
+        Range::under(self.named(kind.as_str(), name))
+    }
+
+    /// `owner`'s holds on `name` (at most one).
+    pub(super) fn owned(&self, kind: HoldKind, name: &Resource, owner: &Owner) -> Range {
+        let mut start = self.named(kind.as_str(), name);
+        start.extend_from_slice(owner.as_str().as_bytes());
+        start.push(END);
+        Range::under(start)
+    }
+
+    /// Every hold of `kind` on a name that starts with `prefix`, from the first name after
+    /// `after` on.
+    pub(super) fn names(&self, kind: HoldKind, prefix: &str, after: Option<&Resource>) -> Range {
+        let folder = self.folder(kind.as_str());
+        let all = Range::under([&folder[..], prefix.as_bytes()].concat());
+        let start = match after {
+            Some(after) if after.as_str() >= prefix => {
+                [&folder[..], after.as_str().as_bytes(), &[PAST_END]].concat()
+            }
+            _ => all.start,
+        };
+        Range { start, end: all.end }
+    }
+
+    /// The key of `owner`'s intent to write `name`.
+    pub(super) fn intent(&self, name: &Resource, owner: &Owner) -> Vec<u8> {
+        [&self.named(INTENTS, name)[..], owner.as_str().as_bytes()].concat()
+    }
+
+    /// Every writer's intent on `name`.
+    pub(super) fn intents_of(&self, name: &Resource) -> Range {
+        Range::under(self.named(INTENTS, name))
+    }
+
+    /// The folder and the parts after it of a key: `(folder, [name, owner, mode…])`.
+    fn split<'k>(&self, key: &'k [u8]) -> Result<(&'k str, Vec<&'k str>)> {
+        let odd = || EtcdError::Corrupt(format!("odd key {}", String::from_utf8_lossy(key)));
+        let rest = key
+            .strip_prefix(self.prefix.as_bytes())
+            .and_then(|rest| std::str::from_utf8(rest).ok())
+            .ok_or_else(odd)?;
+        let (folder, parts) = rest.split_once('/').ok_or_else(odd)?;
+        Ok((folder, parts.split(char::from(END)).collect()))
+    }
+
+    /// The semaphore or read-write lock a key of a hold or an intent belongs to.
+    pub(super) fn key_of(&self, key: &[u8]) -> Result<Key> {
+        let (folder, parts) = self.split(key)?;
+        let kind = match folder {
+            INTENTS => HoldKind::RwLock,
+            folder => kind(folder).ok_or_else(|| EtcdError::Corrupt(format!("odd folder {folder:?}")))?,
+        };
+        Ok(Key::hold(
+            kind,
+            &name(parts.first().copied().unwrap_or_default())?,
+        ))
+    }
+
+    /// The hold a hold key holds: name, owner and mode from the key, times and limit from
+    /// the value, its create revision as the token.
+    pub(super) fn decode(&self, kv: &KeyValue) -> Result<Hold> {
+        let odd = || EtcdError::Corrupt(format!("odd hold key {}", String::from_utf8_lossy(kv.key())));
+        let (folder, parts) = self.split(kv.key())?;
+        let (kind, &[name, owner, mode]) = (kind(folder), &parts[..]) else {
+            return Err(odd());
+        };
+        let stored: StoredHold = serde_json::from_slice(kv.value())
+            .map_err(|e| EtcdError::Corrupt(format!("hold on {name:?} holds no lease: {e}")))?;
+        let claim = match (kind, mode, stored.limit) {
+            (Some(HoldKind::Semaphore), "permit", Some(limit)) => Claim::Permit { limit },
+            (Some(HoldKind::RwLock), "read", None) => Claim::Read,
+            (Some(HoldKind::RwLock), "write", None) => Claim::Write,
+            _ => return Err(odd()),
+        };
+        let name = self::name(name)?;
+        let owner = Owner::new(owner)
+            .map_err(|e| EtcdError::Corrupt(format!("hold on {name} has owner {owner:?}: {e}")))?;
+        Ok(Hold {
+            lease: Lease {
+                token: token(kv, &name)?,
+                resource: name,
+                owner,
+                acquired_at: Timestamp::from_millis(stored.acquired_at),
+                expires_at: Timestamp::from_millis(stored.expires_at),
+            },
+            claim,
+        })
+    }
+
+    /// The intent an intent key holds.
+    pub(super) fn decode_intent(&self, kv: &KeyValue) -> Result<Intent> {
+        let (folder, parts) = self.split(kv.key())?;
+        let (INTENTS, &[_, owner]) = (folder, &parts[..]) else {
+            return Err(EtcdError::Corrupt(format!(
+                "odd intent key {}",
+                String::from_utf8_lossy(kv.key())
+            )));
+        };
+        Ok(Intent {
+            owner: Owner::new(owner)
+                .map_err(|e| EtcdError::Corrupt(format!("intent of owner {owner:?}: {e}")))?,
+            expires_at: expires_at(kv)?,
+        })
+    }
+}
+
+/// The value of a hold key.
+pub(super) fn encode_hold(claim: Claim, acquired_at: Timestamp, expires_at: Timestamp) -> Result<Vec<u8>> {
+    serde_json::to_vec(&StoredHold {
+        acquired_at: acquired_at.as_millis(),
+        expires_at: expires_at.as_millis(),
+        limit: match claim {
+            Claim::Permit { limit } => Some(limit),
+            Claim::Read | Claim::Write => None,
+        },
+    })
+    .map_err(|e| EtcdError::Corrupt(format!("cannot encode a hold: {e}")))
+}
+
+/// The value of an intent key.
+pub(super) fn encode_intent(expires_at: Timestamp) -> Result<Vec<u8>> {
+    serde_json::to_vec(&StoredIntent {
+        expires_at: expires_at.as_millis(),
+    })
+    .map_err(|e| EtcdError::Corrupt(format!("cannot encode an intent: {e}")))
+}
+
+fn mode(claim: Claim) -> &'static str {
+    match claim {
+        Claim::Permit { .. } => "permit",
+        Claim::Read => "read",
+        Claim::Write => "write",
+    }
+}
+
+fn kind(folder: &str) -> Option<HoldKind> {
+    [HoldKind::Semaphore, HoldKind::RwLock]
+        .into_iter()
+        .find(|kind| kind.as_str() == folder)
+}
+
+fn name(name: &str) -> Result<Resource> {
+    Resource::new(name).map_err(|e| EtcdError::Corrupt(format!("key of name {name:?}: {e}")))
+}
+
+/// The token of a key: its create revision.
+fn token(kv: &KeyValue, name: &Resource) -> Result<FencingToken> {
+    u64::try_from(kv.create_revision())
+        .ok()
+        .filter(|t| *t > 0)
+        .map(FencingToken)
+        .ok_or_else(|| EtcdError::Corrupt(format!("{name} has revision {}", kv.create_revision())))
+}
+
+/// Every key read by the `get`s of a transaction's answer, one list per `get`, in order.
+pub(super) fn gets(answer: &TxnResponse) -> Vec<Vec<KeyValue>> {
+    answer
+        .op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The end of the key range of every key that starts with `prefix` (etcd's usual rule:
+/// drop trailing 0xff bytes, add one to the last byte; nothing left means "to the end").
+pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
 }

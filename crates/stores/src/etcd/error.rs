@@ -18,8 +18,8 @@ pub(super) enum EtcdError {
     /// etcd answered, and refused.
     #[error("etcd: {doing}: {reason}")]
     Refused { doing: &'static str, reason: String },
-    /// Another caller changed the key between every read and write.
-    #[error("etcd: {doing}: the lock changed under every one of {MAX_ATTEMPTS} tries")]
+    /// Another caller changed the key (or the keys of the name) between every read and write.
+    #[error("etcd: {doing}: another call changed it under every one of {MAX_ATTEMPTS} tries")]
     Contended { doing: &'static str },
     /// A key or value that no lock has.
     #[error("{0}")]

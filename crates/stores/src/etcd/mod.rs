@@ -1,9 +1,10 @@
-//! [`EtcdStore`] (`etcd://host:port[,host:port…]`): leases as etcd keys bound to etcd
-//! leases, shared by any number of fencelock servers.
+//! [`EtcdStore`] (`etcd://host:port[,host:port…]`): leases — of locks, of semaphores' permits
+//! and of read-write locks' holds — as etcd keys bound to etcd leases, shared by any number of
+//! fencelock servers.
 //!
 //! Its guarantees are in the [crate's guarantee table](crate#guarantees).
 //!
-//! # How the rules are kept
+//! # How the rules of locks are kept
 //!
 //! - A lock on resource `r` is the key `/fencelock/locks/` + `r` (so listing in key order is
 //!   listing in the order of the names' bytes). Its value is JSON with the owner,
@@ -28,12 +29,57 @@
 //!   TTL, while a renew may ask for a shorter one.
 //! - All reads are linearizable (etcd's default), never served from a member's possibly
 //!   stale copy.
-//! - [`LockStore::releases`] is fed by a watch on the key prefix: every deletion, by a
-//!   release or by the expiry of a lease, and every rewrite that moves a lease's expiry
-//!   earlier (a shortening renewal or extension), wakes waiters, on every server. When the watch is
-//!   lost it resumes from the last revision it saw, so no deletion is missed unless etcd
-//!   compacted that history meanwhile.
-//! - [`LockStore::purge_expired`] returns nothing: etcd deletes expired keys by itself.
+//!
+//! # Semaphores and read-write locks
+//!
+//! Their keys are under a prefix of their own ([`EtcdOptions::holds_prefix`], by default
+//! `/fencelock/holds/`), where names and owners are followed by a zero byte (which neither
+//! may contain, and which sorts before every byte they may hold, so that key order is the
+//! order of the names' bytes):
+//!
+//! - each hold is one key, `semaphore/{name}` 0 `{owner}` 0 `permit`, or `rwlock/{name}` 0
+//!   `{owner}` 0 `read` (or `write`), attached to an etcd lease of the hold's TTL (whole
+//!   seconds, rounded up), its value JSON with `acquired_at`, `expires_at` and a permit's
+//!   `limit`. Its **token is its create revision**, as for locks: an extension or a renewal
+//!   rewrites the key and keeps it, while an upgrade or a downgrade deletes the key of one
+//!   mode and creates the other's, with a new token;
+//! - a waiting writer's intent is the key `intent/{name}` 0 `{owner}`, on an etcd lease of
+//!   the intent's TTL, its value JSON with `expires_at`.
+//!
+//! An acquire reads every hold on the name (and, for a read-write lock, every intent on it)
+//! in one transaction, at one revision `R`; decides with [`fencelock_core::hold::judge`];
+//! and writes what it decided in a transaction that succeeds only if no key in the name's
+//! range was created or rewritten after `R` (a compare of `mod_revision` over the whole
+//! range) — nor, for a reader, in its range of intents — and the owner's own hold, if it
+//! extends or replaces one, is still there. Keys deleted meanwhile (released or expired) can
+//! only have made the decision more cautious than it needed to be. If the compare fails,
+//! another call changed the name: the acquire reads and decides again, up to 32 times, then
+//! answers [`StoreError::Unavailable`]. So the limit, the exclusion of readers and writer,
+//! and the intents hold across every server. A refusal writes nothing (but an intent): it
+//! is what the name was at `R`.
+//!
+//! - A key exists as long as etcd keeps its lease alive, so every hold and intent read is
+//!   judged live, as a lock's key is, even past its `expires_at` by this server's clock
+//!   (etcd deletes it soon; a caller it stands in the way of is told to ask again in a
+//!   quarter of a second).
+//! - A refused writer with an intent to record writes it in a transaction with the same
+//!   compare, so that it is refused and recorded at one revision; a granted writer deletes
+//!   its intent in the grant's transaction; [`LockStore::withdraw_intent`] deletes it.
+//! - Release and renew read the owner's key (`NotFound` without one, `Conflict` on another
+//!   token: [`fencelock_core::Refusal::check`]) and delete it, or move it onto a new etcd
+//!   lease, only if it is still that version, as for locks.
+//! - The holds of a kind are listed from one revision, in key order, a batch at a time.
+//!
+//! # Release notices
+//!
+//! [`LockStore::releases`] is fed by two watches, on the locks' prefix and on the holds'
+//! prefix: every deletion (a release, the expiry of a lease, an upgrade's or a downgrade's
+//! old key, a writer's intent withdrawn, granted or run out), and every rewrite that moves an
+//! expiry earlier (a shortening renewal or extension), wakes the waiters of that lock,
+//! semaphore or read-write lock, on every server. When a watch is lost both resume from the
+//! last revision each saw, so no deletion is missed unless etcd compacted that history
+//! meanwhile. [`LockStore::purge_expired`] returns nothing: etcd deletes expired keys by
+//! itself.
 //!
 //! # Failure
 //!
@@ -50,16 +96,15 @@
 //! [`StoreError::Unavailable`]: fencelock_core::StoreError::Unavailable
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed,
-    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Ttl,
+    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Lease,
+    LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome,
+    Resource, Ttl,
 };
 use tokio::sync::broadcast;
 
@@ -68,10 +113,13 @@ use crate::remote::{Subscription, keep_subscribed};
 
 mod codec;
 mod error;
+mod holds;
 mod txn;
 mod watch;
 
+use codec::HoldKeys;
 use error::EtcdError;
+use watch::{Watch, Watched};
 
 /// The store's name in error messages.
 const STORE: &str = "etcd";
@@ -95,6 +143,8 @@ pub struct EtcdOptions {
     pub connect_timeout: Duration,
     /// The prefix of every lock key; the resource name follows it.
     pub prefix: String,
+    /// The prefix of every key of a semaphore or read-write lock (see the module docs).
+    pub holds_prefix: String,
 }
 
 impl Default for EtcdOptions {
@@ -103,11 +153,24 @@ impl Default for EtcdOptions {
             request_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
             prefix: "/fencelock/locks/".into(),
+            holds_prefix: "/fencelock/holds/".into(),
         }
     }
 }
 
 impl EtcdOptions {
+    /// Refuses prefixes under which the keys of locks and of holds would mix: listing locks
+    /// would then read holds, and the other way round.
+    fn check(&self) -> Result<(), EtcdError> {
+        let (locks, holds) = (&self.prefix, &self.holds_prefix);
+        if locks.starts_with(holds.as_str()) || holds.starts_with(locks.as_str()) {
+            return Err(EtcdError::Invalid(format!(
+                "the prefixes of locks ({locks:?}) and of holds ({holds:?}) overlap: neither may start with the other"
+            )));
+        }
+        Ok(())
+    }
+
     /// The most one call (a few requests) may take, whatever happens on the network.
     fn call_deadline(&self) -> Duration {
         self.request_timeout * 3 + self.connect_timeout
@@ -125,6 +188,7 @@ pub struct EtcdStore {
     client: Client,
     endpoints: Vec<String>,
     options: EtcdOptions,
+    holds: HoldKeys,
     // Stops watching when the store is dropped.
     released: Subscription,
 }
@@ -149,6 +213,7 @@ impl EtcdStore {
     /// As [`EtcdStore::connect`], with `options`.
     pub async fn connect_with(url: &str, options: EtcdOptions) -> Result<Deadline<Self>> {
         let endpoints = endpoints(url)?;
+        options.check()?;
         let connect = ConnectOptions::new()
             .with_timeout(options.request_timeout)
             .with_connect_timeout(options.connect_timeout)
@@ -163,19 +228,14 @@ impl EtcdStore {
         })
         .await?;
         let released = ReleaseFeed::new();
+        let holds = HoldKeys::new(&options.holds_prefix);
         let open = {
-            let (client, prefix, feed) = (client.clone(), options.prefix.clone(), released.clone());
-            // Where a new watch resumes, so that no deletion between two watches is missed.
-            let resume = Arc::new(AtomicI64::new(0));
-            move || {
-                watch::watch(
-                    client.clone(),
-                    prefix.clone(),
-                    deadline,
-                    feed.clone(),
-                    resume.clone(),
-                )
-            }
+            let (client, feed) = (client.clone(), released.clone());
+            let watches = [
+                Watch::new(Watched::Locks(options.prefix.clone())),
+                Watch::new(Watched::Holds(holds.clone())),
+            ];
+            move || watch::watch(client.clone(), watches.clone(), deadline, feed.clone())
         };
         // Only answer once the watch is in place, so that no release after this is missed;
         // making the watch also proves that the cluster answers.
@@ -184,6 +244,7 @@ impl EtcdStore {
             client,
             endpoints,
             options,
+            holds,
             released: keep_subscribed(STORE, first, open, released),
         };
         Ok(Deadline::new(store, Within::new(STORE, deadline)))
@@ -230,56 +291,52 @@ impl LockStore for EtcdStore {
 
     /// etcd deletes the key of an expired lease by itself: there is never anything left to
     /// purge, so this returns no leases (and makes no request).
-    async fn purge_expired(&self) -> Result<Vec<fencelock_core::Expired>> {
+    async fn purge_expired(&self) -> Result<Vec<Expired>> {
         Ok(Vec::new())
     }
 
     async fn acquire_hold(
         &self,
-        _: &Resource,
-        _: &Owner,
-        _: fencelock_core::Claim,
-        _: Ttl,
-        _: Option<Ttl>,
-    ) -> Result<fencelock_core::HoldOutcome> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        self.try_acquire_hold(name, owner, claim, ttl, intent).await
     }
 
-    async fn holds(&self, _: fencelock_core::HoldKind, _: &Resource) -> Result<Vec<fencelock_core::Hold>> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
+        self.try_holds(kind, name).await
     }
 
     async fn release_hold(
         &self,
-        _: fencelock_core::HoldKind,
-        _: &Resource,
-        _: &Owner,
-        _: Option<FencingToken>,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        self.try_release_hold(kind, name, owner, token).await
     }
 
     async fn renew_hold(
         &self,
-        _: fencelock_core::HoldKind,
-        _: &Resource,
-        _: &Owner,
-        _: Ttl,
-        _: Option<FencingToken>,
-    ) -> Result<RenewOutcome<fencelock_core::Hold>> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        self.try_renew_hold(kind, name, owner, ttl, token).await
     }
 
-    async fn list_holds(
-        &self,
-        _: fencelock_core::HoldKind,
-        _: &ListQuery,
-    ) -> Result<fencelock_core::HoldPage> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
+        self.try_list_holds(kind, query).await
     }
 
-    async fn withdraw_intent(&self, _: &Resource, _: &Owner) -> Result<()> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
+        self.try_withdraw_intent(name, owner).await
     }
 
     async fn ping(&self) -> Result<()> {
@@ -299,6 +356,7 @@ impl LockStore for EtcdStore {
             durable: true,
             knows_released_lease: true,
             shared: true,
+            writer_intents: true,
         }
     }
 }

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnResponse};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, GetResponse, KeyValue, PutOptions, Txn, TxnOp, TxnResponse,
+};
 use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireOutcome, EndedLease, FencingToken, Lease, LeasePage, ListQuery, Owner, Refusal, ReleaseOutcome,
@@ -16,20 +18,30 @@ use super::{EXPIRY_RECHECK, EtcdStore, MAX_ATTEMPTS, codec};
 impl EtcdStore {
     /// The key of `resource` as it is now (a linearizable read).
     pub(super) async fn read(&self, key: &[u8]) -> Result<Option<KeyValue>> {
-        let kv = self.client.kv_client();
-        let mut answer = request("read a lock", || {
-            let mut kv = kv.clone();
-            async move { kv.get(key, None).await }
-        })
-        .await?;
+        let mut answer = self.get("read a lock", key, None).await?;
         Ok(answer.take_kvs().into_iter().next())
+    }
+
+    /// One `get` request (linearizable, etcd's default).
+    pub(super) async fn get(
+        &self,
+        doing: &'static str,
+        key: &[u8],
+        options: Option<GetOptions>,
+    ) -> Result<GetResponse, EtcdError> {
+        let kv = self.client.kv_client();
+        request(doing, || {
+            let (mut kv, options) = (kv.clone(), options.clone());
+            async move { kv.get(key, options).await }
+        })
+        .await
     }
 
     /// Grants an etcd lease of at least `ttl`, rounded up to whole seconds. Returns its id
     /// and the lease's `(acquired_at, expires_at)`: the time before asking, and that time
     /// plus the TTL etcd granted (which may be more than asked, never less). etcd starts
     /// counting after that time, so it frees the lock no earlier than `expires_at`.
-    async fn grant(&self, ttl: Ttl) -> Result<(i64, Timestamp, Timestamp)> {
+    pub(super) async fn grant(&self, ttl: Ttl) -> Result<(i64, Timestamp, Timestamp)> {
         let seconds = i64::try_from(ttl.as_millis().div_ceil(1000))
             .map_err(|_| EtcdError::Invalid(format!("TTL {ttl:?} is too long")))?;
         let asked_at = Timestamp::now_wall();
@@ -53,7 +65,7 @@ impl EtcdStore {
 
     /// Revokes an etcd lease nothing uses any more, in the background: if that fails, the
     /// lease just runs out by itself, holding nothing.
-    fn revoke(&self, lease: i64) {
+    pub(super) fn revoke(&self, lease: i64) {
         if lease == 0 {
             return;
         }
@@ -66,7 +78,7 @@ impl EtcdStore {
         });
     }
 
-    async fn txn(&self, doing: &'static str, txn: Txn) -> Result<TxnResponse, EtcdError> {
+    pub(super) async fn txn(&self, doing: &'static str, txn: Txn) -> Result<TxnResponse, EtcdError> {
         let kv = self.client.kv_client();
         request(doing, || {
             let (mut kv, txn) = (kv.clone(), txn.clone());
@@ -169,24 +181,67 @@ impl EtcdStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<Result<(KeyValue, Lease), Refusal>> {
-        let Some(kv) = self.read(&self.key(resource)).await? else {
-            return Ok(Err(Refusal::NotFound));
-        };
         // The key exists exactly as long as etcd keeps its lease alive: it is live.
-        let lease = codec::lease(resource.clone(), &kv)?;
-        Ok(match Refusal::check(Some(&lease), owner, token) {
-            Ok(_) => Ok((kv, lease)),
-            Err(refusal) => Err(refusal),
-        })
+        let found = match self.read(&self.key(resource)).await? {
+            Some(kv) => Some((codec::lease(resource.clone(), &kv)?, kv)),
+            None => None,
+        };
+        Ok(allowed(found, |lease| lease, owner, token))
     }
 
     /// A transaction that succeeds only if the key is still the version `kv` (same value,
     /// so same owner) of the lease with `kv`'s token.
-    fn unchanged(key: &[u8], kv: &KeyValue) -> Txn {
+    fn unchanged(kv: &KeyValue) -> Txn {
         Txn::new().when([
-            Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision()),
-            Compare::create_revision(key, CompareOp::Equal, kv.create_revision()),
+            Compare::mod_revision(kv.key(), CompareOp::Equal, kv.mod_revision()),
+            Compare::create_revision(kv.key(), CompareOp::Equal, kv.create_revision()),
         ])
+    }
+
+    /// Deletes the key `kv` if it is still that version, and revokes its etcd lease then.
+    /// Returns whether it did; `false` means the key changed meanwhile.
+    pub(super) async fn delete_unchanged(&self, doing: &'static str, kv: &KeyValue) -> Result<bool> {
+        let delete = Self::unchanged(kv).and_then([TxnOp::delete(kv.key(), None)]);
+        let deleted = self.txn(doing, delete).await?.succeeded();
+        if deleted {
+            // The key is gone; its lease holds nothing now.
+            self.revoke(kv.lease());
+        }
+        Ok(deleted)
+    }
+
+    /// Moves the key `kv`, if it is still that version, onto a new etcd lease of `ttl`, with
+    /// the value `value(expires_at)`, and revokes its old lease. Returns the new `expires_at`,
+    /// or `None` if the key changed meanwhile.
+    ///
+    /// A new etcd lease, not a keep-alive: a keep-alive could only restart the old lease's
+    /// original TTL, and a renew may ask for a shorter one.
+    pub(super) async fn move_unchanged(
+        &self,
+        doing: &'static str,
+        kv: &KeyValue,
+        ttl: Ttl,
+        value: impl FnOnce(Timestamp) -> Result<Vec<u8>, EtcdError>,
+    ) -> Result<Option<Timestamp>> {
+        let (lease_id, _, expires_at) = self.grant(ttl).await?;
+        let put = TxnOp::put(
+            kv.key(),
+            value(expires_at)?,
+            Some(PutOptions::new().with_lease(lease_id)),
+        );
+        // On an error, the new lease is left to run out rather than revoked: the lost
+        // answer may have moved the key onto it, and revoking would delete the key.
+        if self
+            .txn(doing, Self::unchanged(kv).and_then([put]))
+            .await?
+            .succeeded()
+        {
+            self.revoke(kv.lease());
+            Ok(Some(expires_at))
+        } else {
+            self.revoke(lease_id);
+            Ok(None)
+        }
     }
 
     pub(super) async fn try_release(
@@ -195,20 +250,13 @@ impl EtcdStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        let key = self.key(resource);
         for _ in 0..MAX_ATTEMPTS {
             let (kv, lease) = match self.judge(resource, owner, token).await? {
                 Ok(allowed) => allowed,
                 Err(refusal) => return Ok(refusal.into()),
             };
-            let delete = Self::unchanged(&key, &kv).and_then([TxnOp::delete(key.clone(), None)]);
-            if self.txn("release", delete).await?.succeeded() {
-                // The key is gone; its lease holds nothing now.
-                self.revoke(kv.lease());
-                // etcd has no clock to read: the lease's times are this server's, and so is
-                // the time it ended.
-                let ended_at = Timestamp::now_wall();
-                return Ok(ReleaseOutcome::Released(Some(EndedLease { lease, ended_at })));
+            if self.delete_unchanged("release", &kv).await? {
+                return Ok(ended(lease));
             }
         }
         Err(EtcdError::Contended { doing: "release" }.into())
@@ -221,28 +269,15 @@ impl EtcdStore {
         ttl: Ttl,
         token: Option<FencingToken>,
     ) -> Result<RenewOutcome> {
-        let key = self.key(resource);
         for _ in 0..MAX_ATTEMPTS {
             let (kv, lease) = match self.judge(resource, owner, token).await? {
                 Ok(allowed) => allowed,
                 Err(refusal) => return Ok(refusal.into()),
             };
-            // A new etcd lease with the new TTL: a keep-alive could only restart the old
-            // lease's original TTL, and a renew may ask for a shorter one.
-            let (lease_id, _, expires_at) = self.grant(ttl).await?;
-            let value = codec::encode(owner, lease.acquired_at, expires_at)?;
-            let put = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(lease_id)));
-            // On an error, the new lease is left to run out rather than revoked: the lost
-            // answer may have moved the key onto it, and revoking would delete the lock.
-            let renewed = self
-                .txn("renew", Self::unchanged(&key, &kv).and_then([put]))
-                .await?
-                .succeeded();
-            if renewed {
-                self.revoke(kv.lease());
+            let value = |expires_at| codec::encode(owner, lease.acquired_at, expires_at);
+            if let Some(expires_at) = self.move_unchanged("renew", &kv, ttl, value).await? {
                 return Ok(RenewOutcome::Renewed(Lease { expires_at, ..lease }));
             }
-            self.revoke(lease_id);
         }
         Err(EtcdError::Contended { doing: "renew" }.into())
     }
@@ -259,14 +294,9 @@ impl EtcdStore {
         // ascending byte order, which is the order of the names' bytes.
         let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
         let options = GetOptions::new()
-            .with_range(prefix_end(&prefix))
+            .with_range(codec::prefix_end(&prefix))
             .with_limit(fetch);
-        let kv = self.client.kv_client();
-        let mut answer = request("list locks", || {
-            let (mut kv, start, options) = (kv.clone(), start.clone(), options.clone());
-            async move { kv.get(start, Some(options)).await }
-        })
-        .await?;
+        let mut answer = self.get("list locks", &start, Some(options)).await?;
         let leases = answer
             .take_kvs()
             .iter()
@@ -280,17 +310,28 @@ impl EtcdStore {
     }
 }
 
-/// The end of the key range of every key that starts with `prefix` (etcd's usual rule:
-/// drop trailing 0xff bytes, add one to the last byte; nothing left means "to the end").
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
+/// What a release by `owner`, with `token` if given, may do with `found`, the live lease
+/// read (with its key) if there is one: judged by [`Refusal::check`].
+pub(super) fn allowed<T>(
+    found: Option<(T, KeyValue)>,
+    lease: impl Fn(&T) -> &Lease,
+    owner: &Owner,
+    token: Option<FencingToken>,
+) -> Result<(KeyValue, T), Refusal> {
+    let Some((held, kv)) = found else {
+        return Err(Refusal::NotFound);
+    };
+    Refusal::check(Some(lease(&held)), owner, token)?;
+    Ok((kv, held))
+}
+
+/// A release's outcome: `lease` ended now. etcd has no clock to read: the lease's times are
+/// this server's, and so is the time it ended.
+pub(super) fn ended(lease: Lease) -> ReleaseOutcome {
+    ReleaseOutcome::Released(Some(EndedLease {
+        lease,
+        ended_at: Timestamp::now_wall(),
+    }))
 }
 
 /// How often a request is sent again when no member took it.
@@ -300,7 +341,7 @@ const NOT_SENT_RETRIES: u32 = 8;
 /// member. The client spreads requests over all members, and keeps trying a member that is
 /// down; a request refused at connection time did nothing, so another member may take it.
 /// Any other failure may have happened after etcd applied the request, so it is not retried.
-async fn request<T, F, Fut>(doing: &'static str, mut send: F) -> Result<T, EtcdError>
+pub(super) async fn request<T, F, Fut>(doing: &'static str, mut send: F) -> Result<T, EtcdError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,

@@ -4,22 +4,30 @@
 use std::time::Duration;
 
 use fencelock_core::store::Result;
-use fencelock_core::{ReleaseFeed, Resource};
+use fencelock_core::{Key, ReleaseFeed, Resource};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use super::STORE;
 use super::error::PgError;
+use super::row::hold_kind;
 use crate::deadline::within;
 use crate::remote::AbortOnDrop;
 
-/// The notification channel of releases; the payload is the resource name.
+/// The notification channel of locks freed; the payload is the resource name. Servers of
+/// every version listen on it.
 const CHANNEL: &str = "fencelock_released";
+
+/// The notification channel of semaphores and read-write locks freed (since schema version
+/// 2, whose functions notify it); the payload is `kind:name`, e.g. `rwlock:reports`. A
+/// channel of its own, so that servers of the previous version, which read every payload of
+/// [`CHANNEL`] as a lock's name, are not woken for names that are not locks.
+const HOLD_CHANNEL: &str = "fencelock_hold_released";
 
 /// How often the listening connection checks that the server still answers.
 const HEARTBEAT: Duration = Duration::from_secs(5);
 
-/// Opens a connection that listens on [`CHANNEL`]. Returns the session: a future that passes
-/// each released resource to `feed` until the connection is lost (closed, failing, or not
+/// Opens a connection that listens on [`CHANNEL`] and [`HOLD_CHANNEL`]. Returns the session:
+/// a future that passes each freed name to `feed` until the connection is lost (closed, failing, or not
 /// answering a heartbeat).
 pub(super) async fn listen(
     config: tokio_postgres::Config,
@@ -34,7 +42,7 @@ pub(super) async fn listen(
     let mut driver = AbortOnDrop(tokio::spawn(pass_notices(connection, feed)));
     within(deadline, STORE, DOING, async {
         Ok(client
-            .batch_execute(&format!("LISTEN {CHANNEL}"))
+            .batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {HOLD_CHANNEL}"))
             .await
             .map_err(PgError::db(DOING))?)
     })
@@ -57,7 +65,7 @@ pub(super) async fn listen(
     })
 }
 
-/// Drives the listening connection, passing the resource of each release notice to `feed`,
+/// Drives the listening connection, passing the name of each release notice to `feed`,
 /// until the connection ends. Notices only come out of a connection driven by
 /// `poll_message`: driving it as a plain future would drop them.
 async fn pass_notices<S, T>(mut connection: tokio_postgres::Connection<S, T>, feed: ReleaseFeed)
@@ -67,17 +75,58 @@ where
 {
     while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
         match message {
-            Ok(AsyncMessage::Notification(note)) if note.channel() == CHANNEL => {
-                match Resource::new(note.payload()) {
-                    Ok(resource) => feed.announce(&fencelock_core::Key::lock(&resource)),
-                    Err(e) => tracing::warn!(payload = note.payload(), error = %e, "odd release notice"),
-                }
-            }
+            Ok(AsyncMessage::Notification(note)) => match freed(note.channel(), note.payload()) {
+                Some(key) => feed.announce(&key),
+                None => tracing::warn!(
+                    channel = note.channel(),
+                    payload = note.payload(),
+                    "odd release notice"
+                ),
+            },
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "the PostgreSQL listening connection failed");
                 return;
             }
         }
+    }
+}
+
+/// The name a notice on `channel` says may be free.
+fn freed(channel: &str, payload: &str) -> Option<Key> {
+    match channel {
+        CHANNEL => Resource::new(payload).ok().map(|resource| Key::lock(&resource)),
+        HOLD_CHANNEL => {
+            // Kinds have no colon; names may.
+            let (kind, name) = payload.split_once(':')?;
+            Some(Key::hold(hold_kind(kind)?, &Resource::new(name).ok()?))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fencelock_core::HoldKind;
+
+    use super::*;
+
+    #[test]
+    fn notices_name_a_lock_or_a_kind_and_a_name() {
+        let name = |text: &str| Resource::new(text).unwrap();
+        assert_eq!(freed(CHANNEL, "a:b"), Some(Key::lock(&name("a:b"))));
+        assert_eq!(
+            freed(HOLD_CHANNEL, "rwlock:a:b"),
+            Some(Key::hold(HoldKind::RwLock, &name("a:b")))
+        );
+        assert_eq!(
+            freed(HOLD_CHANNEL, "semaphore:x"),
+            Some(Key::hold(HoldKind::Semaphore, &name("x")))
+        );
+        for odd in ["lock:x", "rwlock", "rwlock:", "mutex:x"] {
+            assert_eq!(freed(HOLD_CHANNEL, odd), None, "{odd}");
+        }
+        assert_eq!(freed("elsewhere", "x"), None);
+        assert_eq!(freed(CHANNEL, ""), None);
     }
 }

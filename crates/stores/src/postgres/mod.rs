@@ -5,8 +5,8 @@
 //!
 //! # How the rules are kept
 //!
-//! Every operation is one SQL statement; none reads a row and then writes it in a second
-//! statement, so no other server can change the row in between.
+//! Every operation is one SQL statement sent by the client; none reads a row and then
+//! writes it in a second statement, so no other server can change the row in between.
 //!
 //! - Every statement that changes a resource first takes a transaction-level advisory lock
 //!   on that resource (`pg_advisory_xact_lock`), and only then reads the clock and draws a
@@ -35,6 +35,43 @@
 //!   replaces an expired lease does not report it (`Granted { expired: None }`): the
 //!   statement only returns the row as it is now.
 //!
+//! # Semaphores and read-write locks
+//!
+//! Each permit or hold is a row of `fencelock_holds` (kind, name, owner: one per owner), its
+//! token drawn from the same sequence as the leases' (so a name's tokens increase across
+//! kinds too); a waiting writer's intent is a row of `fencelock_intents`. Deciding a grant
+//! means counting rows — permits, readers, writers, intents — and a single statement cannot
+//! count them safely: in READ COMMITTED its snapshot is taken when it starts, before the
+//! advisory lock inside it is granted, so it would not see holds granted while it waited for
+//! the lock (two acquirers could both count 4 of 5 permits). So each call that changes a hold
+//! is one statement that calls a PL/pgSQL function of the schema, which takes the name's
+//! advisory lock (`fencelock_lock_name`, a key class apart from the locks') and then reads,
+//! judges and writes in statements that each take a fresh snapshot:
+//!
+//! - [`LockStore::acquire_hold`] calls `fencelock_acquire_hold(name, owner, claim, lim,
+//!   ttl_ms, intent_ms)`, which decides as [`fencelock_core::hold::judge`] does — a limit
+//!   mismatch first, the owner's own hold extended, an upgrade only for the sole holder and a
+//!   downgrade at once (each with a new token), a new reader refused while another owner's
+//!   live intent exists, `Busy` with the other owners' live holds in token order and the
+//!   earliest end of what stands in the way — records or renews a refused writer's intent,
+//!   and ends the intent of a writer it grants. Its rows (one per role: `granted`,
+//!   `replaced`, `extended`, `busy` and its `holder`s, `mismatch`) become a [`HoldOutcome`].
+//! - [`LockStore::release_hold`] and [`LockStore::renew_hold`] call `fencelock_release_hold`
+//!   and `fencelock_renew_hold(kind, name, owner, token[, ttl_ms])`: `NotFound` when the owner
+//!   has no live hold, `Conflict` on another token; a release reports the hold it ended and
+//!   when, by the database's clock.
+//! - [`LockStore::withdraw_intent`] calls `fencelock_withdraw_intent(name, owner)`.
+//! - [`LockStore::holds`] and [`LockStore::list_holds`] are plain reads of one snapshot;
+//!   the list pages by name (`query.limit` counts names), names by their bytes.
+//! - [`LockStore::purge_expired`] deletes expired holds and ended intents with the expired
+//!   leases, skipping rows a function has locked (it is replacing them) so that a purge
+//!   never waits for one.
+//! - Whatever may let a waiter in — a release, a purge, an upgrade or downgrade replacing a
+//!   hold, a renew or extension that shortens one, a withdrawn or granted writer's intent —
+//!   notifies the channel `fencelock_hold_released` with `kind:name` when it commits; the
+//!   listening connection listens on it too. Lock notices keep their own channel and
+//!   payload, which servers of the previous version read.
+//!
 //! The schema is created and upgraded at start by numbered migrations, recorded in
 //! `fencelock_schema_version`, under an advisory lock so that servers starting together
 //! apply each migration once. It needs PostgreSQL 12 or newer (tested with 15), and a user
@@ -58,8 +95,9 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed,
-    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Ttl,
+    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Lease,
+    LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome,
+    Resource, Ttl,
 };
 use tokio::sync::broadcast;
 use tokio_postgres::{NoTls, Row};
@@ -260,61 +298,110 @@ impl LockStore for PostgresStore {
         Ok(crate::page(row::leases(&rows)?, limit))
     }
 
-    async fn purge_expired(&self) -> Result<Vec<fencelock_core::Expired>> {
+    async fn purge_expired(&self) -> Result<Vec<Expired>> {
         let rows = self.query("purge expired leases", sql::PURGE, &[]).await?;
-        let lease = |lease| fencelock_core::Expired {
-            kind: fencelock_core::Kind::Lock,
-            lease,
-        };
-        Ok(row::leases(&rows)?.into_iter().map(lease).collect())
+        Ok(row::expired(&rows)?)
     }
 
     async fn acquire_hold(
         &self,
-        _: &Resource,
-        _: &Owner,
-        _: fencelock_core::Claim,
-        _: Ttl,
-        _: Option<Ttl>,
-    ) -> Result<fencelock_core::HoldOutcome> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        let (claim, limit) = row::claim_param(claim);
+        let ttl = row::ttl_param(ttl)?;
+        let intent = intent.map(row::ttl_param).transpose()?;
+        let rows = self
+            .query(
+                "acquire a hold",
+                sql::ACQUIRE_HOLD,
+                &[&name.as_str(), &owner.as_str(), &claim, &limit, &ttl, &intent],
+            )
+            .await?;
+        Ok(row::acquired_hold(name, &rows)?)
     }
 
-    async fn holds(&self, _: fencelock_core::HoldKind, _: &Resource) -> Result<Vec<fencelock_core::Hold>> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
+        let rows = self
+            .query("get holds", sql::HOLDS, &[&row::kind_param(kind), &name.as_str()])
+            .await?;
+        Ok(row::holds(name, &rows)?)
     }
 
     async fn release_hold(
         &self,
-        _: fencelock_core::HoldKind,
-        _: &Resource,
-        _: &Owner,
-        _: Option<FencingToken>,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        let params = (
+            row::kind_param(kind),
+            name.as_str(),
+            owner.as_str(),
+            row::token_param(token),
+        );
+        let rows = self
+            .query(
+                "release a hold",
+                sql::RELEASE_HOLD,
+                &[&params.0, &params.1, &params.2, &params.3],
+            )
+            .await?;
+        Ok(row::released(name, &rows)?)
     }
 
     async fn renew_hold(
         &self,
-        _: fencelock_core::HoldKind,
-        _: &Resource,
-        _: &Owner,
-        _: Ttl,
-        _: Option<FencingToken>,
-    ) -> Result<RenewOutcome<fencelock_core::Hold>> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        let params = (
+            row::kind_param(kind),
+            name.as_str(),
+            owner.as_str(),
+            row::token_param(token),
+            row::ttl_param(ttl)?,
+        );
+        let rows = self
+            .query(
+                "renew a hold",
+                sql::RENEW_HOLD,
+                &[&params.0, &params.1, &params.2, &params.3, &params.4],
+            )
+            .await?;
+        Ok(row::hold_renewed(name, &rows)?)
     }
 
-    async fn list_holds(
-        &self,
-        _: fencelock_core::HoldKind,
-        _: &ListQuery,
-    ) -> Result<fencelock_core::HoldPage> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
+        let limit = query.limit.max(1);
+        // One more name than asked, to know whether another page follows.
+        let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
+        let after = query.after.as_ref().map(Resource::as_str);
+        let rows = self
+            .query(
+                "list holds",
+                sql::LIST_HOLDS,
+                &[&row::kind_param(kind), &query.prefix.as_str(), &after, &fetch],
+            )
+            .await?;
+        Ok(row::hold_page(&rows, limit)?)
     }
 
-    async fn withdraw_intent(&self, _: &Resource, _: &Owner) -> Result<()> {
-        Err(fencelock_core::StoreError::Invalid("TODO(issue10): holds".into()))
+    async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
+        self.query(
+            "withdraw an intent",
+            sql::WITHDRAW_INTENT,
+            &[&name.as_str(), &owner.as_str()],
+        )
+        .await?;
+        Ok(())
     }
 
     async fn ping(&self) -> Result<()> {
@@ -332,6 +419,7 @@ impl LockStore for PostgresStore {
             durable: true,
             knows_released_lease: true,
             shared: true,
+            writer_intents: true,
         }
     }
 }

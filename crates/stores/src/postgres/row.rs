@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, EndedLease, FencingToken, Lease, Owner, ReleaseOutcome, RenewOutcome, Resource,
-    Timestamp, Ttl,
+    AcquireOutcome, Busy, Claim, EndedLease, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage,
+    Kind, Lease, Owner, ReleaseOutcome, RenewOutcome, Resource, Timestamp, Ttl,
 };
 use tokio_postgres::Row;
 
@@ -35,12 +35,12 @@ pub(super) fn acquired(resource: &Resource, owner: &Owner, rows: Vec<Row>) -> Re
     })
 }
 
-/// The answer of [`super::sql::RELEASE`].
+/// The answer of [`super::sql::RELEASE`] or [`super::sql::RELEASE_HOLD`].
 pub(super) fn released(resource: &Resource, rows: &[Row]) -> Result<ReleaseOutcome> {
     let Some(row) = rows.first() else {
         return Ok(ReleaseOutcome::NotFound);
     };
-    Ok(match verdict(row)? {
+    Ok(match verdict(row, 4)? {
         Verdict::NotFound => ReleaseOutcome::NotFound,
         Verdict::Forbidden => ReleaseOutcome::Forbidden,
         Verdict::Conflict => ReleaseOutcome::Conflict,
@@ -53,15 +53,119 @@ pub(super) fn released(resource: &Resource, rows: &[Row]) -> Result<ReleaseOutco
 
 /// The answer of [`super::sql::RENEW`].
 pub(super) fn renewed(resource: &Resource, rows: &[Row]) -> Result<RenewOutcome> {
+    renewal(rows, 4, |row| lease(resource.clone(), row, 0))
+}
+
+/// The answer of [`super::sql::RENEW_HOLD`].
+pub(super) fn hold_renewed(name: &Resource, rows: &[Row]) -> Result<RenewOutcome<Hold>> {
+    renewal(rows, 6, |row| hold(name.clone(), row, 0))
+}
+
+/// A renew's answer: no row, or one whose column `verdict_at` is the verdict and whose
+/// renewed lease or hold `read` reads.
+fn renewal<L>(
+    rows: &[Row],
+    verdict_at: usize,
+    read: impl FnOnce(&Row) -> Result<L>,
+) -> Result<RenewOutcome<L>> {
     let Some(row) = rows.first() else {
         return Ok(RenewOutcome::NotFound);
     };
-    Ok(match verdict(row)? {
+    Ok(match verdict(row, verdict_at)? {
         Verdict::NotFound => RenewOutcome::NotFound,
         Verdict::Forbidden => RenewOutcome::Forbidden,
         Verdict::Conflict => RenewOutcome::Conflict,
-        Verdict::Allowed => RenewOutcome::Renewed(lease(resource.clone(), row, 0)?),
+        Verdict::Allowed => RenewOutcome::Renewed(read(row)?),
     })
+}
+
+/// The answer of [`super::sql::ACQUIRE_HOLD`] on `name`.
+pub(super) fn acquired_hold(name: &Resource, rows: &[Row]) -> Result<HoldOutcome> {
+    // The hold's columns follow the role, `writer_waits` and `retry_in_ms`.
+    const HOLD: usize = 3;
+    let mut granted = None;
+    let mut replaced = None;
+    let mut busy = None;
+    let mut holders = Vec::new();
+    for row in rows {
+        let role: &str = row.try_get(0).map_err(PgError::Row)?;
+        match role {
+            "granted" => granted = Some(hold(name.clone(), row, HOLD)?),
+            "replaced" => replaced = Some(hold(name.clone(), row, HOLD)?),
+            "extended" => return Ok(HoldOutcome::Extended(hold(name.clone(), row, HOLD)?)),
+            "mismatch" => {
+                return Ok(HoldOutcome::LimitMismatch {
+                    limit: limit(row.try_get(HOLD + 5).map_err(PgError::Row)?)?,
+                });
+            }
+            "busy" => {
+                let writer_waits: bool = row.try_get(1).map_err(PgError::Row)?;
+                let retry_in = millis(row.try_get(2).map_err(PgError::Row)?)?;
+                busy = Some((writer_waits, Duration::from_millis(retry_in)));
+            }
+            "holder" => holders.push(hold(name.clone(), row, HOLD)?),
+            other => return Err(PgError::Data(format!("acquire of a hold: unknown row {other:?}"))),
+        }
+    }
+    match (granted, busy) {
+        (Some(hold), None) => Ok(HoldOutcome::Granted { hold, replaced }),
+        (None, Some((writer_waits, retry_in))) => Ok(HoldOutcome::Busy(Busy {
+            holders,
+            writer_waits,
+            retry_in,
+        })),
+        _ => Err(PgError::Data(
+            "acquire of a hold returned neither a grant nor a refusal".into(),
+        )),
+    }
+}
+
+/// The holds of [`super::sql::HOLDS`]' answer on `name`.
+pub(super) fn holds(name: &Resource, rows: &[Row]) -> Result<Vec<Hold>> {
+    rows.iter().map(|row| hold(name.clone(), row, 0)).collect()
+}
+
+/// The page of [`super::sql::LIST_HOLDS`]' answer, asked for `limit` names and one more (to
+/// know whether another page follows).
+pub(super) fn hold_page(rows: &[Row], limit: usize) -> Result<HoldPage> {
+    let mut names: Vec<(Resource, Vec<Hold>)> = Vec::new();
+    for row in rows {
+        let name = resource(row)?;
+        let hold = hold(name.clone(), row, 1)?;
+        // The rows come by name, then token.
+        match names.last_mut() {
+            Some((last, group)) if *last == name => group.push(hold),
+            _ => names.push((name, vec![hold])),
+        }
+    }
+    let next = if names.len() > limit {
+        names.truncate(limit);
+        names.last().map(|(name, _)| name.clone())
+    } else {
+        None
+    };
+    Ok(HoldPage { names, next })
+}
+
+/// What [`super::sql::PURGE`] forgot: rows of a kind, a name, and the lease's columns.
+pub(super) fn expired(rows: &[Row]) -> Result<Vec<Expired>> {
+    rows.iter()
+        .map(|row| {
+            let kind: &str = row.try_get(0).map_err(PgError::Row)?;
+            let kind = match kind {
+                "lock" => Kind::Lock,
+                other => hold_kind(other)
+                    .ok_or_else(|| PgError::Data(format!("unknown kind {other:?}")))?
+                    .into(),
+            };
+            let name: &str = row.try_get(1).map_err(PgError::Row)?;
+            let name = Resource::new(name).map_err(|e| PgError::Data(format!("name {name:?}: {e}")))?;
+            Ok(Expired {
+                kind,
+                lease: lease(name, row, 2)?,
+            })
+        })
+        .collect()
 }
 
 /// The lease of [`super::sql::GET`]'s answer, if any.
@@ -77,7 +181,8 @@ pub(super) fn leases(rows: &[Row]) -> Result<Vec<Lease>> {
     rows.iter().map(|row| lease(resource(row)?, row, 1)).collect()
 }
 
-/// Release and renew's judgement of the caller (the `verdict` column).
+/// Release and renew's judgement of the caller (the `verdict` column). A hold's functions
+/// only answer `Conflict` or `Allowed`: an owner either holds or not.
 enum Verdict {
     NotFound,
     Forbidden,
@@ -85,8 +190,8 @@ enum Verdict {
     Allowed,
 }
 
-fn verdict(row: &Row) -> Result<Verdict> {
-    match row.try_get::<_, i32>(4).map_err(PgError::Row)? {
+fn verdict(row: &Row, column: usize) -> Result<Verdict> {
+    match row.try_get::<_, i32>(column).map_err(PgError::Row)? {
         0 => Ok(Verdict::NotFound),
         1 => Ok(Verdict::Forbidden),
         2 => Ok(Verdict::Conflict),
@@ -111,6 +216,28 @@ fn lease(resource: Resource, row: &Row, first: usize) -> Result<Lease> {
     })
 }
 
+/// The hold in `row`: the lease's columns from `first` on (see [`lease`]), then the claim
+/// and the semaphore's limit.
+fn hold(name: Resource, row: &Row, first: usize) -> Result<Hold> {
+    let lease = lease(name, row, first)?;
+    let claim: &str = row.try_get(first + 4).map_err(PgError::Row)?;
+    let claim = match claim {
+        "permit" => Claim::Permit {
+            limit: limit(row.try_get(first + 5).map_err(PgError::Row)?)?,
+        },
+        "read" => Claim::Read,
+        "write" => Claim::Write,
+        other => return Err(PgError::Data(format!("unknown claim {other:?}"))),
+    };
+    Ok(Hold { lease, claim })
+}
+
+fn limit(value: Option<i64>) -> Result<u32> {
+    value
+        .and_then(|limit| u32::try_from(limit).ok())
+        .ok_or_else(|| PgError::Data(format!("semaphore limit {value:?}")))
+}
+
 fn resource(row: &Row) -> Result<Resource> {
     let name: &str = row.try_get(0).map_err(PgError::Row)?;
     Resource::new(name).map_err(|e| PgError::Data(format!("resource {name:?}: {e}")))
@@ -129,4 +256,28 @@ pub(super) fn ttl_param(ttl: Ttl) -> Result<i64> {
 /// with any real token it is "another token", so `-1` (never issued) stands for it.
 pub(super) fn token_param(token: Option<FencingToken>) -> Option<i64> {
     token.map(|token| i64::try_from(token.0).unwrap_or(-1))
+}
+
+/// The `kind` column and parameter of a hold.
+pub(super) fn kind_param(kind: HoldKind) -> &'static str {
+    match kind {
+        HoldKind::Semaphore => "semaphore",
+        HoldKind::RwLock => "rwlock",
+    }
+}
+
+/// The kind of a hold's `kind` column (or of a hold's release notice).
+pub(super) fn hold_kind(text: &str) -> Option<HoldKind> {
+    [HoldKind::Semaphore, HoldKind::RwLock]
+        .into_iter()
+        .find(|kind| kind_param(*kind) == text)
+}
+
+/// The `claim` and `lim` parameters of `claim`.
+pub(super) fn claim_param(claim: Claim) -> (&'static str, Option<i64>) {
+    match claim {
+        Claim::Permit { limit } => ("permit", Some(i64::from(limit))),
+        Claim::Read => ("read", None),
+        Claim::Write => ("write", None),
+    }
 }

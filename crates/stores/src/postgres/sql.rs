@@ -5,9 +5,10 @@ use deadpool_postgres::Pool;
 use super::error::PgError;
 
 /// The first key of the advisory lock taken while migrating the schema (`flk\x01`); the
-/// locks on resources use `flk\x00` (see [`lock_resource!`]), and purging `flk\x02`. All
-/// are two-key advisory locks, a key space apart from one-key ones, chosen so as not to meet
-/// other applications' advisory locks in the same database.
+/// locks on resources use `flk\x00` (see [`lock_resource!`]), purging `flk\x02`, and the
+/// locks on semaphores and read-write locks `flk\x03` (see `fencelock_lock_name` in
+/// migration 2). All are two-key advisory locks, a key space apart from one-key ones, chosen
+/// so as not to meet other applications' advisory locks in the same database.
 const MIGRATION_LOCK_CLASS: i32 = 0x666c_6b01;
 
 /// The schema, one step per version; step `i` brings the schema to version `i + 1`. Steps
@@ -26,6 +27,280 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX fencelock_leases_expires_at ON fencelock_leases (expires_at);
     CREATE SEQUENCE fencelock_tokens AS bigint MINVALUE 1 NO CYCLE;
     "#,
+    // 2: semaphores and read-write locks. A hold is a row whose token comes from the same
+    // sequence as the leases'; the functions that change holds are here too (see
+    // "Semaphores and read-write locks" in the module docs for why they are functions).
+    r#"
+    CREATE TABLE fencelock_holds (
+        kind        text NOT NULL CHECK (kind IN ('semaphore', 'rwlock')),
+        -- "C" collation: names compare and sort by their bytes, as the SPEC asks.
+        name        text COLLATE "C" NOT NULL,
+        owner       text NOT NULL,
+        claim       text NOT NULL CHECK (claim IN ('permit', 'read', 'write')),
+        -- A permit carries the limit of its semaphore; a read or write hold has none.
+        lim         bigint CHECK (lim >= 1),
+        token       bigint NOT NULL CHECK (token > 0),
+        acquired_at timestamptz NOT NULL,
+        expires_at  timestamptz NOT NULL,
+        -- An owner holds at most one permit or hold of a name.
+        PRIMARY KEY (kind, name, owner),
+        CHECK ((kind = 'semaphore') = (claim = 'permit')),
+        CHECK ((claim = 'permit') = (lim IS NOT NULL))
+    );
+    CREATE INDEX fencelock_holds_expires_at ON fencelock_holds (expires_at);
+
+    -- Writers waiting for a read-write lock of this name: readers arriving after them are
+    -- refused until they are granted, withdraw, or stop renewing their intent.
+    CREATE TABLE fencelock_intents (
+        name       text COLLATE "C" NOT NULL,
+        owner      text NOT NULL,
+        expires_at timestamptz NOT NULL,
+        PRIMARY KEY (name, owner)
+    );
+    CREATE INDEX fencelock_intents_expires_at ON fencelock_intents (expires_at);
+
+    -- Takes the advisory lock of one semaphore or read-write lock (first key 0x666c6b03,
+    -- `flk\x03`; the second a hash of `kind:name`) until the transaction ends, and returns the
+    -- database's time once it has it (`clock`), and that time rounded up to a whole millisecond
+    -- (`stamp`, what new times are counted from, so that a hold never lasts less than asked).
+    --
+    -- Every function below starts with it, and only reads and writes holds and intents in
+    -- the statements after it: in READ COMMITTED each of those takes a new snapshot, which
+    -- shows everything committed before the lock was granted. A single statement could not:
+    -- its snapshot is taken before the lock inside it is granted, so it could count permits
+    -- without those granted meanwhile. In another isolation level every statement would see
+    -- the transaction's first snapshot, so the functions refuse to run there.
+    CREATE FUNCTION fencelock_lock_name(p_kind text, p_name text, OUT clock timestamptz, OUT stamp timestamptz)
+    LANGUAGE plpgsql VOLATILE AS $$
+    BEGIN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'fencelock needs the READ COMMITTED isolation level, not %',
+                current_setting('transaction_isolation');
+        END IF;
+        PERFORM pg_advisory_xact_lock(1718381315, hashtext(p_kind || ':' || p_name));
+        clock := clock_timestamp();
+        stamp := date_trunc('milliseconds', clock + interval '999 microseconds');
+    END
+    $$;
+
+    -- Acquire of a hold, as `fencelock_core::hold::judge` decides it: `p_claim` is 'permit'
+    -- (with the semaphore's limit `p_lim`), 'read' or 'write'; `p_intent_ms`, if not NULL,
+    -- records (or renews) a refused writer's intent for that long. Rows by `role`:
+    -- 'granted' (the new hold) and 'replaced' (the owner's hold it replaced, if any);
+    -- 'extended'; 'busy' (`writer_waits`, `retry_in_ms`) and one 'holder' per live hold of
+    -- another owner; 'mismatch' (the live permits' limit in `lim`). Every change that may
+    -- let a waiter in is announced on `fencelock_hold_released` as `kind:name`.
+    CREATE FUNCTION fencelock_acquire_hold(
+        p_name text, p_owner text, p_claim text, p_lim bigint, p_ttl_ms bigint, p_intent_ms bigint
+    ) RETURNS TABLE (
+        role text, writer_waits boolean, retry_in_ms bigint,
+        owner text, token bigint, acquired_at timestamptz, expires_at timestamptz,
+        claim text, lim bigint
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_kind text := CASE WHEN p_claim = 'permit' THEN 'semaphore' ELSE 'rwlock' END;
+        v_ttl interval := p_ttl_ms * interval '1 millisecond';
+        v_now timestamptz;
+        v_stamp timestamptz;
+        v_own fencelock_holds%ROWTYPE;
+        v_holding boolean;
+        v_theirs bigint;
+        v_others bigint;
+        v_verdict text;
+        -- Busy: the earliest end of a hold, and of another writer's intent, in the way.
+        v_end timestamptz;
+        v_intent_end timestamptz;
+        v_new fencelock_holds%ROWTYPE;
+    BEGIN
+        SELECT l.clock, l.stamp INTO v_now, v_stamp FROM fencelock_lock_name(v_kind, p_name) l;
+        SELECT h.* INTO v_own FROM fencelock_holds h
+        WHERE h.kind = v_kind AND h.name = p_name AND h.owner = p_owner AND h.expires_at > v_now;
+        v_holding := FOUND;
+
+        IF p_claim = 'permit' THEN
+            -- The live permits carry the semaphore's limit; another one changes nothing.
+            SELECT h.lim INTO v_theirs FROM fencelock_holds h
+            WHERE h.kind = v_kind AND h.name = p_name AND h.expires_at > v_now AND h.lim <> p_lim
+            ORDER BY h.token LIMIT 1;
+            IF FOUND THEN
+                RETURN QUERY SELECT 'mismatch', NULL::boolean, NULL::bigint, NULL::text,
+                    NULL::bigint, NULL::timestamptz, NULL::timestamptz, NULL::text, v_theirs;
+                RETURN;
+            END IF;
+            IF v_holding THEN
+                v_verdict := 'extend';
+            ELSE
+                SELECT count(*), min(h.expires_at) INTO v_others, v_end FROM fencelock_holds h
+                WHERE h.kind = v_kind AND h.name = p_name AND h.owner <> p_owner
+                  AND h.expires_at > v_now;
+                v_verdict := CASE WHEN v_others < p_lim THEN 'grant' ELSE 'busy' END;
+            END IF;
+        ELSIF p_claim = 'read' THEN
+            IF v_holding THEN
+                -- A writer's read is a downgrade, at once.
+                v_verdict := CASE WHEN v_own.claim = 'read' THEN 'extend' ELSE 'grant' END;
+            ELSE
+                SELECT min(h.expires_at) INTO v_end FROM fencelock_holds h
+                WHERE h.kind = v_kind AND h.name = p_name AND h.owner <> p_owner
+                  AND h.expires_at > v_now AND h.claim = 'write';
+                -- A new reader waits behind another owner's waiting writer.
+                SELECT min(i.expires_at) INTO v_intent_end FROM fencelock_intents i
+                WHERE i.name = p_name AND i.owner <> p_owner AND i.expires_at > v_now;
+                v_end := least(v_end, v_intent_end);
+                v_verdict := CASE WHEN v_end IS NULL THEN 'grant' ELSE 'busy' END;
+            END IF;
+        ELSIF v_holding AND v_own.claim = 'write' THEN
+            v_verdict := 'extend';
+        ELSE
+            -- A write: granted when no other owner holds anything (the owner's own read
+            -- hold is then upgraded).
+            SELECT min(h.expires_at) INTO v_end FROM fencelock_holds h
+            WHERE h.kind = v_kind AND h.name = p_name AND h.owner <> p_owner
+              AND h.expires_at > v_now;
+            v_verdict := CASE WHEN v_end IS NULL THEN 'grant' ELSE 'busy' END;
+        END IF;
+
+        IF v_verdict = 'busy' THEN
+            IF p_claim = 'write' AND p_intent_ms IS NOT NULL THEN
+                INSERT INTO fencelock_intents AS i (name, owner, expires_at)
+                VALUES (p_name, p_owner, v_stamp + p_intent_ms * interval '1 millisecond')
+                ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at;
+            END IF;
+            RETURN QUERY SELECT 'busy', v_intent_end IS NOT NULL,
+                coalesce(ceil(extract(epoch FROM v_end - v_now) * 1000)::bigint, 0),
+                NULL::text, NULL::bigint, NULL::timestamptz, NULL::timestamptz, NULL::text,
+                NULL::bigint;
+            RETURN QUERY SELECT 'holder', NULL::boolean, NULL::bigint,
+                h.owner, h.token, h.acquired_at, h.expires_at, h.claim, h.lim
+            FROM fencelock_holds h
+            WHERE h.kind = v_kind AND h.name = p_name AND h.owner <> p_owner
+              AND h.expires_at > v_now
+            ORDER BY h.token;
+            RETURN;
+        END IF;
+
+        IF v_verdict = 'extend' THEN
+            UPDATE fencelock_holds h SET acquired_at = v_stamp, expires_at = v_stamp + v_ttl
+            WHERE h.kind = v_kind AND h.name = p_name AND h.owner = p_owner
+            RETURNING h.* INTO v_new;
+            IF v_new.expires_at < v_own.expires_at THEN
+                PERFORM pg_notify('fencelock_hold_released', v_kind || ':' || p_name);
+            END IF;
+        ELSE
+            -- The token is drawn under the name's lock, so that holds of one name are
+            -- written in the order of their tokens. The row of the owner's expired or
+            -- replaced hold, if any, becomes the new hold.
+            INSERT INTO fencelock_holds AS h
+                (kind, name, owner, claim, lim, token, acquired_at, expires_at)
+            VALUES (v_kind, p_name, p_owner, p_claim,
+                    CASE WHEN p_claim = 'permit' THEN p_lim END,
+                    nextval('fencelock_tokens'), v_stamp, v_stamp + v_ttl)
+            ON CONFLICT (kind, name, owner) DO UPDATE SET
+                claim = EXCLUDED.claim, lim = EXCLUDED.lim, token = EXCLUDED.token,
+                acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at
+            RETURNING h.* INTO v_new;
+            IF v_holding THEN
+                -- An upgrade or a downgrade: what the old hold kept out may now get in.
+                PERFORM pg_notify('fencelock_hold_released', v_kind || ':' || p_name);
+                RETURN QUERY SELECT 'replaced', NULL::boolean, NULL::bigint, v_own.owner,
+                    v_own.token, v_own.acquired_at, v_own.expires_at, v_own.claim, v_own.lim;
+            END IF;
+        END IF;
+        IF p_claim = 'write' THEN
+            -- A writer granted no longer waits.
+            DELETE FROM fencelock_intents i WHERE i.name = p_name AND i.owner = p_owner;
+            IF FOUND THEN
+                PERFORM pg_notify('fencelock_hold_released', v_kind || ':' || p_name);
+            END IF;
+        END IF;
+        RETURN QUERY SELECT CASE WHEN v_verdict = 'extend' THEN 'extended' ELSE 'granted' END,
+            NULL::boolean, NULL::bigint, v_new.owner, v_new.token, v_new.acquired_at,
+            v_new.expires_at, v_new.claim, v_new.lim;
+    END
+    $$;
+
+    -- Release of the owner's live hold. No row: it has none. Else one row: the hold, the
+    -- verdict (2 another token, 3 released) and the database's time of the release.
+    CREATE FUNCTION fencelock_release_hold(p_kind text, p_name text, p_owner text, p_token bigint)
+    RETURNS TABLE (
+        owner text, token bigint, acquired_at timestamptz, expires_at timestamptz,
+        verdict integer, ended_at timestamptz
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_now timestamptz;
+        v_stamp timestamptz;
+        v_own fencelock_holds%ROWTYPE;
+        v_allowed boolean;
+    BEGIN
+        SELECT l.clock, l.stamp INTO v_now, v_stamp FROM fencelock_lock_name(p_kind, p_name) l;
+        SELECT h.* INTO v_own FROM fencelock_holds h
+        WHERE h.kind = p_kind AND h.name = p_name AND h.owner = p_owner AND h.expires_at > v_now;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        v_allowed := p_token IS NULL OR p_token = v_own.token;
+        IF v_allowed THEN
+            DELETE FROM fencelock_holds h
+            WHERE h.kind = p_kind AND h.name = p_name AND h.owner = p_owner;
+            PERFORM pg_notify('fencelock_hold_released', p_kind || ':' || p_name);
+        END IF;
+        RETURN QUERY SELECT v_own.owner, v_own.token, v_own.acquired_at, v_own.expires_at,
+            CASE WHEN v_allowed THEN 3 ELSE 2 END, v_stamp;
+    END
+    $$;
+
+    -- Renew of the owner's live hold. No row: it has none. Else one row: the hold (renewed
+    -- or as it was), its claim and limit, and the verdict (2 another token, 3 renewed).
+    CREATE FUNCTION fencelock_renew_hold(
+        p_kind text, p_name text, p_owner text, p_token bigint, p_ttl_ms bigint
+    ) RETURNS TABLE (
+        owner text, token bigint, acquired_at timestamptz, expires_at timestamptz,
+        claim text, lim bigint, verdict integer
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_now timestamptz;
+        v_stamp timestamptz;
+        v_own fencelock_holds%ROWTYPE;
+        v_new fencelock_holds%ROWTYPE;
+    BEGIN
+        SELECT l.clock, l.stamp INTO v_now, v_stamp FROM fencelock_lock_name(p_kind, p_name) l;
+        SELECT h.* INTO v_own FROM fencelock_holds h
+        WHERE h.kind = p_kind AND h.name = p_name AND h.owner = p_owner AND h.expires_at > v_now;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        IF p_token IS NOT NULL AND p_token <> v_own.token THEN
+            RETURN QUERY SELECT v_own.owner, v_own.token, v_own.acquired_at, v_own.expires_at,
+                v_own.claim, v_own.lim, 2;
+            RETURN;
+        END IF;
+        UPDATE fencelock_holds h SET expires_at = v_stamp + p_ttl_ms * interval '1 millisecond'
+        WHERE h.kind = p_kind AND h.name = p_name AND h.owner = p_owner
+        RETURNING h.* INTO v_new;
+        IF v_new.expires_at < v_own.expires_at THEN
+            PERFORM pg_notify('fencelock_hold_released', p_kind || ':' || p_name);
+        END IF;
+        RETURN QUERY SELECT v_new.owner, v_new.token, v_new.acquired_at, v_new.expires_at,
+            v_new.claim, v_new.lim, 3;
+    END
+    $$;
+
+    -- Ends the owner's intent to write the read-write lock `p_name`, announcing it if there
+    -- was one.
+    CREATE FUNCTION fencelock_withdraw_intent(p_name text, p_owner text) RETURNS void
+    LANGUAGE plpgsql VOLATILE AS $$
+    BEGIN
+        PERFORM fencelock_lock_name('rwlock', p_name);
+        DELETE FROM fencelock_intents i WHERE i.name = p_name AND i.owner = p_owner;
+        IF FOUND THEN
+            PERFORM pg_notify('fencelock_hold_released', 'rwlock:' || p_name);
+        END IF;
+    END
+    $$;
+    "#,
 ];
 
 /// Takes fencelock's advisory lock on the resource `$1` until the transaction ends. The
@@ -41,6 +316,20 @@ macro_rules! lock_resource {
 macro_rules! ms {
     ($column:literal) => {
         concat!("(extract(epoch FROM ", $column, ") * 1000)::bigint")
+    };
+}
+
+/// A hold's columns, as `row::hold` reads them: the lease's (owner, token, acquired_at and
+/// expires_at in ms), then its claim and the semaphore's limit (NULL for a read-write lock).
+macro_rules! hold_columns {
+    () => {
+        concat!(
+            "owner, token, ",
+            ms!("acquired_at"),
+            ", ",
+            ms!("expires_at"),
+            ", claim, lim"
+        )
     };
 }
 
@@ -185,25 +474,107 @@ pub(super) const LIST: &str = concat!(
 );
 
 /// One server purges at a time (the others purge nothing meanwhile): two purges deleting
-/// the same rows in different orders could deadlock each other. Each purged lease is
-/// announced to waiters on every server.
+/// the same rows in different orders could deadlock each other. Holds and intents that a
+/// hold's function has locked are skipped (it is replacing them, or they go next time), so
+/// that a purge never waits for a function that may wait for it. Each purged lease and hold
+/// is announced to waiters on every server; an ended intent held nobody back any more.
+/// Rows: the kind (`lock`, `semaphore` or `rwlock`), the name, then the lease's columns.
 pub(super) const PURGE: &str = concat!(
     "WITH turn AS MATERIALIZED (
         SELECT pg_try_advisory_xact_lock(1718381314, 0) AS ours
     ), purged AS (
         DELETE FROM fencelock_leases
         WHERE expires_at <= now() AND (SELECT ours FROM turn)
-        RETURNING resource, owner, token, acquired_at, expires_at
+        RETURNING 'lock' AS kind, resource AS name, owner, token, acquired_at, expires_at
+    ), purged_holds AS (
+        DELETE FROM fencelock_holds
+        WHERE (kind, name, owner) IN (
+            SELECT kind, name, owner FROM fencelock_holds
+            WHERE expires_at <= now() AND (SELECT ours FROM turn)
+            FOR UPDATE SKIP LOCKED
+        )
+        RETURNING kind, name, owner, token, acquired_at, expires_at
+    ), ended_intents AS (
+        DELETE FROM fencelock_intents
+        WHERE (name, owner) IN (
+            SELECT name, owner FROM fencelock_intents
+            WHERE expires_at <= now() AND (SELECT ours FROM turn)
+            FOR UPDATE SKIP LOCKED
+        )
     ), announced AS (
-        SELECT pg_notify('fencelock_released', resource) FROM purged
+        SELECT pg_notify('fencelock_released', name) FROM purged
+        UNION ALL
+        SELECT pg_notify('fencelock_hold_released', kind || ':' || name) FROM purged_holds
+    ), expired AS (
+        SELECT * FROM purged UNION ALL SELECT * FROM purged_holds
     )
-    SELECT resource, owner, token, ",
+    SELECT kind, name, owner, token, ",
     ms!("acquired_at"),
     ", ",
     ms!("expires_at"),
     ", (SELECT count(*) FROM announced) AS announced
-    FROM purged"
+    FROM expired"
 );
+
+/// `$1` name, `$2` owner, `$3` claim (`permit`, `read` or `write`), `$4` the semaphore's
+/// limit or NULL, `$5` TTL in ms, `$6` a waiting writer's intent in ms or NULL. Rows: the
+/// role of the row, `writer_waits` and `retry_in_ms` (for `busy`), then a hold's columns
+/// (see [`hold_columns!`]), as `fencelock_acquire_hold` in the migrations returns them.
+pub(super) const ACQUIRE_HOLD: &str = concat!(
+    "SELECT role, writer_waits, retry_in_ms, ",
+    hold_columns!(),
+    " FROM fencelock_acquire_hold($1::text, $2::text, $3::text, $4::bigint, $5::bigint, $6::bigint)"
+);
+
+/// `$1` kind, `$2` name: the live holds, in token order.
+pub(super) const HOLDS: &str = concat!(
+    "SELECT ",
+    hold_columns!(),
+    " FROM fencelock_holds
+    WHERE kind = $1::text AND name = $2::text AND expires_at > statement_timestamp()
+    ORDER BY token"
+);
+
+/// `$1` kind, `$2` prefix, `$3` name to start after or NULL, `$4` how many names. Rows: the
+/// name, then a hold's columns, by name and token.
+pub(super) const LIST_HOLDS: &str = concat!(
+    "WITH page AS (
+        SELECT DISTINCT name FROM fencelock_holds
+        WHERE kind = $1::text AND name >= $2::text AND starts_with(name, $2::text)
+          AND ($3::text IS NULL OR name > $3::text)
+          AND expires_at > statement_timestamp()
+        ORDER BY name
+        LIMIT $4::bigint
+    )
+    SELECT name, ",
+    hold_columns!(),
+    " FROM fencelock_holds JOIN page USING (name)
+    WHERE kind = $1::text AND expires_at > statement_timestamp()
+    ORDER BY name, token"
+);
+
+/// `$1` kind, `$2` name, `$3` owner, `$4` token or NULL. No row: no live hold of the owner.
+/// Else the columns of [`RELEASE`]'s rows (the hold's lease, the verdict, the time it ended).
+pub(super) const RELEASE_HOLD: &str = concat!(
+    "SELECT owner, token, ",
+    ms!("acquired_at"),
+    ", ",
+    ms!("expires_at"),
+    ", verdict, ",
+    ms!("ended_at"),
+    " FROM fencelock_release_hold($1::text, $2::text, $3::text, $4::bigint)"
+);
+
+/// `$1` kind, `$2` name, `$3` owner, `$4` token or NULL, `$5` TTL in ms. No row: no live
+/// hold of the owner. Else a hold's columns, then the verdict.
+pub(super) const RENEW_HOLD: &str = concat!(
+    "SELECT ",
+    hold_columns!(),
+    ", verdict FROM fencelock_renew_hold($1::text, $2::text, $3::text, $4::bigint, $5::bigint)"
+);
+
+/// `$1` name, `$2` owner.
+pub(super) const WITHDRAW_INTENT: &str = "SELECT fencelock_withdraw_intent($1::text, $2::text)";
 
 /// Brings the schema up to the newest version, in one transaction, under an advisory lock so
 /// that servers starting together apply each step once.

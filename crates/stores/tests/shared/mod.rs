@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_conformance::Harness;
-use fencelock_core::{LockStore, ReleaseNotice, Resource};
+use fencelock_core::{Key, LockStore, ReleaseNotice, Resource};
 use tokio::sync::broadcast;
 
 /// The conformance harness of a store shared by many servers: `open` opens another store
@@ -29,10 +29,19 @@ pub async fn wait_for_release(
     resource: &Resource,
     within: Duration,
 ) -> Result<(), tokio::time::error::Elapsed> {
+    wait_for_key(feed, &Key::lock(resource), within).await
+}
+
+/// Waits until `key` (of any kind) comes out of `feed`; `Err` after `within`.
+pub async fn wait_for_key(
+    feed: &mut broadcast::Receiver<ReleaseNotice>,
+    key: &Key,
+    within: Duration,
+) -> Result<(), tokio::time::error::Elapsed> {
     tokio::time::timeout(within, async {
         loop {
             match feed.recv().await {
-                Ok(ReleaseNotice::Freed(heard)) if heard == fencelock_core::Key::lock(resource) => return,
+                Ok(ReleaseNotice::Freed(heard)) if heard == *key => return,
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(closed) => panic!("release feed closed: {closed}"),
             }

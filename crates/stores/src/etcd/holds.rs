@@ -1,0 +1,415 @@
+//! Semaphores and read-write locks: read every hold on the name at one revision, decide with
+//! [`judge`], then write only if no hold on the name was created or rewritten since.
+
+use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
+use fencelock_core::hold::{Verdict, judge};
+use fencelock_core::store::Result;
+use fencelock_core::{
+    Claim, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Intent, ListQuery, Owner, ReleaseOutcome,
+    RenewOutcome, Resource, Timestamp, Ttl,
+};
+
+use super::codec::{self, Range};
+use super::error::EtcdError;
+use super::txn::{allowed, ended};
+use super::{EXPIRY_RECHECK, EtcdStore, MAX_ATTEMPTS};
+
+/// How many keys one request of [`EtcdStore::try_list_holds`] reads.
+const LIST_BATCH: i64 = 256;
+
+/// An etcd lease granted at most once in a call, when the call first needs it, and kept for
+/// its retries; revoked at the end unless a key was put on it.
+#[derive(Default)]
+struct Spare(Option<Granted>);
+
+#[derive(Clone, Copy)]
+struct Granted {
+    id: i64,
+    /// The time before it was asked for: the `acquired_at` of a hold put on it.
+    asked_at: Timestamp,
+    /// `asked_at` plus the TTL etcd granted: etcd deletes the keys put on it no sooner.
+    expires_at: Timestamp,
+}
+
+impl Spare {
+    async fn get(&mut self, store: &EtcdStore, ttl: Ttl) -> Result<Granted> {
+        if let Some(granted) = self.0 {
+            return Ok(granted);
+        }
+        let (id, asked_at, expires_at) = store.grant(ttl).await?;
+        let granted = Granted {
+            id,
+            asked_at,
+            expires_at,
+        };
+        self.0 = Some(granted);
+        Ok(granted)
+    }
+
+    /// A committed transaction put a key on the lease: it is no longer spare.
+    fn used(&mut self) {
+        self.0 = None;
+    }
+
+    fn revoke(self, store: &EtcdStore) {
+        if let Some(granted) = self.0 {
+            store.revoke(granted.id);
+        }
+    }
+}
+
+/// What an acquire read: every hold on the name and (for a read-write lock) every writer's
+/// intent on it, with their keys, at `revision`.
+struct Read {
+    revision: i64,
+    holds: Vec<(Hold, KeyValue)>,
+    intents: Vec<(Intent, KeyValue)>,
+}
+
+impl EtcdStore {
+    pub(super) async fn try_acquire_hold(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        let mut spare = [Spare::default(), Spare::default()];
+        let result = self
+            .acquire_hold_with(name, owner, claim, ttl, intent, &mut spare)
+            .await;
+        // Not on an error, though: a transaction whose answer was lost may have put a key
+        // on a lease, and revoking it would delete that key. An unused lease just runs out.
+        if result.is_ok() {
+            spare.into_iter().for_each(|spare| spare.revoke(self));
+        }
+        result
+    }
+
+    async fn acquire_hold_with(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+        [hold_lease, intent_lease]: &mut [Spare; 2],
+    ) -> Result<HoldOutcome> {
+        let kind = claim.kind();
+        let holds = self.holds.holds_of(kind, name);
+        let intents = (kind == HoldKind::RwLock).then(|| self.holds.intents_of(name));
+        for _ in 0..MAX_ATTEMPTS {
+            let read = self.read_name(&holds, intents.as_ref()).await?;
+            let own = read.holds.iter().find(|(h, _)| h.lease.owner == *owner);
+            let own_intent = read.intents.iter().find(|(i, _)| i.owner == *owner);
+            // Written only if no hold on the name was created or rewritten since the read:
+            // holds that expired or were released meanwhile only make the verdict cautious.
+            let mut when = vec![holds.unchanged_since(read.revision)];
+            let verdict = judge_existing(Timestamp::now_wall(), &read, owner, claim);
+            let granted = match verdict {
+                Verdict::LimitMismatch(limit) => return Ok(HoldOutcome::LimitMismatch { limit }),
+                Verdict::Busy(busy) => {
+                    let (Claim::Write, Some(intent)) = (claim, intent) else {
+                        return Ok(HoldOutcome::Busy(busy));
+                    };
+                    // The intent is recorded only together with the refusal, so that a
+                    // release in between makes the writer ask again rather than wait.
+                    let lease = intent_lease.get(self, intent).await?;
+                    let put = TxnOp::put(
+                        self.holds.intent(name, owner),
+                        codec::encode_intent(lease.expires_at)?,
+                        Some(PutOptions::new().with_lease(lease.id)),
+                    );
+                    if self
+                        .txn("record a writer's intent", Txn::new().when(when).and_then([put]))
+                        .await?
+                        .succeeded()
+                    {
+                        intent_lease.used();
+                        if let Some((_, kv)) = own_intent {
+                            self.revoke_other(kv.lease(), lease.id);
+                        }
+                        return Ok(HoldOutcome::Busy(busy));
+                    }
+                    continue;
+                }
+                Verdict::Grant | Verdict::Extend => hold_lease.get(self, ttl).await?,
+            };
+            let key = self.holds.hold(name, owner, claim);
+            let mut ops = Vec::new();
+            if let Some((_, kv)) = own {
+                // The hold extended or replaced must still be there: it may have expired.
+                when.push(Compare::mod_revision(
+                    kv.key(),
+                    CompareOp::Equal,
+                    kv.mod_revision(),
+                ));
+                if kv.key() != key {
+                    // An upgrade or a downgrade: the other mode's key goes, and the new one's
+                    // create revision is the new token.
+                    ops.push(TxnOp::delete(kv.key(), None));
+                }
+            }
+            if let (Claim::Read, Some(intents)) = (claim, &intents) {
+                when.push(intents.unchanged_since(read.revision));
+            }
+            if claim == Claim::Write {
+                ops.push(TxnOp::delete(self.holds.intent(name, owner), None));
+            }
+            let value = codec::encode_hold(claim, granted.asked_at, granted.expires_at)?;
+            ops.push(TxnOp::put(
+                key.clone(),
+                value,
+                Some(PutOptions::new().with_lease(granted.id)),
+            ));
+            ops.push(TxnOp::get(key, None));
+            let answer = self
+                .txn("acquire a hold", Txn::new().when(when).and_then(ops))
+                .await?;
+            if !answer.succeeded() {
+                continue;
+            }
+            hold_lease.used();
+            let kv = codec::gets(&answer)
+                .pop()
+                .and_then(|kvs| kvs.into_iter().next())
+                .ok_or_else(|| EtcdError::Corrupt("a hold just put is missing".into()))?;
+            let hold = self.holds.decode(&kv)?;
+            // The keys this deleted or moved: the owner's old hold, and a writer's intent.
+            let intent_gone = own_intent.filter(|_| claim == Claim::Write).map(|(_, kv)| kv);
+            for old in own.map(|(_, kv)| kv).into_iter().chain(intent_gone) {
+                self.revoke_other(old.lease(), granted.id);
+            }
+            return Ok(match verdict {
+                Verdict::Extend => HoldOutcome::Extended(hold),
+                _ => HoldOutcome::Granted {
+                    hold,
+                    replaced: own.map(|(h, _)| h.clone()),
+                },
+            });
+        }
+        Err(EtcdError::Contended {
+            doing: "acquire a hold",
+        }
+        .into())
+    }
+
+    /// Revokes `old`, the etcd lease of a key that a committed transaction deleted or moved
+    /// onto `new`. Each call grants leases of its own, so the two differ; were they the same,
+    /// revoking would delete the key just written, hence the check.
+    fn revoke_other(&self, old: i64, new: i64) {
+        if old != new {
+            self.revoke(old);
+        }
+    }
+
+    /// The holds of `holds` and the intents of `intents`, read in one transaction so that
+    /// they are of one revision.
+    async fn read_name(&self, holds: &Range, intents: Option<&Range>) -> Result<Read> {
+        let gets: Vec<TxnOp> = [Some(holds), intents]
+            .into_iter()
+            .flatten()
+            .map(Range::get)
+            .collect();
+        let answer = self.txn("read holds", Txn::new().and_then(gets)).await?;
+        let revision = answer
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| EtcdError::Corrupt("a read without a revision".into()))?;
+        let mut read = codec::gets(&answer).into_iter();
+        let holds = read
+            .next()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|kv| Ok((self.holds.decode(&kv)?, kv)))
+            .collect::<Result<_, EtcdError>>()?;
+        let intents = read
+            .next()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|kv| Ok((self.holds.decode_intent(&kv)?, kv)))
+            .collect::<Result<_, EtcdError>>()?;
+        Ok(Read {
+            revision,
+            holds,
+            intents,
+        })
+    }
+
+    pub(super) async fn try_holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
+        let read = self.read_name(&self.holds.holds_of(kind, name), None).await?;
+        let mut holds: Vec<Hold> = read.holds.into_iter().map(|(h, _)| h).collect();
+        holds.sort_by_key(|h| h.lease.token);
+        Ok(holds)
+    }
+
+    /// `owner`'s hold on `name` with its key, if it has one. A hold key exists exactly as
+    /// long as etcd keeps its lease alive: it is live.
+    async fn own_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+    ) -> Result<Option<(Hold, KeyValue)>> {
+        let read = self.read_name(&self.holds.owned(kind, name, owner), None).await?;
+        Ok(read.holds.into_iter().next())
+    }
+
+    pub(super) async fn try_release_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        for _ in 0..MAX_ATTEMPTS {
+            let found = self.own_hold(kind, name, owner).await?;
+            let (kv, hold) = match allowed(found, |h: &Hold| &h.lease, owner, token) {
+                Ok(allowed) => allowed,
+                Err(refusal) => return Ok(refusal.into()),
+            };
+            if self.delete_unchanged("release a hold", &kv).await? {
+                return Ok(ended(hold.lease));
+            }
+        }
+        Err(EtcdError::Contended {
+            doing: "release a hold",
+        }
+        .into())
+    }
+
+    pub(super) async fn try_renew_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        for _ in 0..MAX_ATTEMPTS {
+            let found = self.own_hold(kind, name, owner).await?;
+            let (kv, hold) = match allowed(found, |h: &Hold| &h.lease, owner, token) {
+                Ok(allowed) => allowed,
+                Err(refusal) => return Ok(refusal.into()),
+            };
+            let value = |expires_at| codec::encode_hold(hold.claim, hold.lease.acquired_at, expires_at);
+            if let Some(expires_at) = self.move_unchanged("renew a hold", &kv, ttl, value).await? {
+                let mut renewed = hold;
+                renewed.lease.expires_at = expires_at;
+                return Ok(RenewOutcome::Renewed(renewed));
+            }
+        }
+        Err(EtcdError::Contended {
+            doing: "renew a hold",
+        }
+        .into())
+    }
+
+    /// Reads the holds of `kind` in key order (which is the order of the names' bytes), in
+    /// batches of one revision, until a name past the page's `query.limit` names shows up or
+    /// the range ends.
+    pub(super) async fn try_list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
+        let limit = query.limit.max(1);
+        let range = self.holds.names(kind, &query.prefix, query.after.as_ref());
+        let mut names: Vec<(Resource, Vec<Hold>)> = Vec::new();
+        let (mut start, mut revision) = (range.start.clone(), 0);
+        while names.len() <= limit {
+            let options = GetOptions::new()
+                .with_range(range.end.clone())
+                .with_limit(LIST_BATCH)
+                // Every batch after the first at the first one's revision: one snapshot.
+                .with_revision(revision);
+            let mut answer = self.get("list holds", &start, Some(options)).await?;
+            if revision == 0 {
+                revision = answer.header().map_or(0, |h| h.revision());
+            }
+            let more = answer.more();
+            let kvs = answer.take_kvs();
+            for kv in &kvs {
+                let hold = self.holds.decode(kv)?;
+                let full = names.len() > limit;
+                match names.last_mut() {
+                    Some((name, holds)) if *name == hold.lease.resource => holds.push(hold),
+                    _ if full => break,
+                    _ => names.push((hold.lease.resource.clone(), vec![hold])),
+                }
+            }
+            match kvs.last() {
+                // Just after the last key: that key with a zero byte appended.
+                Some(last) if more => start = [last.key(), &[0]].concat(),
+                _ => break,
+            }
+        }
+        for (_, holds) in &mut names {
+            holds.sort_by_key(|h| h.lease.token);
+        }
+        let next = if names.len() > limit {
+            names.truncate(limit);
+            names.last().map(|(name, _)| name.clone())
+        } else {
+            None
+        };
+        Ok(HoldPage { names, next })
+    }
+
+    pub(super) async fn try_withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
+        let kv = self.client.kv_client();
+        let key = self.holds.intent(name, owner);
+        let deleted = super::txn::request("withdraw an intent", || {
+            let (mut kv, key) = (kv.clone(), key.clone());
+            async move { kv.delete(key, Some(DeleteOptions::new().with_prev_key())).await }
+        })
+        .await?;
+        // The watch sees the deletion and wakes the readers it held back.
+        for intent in deleted.prev_kvs() {
+            self.revoke(intent.lease());
+        }
+        Ok(())
+    }
+}
+
+/// Judges an acquire on what etcd holds. A key exists exactly as long as etcd keeps its
+/// lease alive, by etcd's clock, so every hold and intent read is live, even one whose
+/// `expires_at` has passed by this server's clock (etcd deletes it soon): such a one is
+/// judged as ending [`EXPIRY_RECHECK`] from now, so that a caller it stands in the way of asks
+/// again soon. A refusal lists the holders as they are stored.
+fn judge_existing(now: Timestamp, read: &Read, owner: &Owner, claim: Claim) -> Verdict {
+    let soon = Timestamp::from_millis(
+        now.as_millis()
+            .saturating_add(u64::try_from(EXPIRY_RECHECK.as_millis()).unwrap_or(u64::MAX)),
+    );
+    let live = |at: Timestamp| if at > now { at } else { soon };
+    let holds: Vec<Hold> = read
+        .holds
+        .iter()
+        .map(|(hold, _)| {
+            let mut hold = hold.clone();
+            hold.lease.expires_at = live(hold.lease.expires_at);
+            hold
+        })
+        .collect();
+    let intents: Vec<Intent> = read
+        .intents
+        .iter()
+        .map(|(intent, _)| Intent {
+            owner: intent.owner.clone(),
+            expires_at: live(intent.expires_at),
+        })
+        .collect();
+    match judge(now, &holds, &intents, owner, claim) {
+        Verdict::Busy(mut busy) => {
+            for holder in &mut busy.holders {
+                if let Some((stored, _)) = read
+                    .holds
+                    .iter()
+                    .find(|(h, _)| h.lease.token == holder.lease.token)
+                {
+                    holder.clone_from(stored);
+                }
+            }
+            Verdict::Busy(busy)
+        }
+        verdict => verdict,
+    }
+}
