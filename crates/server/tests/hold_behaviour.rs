@@ -14,7 +14,6 @@ async fn fifty_acquirers_on_a_semaphore_of_limit_five_have_five_winners_over_ten
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the embedded store's holds (branch i10-sqlite)"]
 async fn fifty_acquirers_on_a_semaphore_of_limit_five_have_five_winners_over_ten_rounds_on_the_embedded_store()
  {
     scenarios::fifty_acquirers_five_permits(&[TestServer::embedded().await]).await;
@@ -26,7 +25,6 @@ async fn no_write_hold_overlaps_another_hold() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the embedded store's holds (branch i10-sqlite)"]
 async fn no_write_hold_overlaps_another_hold_on_the_embedded_store() {
     scenarios::no_write_overlaps_another_hold(&[TestServer::embedded().await], Duration::from_secs(2)).await;
 }
@@ -38,7 +36,6 @@ async fn a_waiting_writer_goes_before_a_later_reader() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the embedded store's holds (branch i10-sqlite)"]
 async fn a_waiting_writer_goes_before_a_later_reader_on_the_embedded_store() {
     let s = TestServer::embedded().await;
     scenarios::writers_go_before_later_readers(&s, &s).await;
