@@ -6,18 +6,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestServer, unreachable_store};
+use common::{TestServer, series_value as value, unreachable_store};
 use fencelock_core::{ManualClock, MemoryStore, Timestamp};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
-
-/// The value of exactly the series `series` (name and labels, as written), 0 if absent.
-fn value(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().expect("a number"))
-}
 
 /// Asserts that each series in `expected` reads its value in `text`.
 fn assert_reads(text: &str, expected: &[(&str, f64)]) {
@@ -28,22 +21,6 @@ fn assert_reads(text: &str, expected: &[(&str, f64)]) {
 
 async fn read(s: &TestServer, series: &str) -> f64 {
     value(&s.metrics().await, series)
-}
-
-/// Polls `/metrics` (with a deadline) until `series` reads `expected`.
-async fn until(s: &TestServer, series: &str, expected: f64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = s.metrics().await;
-        if value(&text, series) == expected {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{series} never read {expected}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// A server on an in-memory store on a manual clock, purging every `purge`.
@@ -135,7 +112,8 @@ async fn contention_counts_refusals_at_once_and_waits() {
     };
     s.until_waiters(1).await;
     // Its first try (after a's grant and b's) found the lock held: it waits.
-    until(&s, r#"fencelock_store_duration_seconds_count{op="acquire"}"#, 3.0).await;
+    s.until_series(r#"fencelock_store_duration_seconds_count{op="acquire"}"#, 3.0)
+        .await;
     assert_eq!(
         s.release("r", json!({"owner": "a"})).await.status,
         StatusCode::NO_CONTENT
@@ -207,7 +185,8 @@ async fn a_purged_lease_counts_as_expired_with_its_hold_time() {
     s.grant("r", "a", 10).await;
     assert_eq!(read(&s, "fencelock_live_leases").await, 1.0);
     s.advance(Duration::from_secs(11));
-    until(&s, r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0).await;
+    s.until_series(r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0)
+        .await;
     let text = s.metrics().await;
     assert_reads(
         &text,
@@ -301,7 +280,8 @@ async fn store_errors_are_counted_by_operation() {
         assert_eq!(value(&text, &answered), 1.0, "{answered}\n{text}");
     }
     // The purge runs once at start, and fails too.
-    until(&s, r#"fencelock_store_errors_total{op="purge"}"#, 1.0).await;
+    s.until_series(r#"fencelock_store_errors_total{op="purge"}"#, 1.0)
+        .await;
 }
 
 #[tokio::test]
@@ -364,8 +344,129 @@ async fn no_series_names_a_resource_or_an_owner() {
         .await;
     s.grant("secret-expiring-xyz", owner, 1).await;
     s.advance(Duration::from_secs(2));
-    until(&s, r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0).await;
+    s.until_series(r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0)
+        .await;
     let text = s.metrics().await;
+    assert!(!text.contains("secret"), "{text}");
+    assert!(!text.contains("xyz"), "{text}");
+}
+
+#[tokio::test]
+async fn the_series_move_for_permits_and_holds_by_kind() {
+    let s = manual_purging_every(Duration::from_millis(10)).await;
+    let (sem, rw) = ("secret-sem-xyz", "secret-rw-xyz");
+    let permit = |owner: &str, limit: u64| json!({"owner": owner, "limit": limit, "ttl_seconds": 60});
+    let mode = |owner: &str, mode: &str| json!({"owner": owner, "mode": mode, "ttl_seconds": 60});
+    s.grant_hold("semaphores", sem, permit("secret-a", 2)).await;
+    s.grant_hold("semaphores", sem, permit("secret-a", 2)).await;
+    let b = s.grant_hold("semaphores", sem, permit("secret-b", 2)).await;
+    s.hold("semaphores", sem, permit("secret-c", 2)).await;
+    let mismatch = s.hold("semaphores", sem, permit("secret-c", 3)).await;
+    assert_eq!(mismatch.status, StatusCode::CONFLICT);
+    let waited = json!({"owner": "secret-c", "limit": 2, "ttl_seconds": 60, "wait_ms": 20});
+    assert_eq!(s.hold("semaphores", sem, waited).await.body["acquired"], false);
+    let read = s.grant_hold("rwlocks", rw, mode("secret-r", "read")).await;
+    s.advance(Duration::from_secs(2));
+    let write = s.grant_hold("rwlocks", rw, mode("secret-r", "write")).await;
+    s.hold("rwlocks", rw, mode("secret-w", "read")).await;
+    let text = s.metrics().await;
+    let requests = |kind: &str, op: &str, outcome: &str| {
+        format!(r#"fencelock_requests_total{{kind="{kind}",op="{op}",outcome="{outcome}"}}"#)
+    };
+    assert_reads(
+        &text,
+        &[
+            (&requests("semaphore", "acquire", "granted"), 2.0),
+            (&requests("semaphore", "acquire", "extended"), 1.0),
+            (&requests("semaphore", "acquire", "held"), 2.0),
+            (&requests("semaphore", "acquire", "limit_mismatch"), 1.0),
+            (&requests("rwlock", "acquire", "granted"), 2.0),
+            (&requests("rwlock", "acquire", "held"), 1.0),
+            (&requests("lock", "acquire", "granted"), 0.0),
+            (
+                r#"fencelock_request_duration_seconds_count{kind="rwlock",op="acquire",outcome="granted"}"#,
+                2.0,
+            ),
+            (r#"fencelock_contention_total{kind="held"}"#, 2.0),
+            (r#"fencelock_contention_total{kind="waited"}"#, 1.0),
+            (r#"fencelock_timeouts_total{kind="wait_expired"}"#, 1.0),
+            // Two permits and one hold: the upgrade ended the read hold it replaced.
+            ("fencelock_live_leases", 3.0),
+            (r#"fencelock_lease_hold_seconds_count{end="released"}"#, 1.0),
+            (r#"fencelock_lease_hold_seconds_sum{end="released"}"#, 2.0),
+            (
+                "fencelock_highest_token",
+                write["fencing_token"].as_f64().unwrap(),
+            ),
+        ],
+    );
+    assert!(write["fencing_token"].as_u64() > read["fencing_token"].as_u64());
+    assert!(
+        value(
+            &text,
+            r#"fencelock_store_duration_seconds_count{op="acquire_hold"}"#
+        ) >= 8.0
+    );
+
+    let token = b["fencing_token"].as_u64().unwrap();
+    s.renew_hold("semaphores", sem, json!({"owner": "secret-b", "ttl_seconds": 60}))
+        .await;
+    s.renew_hold("semaphores", sem, json!({"owner": "secret-c", "ttl_seconds": 60}))
+        .await;
+    let stale = json!({"owner": "secret-b", "fencing_token": token + 100});
+    assert_eq!(
+        s.release_hold("semaphores", sem, stale).await.status,
+        StatusCode::CONFLICT
+    );
+    let released = s
+        .release_hold(
+            "semaphores",
+            sem,
+            json!({"owner": "secret-b", "fencing_token": token}),
+        )
+        .await;
+    assert_eq!(released.status, StatusCode::NO_CONTENT);
+    s.holds("semaphores", sem).await;
+    s.holds("rwlocks", "secret-absent-xyz").await;
+    s.send(Method::GET, "/rwlocks?prefix=secret-", None).await;
+    // The write hold expires unreleased; the purge logs and counts it.
+    let short = json!({"owner": "secret-s", "mode": "write", "ttl_seconds": 1});
+    s.grant_hold("rwlocks", "secret-short-xyz", short).await;
+    s.advance(Duration::from_secs(2));
+    s.until_series(r#"fencelock_timeouts_total{kind="lease_expired"}"#, 1.0)
+        .await;
+    let text = s.metrics().await;
+    assert_reads(
+        &text,
+        &[
+            (&requests("semaphore", "renew", "renewed"), 1.0),
+            (&requests("semaphore", "renew", "not_found"), 1.0),
+            (&requests("semaphore", "release", "conflict"), 1.0),
+            (&requests("semaphore", "release", "released"), 1.0),
+            (&requests("semaphore", "get", "found"), 1.0),
+            (&requests("rwlock", "get", "not_found"), 1.0),
+            (&requests("rwlock", "list", "listed"), 1.0),
+            ("fencelock_leases_expired_total", 1.0),
+            (r#"fencelock_lease_hold_seconds_count{end="expired"}"#, 1.0),
+            ("fencelock_live_leases", 2.0),
+            (
+                r#"fencelock_http_requests_total{route="/semaphores/{name}",status="409"}"#,
+                2.0,
+            ),
+            (
+                r#"fencelock_http_requests_total{route="/semaphores/{name}/renew",status="404"}"#,
+                1.0,
+            ),
+            (
+                r#"fencelock_http_requests_total{route="/rwlocks",status="200"}"#,
+                1.0,
+            ),
+            (
+                r#"fencelock_http_requests_total{route="/rwlocks/{name}",status="404"}"#,
+                1.0,
+            ),
+        ],
+    );
     assert!(!text.contains("secret"), "{text}");
     assert!(!text.contains("xyz"), "{text}");
 }

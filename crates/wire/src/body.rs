@@ -2,7 +2,6 @@
 
 use fencelock_core::model::MAX_NAME_BYTES;
 use fencelock_core::{FencingToken, InvalidName, Lease, Owner, Resource, Timestamp};
-use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
@@ -251,15 +250,18 @@ fn token(what: &str) -> (&'static str, String, Range) {
     (fields::FENCING_TOKEN, text, fields::TOKEN_RANGE)
 }
 
+/// `ToSchema` for request types whose schema is written by hand (`PartialSchema`): the
+/// name the description gives them.
 macro_rules! named_schema {
     ($($ty:ident),*) => {$(
-        impl ToSchema for $ty {
-            fn name() -> Cow<'static, str> {
-                Cow::Borrowed(stringify!($ty))
+        impl utoipa::ToSchema for $ty {
+            fn name() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed(stringify!($ty))
             }
         }
     )*};
 }
+pub(crate) use named_schema;
 
 named_schema!(AcquireRequest, ReleaseRequest, RenewRequest);
 

@@ -7,7 +7,6 @@
 //! ([`crate::ReleaseRequest`], [`crate::RenewRequest`]). [`crate::outcome`] translates
 //! between these and the store's outcomes.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use fencelock_core::{Claim, Hold, HoldKind, Lease, Owner, Ttl};
@@ -509,14 +508,4 @@ pub enum HoldListResponse {
     RwLocks(RwLockListResponse),
 }
 
-macro_rules! named_schema {
-    ($($ty:ident),*) => {$(
-        impl ToSchema for $ty {
-            fn name() -> Cow<'static, str> {
-                Cow::Borrowed(stringify!($ty))
-            }
-        }
-    )*};
-}
-
-named_schema!(SemaphoreAcquireRequest, RwLockAcquireRequest);
+body::named_schema!(SemaphoreAcquireRequest, RwLockAcquireRequest);

@@ -132,3 +132,30 @@ fn shutdown_signal() -> Result<impl Future<Output = ()>, String> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// `fencelock serve`'s flags alone.
+    #[derive(Debug, clap::Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn the_largest_semaphore_limit_is_a_flag_of_at_least_one() {
+        let config = |flags: &[&str]| {
+            Serve::try_parse_from(["serve"].iter().chain(flags))
+                .map(|serve| serve.args.config().unwrap().limits.max_limit)
+        };
+        assert_eq!(config(&[]).unwrap(), Limits::DEFAULT_MAX_LIMIT);
+        assert_eq!(config(&["--max-limit", "3"]).unwrap(), 3);
+        for bad in ["0", "-1", "x", "4294967296"] {
+            assert!(config(&["--max-limit", bad]).is_err(), "{bad}");
+        }
+    }
+}

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // Each test file uses a different part of this.
 
+pub mod scenarios;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -133,6 +135,44 @@ impl TestServer {
             .await
     }
 
+    /// `POST /{collection}/{name}` (`collection` is `semaphores` or `rwlocks`; `name` is
+    /// percent-encoded here): acquire a permit or a hold.
+    pub async fn hold(&self, collection: &str, name: &str, body: Value) -> Answer {
+        self.send(Method::POST, &hold_path(collection, name), Some(body))
+            .await
+    }
+
+    /// `GET /{collection}/{name}`.
+    pub async fn holds(&self, collection: &str, name: &str) -> Answer {
+        self.send(Method::GET, &hold_path(collection, name), None).await
+    }
+
+    /// `DELETE /{collection}/{name}`.
+    pub async fn release_hold(&self, collection: &str, name: &str, body: Value) -> Answer {
+        self.send(Method::DELETE, &hold_path(collection, name), Some(body))
+            .await
+    }
+
+    /// `POST /{collection}/{name}/renew`.
+    pub async fn renew_hold(&self, collection: &str, name: &str, body: Value) -> Answer {
+        let path = format!("{}/renew", hold_path(collection, name));
+        self.send(Method::POST, &path, Some(body)).await
+    }
+
+    /// Acquires and asserts it was granted; returns the permit or hold (`permit` or `hold`
+    /// of the answer).
+    pub async fn grant_hold(&self, collection: &str, name: &str, body: Value) -> Value {
+        let answer = self.hold(collection, name, body).await;
+        assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+        assert_eq!(answer.body["acquired"], true, "{answer:?}");
+        let item = if collection == "semaphores" {
+            "permit"
+        } else {
+            "hold"
+        };
+        answer.body[item].clone()
+    }
+
     /// Acquires and asserts it was granted; returns the lease.
     pub async fn grant(&self, resource: &str, owner: &str, ttl_seconds: u64) -> Value {
         let answer = self
@@ -189,6 +229,37 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+    }
+}
+
+/// The path of `name` (percent-encoded here) in `collection`.
+pub fn hold_path(collection: &str, name: &str) -> String {
+    format!("/{collection}/{}", fencelock_wire::parse::encode_segment(name))
+}
+
+/// The value of exactly the series `series` (name and labels, as written) in the Prometheus
+/// text `text`, 0 if absent.
+pub fn series_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.trim().parse().expect("a number"))
+}
+
+impl TestServer {
+    /// Polls `/metrics` (with a deadline) until `series` reads `expected`.
+    pub async fn until_series(&self, series: &str, expected: f64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = self.metrics().await;
+            if series_value(&text, series) == expected {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{series} never read {expected}:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }
