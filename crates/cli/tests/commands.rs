@@ -488,3 +488,40 @@ fn bad_limits_modes_and_kinds_exit_2_and_an_unreachable_server_3() {
         assert_eq!(shown.code, Some(3), "{args:?}: {shown:?}");
     }
 }
+
+#[test]
+fn permits_and_holds_work_straight_on_an_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}/locks.db", dir.path().display());
+    let on_store = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--store", &store]);
+        run(&all)
+    };
+    let a = on_store(&["acquire", "pool", "--limit", "2", "--owner", "a", "--ttl", "1m"]);
+    let b = on_store(&["acquire", "pool", "--limit", "2", "--owner", "b", "--ttl", "1m"]);
+    assert_eq!((a.code, b.code), (Some(0), Some(0)), "{a:?} {b:?}");
+    let c = on_store(&["acquire", "pool", "--limit", "2", "--owner", "c"]);
+    assert_eq!(c.code, Some(1), "{c:?}");
+    // Each command opens the store anew: the permits were kept (their expiry only ever moves
+    // later, as a lease's does: the store counts no time while it is closed).
+    let shown = on_store(&["status", "pool", "--kind", "semaphore", "--json"]).json();
+    for field in ["owner", "fencing_token", "acquired_at"] {
+        assert_eq!(shown["permits"][1][field], b.json()[field], "{shown}");
+    }
+    let released = on_store(&["release", "pool", "--kind", "semaphore", "--owner", "a"]);
+    assert_eq!(released.code, Some(0), "{released:?}");
+    let script = "echo $FENCELOCK_KIND $FENCELOCK_TOKEN";
+    let writer = run(&[
+        "run", "config", "--mode", "write", "--store", &store, "--", "sh", "-c", script,
+    ]);
+    assert_eq!(writer.code, Some(0), "{writer:?}");
+    let [kind, written] = writer.stdout.split_whitespace().collect::<Vec<_>>()[..] else {
+        panic!("{writer:?}");
+    };
+    assert_eq!(kind, "rwlock");
+    // Tokens come from one counter: the write hold's is greater than every permit's.
+    assert!(written.parse::<u64>().unwrap() > token(&b.json()), "{writer:?}");
+    let free = on_store(&["status", "config", "--kind", "rwlock"]);
+    assert_eq!(free.code, Some(1), "released when the command ended: {free:?}");
+}

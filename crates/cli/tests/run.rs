@@ -480,9 +480,11 @@ fn running_at_once(runs: &[Child], dir: &Path, held: &str) -> (KillOnDrop, Vec<u
     (cleanup, tokens)
 }
 
-/// A child that says it started (with what it holds), then runs until the file `stop`
-/// appears, and says it ended.
-const UNTIL_STOP: &str = "echo \"$FENCELOCK_KIND $FENCELOCK_RESOURCE\" > started-$FENCELOCK_TOKEN; \
+/// A child that says it started (with what it holds; written aside and renamed, so that a
+/// `started-` file is never seen empty), then runs until the file `stop` appears, and says
+/// it ended.
+const UNTIL_STOP: &str = "echo \"$FENCELOCK_KIND $FENCELOCK_RESOURCE\" > tmp-$FENCELOCK_TOKEN; \
+                          mv tmp-$FENCELOCK_TOKEN started-$FENCELOCK_TOKEN; \
                           while [ ! -e stop ]; do sleep 0.02; done; touch ended-$FENCELOCK_TOKEN";
 
 #[test]
