@@ -84,6 +84,22 @@ fn bench_with_one_resource_through_a_server_counts_the_same() {
     assert_contended(&report);
 }
 
+#[test]
+fn bench_takes_permits_and_holds_sharing_as_their_kind_allows() {
+    let server = Server::start();
+    let one = ["--clients", "8", "--resources", "1"];
+    // Room for every client: nobody is ever refused, and the books see no excess holder.
+    for shared in [["--limit", "8"], ["--mode", "read"]] {
+        let report = bench(Some(&server), &[&one[..], &shared[..]].concat());
+        assert_eq!(report["held"], 0, "{shared:?}: {report}");
+        assert_eq!(report["errors"], 0, "{shared:?}: {report}");
+    }
+    // Room for one: refused as a lock is.
+    for exclusive in [["--limit", "1"], ["--mode", "write"]] {
+        assert_contended(&bench(Some(&server), &[&one[..], &exclusive[..]].concat()));
+    }
+}
+
 /// A peer's lock on `target`: counts add up without contention, and on one resource.
 fn peer_counts_add_up(target: &str) {
     let free = bench(
@@ -137,5 +153,9 @@ fn bench_exits_3_when_nothing_answers_and_2_on_bad_flags() {
         Some(2)
     );
     assert_eq!(run(&["bench", "--clients", "0"]).code, Some(2));
+    let peer = ["bench", "--target", "redis://127.0.0.1:1", "--limit", "2"];
+    assert_eq!(run(&peer).code, Some(2), "a peer has only locks");
+    let both = ["bench", "--limit", "2", "--mode", "read"];
+    assert_eq!(run(&both).code, Some(2));
     assert_eq!(run(&["bench", "--duration", "soon"]).code, Some(2));
 }

@@ -19,15 +19,16 @@ mod peers;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fencelock_core::Claim;
 use hdrhistogram::Histogram;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::common::{Failure, Target, exit, finish, print_json, ttl};
+use super::common::{Claimed, Failure, Target, exit, finish, print_json, ttl};
 
 /// Flags of `fencelock bench`.
 #[derive(Debug, clap::Args)]
@@ -55,6 +56,10 @@ pub struct Args {
     /// Print the report as JSON.
     #[arg(long, env = "FENCELOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
+    /// With `--limit N` or `--mode read|write`, each cycle takes a permit of a semaphore or a
+    /// hold of a read-write lock instead of a lock (fencelock's own targets only).
+    #[command(flatten)]
+    claimed: Claimed,
 }
 
 /// Runs the benchmark and prints its report; exit 0, or 3 if every call failed.
@@ -66,7 +71,13 @@ async fn bench(args: Args) -> Result<u8, Failure> {
     if args.clients == 0 || args.resources == Some(0) {
         return Err(Failure::bad_input("--clients and --resources must be at least 1"));
     }
+    let claim = args.claimed.claim();
     let load = Load {
+        room: match claim {
+            None | Some(Claim::Write) => 1,
+            Some(Claim::Permit { limit }) => limit,
+            Some(Claim::Read) => u32::MAX,
+        },
         clients: args.clients,
         resources: args.resources.unwrap_or(args.clients),
         duration: args.duration,
@@ -78,10 +89,15 @@ async fn bench(args: Args) -> Result<u8, Failure> {
         ),
     };
     let (target, contender): (String, Box<dyn Contender>) = match &args.peer {
+        Some(_) if claim.is_some() => {
+            return Err(Failure::bad_input(
+                "--limit and --mode measure fencelock's own semaphores and read-write locks; a --target peer has only locks",
+            ));
+        }
         Some(address) => (address.clone(), peers::open(address, &load).await?),
         None => {
             let address = args.target.store.as_deref().unwrap_or(&args.target.server);
-            (address.to_owned(), own::open(&args.target, &load).await?)
+            (address.to_owned(), own::open(&args.target, &load, claim).await?)
         }
     };
     let report = run_load(&*contender, &load).await?;
@@ -112,6 +128,9 @@ pub struct Load {
     pub ttl: Duration,
     /// A prefix for resource names, so runs do not meet each other's leases.
     pub prefix: String,
+    /// How many clients may hold one resource at once: 1 for a lock or a write hold, the
+    /// limit for a semaphore's permits, any number for read holds.
+    pub room: u32,
 }
 
 impl Load {
@@ -154,8 +173,9 @@ pub struct Report {
     pub releases: u64,
     /// Releases that failed or found the lease gone.
     pub release_errors: u64,
-    /// Grants of a resource that another client of this run held at that moment, by our own
-    /// books: a lock that let two holders in. Zero on a correct target.
+    /// Grants of a resource that as many other clients of this run as it has room for held at
+    /// that moment, by our own books: a lock that let two holders in, a semaphore one more
+    /// than its limit. Zero on a correct target.
     pub overlaps: u64,
     /// How long the run took.
     pub elapsed: Duration,
@@ -184,8 +204,7 @@ pub async fn run_load(contender: &dyn Contender, load: &Load) -> Result<Report, 
         sessions.push(contender.session(client).await?);
     }
     let counts = Arc::new(Counts::default());
-    let holders: Arc<Vec<AtomicBool>> =
-        Arc::new((0..load.resources).map(|_| AtomicBool::new(false)).collect());
+    let holders: Arc<Vec<AtomicU32>> = Arc::new((0..load.resources).map(|_| AtomicU32::new(0)).collect());
     let started = Instant::now();
     let deadline = started + load.duration;
     let progress = progress(load.duration, counts.clone());
@@ -194,7 +213,8 @@ pub async fn run_load(contender: &dyn Contender, load: &Load) -> Result<Report, 
         .enumerate()
         .map(|(client, session)| {
             let (counts, holders) = (counts.clone(), holders.clone());
-            tokio::spawn(async move { cycle(session, client, &holders, deadline, &counts).await })
+            let room = load.room;
+            tokio::spawn(async move { cycle(session, client, (&holders, room), deadline, &counts).await })
         })
         .collect();
     let mut acquire = histogram();
@@ -230,7 +250,7 @@ pub async fn run_load(contender: &dyn Contender, load: &Load) -> Result<Report, 
 async fn cycle(
     mut session: Box<dyn Session>,
     client: usize,
-    holders: &[AtomicBool],
+    (holders, room): (&[AtomicU32], u32),
     deadline: Instant,
     counts: &Counts,
 ) -> (Histogram<u64>, Histogram<u64>) {
@@ -256,12 +276,12 @@ async fn cycle(
         };
         record(&mut acquire, asked.elapsed());
         counts.granted.fetch_add(1, Ordering::Relaxed);
-        if holders[resource].swap(true, Ordering::AcqRel) {
+        if holders[resource].fetch_add(1, Ordering::AcqRel) >= room {
             counts.overlaps.fetch_add(1, Ordering::Relaxed);
         }
         // Cleared before the release is sent: once the target has released, the next grant
         // may come at once, and must not find our mark.
-        holders[resource].store(false, Ordering::Release);
+        holders[resource].fetch_sub(1, Ordering::Release);
         let asked = Instant::now();
         match session.release(resource, token).await {
             Ok(true) => {

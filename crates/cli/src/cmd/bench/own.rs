@@ -1,10 +1,13 @@
 //! fencelock's own targets: a server (`--server`, over HTTP/1.1 keep-alive) or a store
-//! opened in this process (`--store`), both through the fencelock client's [`LockStore`].
+//! opened in this process (`--store`), both through the fencelock client's [`LockStore`]:
+//! locks, or with a claim, permits of semaphores or holds of read-write locks.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencelock_core::{AcquireOutcome, FencingToken, LockStore, Owner, ReleaseOutcome, Resource, Ttl};
+use fencelock_core::{
+    AcquireOutcome, Claim, FencingToken, HoldOutcome, LockStore, Owner, ReleaseOutcome, Resource, Ttl,
+};
 
 use super::{Contender, Failure, Load, Session};
 use crate::cmd::common::{Target, resource, ttl};
@@ -12,7 +15,7 @@ use crate::cmd::common::{Target, resource, ttl};
 /// Opens fencelock's target: each client gets its own server client (so its own keep-alive
 /// connection), or, straight on a store, shares the one store this process may open (the
 /// embedded store serves one opener at a time).
-pub async fn open(target: &Target, load: &Load) -> Result<Box<dyn Contender>, Failure> {
+pub async fn open(target: &Target, load: &Load, claim: Option<Claim>) -> Result<Box<dyn Contender>, Failure> {
     let names = (0..load.resources)
         .map(|i| resource(&load.name(i)))
         .collect::<Result<Vec<_>, _>>()?;
@@ -25,6 +28,7 @@ pub async fn open(target: &Target, load: &Load) -> Result<Box<dyn Contender>, Fa
         shared,
         names: Arc::new(names),
         ttl: ttl(load.ttl)?,
+        claim,
     }))
 }
 
@@ -33,6 +37,7 @@ struct Own {
     shared: Option<Arc<dyn LockStore>>,
     names: Arc<Vec<Resource>>,
     ttl: Ttl,
+    claim: Option<Claim>,
 }
 
 #[async_trait]
@@ -49,6 +54,7 @@ impl Contender for Own {
             owner,
             names: self.names.clone(),
             ttl: self.ttl,
+            claim: self.claim,
         }))
     }
 }
@@ -58,30 +64,40 @@ struct OwnSession {
     owner: Owner,
     names: Arc<Vec<Resource>>,
     ttl: Ttl,
+    /// A permit or a hold to take instead of a lock.
+    claim: Option<Claim>,
 }
 
 #[async_trait]
 impl Session for OwnSession {
     async fn try_acquire(&mut self, resource: usize) -> anyhow::Result<Option<u64>> {
-        Ok(
-            match self
+        let name = &self.names[resource];
+        if let Some(claim) = self.claim {
+            let outcome = self
                 .store
-                .acquire(&self.names[resource], &self.owner, self.ttl)
-                .await?
-            {
-                AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => {
-                    Some(lease.token.0)
-                }
-                AcquireOutcome::Held { .. } => None,
-            },
-        )
+                .acquire_hold(name, &self.owner, claim, self.ttl, None)
+                .await?;
+            return Ok(match outcome {
+                HoldOutcome::Granted { hold, .. } | HoldOutcome::Extended(hold) => Some(hold.lease.token.0),
+                HoldOutcome::Busy(_) | HoldOutcome::LimitMismatch { .. } => None,
+            });
+        }
+        Ok(match self.store.acquire(name, &self.owner, self.ttl).await? {
+            AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => Some(lease.token.0),
+            AcquireOutcome::Held { .. } => None,
+        })
     }
 
     async fn release(&mut self, resource: usize, token: u64) -> anyhow::Result<bool> {
-        let released = self
-            .store
-            .release(&self.names[resource], &self.owner, Some(FencingToken(token)))
-            .await?;
+        let (name, token) = (&self.names[resource], Some(FencingToken(token)));
+        let released = match self.claim {
+            Some(claim) => {
+                self.store
+                    .release_hold(claim.kind(), name, &self.owner, token)
+                    .await?
+            }
+            None => self.store.release(name, &self.owner, token).await?,
+        };
         Ok(matches!(released, ReleaseOutcome::Released(_)))
     }
 }
