@@ -566,6 +566,47 @@ async fn a_clock_stepped_back_after_a_re_base_never_takes_the_store_back_nor_tim
 }
 
 #[tokio::test]
+async fn the_file_keeps_the_shifts_from_ending_leases_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    let lease = grant(&store, "r", "a", long()).await;
+    grant_hold(&store, "rw", "a", Claim::Write, long()).await;
+    store.close().await;
+    // A re-base: the file's shift is now an hour, the rows' still 0.
+    let store = SqliteStore::open_with_clock(db(&dir), Arc::new(ManualClock::new(after(T0, HOUR)))).unwrap();
+    store.close().await;
+
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    for tamper in [
+        "UPDATE meta SET shift = shift - 1",
+        "UPDATE leases SET shift = 3600001",
+        "UPDATE holds SET shift = 3600001",
+        "INSERT INTO leases (resource, owner, token, acquired_at, expires_at, shift)
+         VALUES ('s', 'a', 99, 0, 0, 3600001)",
+        "UPDATE leases SET shift = -1",
+    ] {
+        let error = conn.execute(tamper, []).unwrap_err().to_string();
+        assert!(
+            error.contains("shift") || error.contains("CHECK constraint failed"),
+            "{tamper}: {error}"
+        );
+    }
+    // A row shifted past the file, written around the triggers, is refused at open: it
+    // would end its lease early.
+    conn.execute_batch(
+        "DROP TRIGGER leases_shift_is_never_ahead_on_update;
+         UPDATE leases SET shift = 3600001;",
+    )
+    .unwrap();
+    drop(conn);
+    let error = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Corrupt(message) if message.contains(lease.resource.as_str())),
+        "{error}"
+    );
+}
+
+#[tokio::test]
 async fn expired_holds_are_purged_from_the_file_and_announced() {
     let dir = tempfile::tempdir().unwrap();
     let clock = manual_clock();
