@@ -898,73 +898,58 @@ fn load(conn: &Connection) -> Result<(LockTable, i64), SqliteError> {
             Ok((row.get(0)?, row.get(1)?))
         })
         .map_err(unreadable)?;
-    let mut rows = conn
+    // In file order: asking SQLite for resource order (through its index) costs more than
+    // the table's own sort. Row by row, names read in place: a copy fewer of each.
+    let mut leases = Vec::new();
+    let mut statement = conn
         .prepare("SELECT resource, owner, token, acquired_at, expires_at, shift FROM leases")
         .map_err(unreadable)?;
-    let leases = rows
-        .query_map([], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-                row.get(5)?,
-            ))
-        })
-        .map_err(unreadable)?
-        .map(|row| lease_from_row("lease", row.map_err(unreadable)?, shift))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut rows = conn
+    let mut rows = statement.query([]).map_err(unreadable)?;
+    while let Some(row) = rows.next().map_err(unreadable)? {
+        leases.push(lease_from_row("lease", row, shift)?);
+    }
+    let mut holds = Vec::new();
+    let mut statement = conn
         .prepare(
-            "SELECT kind, claim, permit_limit, name, owner, token, acquired_at, expires_at, shift
+            "SELECT name, owner, token, acquired_at, expires_at, shift, kind, claim, permit_limit
              FROM holds",
         )
         .map_err(unreadable)?;
-    let holds = rows
-        .query_map([], |row| {
-            let claim: (String, String, Option<i64>) = (row.get(0)?, row.get(1)?, row.get(2)?);
-            let lease = (
-                row.get(3)?,
-                row.get(4)?,
-                row.get(5)?,
-                row.get(6)?,
-                row.get(7)?,
-                row.get(8)?,
-            );
-            Ok((claim, lease))
-        })
-        .map_err(unreadable)?
-        .map(|row| hold_from_row(row.map_err(unreadable)?, shift))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut rows = statement.query([]).map_err(unreadable)?;
+    while let Some(row) = rows.next().map_err(unreadable)? {
+        holds.push(hold_from_row(row, shift)?);
+    }
     let table = LockTable::new(from_sql("last token", last_token)?, leases).with_holds(holds);
     Ok((table, shift))
 }
 
-/// The columns of a lease: resource (or name), owner, token, `acquired_at`, `expires_at` and
-/// the shift it was written under.
-type LeaseRow = (String, String, i64, i64, i64, i64);
+/// The text in column `column` of `row`, read in place.
+fn text<'r>(row: &'r rusqlite::Row<'_>, column: usize) -> Result<&'r str, SqliteError> {
+    row.get_ref(column)
+        .and_then(|value| value.as_str().map_err(rusqlite::Error::from))
+        .map_err(SqliteError::Read)
+}
 
-/// The hold in `row`, of a file whose re-base shift is `shift`.
-fn hold_from_row(
-    ((kind, claim, limit), lease): ((String, String, Option<i64>), LeaseRow),
-    shift: i64,
-) -> Result<(HoldKind, Hold), SqliteError> {
-    let corrupt = |why: String| SqliteError::Data(format!("hold on {:?}: {why}", lease.0));
-    let kind = kind_from_sql(&kind).map_err(corrupt)?;
-    let claim = claim_from_sql(kind, &claim, limit).map_err(corrupt)?;
-    let lease = lease_from_row(&format!("{kind} hold"), lease, shift)?;
+/// The hold in `row` (its lease's columns as [`lease_from_row`] reads them, then kind, claim
+/// and limit), of a file whose re-base shift is `shift`.
+fn hold_from_row(row: &rusqlite::Row<'_>, shift: i64) -> Result<(HoldKind, Hold), SqliteError> {
+    let name = text(row, 0)?;
+    let corrupt = |why: String| SqliteError::Data(format!("hold on {name:?}: {why}"));
+    let kind = kind_from_sql(text(row, 6)?).map_err(corrupt)?;
+    let limit = row.get(8).map_err(SqliteError::Read)?;
+    let claim = claim_from_sql(kind, text(row, 7)?, limit).map_err(corrupt)?;
+    let lease = lease_from_row(&format!("{kind} hold"), row, shift)?;
     Ok((kind, Hold { lease, claim }))
 }
 
-/// The lease in `row`, of a file whose re-base shift is `shift`; `of` says what it belongs
-/// to, for the message if it is unreadable.
-fn lease_from_row(
-    of: &str,
-    (resource, owner, token, acquired_at, expires_at, written_under): LeaseRow,
-    shift: i64,
-) -> Result<Lease, SqliteError> {
+/// The lease in `row` (resource or name, owner, token, `acquired_at`, `expires_at` and the
+/// shift it was written under), of a file whose re-base shift is `shift`; `of` says what it
+/// belongs to, for the message if it is unreadable.
+fn lease_from_row(of: &str, row: &rusqlite::Row<'_>, shift: i64) -> Result<Lease, SqliteError> {
+    let resource = text(row, 0)?;
     let corrupt = |what: &str, why: String| SqliteError::Data(format!("{of} of {resource:?}: {what} {why}"));
+    let number = |column: usize| row.get::<_, i64>(column).map_err(SqliteError::Read);
+    let (expires_at, written_under) = (number(4)?, number(5)?);
     let expires_at = shift
         .checked_sub(written_under)
         .filter(|moved| *moved >= 0)
@@ -976,10 +961,10 @@ fn lease_from_row(
             )
         })?;
     Ok(Lease {
-        resource: Resource::new(resource.clone()).map_err(|e| corrupt("resource", e.to_string()))?,
-        owner: Owner::new(&owner).map_err(|e| corrupt("owner", e.to_string()))?,
-        token: FencingToken(from_sql("token", token)?),
-        acquired_at: Timestamp::from_millis(from_sql("acquired_at", acquired_at)?),
+        resource: Resource::new(resource).map_err(|e| corrupt("resource", e.to_string()))?,
+        owner: Owner::new(text(row, 1)?).map_err(|e| corrupt("owner", e.to_string()))?,
+        token: FencingToken(from_sql("token", number(2)?)?),
+        acquired_at: Timestamp::from_millis(from_sql("acquired_at", number(3)?)?),
         expires_at: Timestamp::from_millis(from_sql("expires_at", expires_at)?),
     })
 }
