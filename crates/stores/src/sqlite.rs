@@ -25,8 +25,9 @@
 //!   with its claim (`permit`, `read` or `write`), the semaphore's limit for a permit, its
 //!   token and its times.
 //! - `meta`: the last fencing token issued — one counter for locks and holds, which never
-//!   goes back and is never below a token in the file — and the store's time of the last
-//!   batch.
+//!   goes back and is never below a token in the file —, the store's time of the last batch,
+//!   and the *shift*: how far re-bases have moved every lease and hold (see below).
+//! - On each lease and hold row, the shift in force when the row was written.
 //!
 //! A waiting writer's intent is not stored: it lives in the table only. It holds readers
 //! back for a few seconds at most and its server renews it while the writer waits; an
@@ -40,11 +41,21 @@
 //! Each batch also records the store's time in the file. At open, if the wall clock reads
 //! later than that record, time is taken not to have passed while the store was stopped:
 //! every lease and hold that was live keeps the time it had left then (its `expires_at`
-//! moves later by the difference). A wall clock stepped forward while the server was down
-//! (or a suspend, which the monotonic clock does not count) therefore cannot end a lease or
-//! hold early; the price is that downtime prolongs them, which is the safe direction. If
-//! the wall clock reads earlier than the record (stepped back), the store's clock resumes
-//! from the record instead, so it never goes back either.
+//! moves later by the difference), and one that had ended has still ended. A wall clock
+//! stepped forward while the server was down (or a suspend, which the monotonic clock does
+//! not count) therefore cannot end a lease or hold early; the price is that downtime
+//! prolongs them, which is the safe direction. If the wall clock reads earlier than the
+//! record (stepped back), the store's clock resumes from the record instead, so it never
+//! goes back either.
+//!
+//! This re-base writes one row, however many leases the file holds: it adds the difference
+//! to `meta`'s shift and rewrites no lease. A row ends at its `expires_at` plus the shifts
+//! added since it was written (`meta`'s shift less the row's), which the load applies in
+//! memory; every row the writer writes carries the shift of the moment, so a row's stored
+//! end is moved by exactly the re-bases it lived through. The file keeps the shifts in step:
+//! `meta`'s never goes back and no row's is ahead of it (either would end leases early).
+//! `acquired_at` is never moved: it says when the lease was granted, by the store's clock
+//! of then.
 //!
 //! # One server per file
 //!
@@ -129,6 +140,32 @@ const MIGRATIONS: &[&str] = &[
         BEGIN UPDATE meta SET last_token = NEW.token WHERE id = 1 AND last_token < NEW.token; END;
     CREATE TRIGGER holds_raise_the_counter_on_update AFTER UPDATE OF token ON holds
         BEGIN UPDATE meta SET last_token = NEW.token WHERE id = 1 AND last_token < NEW.token; END;
+",
+    r"
+    -- The re-base at open moves every live lease and hold later by the time the store was
+    -- stopped. Rather than rewrite each row (seconds for a million), meta keeps the sum of
+    -- every re-base's move, and each row the sum in force when it was written: a row ends at
+    -- its expires_at + (meta's shift - its shift). Rows written before this migration, and
+    -- meta, start at 0.
+    ALTER TABLE meta ADD COLUMN shift INTEGER NOT NULL DEFAULT 0 CHECK (shift >= 0);
+    ALTER TABLE leases ADD COLUMN shift INTEGER NOT NULL DEFAULT 0 CHECK (shift >= 0);
+    ALTER TABLE holds ADD COLUMN shift INTEGER NOT NULL DEFAULT 0 CHECK (shift >= 0);
+    -- Lowering meta's shift, or a row's shift above it, would end leases and holds early.
+    CREATE TRIGGER meta_shift_never_goes_back BEFORE UPDATE OF shift ON meta
+        WHEN NEW.shift < OLD.shift
+        BEGIN SELECT RAISE(ABORT, 'the re-base shift never goes back'); END;
+    CREATE TRIGGER leases_shift_is_never_ahead_on_insert BEFORE INSERT ON leases
+        WHEN NEW.shift > (SELECT shift FROM meta WHERE id = 1)
+        BEGIN SELECT RAISE(ABORT, 'a lease row is never shifted past the store'); END;
+    CREATE TRIGGER leases_shift_is_never_ahead_on_update BEFORE UPDATE OF shift ON leases
+        WHEN NEW.shift > (SELECT shift FROM meta WHERE id = 1)
+        BEGIN SELECT RAISE(ABORT, 'a lease row is never shifted past the store'); END;
+    CREATE TRIGGER holds_shift_is_never_ahead_on_insert BEFORE INSERT ON holds
+        WHEN NEW.shift > (SELECT shift FROM meta WHERE id = 1)
+        BEGIN SELECT RAISE(ABORT, 'a hold row is never shifted past the store'); END;
+    CREATE TRIGGER holds_shift_is_never_ahead_on_update BEFORE UPDATE OF shift ON holds
+        WHEN NEW.shift > (SELECT shift FROM meta WHERE id = 1)
+        BEGIN SELECT RAISE(ABORT, 'a hold row is never shifted past the store'); END;
 ",
 ];
 
@@ -290,12 +327,13 @@ impl SqliteStore {
         let mut conn = connect(&path)?;
         migrate(&mut conn, &path)?;
         let clock = rebase(&mut conn, clock)?;
-        let table = load(&conn)?;
+        let (table, shift) = load(&conn)?;
         let counters = Arc::new(Counters::default());
         let (closed_tx, closed) = watch::channel(false);
         let released = ReleaseFeed::new();
         let writer = Writer {
             persisted_token: table.last_token(),
+            shift,
             conn,
             table,
             clock,
@@ -535,6 +573,8 @@ struct Writer {
     clock: StoreClock,
     /// The last token the file holds; written again only when the table's moves past it.
     persisted_token: u64,
+    /// The file's re-base shift, which every row written carries (see [`rebase`]).
+    shift: i64,
     counters: Arc<Counters>,
     released: ReleaseFeed,
     closed: watch::Sender<bool>,
@@ -629,10 +669,10 @@ impl Writer {
         // Dropped without commit on any error: SQLite rolls the transaction back.
         let tx = self.conn.transaction()?;
         for dirty in &changes {
-            write_row(&tx, dirty)?;
+            write_row(&tx, dirty, self.shift)?;
         }
         for dirty in &hold_changes {
-            write_hold(&tx, dirty)?;
+            write_hold(&tx, dirty, self.shift)?;
         }
         // max(): the counter only ever moves forward, whatever the table says.
         tx.prepare_cached(
@@ -648,17 +688,24 @@ impl Writer {
     }
 }
 
-fn write_row(tx: &rusqlite::Transaction<'_>, (resource, lease): &Dirty) -> Result<(), WriteError> {
+/// Writes a lease row, or deletes it; `shift` is the file's re-base shift, which the row
+/// carries so that its `expires_at` needs no rewrite at the next re-base.
+fn write_row(
+    tx: &rusqlite::Transaction<'_>,
+    (resource, lease): &Dirty,
+    shift: i64,
+) -> Result<(), WriteError> {
     let Some(lease) = lease else {
         tx.prepare_cached("DELETE FROM leases WHERE resource = ?1")?
             .execute([resource.as_str()])?;
         return Ok(());
     };
     tx.prepare_cached(
-        "INSERT INTO leases (resource, owner, token, acquired_at, expires_at)
-         VALUES (?1, ?2, ?3, ?4, ?5)
+        "INSERT INTO leases (resource, owner, token, acquired_at, expires_at, shift)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (resource) DO UPDATE SET owner = excluded.owner, token = excluded.token,
-             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
+             shift = excluded.shift",
     )?
     .execute(params![
         lease.resource.as_str(),
@@ -666,13 +713,16 @@ fn write_row(tx: &rusqlite::Transaction<'_>, (resource, lease): &Dirty) -> Resul
         to_sql("fencing token", lease.token.0)?,
         to_sql("timestamp", lease.acquired_at.as_millis())?,
         to_sql("timestamp", lease.expires_at.as_millis())?,
+        shift,
     ])?;
     Ok(())
 }
 
+/// Writes a hold row, or deletes it, as [`write_row`] does a lease row.
 fn write_hold(
     tx: &rusqlite::Transaction<'_>,
     ((kind, name, owner), hold): &DirtyHold,
+    shift: i64,
 ) -> Result<(), WriteError> {
     let Some(hold) = hold else {
         tx.prepare_cached("DELETE FROM holds WHERE kind = ?1 AND name = ?2 AND owner = ?3")?
@@ -681,11 +731,12 @@ fn write_hold(
     };
     let (claim, limit) = claim_to_sql(hold.claim);
     tx.prepare_cached(
-        "INSERT INTO holds (kind, name, owner, claim, permit_limit, token, acquired_at, expires_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+        "INSERT INTO holds (kind, name, owner, claim, permit_limit, token, acquired_at, expires_at, shift)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
          ON CONFLICT (kind, name, owner) DO UPDATE SET claim = excluded.claim,
              permit_limit = excluded.permit_limit, token = excluded.token,
-             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
+             shift = excluded.shift",
     )?
     .execute(params![
         kind.as_str(),
@@ -696,6 +747,7 @@ fn write_hold(
         to_sql("fencing token", hold.lease.token.0)?,
         to_sql("timestamp", hold.lease.acquired_at.as_millis())?,
         to_sql("timestamp", hold.lease.expires_at.as_millis())?,
+        shift,
     ])?;
     Ok(())
 }
@@ -805,9 +857,9 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), SqliteError> {
 /// the store was stopped, and returns the store's clock from now on (see the module docs).
 ///
 /// With `recorded` the last batch's time and `now` the clock's reading: if `now` is later,
-/// every lease and hold live at `recorded` moves later by `now - recorded`, in one
-/// transaction; if it is earlier, the store's clock runs ahead of `clock` by
-/// `recorded - now`.
+/// every lease and hold moves later by `now - recorded`, which only raises the file's shift
+/// by that much (one row, whatever the number of leases: [`load`] applies it); if it is
+/// earlier, the store's clock runs ahead of `clock` by `recorded - now`.
 fn rebase(conn: &mut Connection, clock: Arc<dyn Clock>) -> Result<StoreClock, SqliteError> {
     let failed = SqliteError::Rebase;
     let tx = conn.transaction().map_err(failed)?;
@@ -824,75 +876,95 @@ fn rebase(conn: &mut Connection, clock: Arc<dyn Clock>) -> Result<StoreClock, Sq
         let ahead_ms = from_sql("last time", recorded - now)?;
         return Ok(StoreClock { clock, ahead_ms });
     }
-    for table in ["leases", "holds"] {
-        tx.execute(
-            &format!("UPDATE {table} SET expires_at = expires_at + (?1 - ?2) WHERE expires_at > ?2"),
-            [now, recorded],
-        )
-        .map_err(failed)?;
-    }
-    tx.execute("UPDATE meta SET last_now = ?1 WHERE id = 1", [now])
-        .map_err(failed)?;
+    tx.execute(
+        "UPDATE meta SET shift = shift + (?1 - ?2), last_now = ?1 WHERE id = 1",
+        [now, recorded],
+    )
+    .map_err(failed)?;
     tx.commit().map_err(failed)?;
     Ok(StoreClock { clock, ahead_ms: 0 })
 }
 
 /// Reads every lease and hold (expired ones too: they are purged by the rules, not by a
-/// restart) and the last token issued.
-fn load(conn: &Connection) -> Result<LockTable, SqliteError> {
+/// restart) and the last token issued; returns them with the file's re-base shift.
+///
+/// Each row ends at its `expires_at` moved by the re-bases since it was written (the file's
+/// shift less the row's): every lease and hold then has the time it had left at the last
+/// batch before the stop, and one that had ended then has still ended.
+fn load(conn: &Connection) -> Result<(LockTable, i64), SqliteError> {
     let unreadable = SqliteError::Read;
-    let last_token: i64 = conn
-        .query_row("SELECT last_token FROM meta WHERE id = 1", [], |row| row.get(0))
-        .map_err(unreadable)?;
-    let mut rows = conn
-        .prepare("SELECT resource, owner, token, acquired_at, expires_at FROM leases")
-        .map_err(unreadable)?;
-    let leases = rows
-        .query_map([], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+    let (last_token, shift): (i64, i64) = conn
+        .query_row("SELECT last_token, shift FROM meta WHERE id = 1", [], |row| {
+            Ok((row.get(0)?, row.get(1)?))
         })
-        .map_err(unreadable)?
-        .map(|row| lease_from_row("lease", row.map_err(unreadable)?))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut rows = conn
-        .prepare("SELECT kind, claim, permit_limit, name, owner, token, acquired_at, expires_at FROM holds")
         .map_err(unreadable)?;
-    let holds = rows
-        .query_map([], |row| {
-            let claim: (String, String, Option<i64>) = (row.get(0)?, row.get(1)?, row.get(2)?);
-            let lease = (row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?);
-            Ok((claim, lease))
-        })
-        .map_err(unreadable)?
-        .map(|row| hold_from_row(row.map_err(unreadable)?))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(LockTable::new(from_sql("last token", last_token)?, leases).with_holds(holds))
+    // In file order: asking SQLite for resource order (through its index) costs more than
+    // the table's own sort. Row by row, names read in place: a copy fewer of each.
+    let mut leases = Vec::new();
+    let mut statement = conn
+        .prepare("SELECT resource, owner, token, acquired_at, expires_at, shift FROM leases")
+        .map_err(unreadable)?;
+    let mut rows = statement.query([]).map_err(unreadable)?;
+    while let Some(row) = rows.next().map_err(unreadable)? {
+        leases.push(lease_from_row("lease", row, shift)?);
+    }
+    let mut holds = Vec::new();
+    let mut statement = conn
+        .prepare(
+            "SELECT name, owner, token, acquired_at, expires_at, shift, kind, claim, permit_limit
+             FROM holds",
+        )
+        .map_err(unreadable)?;
+    let mut rows = statement.query([]).map_err(unreadable)?;
+    while let Some(row) = rows.next().map_err(unreadable)? {
+        holds.push(hold_from_row(row, shift)?);
+    }
+    let table = LockTable::new(from_sql("last token", last_token)?, leases).with_holds(holds);
+    Ok((table, shift))
 }
 
-/// The columns of a lease: resource (or name), owner, token, `acquired_at`, `expires_at`.
-type LeaseRow = (String, String, i64, i64, i64);
+/// The text in column `column` of `row`, read in place.
+fn text<'r>(row: &'r rusqlite::Row<'_>, column: usize) -> Result<&'r str, SqliteError> {
+    row.get_ref(column)
+        .and_then(|value| value.as_str().map_err(rusqlite::Error::from))
+        .map_err(SqliteError::Read)
+}
 
-fn hold_from_row(
-    ((kind, claim, limit), lease): ((String, String, Option<i64>), LeaseRow),
-) -> Result<(HoldKind, Hold), SqliteError> {
-    let corrupt = |why: String| SqliteError::Data(format!("hold on {:?}: {why}", lease.0));
-    let kind = kind_from_sql(&kind).map_err(corrupt)?;
-    let claim = claim_from_sql(kind, &claim, limit).map_err(corrupt)?;
-    let lease = lease_from_row(&format!("{kind} hold"), lease)?;
+/// The hold in `row` (its lease's columns as [`lease_from_row`] reads them, then kind, claim
+/// and limit), of a file whose re-base shift is `shift`.
+fn hold_from_row(row: &rusqlite::Row<'_>, shift: i64) -> Result<(HoldKind, Hold), SqliteError> {
+    let name = text(row, 0)?;
+    let corrupt = |why: String| SqliteError::Data(format!("hold on {name:?}: {why}"));
+    let kind = kind_from_sql(text(row, 6)?).map_err(corrupt)?;
+    let limit = row.get(8).map_err(SqliteError::Read)?;
+    let claim = claim_from_sql(kind, text(row, 7)?, limit).map_err(corrupt)?;
+    let lease = lease_from_row(&format!("{kind} hold"), row, shift)?;
     Ok((kind, Hold { lease, claim }))
 }
 
-/// The lease in `row`; `of` says what it belongs to, for the message if it is unreadable.
-fn lease_from_row(
-    of: &str,
-    (resource, owner, token, acquired_at, expires_at): LeaseRow,
-) -> Result<Lease, SqliteError> {
+/// The lease in `row` (resource or name, owner, token, `acquired_at`, `expires_at` and the
+/// shift it was written under), of a file whose re-base shift is `shift`; `of` says what it
+/// belongs to, for the message if it is unreadable.
+fn lease_from_row(of: &str, row: &rusqlite::Row<'_>, shift: i64) -> Result<Lease, SqliteError> {
+    let resource = text(row, 0)?;
     let corrupt = |what: &str, why: String| SqliteError::Data(format!("{of} of {resource:?}: {what} {why}"));
+    let number = |column: usize| row.get::<_, i64>(column).map_err(SqliteError::Read);
+    let (expires_at, written_under) = (number(4)?, number(5)?);
+    let expires_at = shift
+        .checked_sub(written_under)
+        .filter(|moved| *moved >= 0)
+        .and_then(|moved| expires_at.checked_add(moved))
+        .ok_or_else(|| {
+            corrupt(
+                "expires_at",
+                format!("{expires_at} of shift {written_under} cannot be moved to shift {shift}"),
+            )
+        })?;
     Ok(Lease {
-        resource: Resource::new(resource.clone()).map_err(|e| corrupt("resource", e.to_string()))?,
-        owner: Owner::new(&owner).map_err(|e| corrupt("owner", e.to_string()))?,
-        token: FencingToken(from_sql("token", token)?),
-        acquired_at: Timestamp::from_millis(from_sql("acquired_at", acquired_at)?),
+        resource: Resource::new(resource).map_err(|e| corrupt("resource", e.to_string()))?,
+        owner: Owner::new(text(row, 1)?).map_err(|e| corrupt("owner", e.to_string()))?,
+        token: FencingToken(from_sql("token", number(2)?)?),
+        acquired_at: Timestamp::from_millis(from_sql("acquired_at", number(3)?)?),
         expires_at: Timestamp::from_millis(from_sql("expires_at", expires_at)?),
     })
 }
@@ -953,6 +1025,6 @@ mod tests {
         migrate(&mut conn, &path).unwrap();
         conn.execute("UPDATE meta SET last_token = 7", []).unwrap();
         migrate(&mut conn, &path).unwrap();
-        assert_eq!(load(&conn).unwrap().last_token(), 7);
+        assert_eq!(load(&conn).unwrap().0.last_token(), 7);
     }
 }

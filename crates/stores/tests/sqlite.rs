@@ -398,6 +398,214 @@ async fn a_wall_clock_stepped_forward_while_stopped_takes_no_time_from_a_hold() 
     assert_eq!(holds(&store, HoldKind::Semaphore, "sem").await, []);
 }
 
+/// `t` moved later by `by`.
+fn after(t: Timestamp, by: Duration) -> Timestamp {
+    Timestamp::from_millis(t.as_millis() + u64::try_from(by.as_millis()).unwrap())
+}
+
+/// `lease` as the store shows it once re-bases have moved its end later by `by`.
+fn later(lease: &Lease, by: Duration) -> Lease {
+    Lease {
+        expires_at: after(lease.expires_at, by),
+        ..lease.clone()
+    }
+}
+
+/// `hold` as the store shows it once re-bases have moved its end later by `by`.
+fn later_hold(hold: &Hold, by: Duration) -> Hold {
+    Hold {
+        lease: later(&hold.lease, by),
+        claim: hold.claim,
+    }
+}
+
+/// How long the lease on `lease`'s resource has left, as another owner is told.
+async fn left(store: &SqliteStore, lease: &Lease) -> Duration {
+    match store
+        .acquire(&lease.resource, &owner("other"), long())
+        .await
+        .unwrap()
+    {
+        AcquireOutcome::Held { holder, expires_in } if holder.token == lease.token => expires_in,
+        outcome => panic!("expected {lease:?} to be held, got {outcome:?}"),
+    }
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[tokio::test]
+async fn successive_re_bases_add_up_for_rows_renewed_between_stops_and_rows_never_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let half_hour = ttl(Duration::from_secs(1800));
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    let untouched = grant(&store, "untouched", "a", half_hour).await;
+    let renewed = grant(&store, "renewed", "a", half_hour).await;
+    let read = grant_hold(&store, "rw", "a", Claim::Read, half_hour).await;
+    let permit = grant_hold(&store, "sem", "a", PERMIT, half_hour).await;
+    store.close().await;
+
+    // Stopped for an hour (or the wall clock stepped forward by one): nothing loses time.
+    let clock = Arc::new(ManualClock::new(after(T0, HOUR)));
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    assert_eq!(left(&store, &untouched).await, Duration::from_secs(1800));
+    assert_eq!(
+        holds(&store, HoldKind::RwLock, "rw").await,
+        [later_hold(&read, HOUR)]
+    );
+    // Ten seconds later, two of them are renewed for 20 minutes; the others are not touched.
+    clock.advance(Duration::from_secs(10));
+    let twenty_minutes = ttl(Duration::from_secs(1200));
+    let RenewOutcome::Renewed(renewed) = store
+        .renew(&renewed.resource, &renewed.owner, twenty_minutes, None)
+        .await
+        .unwrap()
+    else {
+        panic!("the renew of a held lease failed");
+    };
+    let RenewOutcome::Renewed(permit) = store
+        .renew_hold(
+            HoldKind::Semaphore,
+            &permit.lease.resource,
+            &permit.lease.owner,
+            twenty_minutes,
+            None,
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("the renew of a held permit failed");
+    };
+    store.close().await;
+
+    // Stopped for two hours more: each keeps what it had left at the renewals, the last batch.
+    clock.advance(2 * HOUR);
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    assert_eq!(
+        store.get(&untouched.resource).await.unwrap(),
+        Some(later(&untouched, 3 * HOUR))
+    );
+    assert_eq!(
+        store.get(&renewed.resource).await.unwrap(),
+        Some(later(&renewed, 2 * HOUR))
+    );
+    assert_eq!(
+        holds(&store, HoldKind::RwLock, "rw").await,
+        [later_hold(&read, 3 * HOUR)]
+    );
+    assert_eq!(
+        holds(&store, HoldKind::Semaphore, "sem").await,
+        [later_hold(&permit, 2 * HOUR)]
+    );
+    assert_eq!(left(&store, &untouched).await, Duration::from_secs(1790));
+    assert_eq!(left(&store, &renewed).await, Duration::from_secs(1200));
+
+    // And each ends then, not before.
+    clock.advance(Duration::from_secs(1199));
+    assert_eq!(holds(&store, HoldKind::Semaphore, "sem").await.len(), 1);
+    assert_eq!(left(&store, &renewed).await, Duration::from_secs(1));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(holds(&store, HoldKind::Semaphore, "sem").await, []);
+    assert!(store.get(&renewed.resource).await.unwrap().is_none());
+    assert_eq!(left(&store, &untouched).await, Duration::from_secs(590));
+    clock.advance(Duration::from_secs(590));
+    assert!(store.get(&untouched.resource).await.unwrap().is_none());
+    assert_eq!(holds(&store, HoldKind::RwLock, "rw").await, []);
+    store.close().await;
+
+    // The re-bases rewrote no row (which is what keeps a restart on a million leases fast):
+    // the untouched lease's row is as the first server wrote it.
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    let row: (i64, i64) = conn
+        .query_row(
+            "SELECT expires_at, shift FROM leases WHERE resource = 'untouched'",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(row, (i64::try_from(untouched.expires_at.as_millis()).unwrap(), 0));
+}
+
+#[tokio::test]
+async fn a_clock_stepped_back_after_a_re_base_never_takes_the_store_back_nor_time_from_a_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let minute = ttl(Duration::from_secs(60));
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    let first = grant(&store, "first", "a", minute).await;
+    store.close().await;
+
+    // Forward by an hour, a lease granted then; then stopped and started on a clock an hour
+    // behind that.
+    let forward = Arc::new(ManualClock::new(after(T0, HOUR)));
+    let store = SqliteStore::open_with_clock(db(&dir), forward).unwrap();
+    let second = grant(&store, "second", "a", minute).await;
+    store.close().await;
+    let back = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), back.clone()).unwrap();
+    let third = grant(&store, "third", "a", minute).await;
+    assert_eq!(
+        third.acquired_at,
+        after(T0, HOUR),
+        "the store's time resumes from the last batch"
+    );
+    assert_eq!(
+        store.get(&first.resource).await.unwrap(),
+        Some(later(&first, HOUR))
+    );
+    assert_eq!(store.get(&second.resource).await.unwrap(), Some(second.clone()));
+    back.advance(Duration::from_secs(30));
+    let fourth = grant(&store, "fourth", "a", minute).await;
+    assert_eq!(fourth.acquired_at, after(T0, HOUR + Duration::from_secs(30)));
+    store.close().await;
+
+    // Forward again, by two hours: each lease keeps what it had left at the last batch.
+    let store =
+        SqliteStore::open_with_clock(db(&dir), Arc::new(ManualClock::new(after(T0, 2 * HOUR)))).unwrap();
+    for (lease, kept) in [(&first, 30), (&second, 30), (&third, 30), (&fourth, 60)] {
+        assert_eq!(left(&store, lease).await, Duration::from_secs(kept), "{lease:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_file_keeps_the_shifts_from_ending_leases_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    let lease = grant(&store, "r", "a", long()).await;
+    grant_hold(&store, "rw", "a", Claim::Write, long()).await;
+    store.close().await;
+    // A re-base: the file's shift is now an hour, the rows' still 0.
+    let store = SqliteStore::open_with_clock(db(&dir), Arc::new(ManualClock::new(after(T0, HOUR)))).unwrap();
+    store.close().await;
+
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    for tamper in [
+        "UPDATE meta SET shift = shift - 1",
+        "UPDATE leases SET shift = 3600001",
+        "UPDATE holds SET shift = 3600001",
+        "INSERT INTO leases (resource, owner, token, acquired_at, expires_at, shift)
+         VALUES ('s', 'a', 99, 0, 0, 3600001)",
+        "UPDATE leases SET shift = -1",
+    ] {
+        let error = conn.execute(tamper, []).unwrap_err().to_string();
+        assert!(
+            error.contains("shift") || error.contains("CHECK constraint failed"),
+            "{tamper}: {error}"
+        );
+    }
+    // A row shifted past the file, written around the triggers, is refused at open: it
+    // would end its lease early.
+    conn.execute_batch(
+        "DROP TRIGGER leases_shift_is_never_ahead_on_update;
+         UPDATE leases SET shift = 3600001;",
+    )
+    .unwrap();
+    drop(conn);
+    let error = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Corrupt(message) if message.contains(lease.resource.as_str())),
+        "{error}"
+    );
+}
+
 #[tokio::test]
 async fn expired_holds_are_purged_from_the_file_and_announced() {
     let dir = tempfile::tempdir().unwrap();
@@ -548,12 +756,8 @@ async fn a_version_2_file_keeps_its_leases_when_migrated_to_keep_holds() {
         .await
         .unwrap();
     store.close().await;
-    // A file of version 2: this one without what version 3 added (the table and its
-    // triggers, which go with it).
-    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
-    conn.execute_batch("DROP TABLE holds; PRAGMA user_version = 2;")
-        .unwrap();
-    drop(conn);
+    // A file of version 2: this one without what versions 3 and 4 added.
+    downgrade(&db(&dir), 2);
 
     let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
     assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease.clone()));
@@ -564,12 +768,69 @@ async fn a_version_2_file_keeps_its_leases_when_migrated_to_keep_holds() {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, LATEST);
     drop(conn);
 
     let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
     assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease));
     assert_eq!(holds(&store, HoldKind::Semaphore, "sem").await, [permit]);
+}
+
+/// The schema version of this fencelock's files.
+const LATEST: i64 = 4;
+
+/// Makes the store file at `path` one of schema version `to`, by removing what each later
+/// version added, last first.
+fn downgrade(path: &Path, to: i64) {
+    let added = [
+        // 3: the holds table (its triggers go with it).
+        "DROP TABLE holds;",
+        // 4: the re-base shifts (their triggers first: they name the columns).
+        "DROP TRIGGER meta_shift_never_goes_back;
+         DROP TRIGGER leases_shift_is_never_ahead_on_insert;
+         DROP TRIGGER leases_shift_is_never_ahead_on_update;
+         DROP TRIGGER holds_shift_is_never_ahead_on_insert;
+         DROP TRIGGER holds_shift_is_never_ahead_on_update;
+         ALTER TABLE meta DROP COLUMN shift;
+         ALTER TABLE leases DROP COLUMN shift;
+         ALTER TABLE holds DROP COLUMN shift;",
+    ];
+    let conn = rusqlite::Connection::open(path).unwrap();
+    for version in (to + 1..=LATEST).rev() {
+        conn.execute_batch(added[usize::try_from(version - 3).unwrap()])
+            .unwrap();
+    }
+    conn.pragma_update(None, "user_version", to).unwrap();
+}
+
+#[tokio::test]
+async fn a_version_3_file_is_re_based_like_any_other_once_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    let lease = grant(&store, "lock", "a", long()).await;
+    let write = grant_hold(&store, "rw", "a", Claim::Write, long()).await;
+    store.close().await;
+    downgrade(&db(&dir), 3);
+
+    // Started an hour later, then two: the leases and holds of the old file lose no time.
+    let clock = Arc::new(ManualClock::new(after(T0, HOUR)));
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    assert_eq!(
+        store.get(&lease.resource).await.unwrap(),
+        Some(later(&lease, HOUR))
+    );
+    assert_eq!(
+        holds(&store, HoldKind::RwLock, "rw").await,
+        [later_hold(&write, HOUR)]
+    );
+    store.close().await;
+    clock.advance(HOUR);
+    let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
+    assert_eq!(left(&store, &lease).await, Duration::from_secs(600));
+    assert_eq!(
+        holds(&store, HoldKind::RwLock, "rw").await,
+        [later_hold(&write, 2 * HOUR)]
+    );
 }
 
 // ---- One server per file ----
