@@ -15,7 +15,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// The most expired leases and holds a store needs to forget in one
 /// [`LockStore::purge_expired`].
-pub const PURGE_BATCH: usize = 4096;
+pub const PURGE_BATCH: usize = 512;
 
 /// What an acquire did.
 #[derive(Debug, Clone, PartialEq, Eq)]
