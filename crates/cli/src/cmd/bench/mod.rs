@@ -13,6 +13,7 @@
 //! - `own`: fencelock's own targets (`--server`, `--store`);
 //! - `peers`: `--target redis://…`, `etcd://…`, `postgres://…`.
 
+mod lean;
 mod own;
 mod peers;
 

@@ -1,6 +1,7 @@
-//! fencelock's own targets: a server (`--server`, over HTTP/1.1 keep-alive) or a store
-//! opened in this process (`--store`), both through the fencelock client's [`LockStore`]:
-//! locks, or with a claim, permits of semaphores or holds of read-write locks.
+//! fencelock's own targets: a server (`--server`: over a lean HTTP/1.1 keep-alive connection
+//! per client for a plain `http://host:port`, see [`super::lean`], else through the client
+//! library) or a store opened in this process (`--store`, through the fencelock client's
+//! [`LockStore`]): locks, or with a claim, permits of semaphores or holds of read-write locks.
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use fencelock_core::{
     AcquireOutcome, Claim, FencingToken, HoldOutcome, LockStore, Owner, ReleaseOutcome, Resource, Ttl,
 };
 
+use super::lean::{self, LeanSession};
 use super::{Contender, Failure, Load, Session};
 use crate::cmd::common::{Target, resource, ttl};
 
@@ -43,12 +45,21 @@ struct Own {
 #[async_trait]
 impl Contender for Own {
     async fn session(&self, client: usize) -> Result<Box<dyn Session>, Failure> {
+        let owner = Owner::new(&format!("bench-{client}"))
+            .map_err(|e| Failure::bad_input(format!("bench owner: {e}")))?;
+        let lean = self
+            .shared
+            .is_none()
+            .then(|| lean::authority(&self.target.server))
+            .flatten();
+        if let Some(authority) = lean {
+            let session = LeanSession::connect(authority, &self.names, owner, self.ttl, self.claim).await?;
+            return Ok(Box::new(session));
+        }
         let store = match &self.shared {
             Some(store) => store.clone(),
             None => self.target.connect().await?.store().clone(),
         };
-        let owner = Owner::new(&format!("bench-{client}"))
-            .map_err(|e| Failure::bad_input(format!("bench owner: {e}")))?;
         Ok(Box::new(OwnSession {
             store,
             owner,
