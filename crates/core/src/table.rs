@@ -22,8 +22,9 @@ pub struct LockTable {
     leases: BTreeMap<Resource, Lease>,
     /// The holds of each semaphore and read-write lock, in token order.
     holds: BTreeMap<(HoldKind, Resource), Vec<Hold>>,
-    /// Writers waiting for read-write locks. Not journalled nor written to disk: an intent
-    /// only holds readers back for a moment, and the waiting server renews it.
+    /// Writers waiting for read-write locks. Not written to disk: an intent only holds
+    /// readers back for a moment, and the waiting server renews it. (A batch that is undone
+    /// puts them back as they were, like everything else.)
     intents: HashMap<Resource, Vec<Intent>>,
     last_token: u64,
     journal: Option<Journal>,
@@ -38,6 +39,8 @@ struct Journal {
     last_token: u64,
     before: HashMap<Resource, Option<Lease>>,
     holds_before: HashMap<HoldId, Option<Hold>>,
+    /// The intents as they were, taken at the batch's first change of one (they are few).
+    intents_before: Option<HashMap<Resource, Vec<Intent>>>,
     freed: usize,
 }
 
@@ -229,10 +232,13 @@ impl LockTable {
             .take(PURGE_BATCH - leases.len())
             .map(|(kind, h)| (kind, h.clone()))
             .collect();
-        self.intents.retain(|_, intents| {
-            intents.retain(|i| now < i.expires_at);
-            !intents.is_empty()
-        });
+        if self.intents.values().flatten().any(|i| now >= i.expires_at) {
+            self.journal_intents();
+            self.intents.retain(|_, intents| {
+                intents.retain(|i| now < i.expires_at);
+                !intents.is_empty()
+            });
+        }
         let mut expired = Vec::with_capacity(leases.len() + holds.len());
         for lease in leases {
             self.set(&lease.resource, None);
@@ -409,6 +415,7 @@ impl LockTable {
 
     /// Records (or renews) that `owner` waits to write `name`, until `now + ttl`.
     pub fn intend(&mut self, now: Timestamp, name: &Resource, owner: &Owner, ttl: Ttl) {
+        self.journal_intents();
         let intents = self.intents.entry(name.clone()).or_default();
         let expires_at = now.plus(ttl);
         match intents.iter_mut().find(|i| i.owner == *owner) {
@@ -422,6 +429,10 @@ impl LockTable {
 
     /// Ends `owner`'s intent to write `name`, announcing it if there was one.
     pub fn withdraw_intent(&mut self, name: &Resource, owner: &Owner) {
+        if !self.intents.contains_key(name) {
+            return;
+        }
+        self.journal_intents();
         let Some(intents) = self.intents.get_mut(name) else {
             return;
         };
@@ -441,6 +452,7 @@ impl LockTable {
             last_token: self.last_token,
             before: HashMap::new(),
             holds_before: HashMap::new(),
+            intents_before: None,
             freed: self.freed.len(),
         });
     }
@@ -498,6 +510,9 @@ impl LockTable {
         for ((kind, name, owner), before) in journal.holds_before {
             self.put_hold(kind, &name, &owner, before);
         }
+        if let Some(intents) = journal.intents_before {
+            self.intents = intents;
+        }
     }
 
     /// The live lease of `owner`, or why the caller may not touch it (rules 5 and 8).
@@ -510,6 +525,16 @@ impl LockTable {
     ) -> Result<&Lease, Refusal> {
         let live = self.leases.get(resource).filter(|l| l.is_live(now));
         Refusal::check(live, owner, token)
+    }
+
+    /// Keeps the intents as they are, once per batch, so that [`LockTable::rollback`] can put
+    /// them back.
+    fn journal_intents(&mut self) {
+        if let Some(journal) = &mut self.journal
+            && journal.intents_before.is_none()
+        {
+            journal.intents_before = Some(self.intents.clone());
+        }
     }
 
     /// The live hold of `owner` on `name`, or why the caller may not touch it.
@@ -784,6 +809,37 @@ mod tests {
         assert_eq!(table.purge_expired(at(100)).len(), 10);
         assert_eq!(table.purge_expired(at(100)).len(), 0);
         assert!(table.get(at(100), &r("live")).is_some());
+    }
+
+    #[test]
+    fn rollback_puts_writers_intents_back_as_they_were() {
+        let mut table = LockTable::default();
+        let (rw, ttl) = (r("rw"), ms(10_000));
+        let reader = |table: &mut LockTable, who: &str| {
+            table
+                .acquire_hold(at(1), &rw, &o(who), Claim::Read, ttl, None)
+                .unwrap()
+        };
+        assert!(matches!(reader(&mut table, "a"), HoldOutcome::Granted { .. }));
+        table
+            .acquire_hold(at(1), &rw, &o("w"), Claim::Write, ttl, Some(ttl))
+            .unwrap();
+        table.begin();
+        table.withdraw_intent(&rw, &o("w"));
+        table
+            .acquire_hold(at(1), &rw, &o("x"), Claim::Write, ttl, Some(ttl))
+            .unwrap();
+        table.rollback();
+        // w waits still, and x never did: a new reader is held back by w alone.
+        let HoldOutcome::Busy(busy) = reader(&mut table, "c") else {
+            panic!("w's intent came back");
+        };
+        assert!(busy.writer_waits);
+        table.withdraw_intent(&rw, &o("w"));
+        assert!(
+            matches!(reader(&mut table, "c"), HoldOutcome::Granted { .. }),
+            "no intent of x"
+        );
     }
 
     #[test]
