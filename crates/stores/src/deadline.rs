@@ -28,11 +28,6 @@ impl Within {
     pub fn new(store: &'static str, limit: Duration) -> Self {
         Self { store, limit }
     }
-
-    /// The most one call may take.
-    pub fn limit(&self) -> Duration {
-        self.limit
-    }
 }
 
 impl fmt::Debug for Within {

@@ -15,9 +15,12 @@
 //! # Guarantees
 //!
 //! What each store promises, in one table (the README links here). Every store keeps the
-//! same rules — one live lease per resource, fencing tokens greater than every one issued
-//! for the resource before, judged release and renew — and passes the same conformance
-//! suite (`crates/conformance`); they differ in what follows.
+//! same rules for every kind — one live lease per lock, at most `limit` permits per
+//! semaphore, readers or one writer per read-write lock (with writers' intents seen by every
+//! server sharing the store), fencing tokens greater than every one issued for the name
+//! before, judged release and renew — and passes the same conformance suite
+//! (`crates/conformance`); they differ in what follows, and each row holds for permits and
+//! holds as for locks.
 //!
 //! | store | address | whose clock decides expiry | TTL granularity | durable | what a failover can lose | fit for |
 //! | --- | --- | --- | --- | --- | --- | --- |
