@@ -50,6 +50,7 @@ fn through_a_server(ttl_granularity: Duration) -> Capabilities {
         knows_released_lease: false,
         shared: false,
         writer_intents: false,
+        principals: false,
     }
 }
 

@@ -523,6 +523,13 @@ impl LockStore for LateGrants {
         self.inner.withdraw_intent(n, o).await
     }
 
+    async fn force_release(
+        &self,
+        key: &fencelock_core::Key,
+    ) -> Result<Vec<fencelock_core::EndedLease>, StoreError> {
+        self.inner.force_release(key).await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
     }

@@ -23,6 +23,7 @@
 //! - [`checks`]: one `async fn` per rule of locks.
 //! - [`holds`]: the same for semaphores and read-write locks, with their durable and shared
 //!   checks.
+//! - [`principals`]: leases bound to their principal, and force-release, on every kind.
 //! - [`shared`]: the checks a store's declared capabilities call for: durability across a
 //!   reopen ([`Harness::reopening`]) and the rules across many servers ([`Harness::sharing`]).
 //! - [`suite!`]: one `#[tokio::test]` per check.
@@ -35,6 +36,7 @@ use fencelock_core::{Capabilities, Lease, LockStore, ManualClock, Resource, Ttl}
 
 pub mod checks;
 pub mod holds;
+pub mod principals;
 pub mod shared;
 
 /// Opens a store over the same lock state as the store under test (for [`Harness::reopening`]
@@ -261,6 +263,13 @@ macro_rules! suite {
             hold_releases_are_announced,
             holds_survive_a_reopen,
             the_limit_and_writer_intents_hold_across_servers
+        );
+        $crate::suite!(@each $make; principals:
+            a_lease_belongs_to_its_principal,
+            a_hold_belongs_to_its_principal,
+            force_release_frees_every_holder_and_tokens_still_increase,
+            principals_survive_a_reopen,
+            principals_bind_across_servers
         );
         $crate::suite!(@each $make; shared:
             answers_survive_a_reopen,

@@ -37,6 +37,15 @@ impl Kind {
             Self::RwLock => "rwlock",
         }
     }
+
+    /// The kind as the hold methods take it; `None` for a plain lock.
+    pub fn hold_kind(self) -> Option<HoldKind> {
+        match self {
+            Self::Lock => None,
+            Self::Semaphore => Some(HoldKind::Semaphore),
+            Self::RwLock => Some(HoldKind::RwLock),
+        }
+    }
 }
 
 impl fmt::Display for Kind {
@@ -217,7 +226,9 @@ pub enum Verdict {
 /// - a read hold: the owner's read hold is extended, its write hold downgraded at once (new
 ///   token); granted unless another owner holds `write` or a writer of another owner waits;
 /// - a write hold: the owner's write hold is extended; granted (as an upgrade, with a new
-///   token, if the owner is the only reader) when no other owner holds anything.
+///   token, if the owner is the only reader) when no other owner holds anything;
+/// - whatever the claim: refused while the owner's name is held by another principal
+///   ([`Owner::claims_name_of`]), so that one name never holds twice.
 pub fn judge(now: Timestamp, holds: &[Hold], intents: &[Intent], owner: &Owner, claim: Claim) -> Verdict {
     let live = || holds.iter().filter(|h| h.is_live(now));
     let own = live().find(|h| h.lease.owner == *owner);
@@ -235,6 +246,9 @@ pub fn judge(now: Timestamp, holds: &[Hold], intents: &[Intent], owner: &Owner, 
             retry_in: ends.min().map_or(Duration::ZERO, |end| end.since(now)),
         })
     };
+    if let Some(namesake) = others.iter().find(|h| h.lease.owner.claims_name_of(owner)) {
+        return busy(&[*namesake], &[]);
+    }
     match claim {
         Claim::Permit { limit } => {
             if let Some(theirs) = live().find_map(|h| match h.claim {
@@ -347,6 +361,25 @@ mod tests {
     }
 
     const P2: Claim = Claim::Permit { limit: 2 };
+
+    #[test]
+    fn a_name_held_by_another_principal_is_refused_whatever_the_room() {
+        let billing = Some(crate::Principal::new("billing").unwrap());
+        let theirs = [h("a", P2, 1, 500)];
+        let mut ours = theirs.clone();
+        ours[0].lease.owner = o("a").of(billing.clone());
+        for claim in [P2, Claim::Read, Claim::Write] {
+            let asked = |holds: &[Hold]| judge(NOW, holds, &[], &o("a").of(billing.clone()), claim);
+            let Verdict::Busy(busy) = asked(&theirs) else {
+                panic!("{claim:?}: another principal's `a` holds the name");
+            };
+            assert_eq!(busy.holders, theirs);
+            assert_eq!(busy.retry_in, Duration::from_millis(500));
+            if claim == P2 {
+                assert_eq!(asked(&ours), Verdict::Extend, "its own permit");
+            }
+        }
+    }
 
     #[test]
     fn permits_up_to_the_limit_expired_ones_not_counted() {

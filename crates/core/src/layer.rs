@@ -7,10 +7,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage};
+use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
 use crate::model::{FencingToken, Lease, Owner, Resource, Ttl};
 use crate::store::{
-    AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, ReleaseNotice, ReleaseOutcome,
+    AcquireOutcome, Capabilities, EndedLease, LeasePage, ListQuery, LockStore, ReleaseNotice, ReleaseOutcome,
     RenewOutcome, Result,
 };
 
@@ -43,6 +43,8 @@ pub enum Call {
     ListHolds,
     /// [`LockStore::withdraw_intent`].
     WithdrawIntent,
+    /// [`LockStore::force_release`].
+    ForceRelease,
 }
 
 impl Call {
@@ -62,6 +64,7 @@ impl Call {
             Self::RenewHold => "renew_hold",
             Self::ListHolds => "list_holds",
             Self::WithdrawIntent => "withdraw_intent",
+            Self::ForceRelease => "force_release",
         }
     }
 }
@@ -191,6 +194,12 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         self.layer.around(Call::WithdrawIntent, call).await
     }
 
+    async fn force_release(&self, key: &Key) -> Result<Vec<EndedLease>> {
+        self.layer
+            .around(Call::ForceRelease, self.inner.force_release(key))
+            .await
+    }
+
     async fn ping(&self) -> Result<()> {
         self.layer.around(Call::Ping, self.inner.ping()).await
     }
@@ -284,6 +293,10 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
 
     async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
         (**self).withdraw_intent(name, owner).await
+    }
+
+    async fn force_release(&self, key: &Key) -> Result<Vec<EndedLease>> {
+        (**self).force_release(key).await
     }
 
     async fn ping(&self) -> Result<()> {

@@ -31,7 +31,7 @@ pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use hold::{Busy, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind};
 pub use layer::{Call, Layer, Layered};
 pub use memory::MemoryStore;
-pub use model::{FencingToken, InvalidName, InvalidTtl, Lease, Owner, Resource, Timestamp, Ttl};
+pub use model::{FencingToken, InvalidName, InvalidTtl, Lease, Owner, Principal, Resource, Timestamp, Ttl};
 pub use store::{
     AcquireOutcome, Capabilities, EndedLease, LeasePage, ListQuery, LockStore, Refusal, ReleaseFeed,
     ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError,

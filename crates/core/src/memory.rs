@@ -6,10 +6,10 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::clock::{Clock, SystemClock};
-use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage};
+use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
 use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
 use crate::store::{
-    AcquireOutcome, Capabilities, LeasePage, ListQuery, LockStore, ReleaseFeed, ReleaseNotice,
+    AcquireOutcome, Capabilities, EndedLease, LeasePage, ListQuery, LockStore, ReleaseFeed, ReleaseNotice,
     ReleaseOutcome, RenewOutcome, Result,
 };
 use crate::table::LockTable;
@@ -148,6 +148,10 @@ impl LockStore for MemoryStore {
         Ok(())
     }
 
+    async fn force_release(&self, key: &Key) -> Result<Vec<EndedLease>> {
+        Ok(self.apply(|table, now| table.force_release(now, key)))
+    }
+
     async fn ping(&self) -> Result<()> {
         Ok(())
     }
@@ -163,6 +167,7 @@ impl LockStore for MemoryStore {
             knows_released_lease: true,
             shared: false,
             writer_intents: true,
+            principals: true,
         }
     }
 }

@@ -54,21 +54,81 @@ impl Resource {
     }
 }
 
-/// Who holds a lease, chosen by the caller, e.g. `worker-7:pid-311`. Leading and trailing
-/// white space is trimmed; what is left is 1 to 255 bytes without control characters, and is
-/// compared byte for byte (`Worker-7` is not `worker-7`).
+/// Who holds a lease: the name the caller chose, e.g. `worker-7:pid-311`, and the
+/// [`Principal`] it authenticated as, if the server checks who calls.
+///
+/// The name is trimmed of leading and trailing white space; what is left is 1 to 255 bytes
+/// without control characters, and is compared byte for byte (`Worker-7` is not
+/// `worker-7`). Two owners are the same when both their names and their principals are: the
+/// name alone proves nothing, since anyone who may read a lease sees it. On one name, an
+/// owner's name is taken by at most one principal at a time; see [`Owner::claims_name_of`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Owner(String);
+pub struct Owner {
+    name: String,
+    principal: Option<Principal>,
+}
 
 impl Owner {
-    /// Trims `name` (as [`str::trim`] does), checks what is left and wraps it.
+    /// Trims `name` (as [`str::trim`] does), checks what is left and wraps it, of no principal.
     pub fn new(name: &str) -> Result<Self, InvalidName> {
         let name = name.trim();
         check_name(name)?;
-        Ok(Self(name.to_owned()))
+        Ok(Self {
+            name: name.to_owned(),
+            principal: None,
+        })
     }
 
-    /// The trimmed owner.
+    /// This owner name, of `principal` (none: a server without authentication).
+    pub fn of(self, principal: Option<Principal>) -> Self {
+        Self { principal, ..self }
+    }
+
+    /// The trimmed name.
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// The principal the owner authenticated as, if any.
+    pub fn principal(&self) -> Option<&Principal> {
+        self.principal.as_ref()
+    }
+
+    /// Whether `other` has this owner's name but another principal: it may then neither
+    /// extend, renew nor release this owner's lease, and is refused the name while this
+    /// owner holds it.
+    pub fn claims_name_of(&self, other: &Owner) -> bool {
+        self.name == other.name && self.principal != other.principal
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl std::str::FromStr for Owner {
+    type Err = InvalidName;
+    fn from_str(s: &str) -> Result<Self, InvalidName> {
+        Self::new(s)
+    }
+}
+
+/// Who a request authenticated as: a principal of the server's authentication file, e.g.
+/// `billing`. 1 to 255 bytes of UTF-8 without control characters, compared byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Principal(String);
+
+impl Principal {
+    /// Checks `name` and wraps it.
+    pub fn new(name: impl Into<String>) -> Result<Self, InvalidName> {
+        let name = name.into();
+        check_name(&name)?;
+        Ok(Self(name))
+    }
+
+    /// The name as it was given.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -94,7 +154,7 @@ macro_rules! display_as_str {
         }
     )*};
 }
-display_as_str!(Resource, Owner);
+display_as_str!(Resource, Principal);
 
 /// The number that comes with every new lease. For one resource, every new lease gets a
 /// token greater than every token issued for it before; a protected resource rejects writes
@@ -242,7 +302,7 @@ impl fmt::Display for Timestamp {
 pub struct Lease {
     /// What is locked.
     pub resource: Resource,
-    /// Who holds it.
+    /// Who holds it (with the principal it authenticated as).
     pub owner: Owner,
     /// The token of this grant; unchanged by extension and renewal.
     pub token: FencingToken,

@@ -225,6 +225,10 @@ pub struct Capabilities {
     /// so that later readers wait behind it. A client of a server does not: the server's own
     /// waiters record it when the client waits (`wait_ms`).
     pub writer_intents: bool,
+    /// The store keeps the [`crate::Principal`] of each owner it is given, and holds leases
+    /// to it. A client of a server does not choose its principal: the server binds each
+    /// lease to the principal of the client's token.
+    pub principals: bool,
 }
 
 /// Why a store could not answer. Contention is not an error: see [`AcquireOutcome::Held`].
@@ -371,6 +375,12 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// Ends `owner`'s intent to write `name` (a writer that gave up waiting), and announces
     /// it so that the readers it held back ask again. Nothing if it has none.
     async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()>;
+
+    /// Ends every live lease or hold of `key` (a lock, a semaphore or a read-write lock),
+    /// whoever holds it, announces it, and returns what it ended (empty: nothing was held).
+    /// For an administrator who must free a name whose holder is gone for good; the next
+    /// grant's token is greater than theirs, as always.
+    async fn force_release(&self, key: &Key) -> Result<Vec<EndedLease>>;
 
     /// Answers if the store can serve requests (for readiness checks).
     async fn ping(&self) -> Result<()>;

@@ -47,8 +47,9 @@ struct Journal {
 /// A resource a committed batch changed, with the lease it has now (`None`: no row).
 pub type Dirty = (Resource, Option<Lease>);
 
-/// One owner's place on a semaphore or read-write lock.
-pub type HoldId = (HoldKind, Resource, Owner);
+/// One owner's place on a semaphore or read-write lock, by the owner's name: on one name, a
+/// name is held by one principal at a time ([`hold::judge`] refuses its namesakes).
+pub type HoldId = (HoldKind, Resource, String);
 
 /// A hold a committed batch changed, with what it is now (`None`: no row).
 pub type DirtyHold = (HoldId, Option<Hold>);
@@ -189,6 +190,34 @@ impl LockTable {
         }
     }
 
+    /// Ends every live lease or hold of `key`, whoever holds it, and returns them: an
+    /// administrator's force-release.
+    pub fn force_release(&mut self, now: Timestamp, key: &Key) -> Vec<EndedLease> {
+        let ended: Vec<Lease> = match key.kind.hold_kind() {
+            None => {
+                let lease = self.get(now, &key.name);
+                if lease.is_some() {
+                    self.set(&key.name, None);
+                }
+                lease.into_iter().collect()
+            }
+            Some(kind) => {
+                let live = self.holds(now, kind, &key.name);
+                for hold in &live {
+                    self.set_hold(kind, &key.name, hold.lease.owner.as_str(), None);
+                }
+                live.into_iter().map(|h| h.lease).collect()
+            }
+        };
+        if !ended.is_empty() {
+            self.freed.push(key.clone());
+        }
+        ended
+            .into_iter()
+            .map(|lease| EndedLease { lease, ended_at: now })
+            .collect()
+    }
+
     /// One page of live leases.
     pub fn list(&self, now: Timestamp, query: &ListQuery) -> LeasePage {
         let start = match &query.after {
@@ -250,7 +279,7 @@ impl LockTable {
         }
         for (kind, hold) in holds {
             let name = &hold.lease.resource;
-            self.set_hold(kind, name, &hold.lease.owner, None);
+            self.set_hold(kind, name, hold.lease.owner.as_str(), None);
             self.freed.push(Key::hold(kind, name));
             expired.push(Expired {
                 kind: kind.into(),
@@ -316,7 +345,7 @@ impl LockTable {
             }
         };
         if let HoldOutcome::Granted { hold, .. } | HoldOutcome::Extended(hold) = &outcome {
-            self.set_hold(kind, name, owner, Some(hold.clone()));
+            self.set_hold(kind, name, owner.as_str(), Some(hold.clone()));
             if claim == Claim::Write {
                 self.withdraw_intent(name, owner);
             }
@@ -345,7 +374,7 @@ impl LockTable {
         match self.check_hold(now, kind, name, owner, token) {
             Err(refusal) => refusal.into(),
             Ok(hold) => {
-                self.set_hold(kind, name, owner, None);
+                self.set_hold(kind, name, owner.as_str(), None);
                 self.freed.push(Key::hold(kind, name));
                 ReleaseOutcome::Released(Some(EndedLease {
                     lease: hold.lease,
@@ -378,7 +407,7 @@ impl LockTable {
                 if hold.lease.expires_at < before.lease.expires_at {
                     self.freed.push(Key::hold(kind, name));
                 }
-                self.set_hold(kind, name, owner, Some(hold.clone()));
+                self.set_hold(kind, name, owner.as_str(), Some(hold.clone()));
                 RenewOutcome::Renewed(hold)
             }
         }
@@ -413,13 +442,17 @@ impl LockTable {
         HoldPage { names, next }
     }
 
-    /// Records (or renews) that `owner` waits to write `name`, until `now + ttl`.
+    /// Records (or renews) that `owner` waits to write `name`, until `now + ttl`. Intents are
+    /// by the owner's name, as holds are: the latest principal to wait under it has it.
     pub fn intend(&mut self, now: Timestamp, name: &Resource, owner: &Owner, ttl: Ttl) {
         self.journal_intents();
         let intents = self.intents.entry(name.clone()).or_default();
         let expires_at = now.plus(ttl);
-        match intents.iter_mut().find(|i| i.owner == *owner) {
-            Some(intent) => intent.expires_at = expires_at,
+        match intents.iter_mut().find(|i| i.owner.as_str() == owner.as_str()) {
+            Some(intent) => {
+                intent.owner = owner.clone();
+                intent.expires_at = expires_at;
+            }
             None => intents.push(Intent {
                 owner: owner.clone(),
                 expires_at,
@@ -537,7 +570,8 @@ impl LockTable {
         }
     }
 
-    /// The live hold of `owner` on `name`, or why the caller may not touch it.
+    /// The live hold of `owner` on `name`, or why the caller may not touch it: a hold under
+    /// its name of another principal is [`Refusal::Forbidden`].
     fn check_hold(
         &self,
         now: Timestamp,
@@ -546,10 +580,11 @@ impl LockTable {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<Hold, Refusal> {
-        let own = self
-            .holds
-            .get(&(kind, name.clone()))
-            .and_then(|group| group.iter().find(|h| h.is_live(now) && h.lease.owner == *owner));
+        let own = self.holds.get(&(kind, name.clone())).and_then(|group| {
+            group
+                .iter()
+                .find(|h| h.is_live(now) && h.lease.owner.as_str() == owner.as_str())
+        });
         Refusal::check(own.map(|h| &h.lease), owner, token)?;
         own.cloned().ok_or(Refusal::NotFound)
     }
@@ -558,17 +593,17 @@ impl LockTable {
         self.holds
             .get(&(*kind, name.clone()))?
             .iter()
-            .find(|h| h.lease.owner == *owner)
+            .find(|h| h.lease.owner.as_str() == owner)
     }
 
     /// Sets `owner`'s hold on `name` (journalled).
-    fn set_hold(&mut self, kind: HoldKind, name: &Resource, owner: &Owner, hold: Option<Hold>) {
+    fn set_hold(&mut self, kind: HoldKind, name: &Resource, owner: &str, hold: Option<Hold>) {
         if let Some(journal) = &mut self.journal {
-            let id = (kind, name.clone(), owner.clone());
+            let id = (kind, name.clone(), owner.to_owned());
             journal.holds_before.entry(id).or_insert_with(|| {
                 self.holds
                     .get(&(kind, name.clone()))
-                    .and_then(|group| group.iter().find(|h| h.lease.owner == *owner))
+                    .and_then(|group| group.iter().find(|h| h.lease.owner.as_str() == owner))
                     .cloned()
             });
         }
@@ -576,10 +611,10 @@ impl LockTable {
     }
 
     /// Sets `owner`'s hold on `name`, keeping the group in token order.
-    fn put_hold(&mut self, kind: HoldKind, name: &Resource, owner: &Owner, hold: Option<Hold>) {
+    fn put_hold(&mut self, kind: HoldKind, name: &Resource, owner: &str, hold: Option<Hold>) {
         let key = (kind, name.clone());
         let group = self.holds.entry(key.clone()).or_default();
-        group.retain(|h| h.lease.owner != *owner);
+        group.retain(|h| h.lease.owner.as_str() != owner);
         if let Some(hold) = hold {
             let at = group.partition_point(|h| h.lease.token < hold.lease.token);
             group.insert(at, hold);

@@ -74,9 +74,10 @@ use async_trait::async_trait;
 use fencelock_core::store::Result;
 use fencelock_core::table::{Dirty, DirtyHold};
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Claim, Clock, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage,
-    Lease, LeasePage, ListQuery, LockStore, LockTable, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
-    RenewOutcome, Resource, StoreError, SystemClock, Timestamp, Ttl,
+    AcquireOutcome, Capabilities, Claim, Clock, EndedLease, Expired, FencingToken, Hold, HoldKind,
+    HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, LockTable, Owner, Principal,
+    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, SystemClock, Timestamp,
+    Ttl,
 };
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -166,6 +167,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER holds_shift_is_never_ahead_on_update BEFORE UPDATE OF shift ON holds
         WHEN NEW.shift > (SELECT shift FROM meta WHERE id = 1)
         BEGIN SELECT RAISE(ABORT, 'a hold row is never shifted past the store'); END;
+",
+    r"
+    -- The principal each lease and hold belongs to (NULL: none, a server without
+    -- authentication). Rows written before this migration belong to none.
+    ALTER TABLE leases ADD COLUMN principal TEXT;
+    ALTER TABLE holds ADD COLUMN principal TEXT;
 ",
 ];
 
@@ -546,6 +553,12 @@ impl LockStore for SqliteStore {
         .await
     }
 
+    async fn force_release(&self, key: &Key) -> Result<Vec<EndedLease>> {
+        let key = key.clone();
+        self.call(move |table, now| Ok(table.force_release(now, &key)))
+            .await
+    }
+
     async fn ping(&self) -> Result<()> {
         // Through the queue, so a stopped or stuck writer fails readiness.
         self.call(|_, _| Ok(())).await
@@ -562,6 +575,7 @@ impl LockStore for SqliteStore {
             knows_released_lease: true,
             shared: false,
             writer_intents: true,
+            principals: true,
         }
     }
 }
@@ -701,11 +715,11 @@ fn write_row(
         return Ok(());
     };
     tx.prepare_cached(
-        "INSERT INTO leases (resource, owner, token, acquired_at, expires_at, shift)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+        "INSERT INTO leases (resource, owner, token, acquired_at, expires_at, shift, principal)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          ON CONFLICT (resource) DO UPDATE SET owner = excluded.owner, token = excluded.token,
              acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
-             shift = excluded.shift",
+             shift = excluded.shift, principal = excluded.principal",
     )?
     .execute(params![
         lease.resource.as_str(),
@@ -714,6 +728,7 @@ fn write_row(
         to_sql("timestamp", lease.acquired_at.as_millis())?,
         to_sql("timestamp", lease.expires_at.as_millis())?,
         shift,
+        lease.owner.principal().map(Principal::as_str),
     ])?;
     Ok(())
 }
@@ -726,17 +741,18 @@ fn write_hold(
 ) -> Result<(), WriteError> {
     let Some(hold) = hold else {
         tx.prepare_cached("DELETE FROM holds WHERE kind = ?1 AND name = ?2 AND owner = ?3")?
-            .execute([kind.as_str(), name.as_str(), owner.as_str()])?;
+            .execute([kind.as_str(), name.as_str(), owner])?;
         return Ok(());
     };
     let (claim, limit) = claim_to_sql(hold.claim);
     tx.prepare_cached(
-        "INSERT INTO holds (kind, name, owner, claim, permit_limit, token, acquired_at, expires_at, shift)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+        "INSERT INTO holds (kind, name, owner, claim, permit_limit, token, acquired_at, expires_at, shift,
+             principal)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
          ON CONFLICT (kind, name, owner) DO UPDATE SET claim = excluded.claim,
              permit_limit = excluded.permit_limit, token = excluded.token,
              acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
-             shift = excluded.shift",
+             shift = excluded.shift, principal = excluded.principal",
     )?
     .execute(params![
         kind.as_str(),
@@ -748,6 +764,7 @@ fn write_hold(
         to_sql("timestamp", hold.lease.acquired_at.as_millis())?,
         to_sql("timestamp", hold.lease.expires_at.as_millis())?,
         shift,
+        hold.lease.owner.principal().map(Principal::as_str),
     ])?;
     Ok(())
 }
@@ -902,16 +919,17 @@ fn load(conn: &Connection) -> Result<(LockTable, i64), SqliteError> {
     // the table's own sort. Row by row, names read in place: a copy fewer of each.
     let mut leases = Vec::new();
     let mut statement = conn
-        .prepare("SELECT resource, owner, token, acquired_at, expires_at, shift FROM leases")
+        .prepare("SELECT resource, owner, token, acquired_at, expires_at, shift, principal FROM leases")
         .map_err(unreadable)?;
     let mut rows = statement.query([]).map_err(unreadable)?;
     while let Some(row) = rows.next().map_err(unreadable)? {
-        leases.push(lease_from_row("lease", row, shift)?);
+        leases.push(lease_from_row("lease", row, shift, 6)?);
     }
     let mut holds = Vec::new();
     let mut statement = conn
         .prepare(
-            "SELECT name, owner, token, acquired_at, expires_at, shift, kind, claim, permit_limit
+            "SELECT name, owner, token, acquired_at, expires_at, shift, kind, claim, permit_limit,
+                 principal
              FROM holds",
         )
         .map_err(unreadable)?;
@@ -930,22 +948,28 @@ fn text<'r>(row: &'r rusqlite::Row<'_>, column: usize) -> Result<&'r str, Sqlite
         .map_err(SqliteError::Read)
 }
 
-/// The hold in `row` (its lease's columns as [`lease_from_row`] reads them, then kind, claim
-/// and limit), of a file whose re-base shift is `shift`.
+/// The hold in `row` (its lease's columns as [`lease_from_row`] reads them, then kind, claim,
+/// limit and principal), of a file whose re-base shift is `shift`.
 fn hold_from_row(row: &rusqlite::Row<'_>, shift: i64) -> Result<(HoldKind, Hold), SqliteError> {
     let name = text(row, 0)?;
     let corrupt = |why: String| SqliteError::Data(format!("hold on {name:?}: {why}"));
     let kind = kind_from_sql(text(row, 6)?).map_err(corrupt)?;
     let limit = row.get(8).map_err(SqliteError::Read)?;
     let claim = claim_from_sql(kind, text(row, 7)?, limit).map_err(corrupt)?;
-    let lease = lease_from_row(&format!("{kind} hold"), row, shift)?;
+    let lease = lease_from_row(&format!("{kind} hold"), row, shift, 9)?;
     Ok((kind, Hold { lease, claim }))
 }
 
 /// The lease in `row` (resource or name, owner, token, `acquired_at`, `expires_at` and the
-/// shift it was written under), of a file whose re-base shift is `shift`; `of` says what it
-/// belongs to, for the message if it is unreadable.
-fn lease_from_row(of: &str, row: &rusqlite::Row<'_>, shift: i64) -> Result<Lease, SqliteError> {
+/// shift it was written under, and the principal in column `principal`), of a file whose
+/// re-base shift is `shift`; `of` says what it belongs to, for the message if it is
+/// unreadable.
+fn lease_from_row(
+    of: &str,
+    row: &rusqlite::Row<'_>,
+    shift: i64,
+    principal: usize,
+) -> Result<Lease, SqliteError> {
     let resource = text(row, 0)?;
     let corrupt = |what: &str, why: String| SqliteError::Data(format!("{of} of {resource:?}: {what} {why}"));
     let number = |column: usize| row.get::<_, i64>(column).map_err(SqliteError::Read);
@@ -962,11 +986,23 @@ fn lease_from_row(of: &str, row: &rusqlite::Row<'_>, shift: i64) -> Result<Lease
         })?;
     Ok(Lease {
         resource: Resource::new(resource).map_err(|e| corrupt("resource", e.to_string()))?,
-        owner: Owner::new(text(row, 1)?).map_err(|e| corrupt("owner", e.to_string()))?,
+        owner: Owner::new(text(row, 1)?)
+            .map_err(|e| corrupt("owner", e.to_string()))?
+            .of(principal_from_sql(row, principal).map_err(|e| corrupt("principal", e))?),
         token: FencingToken(from_sql("token", number(2)?)?),
         acquired_at: Timestamp::from_millis(from_sql("acquired_at", number(3)?)?),
         expires_at: Timestamp::from_millis(from_sql("expires_at", expires_at)?),
     })
+}
+
+/// The principal in column `column` of `row`: none for NULL.
+fn principal_from_sql(row: &rusqlite::Row<'_>, column: usize) -> Result<Option<Principal>, String> {
+    let text: Option<&str> = row
+        .get_ref(column)
+        .and_then(|value| value.as_str_or_null().map_err(rusqlite::Error::from))
+        .map_err(|e| e.to_string())?;
+    text.map(|p| Principal::new(p).map_err(|e| e.to_string()))
+        .transpose()
 }
 
 fn from_sql(what: &str, value: i64) -> Result<u64, SqliteError> {

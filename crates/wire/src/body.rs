@@ -1,7 +1,7 @@
 //! Requests and answers as they travel over HTTP.
 
 use fencelock_core::model::MAX_NAME_BYTES;
-use fencelock_core::{FencingToken, InvalidName, Lease, Owner, Resource, Timestamp};
+use fencelock_core::{FencingToken, InvalidName, Lease, Owner, Principal, Resource, Timestamp};
 
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
@@ -19,6 +19,10 @@ pub struct LeaseBody {
     pub resource: String,
     /// Who holds it.
     pub owner: String,
+    /// The principal the holder authenticated as, on a server with authentication (absent
+    /// without): only it may renew or release the lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     /// The fencing token of this grant; pass it to the protected resource.
     pub fencing_token: u64,
     /// When the lease was granted or last extended (RFC 3339, UTC, milliseconds).
@@ -32,6 +36,7 @@ impl From<&Lease> for LeaseBody {
         Self {
             resource: lease.resource.to_string(),
             owner: lease.owner.to_string(),
+            principal: lease.owner.principal().map(|p| p.as_str().to_owned()),
             fencing_token: lease.token.0,
             acquired_at: lease.acquired_at.to_rfc3339(),
             expires_at: lease.expires_at.to_rfc3339(),
@@ -60,7 +65,7 @@ impl TryFrom<LeaseBody> for Lease {
         let time = |text: String| Timestamp::parse_rfc3339(&text).ok_or(InvalidLease::Timestamp(text));
         Ok(Lease {
             resource: Resource::new(body.resource)?,
-            owner: Owner::new(&body.owner)?,
+            owner: Owner::new(&body.owner)?.of(body.principal.map(Principal::new).transpose()?),
             token: FencingToken(body.fencing_token),
             acquired_at: time(body.acquired_at)?,
             expires_at: time(body.expires_at)?,

@@ -75,6 +75,9 @@ pub struct PermitBody {
     pub name: String,
     /// Who holds the permit.
     pub owner: String,
+    /// The principal the holder authenticated as, on a server with authentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     /// The fencing token of this permit; pass it to the protected resource.
     pub fencing_token: u64,
     /// When the permit was granted or last extended (RFC 3339, UTC, milliseconds).
@@ -95,6 +98,9 @@ pub struct HoldBody {
     pub name: String,
     /// Who holds it.
     pub owner: String,
+    /// The principal the holder authenticated as, on a server with authentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     /// The fencing token of this hold; pass it to the protected resource.
     pub fencing_token: u64,
     /// When the hold was granted or last extended (RFC 3339, UTC, milliseconds).
@@ -114,6 +120,7 @@ fn lease_body(hold: &Hold) -> LeaseBody {
 fn read_lease(
     name: String,
     owner: String,
+    principal: Option<String>,
     fencing_token: u64,
     acquired_at: String,
     expires_at: String,
@@ -121,6 +128,7 @@ fn read_lease(
     Lease::try_from(LeaseBody {
         resource: name,
         owner,
+        principal,
         fencing_token,
         acquired_at,
         expires_at,
@@ -134,6 +142,7 @@ impl PermitBody {
         Self {
             name: lease.resource,
             owner: lease.owner,
+            principal: lease.principal,
             fencing_token: lease.fencing_token,
             acquired_at: lease.acquired_at,
             expires_at: lease.expires_at,
@@ -149,6 +158,7 @@ impl HoldBody {
         Self {
             name: lease.resource,
             owner: lease.owner,
+            principal: lease.principal,
             fencing_token: lease.fencing_token,
             acquired_at: lease.acquired_at,
             expires_at: lease.expires_at,
@@ -168,6 +178,7 @@ impl TryFrom<PermitBody> for Hold {
             lease: read_lease(
                 body.name,
                 body.owner,
+                body.principal,
                 body.fencing_token,
                 body.acquired_at,
                 body.expires_at,
@@ -185,6 +196,7 @@ impl TryFrom<HoldBody> for Hold {
             lease: read_lease(
                 body.name,
                 body.owner,
+                body.principal,
                 body.fencing_token,
                 body.acquired_at,
                 body.expires_at,
@@ -429,6 +441,10 @@ pub struct RwLockBusy {
 /// The answer to a read-write lock's acquire: granted, or held (not an error).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "an answer, built once and written at once: boxing would only add an allocation"
+)]
 pub enum RwLockAcquireResponse {
     /// `{"acquired": true, "extended": false, "hold": HOLD}`.
     Granted(HoldGranted),

@@ -339,6 +339,12 @@ impl LockStore for EtcdStore {
         self.try_withdraw_intent(name, owner).await
     }
 
+    async fn force_release(&self, _key: &fencelock_core::Key) -> Result<Vec<fencelock_core::EndedLease>> {
+        Err(fencelock_core::StoreError::Corrupt(
+            "STUB: force_release is not written yet (issue 11)".into(),
+        ))
+    }
+
     async fn ping(&self) -> Result<()> {
         // A linearizable read needs the leader and a quorum, which is what serving needs.
         // The bare prefix is never a lock key (names are not empty).
@@ -357,6 +363,7 @@ impl LockStore for EtcdStore {
             knows_released_lease: true,
             shared: true,
             writer_intents: true,
+            principals: true,
         }
     }
 }

@@ -404,6 +404,12 @@ impl LockStore for PostgresStore {
         Ok(())
     }
 
+    async fn force_release(&self, _key: &fencelock_core::Key) -> Result<Vec<fencelock_core::EndedLease>> {
+        Err(fencelock_core::StoreError::Corrupt(
+            "STUB: force_release is not written yet (issue 11)".into(),
+        ))
+    }
+
     async fn ping(&self) -> Result<()> {
         self.query("ping", "SELECT 1", &[]).await?;
         Ok(())
@@ -420,6 +426,7 @@ impl LockStore for PostgresStore {
             knows_released_lease: true,
             shared: true,
             writer_intents: true,
+            principals: true,
         }
     }
 }
