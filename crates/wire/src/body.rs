@@ -120,6 +120,15 @@ pub struct ReleaseRequest {
     pub fencing_token: Option<u64>,
 }
 
+/// `DELETE /locks/{resource}` (or `/semaphores/{name}`, `/rwlocks/{name}`) with
+/// `{"force": true}`: an administrator's release of every lease, permit or hold of the name,
+/// whoever holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForceReleaseRequest {
+    /// Always `true`.
+    pub force: bool,
+}
+
 /// `POST /locks/{resource}/renew`: renew; also of a permit or a hold. Exactly one of
 /// `ttl_seconds` and `ttl_ms`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -25,6 +25,8 @@ pub const FENCING_TOKEN: &str = "fencing_token";
 pub const LIMIT: &str = "limit";
 /// A read-write lock's mode: `read` or `write`.
 pub const MODE: &str = "mode";
+/// A release by an administrator, whoever holds the name.
+pub const FORCE: &str = "force";
 
 /// An owner as a client may send it: white space around it is trimmed, what is left is not
 /// blank and has no control characters.

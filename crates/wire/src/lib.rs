@@ -24,8 +24,8 @@ pub mod parse;
 pub mod problem;
 
 pub use body::{
-    AcquireRequest, AcquireResponse, Granted, Held, LeaseBody, ListResponse, ReleaseRequest, RenewRequest,
-    TtlFields,
+    AcquireRequest, AcquireResponse, ForceReleaseRequest, Granted, Held, LeaseBody, ListResponse,
+    ReleaseRequest, RenewRequest, TtlFields,
 };
 pub use hold::{
     HoldAcquireRequest, HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldsBody,
