@@ -395,7 +395,7 @@ impl LockStore for HttpStore {
     }
 
     /// Asks the server's readiness check, which asks its store.
-    async fn force_release(&self, _key: &fencelock_core::Key) -> Result<Vec<fencelock_core::EndedLease>> {
+    async fn force_release(&self, _key: &fencelock_core::Key) -> Result<fencelock_core::ForceOutcome> {
         Err(StoreError::Corrupt(
             "STUB: force_release is not written yet (issue 11)".into(),
         ))

@@ -526,7 +526,7 @@ impl LockStore for LateGrants {
     async fn force_release(
         &self,
         key: &fencelock_core::Key,
-    ) -> Result<Vec<fencelock_core::EndedLease>, StoreError> {
+    ) -> Result<fencelock_core::ForceOutcome, StoreError> {
         self.inner.force_release(key).await
     }
 

@@ -10,8 +10,8 @@ use tokio::sync::broadcast;
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
 use crate::model::{FencingToken, Lease, Owner, Resource, Ttl};
 use crate::store::{
-    AcquireOutcome, Capabilities, EndedLease, LeasePage, ListQuery, LockStore, ReleaseNotice, ReleaseOutcome,
-    RenewOutcome, Result,
+    AcquireOutcome, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore, ReleaseNotice,
+    ReleaseOutcome, RenewOutcome, Result,
 };
 
 /// A call of [`LockStore`], by name, as a [`Layer`] is told it.
@@ -194,7 +194,7 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         self.layer.around(Call::WithdrawIntent, call).await
     }
 
-    async fn force_release(&self, key: &Key) -> Result<Vec<EndedLease>> {
+    async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
         self.layer
             .around(Call::ForceRelease, self.inner.force_release(key))
             .await
@@ -295,7 +295,7 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
         (**self).withdraw_intent(name, owner).await
     }
 
-    async fn force_release(&self, key: &Key) -> Result<Vec<EndedLease>> {
+    async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
         (**self).force_release(key).await
     }
 

@@ -33,8 +33,8 @@ pub use layer::{Call, Layer, Layered};
 pub use memory::MemoryStore;
 pub use model::{FencingToken, InvalidName, InvalidTtl, Lease, Owner, Principal, Resource, Timestamp, Ttl};
 pub use store::{
-    AcquireOutcome, Capabilities, EndedLease, LeasePage, ListQuery, LockStore, Refusal, ReleaseFeed,
-    ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError,
+    AcquireOutcome, Capabilities, EndedLease, ForceOutcome, LeasePage, ListQuery, LockStore, Refusal,
+    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError,
 };
 pub use table::LockTable;
 pub use wait::{Acquired, Waiters};

@@ -9,7 +9,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
 use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
 use crate::store::{
-    AcquireOutcome, Capabilities, EndedLease, LeasePage, ListQuery, LockStore, ReleaseFeed, ReleaseNotice,
+    AcquireOutcome, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore, ReleaseFeed, ReleaseNotice,
     ReleaseOutcome, RenewOutcome, Result,
 };
 use crate::table::LockTable;
@@ -148,7 +148,7 @@ impl LockStore for MemoryStore {
         Ok(())
     }
 
-    async fn force_release(&self, key: &Key) -> Result<Vec<EndedLease>> {
+    async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
         Ok(self.apply(|table, now| table.force_release(now, key)))
     }
 

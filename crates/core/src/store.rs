@@ -54,6 +54,16 @@ pub enum ReleaseOutcome {
     Conflict,
 }
 
+/// What a force-release did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForceOutcome {
+    /// Every live lease, permit or hold of the name is gone: these, in token order, where the
+    /// store can tell (empty where it cannot: see [`Capabilities::knows_released_lease`]).
+    Released(Vec<EndedLease>),
+    /// Nothing live on the name.
+    NotFound,
+}
+
 /// A lease a release ended, and when, by the clock of the store that ended it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndedLease {
@@ -377,10 +387,9 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()>;
 
     /// Ends every live lease or hold of `key` (a lock, a semaphore or a read-write lock),
-    /// whoever holds it, announces it, and returns what it ended (empty: nothing was held).
-    /// For an administrator who must free a name whose holder is gone for good; the next
-    /// grant's token is greater than theirs, as always.
-    async fn force_release(&self, key: &Key) -> Result<Vec<EndedLease>>;
+    /// whoever holds it, and announces it. For an administrator who must free a name whose
+    /// holder is gone for good; the next grant's token is greater than theirs, as always.
+    async fn force_release(&self, key: &Key) -> Result<ForceOutcome>;
 
     /// Answers if the store can serve requests (for readiness checks).
     async fn ping(&self) -> Result<()>;

@@ -11,8 +11,8 @@ use std::ops::Bound;
 use crate::hold::{self, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind, Verdict};
 use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
 use crate::store::{
-    AcquireOutcome, EndedLease, LeasePage, ListQuery, PURGE_BATCH, Refusal, ReleaseOutcome, RenewOutcome,
-    StoreError,
+    AcquireOutcome, EndedLease, ForceOutcome, LeasePage, ListQuery, PURGE_BATCH, Refusal, ReleaseOutcome,
+    RenewOutcome, StoreError,
 };
 
 /// Leases by resource, holds by name, and the last fencing token issued (one counter for
@@ -190,9 +190,9 @@ impl LockTable {
         }
     }
 
-    /// Ends every live lease or hold of `key`, whoever holds it, and returns them: an
-    /// administrator's force-release.
-    pub fn force_release(&mut self, now: Timestamp, key: &Key) -> Vec<EndedLease> {
+    /// Ends every live lease or hold of `key`, whoever holds it: an administrator's
+    /// force-release.
+    pub fn force_release(&mut self, now: Timestamp, key: &Key) -> ForceOutcome {
         let ended: Vec<Lease> = match key.kind.hold_kind() {
             None => {
                 let lease = self.get(now, &key.name);
@@ -209,13 +209,12 @@ impl LockTable {
                 live.into_iter().map(|h| h.lease).collect()
             }
         };
-        if !ended.is_empty() {
-            self.freed.push(key.clone());
+        if ended.is_empty() {
+            return ForceOutcome::NotFound;
         }
-        ended
-            .into_iter()
-            .map(|lease| EndedLease { lease, ended_at: now })
-            .collect()
+        self.freed.push(key.clone());
+        let ended = ended.into_iter().map(|lease| EndedLease { lease, ended_at: now });
+        ForceOutcome::Released(ended.collect())
     }
 
     /// One page of live leases.

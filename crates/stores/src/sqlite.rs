@@ -74,7 +74,7 @@ use async_trait::async_trait;
 use fencelock_core::store::Result;
 use fencelock_core::table::{Dirty, DirtyHold};
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Claim, Clock, EndedLease, Expired, FencingToken, Hold, HoldKind,
+    AcquireOutcome, Capabilities, Claim, Clock, Expired, FencingToken, ForceOutcome, Hold, HoldKind,
     HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, LockTable, Owner, Principal,
     ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, SystemClock, Timestamp,
     Ttl,
@@ -553,7 +553,7 @@ impl LockStore for SqliteStore {
         .await
     }
 
-    async fn force_release(&self, key: &Key) -> Result<Vec<EndedLease>> {
+    async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
         let key = key.clone();
         self.call(move |table, now| Ok(table.force_release(now, &key)))
             .await

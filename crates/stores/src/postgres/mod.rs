@@ -404,7 +404,7 @@ impl LockStore for PostgresStore {
         Ok(())
     }
 
-    async fn force_release(&self, _key: &fencelock_core::Key) -> Result<Vec<fencelock_core::EndedLease>> {
+    async fn force_release(&self, _key: &fencelock_core::Key) -> Result<fencelock_core::ForceOutcome> {
         Err(fencelock_core::StoreError::Corrupt(
             "STUB: force_release is not written yet (issue 11)".into(),
         ))
