@@ -357,8 +357,9 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// The live holds on `name`, in token order (empty if none).
     async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>>;
 
-    /// Ends `owner`'s live hold on `name`: `NotFound` if it has none, `Conflict` if a token
-    /// is given that is not its hold's. Never `Forbidden`: an owner either holds or not.
+    /// Ends `owner`'s live hold on `name`: `NotFound` if no live hold has its name,
+    /// `Forbidden` if that hold is of another principal ([`Owner::claims_name_of`]),
+    /// `Conflict` if a token is given that is not its hold's.
     async fn release_hold(
         &self,
         kind: HoldKind,

@@ -337,13 +337,14 @@ fn held_noun(kind: HoldKind) -> &'static str {
 }
 
 /// The problem's `detail` for a refusal of `owner`'s release or renewal of its permit or
-/// hold on `name` (a store never answers [`Refusal::Forbidden`] there: an owner either holds
-/// or not).
+/// hold on `name` ([`Refusal::Forbidden`]: its name holds one, of another principal).
 pub fn hold_refusal_detail(kind: HoldKind, refusal: Refusal, name: &Resource, owner: &Owner) -> String {
     let (noun, held) = (noun(kind), held_noun(kind));
     match refusal {
         Refusal::NotFound => format!("{owner} holds no live {held} of the {noun} {name}"),
-        Refusal::Forbidden => format!("the {noun} {name} is held by another owner than {owner}"),
+        Refusal::Forbidden => {
+            format!("the {held} of {owner} on the {noun} {name} belongs to another principal")
+        }
         Refusal::Conflict => {
             format!("the live {held} of {owner} on the {noun} {name} has another fencing token")
         }
