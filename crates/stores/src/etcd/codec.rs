@@ -143,6 +143,12 @@ pub(super) struct Range {
 }
 
 impl Range {
+    /// Just the key `key`: the next key is `key` with a zero byte appended.
+    pub(super) fn key(key: Vec<u8>) -> Self {
+        let end = [&key[..], &[0]].concat();
+        Self { start: key, end }
+    }
+
     /// Every key that starts with `start`.
     fn under(start: Vec<u8>) -> Self {
         let end = prefix_end(&start);

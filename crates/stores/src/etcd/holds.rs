@@ -5,8 +5,8 @@ use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, Txn
 use fencelock_core::hold::{Verdict, judge};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    Claim, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Intent, ListQuery, Owner, ReleaseOutcome,
-    RenewOutcome, Resource, Timestamp, Ttl,
+    Claim, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Lease, ListQuery, Owner,
+    ReleaseOutcome, RenewOutcome, Resource, Timestamp, Ttl,
 };
 
 use super::codec::{self, Range};
@@ -388,6 +388,20 @@ impl EtcdStore {
             doing: "withdraw an intent",
         }
         .into())
+    }
+
+    /// Ends every hold of `kind` on `name`, whoever holds it, in one request; writers'
+    /// intents stay (they hold nothing). Returns the holds' leases, in token order.
+    pub(super) async fn force_release_holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Lease>> {
+        let deleted = self
+            .delete_range("force-release holds", &self.holds.holds_of(kind, name))
+            .await?;
+        let mut leases = deleted
+            .iter()
+            .map(|kv| Ok(self.holds.decode(kv)?.lease))
+            .collect::<Result<Vec<_>, EtcdError>>()?;
+        leases.sort_by_key(|l| l.token);
+        Ok(leases)
     }
 }
 

@@ -87,6 +87,10 @@
 //! a name is held by one principal at a time, and the latest writer to wait under a name
 //! has its intent. An intent is withdrawn, or taken away by a grant, only by its principal.
 //!
+//! [`LockStore::force_release`] deletes the lock's key, or every hold key of the name, in
+//! one request that answers with the keys as they were, so it ends exactly what it
+//! reports; writers' intents stay. The watch announces the deletions as it does releases.
+//!
 //! # Release notices
 //!
 //! [`LockStore::releases`] is fed by two watches, on the locks' prefix and on the holds'
@@ -119,9 +123,9 @@ use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Lease,
-    LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome,
-    Resource, Ttl,
+    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
+    HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
+    RenewOutcome, Resource, Ttl,
 };
 use tokio::sync::broadcast;
 
@@ -356,10 +360,17 @@ impl LockStore for EtcdStore {
         self.try_withdraw_intent(name, owner).await
     }
 
-    async fn force_release(&self, _key: &fencelock_core::Key) -> Result<fencelock_core::ForceOutcome> {
-        Err(fencelock_core::StoreError::Corrupt(
-            "STUB: force_release is not written yet (issue 11)".into(),
-        ))
+    async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
+        let ended = match key.kind.hold_kind() {
+            None => self.force_release_lock(&key.name).await?.into_iter().collect(),
+            Some(kind) => self.force_release_holds(kind, &key.name).await?,
+        };
+        // The watch announces each deleted key, as it does a release.
+        Ok(if ended.is_empty() {
+            ForceOutcome::NotFound
+        } else {
+            ForceOutcome::Released(ended.into_iter().map(txn::ended_now).collect())
+        })
     }
 
     async fn ping(&self) -> Result<()> {
