@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::{
     AcquireOutcome, Claim, FencingToken, ForceOutcome, HoldKind, HoldOutcome, Key, LockStore, Owner,
-    Principal, ReleaseOutcome, Resource, StoreError, Waiters,
+    ReleaseOutcome, Resource, StoreError, Waiters,
 };
 use fencelock_stores::Deadline;
 use fencelock_stores::etcd::{EtcdOptions, EtcdStore};
+use fencelock_testkit::fixtures::owner_of;
 use fencelock_testkit::{EtcdCluster, shared_etcd};
 use tokio_util::sync::CancellationToken;
 
@@ -526,11 +527,6 @@ async fn prefixes_of_locks_and_holds_that_overlap_are_refused() {
     }
 }
 
-/// The owner `name` of the principal `principal`.
-fn of(principal: &str, name: &str) -> Owner {
-    owner(name).of(Some(Principal::new(principal).expect("a valid principal")))
-}
-
 /// Whether a reader arriving now on `server` is held back by a waiting writer (it would be
 /// granted otherwise: only readers hold the name, or nothing does).
 async fn a_writer_waits(server: &dyn LockStore, name: &Resource) -> bool {
@@ -557,7 +553,7 @@ async fn a_writers_intent_is_by_name_and_only_the_principal_that_has_it_ends_it(
     let [one, other] = two_servers().await;
     let name = shared::unique("intent-principal");
     let long = ttl(Duration::from_secs(60));
-    let (billing, ops) = (of("billing", "writer"), of("ops", "writer"));
+    let (billing, ops) = (owner_of("billing", "writer"), owner_of("ops", "writer"));
     let reader = owner("reader");
     let read = one
         .acquire_hold(&name, &reader, Claim::Read, long, None)

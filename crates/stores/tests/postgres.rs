@@ -14,7 +14,7 @@ use fencelock_core::{
 };
 use fencelock_stores::Deadline;
 use fencelock_stores::postgres::{PostgresOptions, PostgresStore};
-use fencelock_testkit::fixtures::{resource, unique_prefix};
+use fencelock_testkit::fixtures::{owner_of, resource, unique_prefix};
 use fencelock_testkit::{Postgres, Proxy, shared_postgres};
 use tokio::sync::broadcast;
 
@@ -879,7 +879,7 @@ async fn a_database_of_version_1_is_migrated_keeping_its_leases() {
         owner("a"),
         "a lease written before belongs to no principal"
     );
-    for other in [owner("b"), billing("a")] {
+    for other in [owner("b"), owner_of("billing", "a")] {
         let held = store.acquire(&kept, &other, ttl(LONG)).await.unwrap();
         assert!(
             matches!(&held, AcquireOutcome::Held { holder, .. } if *holder == lease),
@@ -895,11 +895,6 @@ async fn a_database_of_version_1_is_migrated_keeping_its_leases() {
     );
     assert!(permit.lease.token > FencingToken(41), "{permit:?}");
     assert_eq!(schema_versions(&old).await, [1, 2, 3]);
-}
-
-/// The owner `name` of the principal `billing`.
-fn billing(name: &str) -> Owner {
-    owner(name).of(Some(Principal::new("billing").unwrap()))
 }
 
 /// A server of version 2, still running beside newer ones while they are rolled out, calls
@@ -948,7 +943,7 @@ async fn the_hold_functions_of_version_2_answer_for_owners_of_no_principal() {
     assert_eq!(owners, [&owner("a")], "of no principal");
     let refused = busy(
         store
-            .acquire_hold(&name, &billing("a"), permit, ttl(LONG), None)
+            .acquire_hold(&name, &owner_of("billing", "a"), permit, ttl(LONG), None)
             .await
             .unwrap(),
     );
@@ -962,7 +957,7 @@ async fn the_hold_functions_of_version_2_answer_for_owners_of_no_principal() {
 
     let theirs = granted_hold(
         store
-            .acquire_hold(&name, &billing("a"), permit, ttl(LONG), None)
+            .acquire_hold(&name, &owner_of("billing", "a"), permit, ttl(LONG), None)
             .await
             .unwrap(),
     );
