@@ -9,6 +9,8 @@
 //!
 //! # Layout
 //!
+//! - [`auth`]: who may do what — bearer tokens, principals, rights per name prefix — and
+//!   the request rate of each principal.
 //! - [`listener`]: accepting connections (a connection limit, header read timeouts) and
 //!   graceful shutdown.
 //! - [`routes`]: one file per endpoint; [`routes::ApiDoc`] is the OpenAPI description.
@@ -20,6 +22,7 @@
 //! - [`timed`]: the store, with the time and failures of every call counted.
 //! - [`state`]: [`Config`] and the state the handlers share.
 
+pub mod auth;
 pub mod events;
 pub mod extract;
 pub mod listener;
@@ -50,6 +53,7 @@ pub async fn serve(
     let store = Arc::new(timed::Timed::new(store, timed::Counted(metrics.clone())));
     let app = App {
         waiters: Waiters::with_limit(store, config.waiter_limit()),
+        limiter: config.rate_limit.map(|rate| Arc::new(auth::Limiter::new(rate))),
         config: Arc::new(config),
         metrics,
     };

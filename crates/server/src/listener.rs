@@ -15,6 +15,9 @@ use tokio::sync::Semaphore;
 use crate::routes::router;
 use crate::state::App;
 
+/// hyper's smallest read buffer, and so the smallest `max_header_bytes`.
+pub const MIN_HEADER_BYTES: usize = 8192;
+
 /// How long to back off when `accept` fails (e.g. out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -28,7 +31,9 @@ pub async fn run(
     let config = app.config.clone();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout);
+        .header_read_timeout(config.header_read_timeout)
+        // hyper answers a head that does not fit 431; below 8192 it would panic.
+        .max_buf_size(config.max_header_bytes.max(MIN_HEADER_BYTES));
     let graceful = GracefulShutdown::new();
     // Each connection holds a permit; at the limit, new connections wait in the listen
     // queue instead of taking memory and file descriptors.

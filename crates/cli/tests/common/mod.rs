@@ -27,6 +27,11 @@ pub fn fencelock() -> Command {
         "FENCELOCK_JSON",
         "FENCELOCK_BENCH_TARGET",
         "FENCELOCK_LOG_FORMAT",
+        "FENCELOCK_AUTH",
+        "FENCELOCK_INSECURE_NO_AUTH",
+        "FENCELOCK_RATE_LIMIT",
+        "FENCELOCK_RATE_BURST",
+        "FENCELOCK_MAX_HEADER_BYTES",
         "RUST_LOG",
     ] {
         command.env_remove(variable);
