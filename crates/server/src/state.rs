@@ -7,6 +7,7 @@ use fencelock_core::Waiters;
 use fencelock_wire::Limits;
 
 use crate::metrics::Metrics;
+use crate::tls::Tls;
 
 /// How the server behaves; every field has the SPEC's default.
 #[derive(Debug, Clone)]
@@ -30,6 +31,9 @@ pub struct Config {
     pub purge_interval: Duration,
     /// How long in-flight requests get to finish after shutdown is asked.
     pub shutdown_grace: Duration,
+    /// HTTPS with this certificate, or plain HTTP (`None`). The handle stays the caller's
+    /// too: [`Tls::reload`] on it changes the certificate of new connections.
+    pub tls: Option<Tls>,
 }
 
 impl Default for Config {
@@ -43,6 +47,7 @@ impl Default for Config {
             max_waiters: None,
             purge_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(3),
+            tls: None,
         }
     }
 }

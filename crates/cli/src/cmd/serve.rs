@@ -1,11 +1,14 @@
-//! `fencelock serve`: runs the server until SIGTERM or Ctrl-C.
+//! `fencelock serve`: runs the server until SIGTERM or Ctrl-C; SIGHUP reloads the TLS
+//! certificate.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock_core::Ttl;
 use fencelock_server::Config;
+use fencelock_server::tls::{Tls, TlsFiles};
 use fencelock_wire::Limits;
 use tokio::net::TcpListener;
 
@@ -47,6 +50,13 @@ pub struct Args {
     /// How often expired leases are purged and logged.
     #[arg(long, env = "FENCELOCK_PURGE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     purge_interval: Duration,
+    /// Serve HTTPS with this certificate (PEM: the server's certificate, then any
+    /// intermediates); needs --tls-key. Read again on SIGHUP.
+    #[arg(long, env = "FENCELOCK_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM). Read again on SIGHUP.
+    #[arg(long, env = "FENCELOCK_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 impl Args {
@@ -74,8 +84,23 @@ impl Args {
             max_connections: self.max_connections,
             max_waiters: self.max_waiters,
             purge_interval: self.purge_interval,
+            tls: self.tls()?,
             ..Config::default()
         })
+    }
+
+    /// TLS from `--tls-cert` and `--tls-key`, or none. Clap makes sure they come together.
+    fn tls(&self) -> Result<Option<Tls>, String> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let files = TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        };
+        Tls::load(files)
+            .map(Some)
+            .map_err(|e| format!("cannot serve TLS: {e}"))
     }
 }
 
@@ -102,6 +127,7 @@ fn store_help() -> String {
 async fn serve(args: Args) -> Result<(), String> {
     let config = args.config()?;
     let shutdown = shutdown_signal()?;
+    reload_on_hangup(config.tls.clone())?;
     let store = fencelock_stores::open(&args.store)
         .await
         .map_err(|e| e.to_string())?;
@@ -109,7 +135,8 @@ async fn serve(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
-    tracing::info!(%address, store = %args.store, "fencelock is serving");
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    tracing::info!(%address, %scheme, store = %args.store, "fencelock is serving");
     fencelock_server::serve(listener, store, config, shutdown)
         .await
         .map_err(|e| format!("server failed: {e}"))?;
@@ -131,6 +158,27 @@ fn shutdown_signal() -> Result<impl Future<Output = ()>, String> {
             _ = interrupt.recv() => tracing::info!("Ctrl-C received"),
         }
     })
+}
+
+/// Reloads what can be reloaded on every SIGHUP from now on: the TLS certificate and key.
+/// Something that cannot be loaded keeps what was there and is logged. Registered before the
+/// server says it is serving, so a SIGHUP never ends it (the default action) once it is.
+fn reload_on_hangup(tls: Option<Tls>) -> Result<(), String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = signal(SignalKind::hangup()).map_err(|e| format!("cannot listen for SIGHUP: {e}"))?;
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            tracing::info!("SIGHUP received: reloading");
+            let Some(tls) = &tls else { continue };
+            match tls.reload() {
+                Ok(()) => tracing::info!(cert = %tls.files().cert.display(), "TLS certificate reloaded"),
+                Err(error) => {
+                    tracing::warn!(%error, "TLS certificate not reloaded: still serving the previous one")
+                }
+            }
+        }
+    });
+    Ok(())
 }
 
 #[cfg(test)]
