@@ -189,46 +189,33 @@ fn a_client_that_never_finishes_its_handshake_gives_its_place_back() {
 #[test]
 fn serve_takes_a_whole_tls_pair_or_says_what_is_wrong() {
     let certs = Certs::signed_by(&TestCa::new("ca"));
-    let half = run(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--store",
-        "memory://",
-        "--tls-cert",
-        path(&certs.cert),
-    ]);
+    let serve = |tls: &[&str]| {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--store", "memory://"];
+        args.extend_from_slice(tls);
+        run(&args)
+    };
+    let half = serve(&["--tls-cert", path(&certs.cert)]);
     assert_eq!(half.code, Some(2), "{half:?}");
     assert!(half.stderr.contains("--tls-key"), "{half:?}");
-    let swapped = run(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--store",
-        "memory://",
-        "--tls-cert",
-        path(&certs.key),
-        "--tls-key",
-        path(&certs.cert),
-    ]);
+    let swapped = serve(&["--tls-cert", path(&certs.key), "--tls-key", path(&certs.cert)]);
     assert_eq!(swapped.code, Some(1), "{swapped:?}");
     assert!(swapped.stderr.contains("cannot serve TLS"), "{swapped:?}");
     assert!(swapped.stderr.contains("holds no PEM certificate"), "{swapped:?}");
-    let missing = run(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--store",
-        "memory://",
-        "--tls-cert",
-        "/no/such/cert.pem",
-        "--tls-key",
-        path(&certs.key),
-    ]);
+    let missing = serve(&["--tls-cert", "/no/such/cert.pem", "--tls-key", path(&certs.key)]);
     assert_eq!(missing.code, Some(1), "{missing:?}");
     assert!(
         missing.stderr.contains("cannot read /no/such/cert.pem"),
         "{missing:?}"
+    );
+    let other_key = certs.dir.path().join("other-key.pem");
+    TestCa::new("ca")
+        .server_cert()
+        .write(&certs.dir.path().join("other-cert.pem"), &other_key);
+    let mismatched = serve(&["--tls-cert", path(&certs.cert), "--tls-key", path(&other_key)]);
+    assert_eq!(mismatched.code, Some(1), "{mismatched:?}");
+    assert!(
+        mismatched.stderr.contains("cannot serve the certificate"),
+        "{mismatched:?}"
     );
 }
 
@@ -342,18 +329,13 @@ fn run_hands_its_command_the_fencing_token_but_not_the_auth_token() {
     assert!(exported.stdout.trim().ends_with("|exported"), "{exported:?}");
 }
 
-fn problem(status: u16, slug: &str, detail: &str) -> String {
-    format!(
-        r#"{{"type":"urn:fencelock:problem:{slug}","title":"t","status":{status},"detail":"{detail}","instance":"/"}}"#
-    )
-}
-
 #[test]
 fn a_server_that_refuses_the_client_exits_2_or_3_saying_why() {
-    let unknown = Canned::start(
+    let unknown = Canned::problem(
         "401 Unauthorized",
         &[("WWW-Authenticate", "Bearer")],
-        &problem(401, "unauthorized", "who?"),
+        "unauthorized",
+        "who?",
     );
     let refused = run(&["acquire", "r", "--owner", "a", "--server", &unknown.url()]);
     assert_eq!(refused.code, Some(2), "{refused:?}");
@@ -366,11 +348,7 @@ fn a_server_that_refuses_the_client_exits_2_or_3_saying_why() {
         "{refused:?}"
     );
 
-    let no_right = Canned::start(
-        "403 Forbidden",
-        &[],
-        &problem(403, "no-right", "billing may not lock r"),
-    );
+    let no_right = Canned::problem("403 Forbidden", &[], "no-right", "billing may not lock r");
     let url = no_right.url();
     for command in ["acquire", "release"] {
         let args = [command, "r", "--owner", "a", "--server", &url];
@@ -382,10 +360,11 @@ fn a_server_that_refuses_the_client_exits_2_or_3_saying_why() {
         );
     }
 
-    let limited = Canned::start(
+    let limited = Canned::problem(
         "429 Too Many Requests",
         &[("Retry-After", "7")],
-        &problem(429, "too-many", "slow down"),
+        "too-many",
+        "slow down",
     );
     let refused = run(&["status", "r", "--server", &limited.url()]);
     assert_eq!(refused.code, Some(3), "{refused:?}");
@@ -418,7 +397,7 @@ fn release_force_frees_a_name_whoever_holds_it() {
     );
     assert!(request.ends_with("{\"force\":true}"), "{request}");
 
-    let nothing = Canned::start("404 Not Found", &[], &problem(404, "not-found", "nothing"));
+    let nothing = Canned::problem("404 Not Found", &[], "not-found", "nothing");
     let json = run(&["release", "jobs", "--force", "--json", "--server", &nothing.url()]);
     assert_eq!(json.code, Some(1), "{json:?}");
     assert_eq!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{TestServer, owner, resource, ttl};
 use fencelock_client::{
-    AcquireError, AuthToken, CaCertificates, ForceOutcome, HoldKind, HttpOptions, Key, ListQuery,
+    AcquireError, AuthToken, CaCertificates, Client, ForceOutcome, HoldKind, HttpOptions, Key, ListQuery,
     ReleaseOutcome, StoreError, connect_with,
 };
 use fencelock_server::Config;
@@ -128,23 +128,21 @@ async fn the_auth_token_goes_with_every_request_and_only_when_given() {
     );
 }
 
-fn problem(status: u16, slug: &str, detail: &str) -> String {
-    format!(
-        r#"{{"type":"urn:fencelock:problem:{slug}","title":"t","status":{status},"detail":"{detail}","instance":"/locks/r"}}"#
-    )
+/// A client of `canned`, with no token.
+async fn client_of(canned: &Canned) -> Client {
+    connect_with(&canned.url(), HttpOptions::default()).await.unwrap()
 }
 
 #[tokio::test]
 async fn a_server_refusing_the_client_answers_errors_that_say_why() {
     let r = resource("r");
-    let unauthorized = Canned::start(
+    let unauthorized = Canned::problem(
         "401 Unauthorized",
         &[("WWW-Authenticate", "Bearer")],
-        &problem(401, "unauthorized", "no valid bearer token"),
+        "unauthorized",
+        "no valid bearer token",
     );
-    let client = connect_with(&unauthorized.url(), HttpOptions::default())
-        .await
-        .unwrap();
+    let client = client_of(&unauthorized).await;
     let error = client.get(&r).await.unwrap_err();
     assert!(matches!(error, StoreError::Unauthenticated(_)), "{error:?}");
     assert!(error.to_string().contains("missing or unknown"), "{error}");
@@ -155,10 +153,8 @@ async fn a_server_refusing_the_client_answers_errors_that_say_why() {
     );
 
     let right = "principal billing has no lock right on r";
-    let no_right = Canned::start("403 Forbidden", &[], &problem(403, "no-right", right));
-    let client = connect_with(&no_right.url(), HttpOptions::default())
-        .await
-        .unwrap();
+    let no_right = Canned::problem("403 Forbidden", &[], "no-right", right);
+    let client = client_of(&no_right).await;
     for error in [
         client
             .try_acquire(&r, &owner("a"), ttl(1000))
@@ -180,23 +176,20 @@ async fn a_server_refusing_the_client_answers_errors_that_say_why() {
         assert_eq!(error, format!("not allowed: {right}"));
     }
     // The 403 of another owner's lease is still an outcome.
-    let lease_of_another = Canned::start("403 Forbidden", &[], &problem(403, "forbidden", "held by b"));
-    let client = connect_with(&lease_of_another.url(), HttpOptions::default())
-        .await
-        .unwrap();
+    let lease_of_another = Canned::problem("403 Forbidden", &[], "forbidden", "held by b");
+    let client = client_of(&lease_of_another).await;
     assert_eq!(
         client.release(&r, &owner("a"), None).await.unwrap(),
         ReleaseOutcome::Forbidden
     );
 
-    let limited = Canned::start(
+    let limited = Canned::problem(
         "429 Too Many Requests",
         &[("Retry-After", "7")],
-        &problem(429, "too-many-requests", "slow down"),
+        "too-many-requests",
+        "slow down",
     );
-    let client = connect_with(&limited.url(), HttpOptions::default())
-        .await
-        .unwrap();
+    let client = client_of(&limited).await;
     match client.get(&r).await.unwrap_err() {
         StoreError::RateLimited { retry_after, detail } => {
             assert_eq!(
@@ -233,22 +226,14 @@ async fn force_release_sends_force_and_reads_204_and_404() {
     );
     assert!(request.ends_with("\r\n\r\n{\"force\":true}"), "{request}");
 
-    let nothing = Canned::start("404 Not Found", &[], &problem(404, "not-found", "nothing held"));
-    let client = connect_with(&nothing.url(), HttpOptions::default())
-        .await
-        .unwrap();
+    let nothing = Canned::problem("404 Not Found", &[], "not-found", "nothing held");
+    let client = client_of(&nothing).await;
     let outcome = client.force_release(&Key::lock(&jobs)).await.unwrap();
     assert_eq!(outcome, ForceOutcome::NotFound);
     assert!(nothing.requests()[0].starts_with("DELETE /locks/jobs HTTP/1.1\r\n"));
 
-    let not_admin = Canned::start(
-        "403 Forbidden",
-        &[],
-        &problem(403, "no-right", "no admin right on jobs"),
-    );
-    let client = connect_with(&not_admin.url(), HttpOptions::default())
-        .await
-        .unwrap();
+    let not_admin = Canned::problem("403 Forbidden", &[], "no-right", "no admin right on jobs");
+    let client = client_of(&not_admin).await;
     let error = client.force_release(&Key::lock(&jobs)).await.unwrap_err();
     assert!(
         matches!(error, StoreError::NotAllowed(ref d) if d == "no admin right on jobs"),

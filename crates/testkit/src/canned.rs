@@ -45,6 +45,16 @@ impl Canned {
         Self { port, requests }
     }
 
+    /// A server answering `status` (e.g. `403 Forbidden`) with `headers` and the problem
+    /// `urn:fencelock:problem:SLUG` that says `detail`.
+    pub fn problem(status: &str, headers: &[(&str, &str)], slug: &str, detail: &str) -> Self {
+        let code = status.split(' ').next().unwrap_or_default();
+        let body = format!(
+            r#"{{"type":"urn:fencelock:problem:{slug}","title":"{status}","status":{code},"detail":"{detail}","instance":"/"}}"#
+        );
+        Self::start(status, headers, &body)
+    }
+
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
