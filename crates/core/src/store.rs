@@ -261,6 +261,24 @@ pub enum StoreError {
     /// The store holds data it cannot read, or broke an invariant (e.g. tokens exhausted).
     #[error("store is corrupt: {0}")]
     Corrupt(String),
+    /// A server knows no principal for the caller: no token was sent, or one it does not know
+    /// (HTTP 401). Nothing was changed.
+    #[error("not authenticated: {0}")]
+    Unauthenticated(String),
+    /// A server's principal for the caller lacks the right the call needs on that name
+    /// (`read`, `lock` or `admin`; HTTP 403). Nothing was changed.
+    #[error("not allowed: {0}")]
+    NotAllowed(String),
+    /// A server refused the caller for sending too many requests (HTTP 429). Nothing was
+    /// changed: the same call may be answered after `retry_after`.
+    #[error("too many requests: {detail} (try again in {retry_after:?})")]
+    RateLimited {
+        /// How long the server asked the caller to wait (its `Retry-After`; 1 s if it did
+        /// not say).
+        retry_after: Duration,
+        /// What the server said.
+        detail: String,
+    },
 }
 
 impl StoreError {

@@ -8,6 +8,7 @@ use fencelock_wire::Limits;
 
 use crate::auth::{Keyring, Limiter, RateLimit};
 use crate::metrics::Metrics;
+use crate::tls::Tls;
 
 /// How the server behaves; every field has the SPEC's default.
 #[derive(Debug, Clone)]
@@ -41,6 +42,9 @@ pub struct Config {
     /// The request rate of each principal (of all callers together without `auth`); `None`:
     /// unlimited.
     pub rate_limit: Option<RateLimit>,
+    /// HTTPS with this certificate, or plain HTTP (`None`). The handle stays the caller's
+    /// too: [`Tls::reload`] on it changes the certificate of new connections.
+    pub tls: Option<Tls>,
 }
 
 impl Default for Config {
@@ -57,6 +61,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(3),
             auth: None,
             rate_limit: None,
+            tls: None,
         }
     }
 }

@@ -25,16 +25,24 @@
 //! - [`Redis`]: in memory only; [`shared_redis`] for one per test binary.
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
 //! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
-//!   closing anything (a broken network, a hung host).
+//!   closing anything (a broken network, a hung host); it keeps what clients sent, to look
+//!   at the headers of their requests.
+//! - [`Canned`]: an HTTP server that gives every request the same answer (a 401, a 429, …)
+//!   and keeps the requests.
+//! - [`tls`]: a CA made by the test ([`TestCa`]) and server certificates it signs.
 
+mod canned;
 mod etcd;
 pub mod fixtures;
 mod postgres;
 mod process;
 mod proxy;
 mod redis;
+pub mod tls;
 
+pub use canned::Canned;
 pub use etcd::{Etcd, EtcdCluster, shared_etcd};
 pub use postgres::{Postgres, shared_postgres};
 pub use proxy::Proxy;
 pub use redis::{Redis, shared_redis};
+pub use tls::{ServerCert, TestCa};

@@ -1,5 +1,5 @@
 //! `fencelock serve`: runs the server until SIGTERM or Ctrl-C; SIGHUP reads the
-//! authentication file again.
+//! authentication file and the TLS certificate again.
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -11,6 +11,7 @@ use fencelock_core::Ttl;
 use fencelock_server::Config;
 use fencelock_server::auth::{AuthFile, Keyring, RateLimit};
 use fencelock_server::listener::MIN_HEADER_BYTES;
+use fencelock_server::tls::{Tls, TlsFiles};
 use fencelock_wire::Limits;
 use tokio::net::TcpListener;
 
@@ -73,6 +74,13 @@ pub struct Args {
     /// one is answered 431.
     #[arg(long, env = "FENCELOCK_MAX_HEADER_BYTES", default_value_t = 16_384)]
     max_header_bytes: usize,
+    /// Serve HTTPS with this certificate (PEM: the server's certificate, then any
+    /// intermediates); needs --tls-key. Read again on SIGHUP.
+    #[arg(long, env = "FENCELOCK_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM). Read again on SIGHUP.
+    #[arg(long, env = "FENCELOCK_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 impl Args {
@@ -110,6 +118,7 @@ impl Args {
             max_connections: self.max_connections,
             max_waiters: self.max_waiters,
             purge_interval: self.purge_interval,
+            tls: self.tls()?,
             ..Config::default()
         })
     }
@@ -141,6 +150,20 @@ impl Args {
         let file = AuthFile::load(path).map_err(|e| format!("--auth {}: {e}", path.display()))?;
         Ok(Some((path.clone(), Keyring::new(file))))
     }
+
+    /// TLS from `--tls-cert` and `--tls-key`, or none. Clap makes sure they come together.
+    fn tls(&self) -> Result<Option<Tls>, String> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let files = TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        };
+        Tls::load(files)
+            .map(Some)
+            .map_err(|e| format!("cannot serve TLS: {e}"))
+    }
 }
 
 /// Runs the server; exit 0 after a clean shutdown, 1 if it cannot start.
@@ -169,7 +192,10 @@ async fn serve(args: Args) -> Result<(), String> {
     let auth = args.auth()?;
     config.auth = auth.as_ref().map(|(_, keyring)| keyring.clone());
     let shutdown = shutdown_signal()?;
-    let reloads = reload_on_hangup(Reload { auth })?;
+    let reloads = reload_on_hangup(Reload {
+        auth,
+        tls: config.tls.clone(),
+    })?;
     let store = fencelock_stores::open(&args.store)
         .await
         .map_err(|e| e.to_string())?;
@@ -178,7 +204,8 @@ async fn serve(args: Args) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     let principals = config.auth.as_ref().map(|keyring| keyring.current().len());
-    tracing::info!(%address, store = %args.store, principals, "fencelock is serving");
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    tracing::info!(%address, %scheme, store = %args.store, principals, "fencelock is serving");
     tokio::spawn(reloads);
     fencelock_server::serve(listener, store, config, shutdown)
         .await
@@ -207,36 +234,45 @@ fn shutdown_signal() -> Result<impl Future<Output = ()>, String> {
 struct Reload {
     /// The authentication file and the keyring it is put in.
     auth: Option<(PathBuf, Keyring)>,
+    /// The TLS certificate and key, read again for new connections.
+    tls: Option<Tls>,
 }
 
 impl Reload {
     /// Reads every file again; one that does not pass its checks is logged, and the one in
     /// force kept.
     fn run(&self) {
-        let Some((path, keyring)) = &self.auth else {
-            return;
-        };
-        // A small file, read once per SIGHUP: not worth a blocking thread.
-        match AuthFile::load(path) {
-            Ok(file) => {
-                let principals = file.len();
-                keyring.replace(file);
-                tracing::info!(path = %path.display(), principals, "authentication file read again");
+        if let Some((path, keyring)) = &self.auth {
+            // A small file, read once per SIGHUP: not worth a blocking thread.
+            match AuthFile::load(path) {
+                Ok(file) => {
+                    let principals = file.len();
+                    keyring.replace(file);
+                    tracing::info!(path = %path.display(), principals, "authentication file read again");
+                }
+                Err(error) => tracing::warn!(path = %path.display(), %error,
+                    "authentication file not read again: keeping the one in force"),
             }
-            Err(error) => tracing::warn!(path = %path.display(), %error,
-                "authentication file not read again: keeping the one in force"),
+        }
+        if let Some(tls) = &self.tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!(cert = %tls.files().cert.display(), "TLS certificate reloaded"),
+                Err(error) => {
+                    tracing::warn!(%error, "TLS certificate not reloaded: still serving the previous one")
+                }
+            }
         }
     }
 }
 
-/// Listens for SIGHUP from now on (so that one never ends the process), and reads `reload`
-/// again on each: the returned future runs until the process ends.
+/// Listens for SIGHUP from now on (so that one never ends the process, its default action),
+/// and reads `reload` again on each: the returned future runs until the process ends.
 fn reload_on_hangup(reload: Reload) -> Result<impl Future<Output = ()>, String> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangup = signal(SignalKind::hangup()).map_err(|e| format!("cannot listen for SIGHUP: {e}"))?;
     Ok(async move {
         while hangup.recv().await.is_some() {
-            tracing::info!("SIGHUP received");
+            tracing::info!("SIGHUP received: reading the files again");
             reload.run();
         }
     })
