@@ -14,14 +14,19 @@ pub enum Format {
     Json,
 }
 
-/// Logs to standard error at the level of `RUST_LOG` (default `info`). Keep the guard until
+/// What is logged when `RUST_LOG` is not set.
+const DEFAULT_FILTER: &str = "info,rustls_platform_verifier=off";
+
+/// Logs to standard error at the level of `RUST_LOG` (default: `info`, without the
+/// certificate verifier's own line for a TLS failure, which the command's error already
+/// says in full). Keep the guard until
 /// the process ends: dropping it writes out what is still queued.
 ///
 /// Lines are written by a thread of their own, so that a request never waits for standard
 /// error (a slow terminal or pipe). Nothing is dropped: when the queue is full, the logging
 /// call waits for room instead — every grant and release is logged.
 pub fn init(format: Format) -> WorkerGuard {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let (writer, guard) = NonBlockingBuilder::default()
         .lossy(false)
         .thread_name("fencelock-log")
