@@ -16,6 +16,7 @@ use futures_util::FutureExt;
 use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 
+use crate::access::CaCertificates;
 use crate::guard::{GuardOptions, Held, HoldGuard, InvalidGuardOptions, LeaseGuard, LostReason, Timing};
 use crate::http::{HttpOptions, HttpStore, InvalidServerAddress};
 
@@ -38,6 +39,14 @@ pub enum ConnectError {
     /// A server address that cannot be used.
     #[error(transparent)]
     Server(#[from] InvalidServerAddress),
+    /// An environment variable [`connect`] reads holds something it cannot use.
+    #[error("{variable}: {message}")]
+    Environment {
+        /// The variable.
+        variable: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A store address that is invalid, or a store that refused to open.
     #[cfg(feature = "direct")]
     #[error(transparent)]
@@ -56,11 +65,11 @@ pub enum ConnectError {
 }
 
 impl ConnectError {
-    /// Whether the address itself is wrong (as opposed to a store that could not be
-    /// opened): worth telling apart for exit codes.
+    /// Whether the address itself, or what the environment gives with it, is wrong (as
+    /// opposed to a store that could not be opened): worth telling apart for exit codes.
     pub fn is_bad_address(&self) -> bool {
         match self {
-            Self::Server(_) | Self::NoDirect { .. } => true,
+            Self::Server(_) | Self::NoDirect { .. } | Self::Environment { .. } => true,
             #[cfg(feature = "direct")]
             Self::UnsupportedScheme { .. } => true,
             #[cfg(feature = "direct")]
@@ -205,6 +214,10 @@ pub struct Client {
 ///   served among this client's callers only, and wakes when the holder's lease ends or it
 ///   is released through this process.
 ///
+/// For a server, the bearer token is read from [`AUTH_TOKEN_VAR`] (`FENCELOCK_AUTH_TOKEN`)
+/// and the CAs to trust from the PEM file [`CACERT_VAR`] (`FENCELOCK_CACERT`) names, where
+/// they are set, as the commands read them; [`connect_with`] takes them in code instead.
+///
 /// Must be called within a Tokio runtime.
 ///
 /// ```
@@ -217,7 +230,57 @@ pub struct Client {
 /// # }
 /// ```
 pub async fn connect(address: &str) -> Result<Client, ConnectError> {
-    connect_with(address, HttpOptions::default()).await
+    let options = if is_server(address) {
+        options_from(|name| std::env::var_os(name))?
+    } else {
+        HttpOptions::default()
+    };
+    connect_with(address, options).await
+}
+
+/// Whether `address` is a fencelock server's (`http://`, `https://`) rather than a store's.
+fn is_server(address: &str) -> bool {
+    address.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")
+    })
+}
+
+/// The environment variable [`connect`] reads the bearer token from, as the commands do.
+pub const AUTH_TOKEN_VAR: &str = "FENCELOCK_AUTH_TOKEN";
+
+/// The environment variable [`connect`] reads the path of the CAs to trust from (PEM), as
+/// the commands do.
+pub const CACERT_VAR: &str = "FENCELOCK_CACERT";
+
+/// The default [`HttpOptions`], with the token of [`AUTH_TOKEN_VAR`] and the CAs of the file
+/// [`CACERT_VAR`] names, where `env` has them set (as Consul's client reads
+/// `CONSUL_HTTP_TOKEN`).
+fn options_from(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<HttpOptions, ConnectError> {
+    let var = |name: &'static str| env(name).filter(|v| !v.is_empty());
+    let invalid = |variable: &'static str, message: String| ConnectError::Environment { variable, message };
+    let auth_token = var(AUTH_TOKEN_VAR)
+        .map(|token| {
+            let token = token
+                .to_str()
+                .ok_or_else(|| invalid(AUTH_TOKEN_VAR, "is not UTF-8".into()))?;
+            token
+                .parse()
+                .map_err(|e: crate::InvalidAuthToken| invalid(AUTH_TOKEN_VAR, e.to_string()))
+        })
+        .transpose()?;
+    let ca_certificates = var(CACERT_VAR)
+        .map(|path| {
+            let pem = std::fs::read(&path)
+                .map_err(|e| invalid(CACERT_VAR, format!("cannot read {}: {e}", path.display())))?;
+            CaCertificates::from_pem(&pem)
+                .map_err(|e| invalid(CACERT_VAR, format!("{}: {e}", path.display())))
+        })
+        .transpose()?;
+    Ok(HttpOptions {
+        auth_token,
+        ca_certificates,
+        ..HttpOptions::default()
+    })
 }
 
 /// [`connect`], with `options` for a server: the CAs to trust for `https://`, a bearer token
@@ -244,10 +307,7 @@ pub async fn connect(address: &str) -> Result<Client, ConnectError> {
 /// # }
 /// ```
 pub async fn connect_with(address: &str, options: HttpOptions) -> Result<Client, ConnectError> {
-    let scheme = address
-        .split_once("://")
-        .map(|(scheme, _)| scheme.to_ascii_lowercase());
-    if matches!(scheme.as_deref(), Some("http" | "https")) {
+    if is_server(address) {
         return Ok(Client::from_http(HttpStore::with_options(address, options)?));
     }
     #[cfg(feature = "direct")]
@@ -712,5 +772,49 @@ pub async fn with_lock<T>(
     match outcome {
         Ok(value) => Ok(value),
         Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::ffi::OsString;
+
+    use super::*;
+
+    /// The options [`connect`] would read from an environment of `vars`.
+    fn options(vars: &[(&str, OsString)]) -> Result<HttpOptions, ConnectError> {
+        let vars: HashMap<&str, OsString> = vars.iter().cloned().collect();
+        options_from(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn connect_reads_the_token_and_the_cas_from_the_environment_as_the_commands_do() {
+        let none = options(&[]).unwrap();
+        assert!(none.auth_token.is_none() && none.ca_certificates.is_none());
+        let empty = options(&[(AUTH_TOKEN_VAR, "".into()), (CACERT_VAR, "".into())]).unwrap();
+        assert!(
+            empty.auth_token.is_none() && empty.ca_certificates.is_none(),
+            "empty is unset"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let ca = fencelock_testkit::TestCa::new("connect").write(dir.path(), "ca.pem");
+        let set = options(&[(AUTH_TOKEN_VAR, "abc123".into()), (CACERT_VAR, ca.into())]).unwrap();
+        assert!(set.auth_token.is_some() && set.ca_certificates.is_some());
+
+        let bad_token = options(&[(AUTH_TOKEN_VAR, "a b".into())]).unwrap_err();
+        assert!(bad_token.is_bad_address());
+        assert!(
+            bad_token.to_string().starts_with("FENCELOCK_AUTH_TOKEN: "),
+            "{bad_token}"
+        );
+        let missing = dir.path().join("nowhere.pem");
+        let no_file = options(&[(CACERT_VAR, missing.clone().into())]).unwrap_err();
+        let message = no_file.to_string();
+        assert!(
+            message.starts_with("FENCELOCK_CACERT: cannot read ") && message.contains("nowhere.pem"),
+            "{message}"
+        );
     }
 }

@@ -90,7 +90,9 @@ pub mod guard;
 pub mod http;
 
 pub use access::{AuthToken, CaCertificates, InvalidAuthToken, InvalidCaCertificate};
-pub use client::{AcquireError, Client, ConnectError, connect, connect_with, with_lock};
+pub use client::{
+    AUTH_TOKEN_VAR, AcquireError, CACERT_VAR, Client, ConnectError, connect, connect_with, with_lock,
+};
 pub use fencelock_core::{
     AcquireOutcome, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome, HoldPage, Key,
     Kind, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError,
