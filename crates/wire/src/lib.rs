@@ -34,5 +34,5 @@ pub use hold::{
     SemaphoreListResponse,
 };
 pub use outcome::{Judged, Label, Op, Outcome};
-pub use parse::{Acquire, AcquireHold, Limits, Release, Renew};
+pub use parse::{Acquire, AcquireHold, BadBody, Limits, Release, Renew};
 pub use problem::{FieldError, Problem, ProblemKind};
