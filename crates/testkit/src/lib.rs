@@ -24,11 +24,13 @@
 //!   [`EtcdCluster::leader`].
 //! - [`Redis`]: in memory only; [`shared_redis`] for one per test binary.
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
+//! - [`fuzz`]: the bounded configuration, strategies and naming model of the fuzz targets.
 //! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
 //!   closing anything (a broken network, a hung host).
 
 mod etcd;
 pub mod fixtures;
+pub mod fuzz;
 mod postgres;
 mod process;
 mod proxy;
