@@ -4,6 +4,7 @@ use fencelock_core::model::MAX_NAME_BYTES;
 use fencelock_core::{FencingToken, InvalidName, Lease, Owner, Principal, Resource, Timestamp};
 
 use serde::{Deserialize, Serialize};
+use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
@@ -178,7 +179,7 @@ pub(crate) fn acquire_schema_with(
     more: impl FnOnce(ObjectBuilder) -> ObjectBuilder,
 ) -> RefOr<Schema> {
     let limits = Limits::default();
-    more(request_schema(
+    more(exactly_one_ttl(request_schema(
         description,
         &format!("Who asks; trimmed of white space, 1 to {MAX_NAME_BYTES} bytes, no control characters."),
         vec![
@@ -195,8 +196,20 @@ pub(crate) fn acquire_schema_with(
                 limits.wait_ms(),
             ),
         ],
-    ))
+    )))
     .into()
+}
+
+/// `object`, which takes exactly one of `ttl_seconds` and `ttl_ms` (JSON Schema's `oneOf`
+/// of the two `required`s: neither, or both, matches no branch, or two). utoipa's object has
+/// no `oneOf`, and writes its extensions as they are, so it goes in there.
+fn exactly_one_ttl(object: ObjectBuilder) -> ObjectBuilder {
+    let mut members = Extensions::default();
+    members.insert(
+        "oneOf".to_owned(),
+        serde_json::json!([{"required": [fields::TTL_SECONDS]}, {"required": [fields::TTL_MS]}]),
+    );
+    object.extensions(Some(members))
 }
 
 /// [`acquire_schema_with`] one more required integer field.
@@ -226,7 +239,7 @@ impl PartialSchema for ReleaseRequest {
 impl PartialSchema for RenewRequest {
     fn schema() -> RefOr<Schema> {
         let limits = Limits::default();
-        request_schema(
+        exactly_one_ttl(request_schema(
             "`POST /locks/{resource}/renew`, `/semaphores/{name}/renew` or `/rwlocks/{name}/renew`: renew the owner's lease, permit or hold. Exactly one of `ttl_seconds` and `ttl_ms`.",
             "The owner of the lease.",
             vec![
@@ -234,7 +247,7 @@ impl PartialSchema for RenewRequest {
                 ttl_ms("The new TTL from now, in whole milliseconds", &limits),
                 token("renewal"),
             ],
-        )
+        ))
         .into()
     }
 }

@@ -270,6 +270,22 @@ mod tests {
         }
         assert_eq!(schema["properties"][OWNER]["maxLength"], json!(MAX_NAME_BYTES));
         assert_eq!(schema["required"], json!([OWNER]));
+        let exactly_one_ttl = json!([{"required": [TTL_SECONDS]}, {"required": [TTL_MS]}]);
+        assert_eq!(schema["oneOf"], exactly_one_ttl);
+        assert_eq!(
+            serde_json::to_value(RenewRequest::schema()).unwrap()["oneOf"],
+            exactly_one_ttl
+        );
+        assert_eq!(
+            serde_json::to_value(SemaphoreAcquireRequest::schema()).unwrap()["oneOf"],
+            exactly_one_ttl
+        );
+        assert!(
+            serde_json::to_value(ReleaseRequest::schema())
+                .unwrap()
+                .get("oneOf")
+                .is_none()
+        );
         let schema = serde_json::to_value(SemaphoreAcquireRequest::schema()).unwrap();
         let limit = &schema["properties"][LIMIT];
         assert_eq!(
