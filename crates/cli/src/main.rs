@@ -32,7 +32,8 @@ enum Command {
     /// Renew a lease and print it as JSON (exit 0 renewed, 1 not found, forbidden or token
     /// conflict).
     Renew(cmd::renew::Args),
-    /// Release a lease (exit 0 released, 1 not found, forbidden or token conflict).
+    /// Release a lease (exit 0 released, 1 not found, forbidden or token conflict); with
+    /// --force, whoever holds it (an administrator's release).
     Release(cmd::release::Args),
     /// Show the live lease on a resource, or a semaphore's permits or a read-write lock's
     /// holds with --kind (exit 0 held, 1 free).
@@ -46,6 +47,9 @@ enum Command {
     /// Load generator: acquire/release cycles against a server or a store, with latency
     /// percentiles.
     Bench(cmd::bench::Args),
+    /// Tokens for a server with authentication on (`serve --auth FILE`).
+    #[command(subcommand)]
+    Auth(cmd::auth::Command),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
             Command::List(args) => cmd::list::run(args).await,
             Command::Run(args) => cmd::run::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
+            Command::Auth(command) => cmd::auth::run(command),
         }
     })
 }

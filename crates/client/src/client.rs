@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Busy, Claim, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Lease, LeasePage,
-    ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Ttl, Waiters,
+    AcquireOutcome, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome, HoldPage, Key,
+    Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Ttl,
+    Waiters,
 };
 #[cfg(feature = "direct")]
 use fencelock_stores::OpenError;
@@ -16,7 +17,7 @@ use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 
 use crate::guard::{GuardOptions, Held, HoldGuard, InvalidGuardOptions, LeaseGuard, LostReason, Timing};
-use crate::http::{HttpStore, InvalidServerAddress};
+use crate::http::{HttpOptions, HttpStore, InvalidServerAddress};
 
 /// The longest wait the client will count: longer waits are this (some ten years), which
 /// keeps deadline arithmetic from overflowing.
@@ -216,11 +217,38 @@ pub struct Client {
 /// # }
 /// ```
 pub async fn connect(address: &str) -> Result<Client, ConnectError> {
+    connect_with(address, HttpOptions::default()).await
+}
+
+/// [`connect`], with `options` for a server: the CAs to trust for `https://`, a bearer token
+/// for a server with authentication on, timeouts (see [`HttpOptions`]). A store address
+/// takes no options: they are ignored there (a store has neither TLS nor a server's
+/// principals).
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use fencelock_client::{CaCertificates, HttpOptions, connect_with};
+///
+/// let options = HttpOptions {
+///     // The CA that signed the server's certificate (`fencelock serve --tls-cert`).
+///     ca_certificates: Some(CaCertificates::from_pem(&std::fs::read("/etc/fencelock/ca.pem")?)?),
+///     // As `fencelock auth new-token billing` printed it.
+///     auth_token: Some(std::fs::read_to_string("/etc/fencelock/billing.token")?.parse()?),
+///     ..HttpOptions::default()
+/// };
+/// let client = connect_with("https://locks.internal:7070", options).await?;
+/// let lease = client.get(&"payment:42".parse()?).await?;
+/// # drop(lease);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn connect_with(address: &str, options: HttpOptions) -> Result<Client, ConnectError> {
     let scheme = address
         .split_once("://")
         .map(|(scheme, _)| scheme.to_ascii_lowercase());
     if matches!(scheme.as_deref(), Some("http" | "https")) {
-        return Ok(Client::from_http(HttpStore::new(address)?));
+        return Ok(Client::from_http(HttpStore::with_options(address, options)?));
     }
     #[cfg(feature = "direct")]
     return match fencelock_stores::open(address).await {
@@ -593,6 +621,14 @@ impl Client {
         token: Option<FencingToken>,
     ) -> Result<RenewOutcome, StoreError> {
         self.store.renew(resource, owner, ttl, token).await
+    }
+
+    /// Ends every live lease, permit or hold of `key`, whoever holds it — an administrator's
+    /// release (through a server with authentication on, it needs the `admin` right on the
+    /// name: else [`StoreError::NotAllowed`]). `NotFound` if nothing was held. A server does
+    /// not say which leases it ended: through one, `Released` carries none.
+    pub async fn force_release(&self, key: &Key) -> Result<ForceOutcome, StoreError> {
+        self.store.force_release(key).await
     }
 
     /// Whether the server (and its store), or the store, answers.

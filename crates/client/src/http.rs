@@ -7,31 +7,40 @@
 //! [`fencelock_wire::outcome`] and [`ProblemKind::from_status`], the translator and the status
 //! table the server uses too (a 409 whose problem is a `limit-mismatch` is
 //! [`HoldOutcome::LimitMismatch`], read back by [`outcome::decode_limit_mismatch`]). A server
-//! that cannot be reached, times out or answers 503 is [`StoreError::Unavailable`]; a request
-//! the server refuses as invalid (422, 400, 413, 415) is [`StoreError::Invalid`].
+//! that cannot be reached, times out, fails the TLS handshake or answers 503 is
+//! [`StoreError::Unavailable`]; a request the server refuses as invalid (422, 400, 413, 415)
+//! is [`StoreError::Invalid`]. A server with authentication on answers 401 for a missing or
+//! unknown token ([`StoreError::Unauthenticated`]), 403 for a right the caller lacks
+//! ([`StoreError::NotAllowed`], told apart from a lease of another owner by the problem's
+//! type) and 429 when the caller sends too much ([`StoreError::RateLimited`], with its
+//! `Retry-After`).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Lease,
-    LeasePage, ListQuery, LockStore, Owner, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource,
-    StoreError, Ttl,
+    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
+    HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseNotice, ReleaseOutcome,
+    RenewOutcome, Resource, StoreError, Ttl,
 };
 use fencelock_wire::body::InvalidLease;
 use fencelock_wire::hold::collection;
 use fencelock_wire::{
-    AcquireRequest, AcquireResponse, HoldAcquireRequest, HoldAcquireResponse, HoldListResponse, HoldsBody,
-    Judged, LeaseBody, ListResponse, Problem, ProblemKind, ReleaseRequest, RenewRequest, TtlFields, outcome,
-    parse,
+    AcquireRequest, AcquireResponse, ForceReleaseRequest, HoldAcquireRequest, HoldAcquireResponse,
+    HoldListResponse, HoldsBody, Judged, LeaseBody, ListResponse, Problem, ProblemKind, ReleaseRequest,
+    RenewRequest, TtlFields, outcome, parse,
 };
+use reqwest::header::{AUTHORIZATION, HeaderMap, RETRY_AFTER};
 use reqwest::{Response, StatusCode};
+
+use crate::access::{AuthToken, CaCertificates};
 
 /// Result of a store call.
 type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// Timeouts and limits of an [`HttpStore`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How an [`HttpStore`] talks to its server: timeouts and limits, the CAs it trusts for
+/// `https://`, and its bearer token.
+#[derive(Debug, Clone)]
 pub struct HttpOptions {
     /// How long to wait for a TCP (and TLS) connection to be set up.
     pub connect_timeout: Duration,
@@ -45,6 +54,11 @@ pub struct HttpOptions {
     /// How long an idle keep-alive connection is kept. Shorter than the server's idle time
     /// (10 s by default), so the client never sends on a connection the server is closing.
     pub pool_idle_timeout: Duration,
+    /// For `https://`: trust only the certificates signed by these CAs (`None`: the system's
+    /// trusted roots).
+    pub ca_certificates: Option<CaCertificates>,
+    /// Sent as `Authorization: Bearer TOKEN` on every request (`None`: no `Authorization`).
+    pub auth_token: Option<AuthToken>,
 }
 
 impl Default for HttpOptions {
@@ -54,6 +68,8 @@ impl Default for HttpOptions {
             request_timeout: Duration::from_secs(10),
             max_wait_per_request: Duration::from_secs(300),
             pool_idle_timeout: Duration::from_secs(5),
+            ca_certificates: None,
+            auth_token: None,
         }
     }
 }
@@ -105,7 +121,8 @@ impl HttpStore {
         Self::with_options(address, HttpOptions::default())
     }
 
-    /// A store for the server at `address` with `options`.
+    /// A store for the server at `address` with `options` (see [`HttpOptions`]: a CA to trust,
+    /// a bearer token).
     pub fn with_options(address: &str, options: HttpOptions) -> Result<Self, InvalidServerAddress> {
         let invalid = |reason: &str| InvalidServerAddress {
             address: address.to_owned(),
@@ -121,12 +138,19 @@ impl HttpStore {
         if url.query().is_some() || url.fragment().is_some() {
             return Err(invalid("must not have a query or a fragment"));
         }
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(options.connect_timeout)
             .timeout(options.request_timeout)
             .pool_idle_timeout(options.pool_idle_timeout)
             // Lock requests are small: send them at once.
-            .tcp_nodelay(true)
+            .tcp_nodelay(true);
+        if let Some(ca) = &options.ca_certificates {
+            builder = builder.tls_certs_only(ca.certificates());
+        }
+        if let Some(token) = &options.auth_token {
+            builder = builder.default_headers(HeaderMap::from_iter([(AUTHORIZATION, token.authorization())]));
+        }
+        let http = builder
             .build()
             .map_err(|e| invalid(&format!("cannot set up an HTTP client: {e}")))?;
         Ok(Self {
@@ -198,10 +222,10 @@ impl HttpStore {
             let answer: HoldAcquireResponse = read_json(response).await?;
             return outcome::decode_hold_acquire(answer).map_err(invalid_lease);
         }
-        let (status, problem) = read_problem(response).await;
-        match problem.as_ref().and_then(outcome::decode_limit_mismatch) {
+        let refused = Refused::read(response).await;
+        match refused.problem.as_ref().and_then(outcome::decode_limit_mismatch) {
             Some(mismatch) => Ok(mismatch),
-            None => Err(problem_error(status, problem.as_ref())),
+            None => Err(refused.error()),
         }
     }
 
@@ -237,14 +261,49 @@ impl HttpStore {
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Response> {
         request.send().await.map_err(|error| {
-            let what = if error.is_timeout() {
-                "did not answer in time"
+            let base = &self.base;
+            let message = if error.is_timeout() {
+                format!("the fencelock server at {base} did not answer in time")
+            } else if let Some(tls) = tls_cause(&error) {
+                format!(
+                    "the TLS handshake with the fencelock server at {base} failed: {tls} (is the \
+                     server's certificate signed by a CA this client trusts, and made for the \
+                     host in the address?)"
+                )
             } else {
-                "cannot be reached"
+                format!("the fencelock server at {base} cannot be reached")
             };
-            StoreError::unavailable(format!("the fencelock server at {} {what}", self.base), error)
+            StoreError::unavailable(message, error)
         })
     }
+
+    fn key_url(&self, key: &Key) -> String {
+        match key.kind {
+            Kind::Lock => self.lock_url(&key.name),
+            Kind::Semaphore => self.hold_url(HoldKind::Semaphore, &key.name),
+            Kind::RwLock => self.hold_url(HoldKind::RwLock, &key.name),
+        }
+    }
+}
+
+/// The TLS error under a failed request, if that is what failed it. rustls's errors reach
+/// reqwest inside `io::Error`s (nested), whose `source` skips the error they wrap: look
+/// inside each.
+fn tls_cause(error: &reqwest::Error) -> Option<&rustls::Error> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(mut error) = next {
+        while let Some(inner) = error
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            error = inner;
+        }
+        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        next = error.source();
+    }
+    None
 }
 
 #[async_trait]
@@ -394,13 +453,19 @@ impl LockStore for HttpStore {
         Ok(())
     }
 
-    /// Asks the server's readiness check, which asks its store.
-    async fn force_release(&self, _key: &fencelock_core::Key) -> Result<fencelock_core::ForceOutcome> {
-        Err(StoreError::Corrupt(
-            "STUB: force_release is not written yet (issue 11)".into(),
-        ))
+    /// `DELETE` with `{"force": true}`, which needs the `admin` right on the name. The API
+    /// answers an empty 204, so the leases it ended are not known here: `Released(vec![])`.
+    async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
+        let body = ForceReleaseRequest { force: true };
+        let response = self.send(self.http.delete(self.key_url(key)).json(&body)).await?;
+        match response.status() {
+            StatusCode::NO_CONTENT => Ok(ForceOutcome::Released(Vec::new())),
+            StatusCode::NOT_FOUND => Ok(ForceOutcome::NotFound),
+            _ => Err(unexpected(response).await),
+        }
     }
 
+    /// Asks the server's readiness check, which asks its store.
     async fn ping(&self) -> Result<()> {
         let response = self.send(self.http.get(format!("{}/readyz", self.base))).await?;
         if response.status().is_success() {
@@ -449,9 +514,10 @@ async fn judged<O: Judged>(
     if response.status().as_u16() == O::DONE_STATUS {
         return O::decode(body(response).await?).map_err(invalid_lease);
     }
-    match ProblemKind::from_status(response.status().as_u16()).and_then(ProblemKind::refusal) {
+    let refused = Refused::read(response).await;
+    match refused.refusal() {
         Some(refusal) => Ok(O::from(refusal)),
-        None => Err(unexpected(response).await),
+        None => Err(refused.error()),
     }
 }
 
@@ -464,41 +530,93 @@ async fn read_json<T: serde::de::DeserializeOwned>(response: Response) -> Result
         .map_err(|e| StoreError::unavailable("the answer is not what a fencelock server sends", e))
 }
 
-/// The error for an answer that is not an outcome of the call: a problem (503, 422, …), or
-/// something that is not a fencelock server at all.
+/// The error for an answer that is not an outcome of the call: a problem (503, 422, 401, …),
+/// or something that is not a fencelock server at all.
 async fn unexpected(response: Response) -> StoreError {
-    let (status, problem) = read_problem(response).await;
-    problem_error(status, problem.as_ref())
+    Refused::read(response).await.error()
 }
 
-/// The status of an answer that is not a success, and its problem if it is one.
-async fn read_problem(response: Response) -> (StatusCode, Option<Problem>) {
-    let status = response.status();
-    let body = response.bytes().await.unwrap_or_default();
-    (status, serde_json::from_slice::<Problem>(&body).ok())
+/// What the server answered instead of doing the call.
+struct Refused {
+    status: StatusCode,
+    /// Its body, if it is a problem.
+    problem: Option<Problem>,
+    /// Its `Retry-After`, in seconds, if it has one.
+    retry_after: Option<Duration>,
 }
 
-/// The error an answer of `status` with `problem` (if it is one) tells of.
-fn problem_error(status: StatusCode, problem: Option<&Problem>) -> StoreError {
-    let detail = match problem {
-        Some(problem) => describe(problem),
-        None => format!("HTTP {status}"),
-    };
-    match ProblemKind::from_status(status.as_u16()) {
-        Some(
-            ProblemKind::InvalidFields
-            | ProblemKind::BadRequest
-            | ProblemKind::PayloadTooLarge
-            | ProblemKind::UnsupportedMediaType,
-        ) => StoreError::Invalid(detail),
-        Some(ProblemKind::Unavailable) => StoreError::Unavailable {
-            message: format!("the server's store is unavailable: {detail}"),
-            source: None,
-        },
-        _ => StoreError::Unavailable {
-            message: format!("unexpected answer from the fencelock server: {detail}"),
-            source: None,
-        },
+impl Refused {
+    async fn read(response: Response) -> Self {
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|seconds| seconds.trim().parse().ok())
+            .map(Duration::from_secs);
+        let body = response.bytes().await.unwrap_or_default();
+        Self {
+            status,
+            problem: serde_json::from_slice::<Problem>(&body).ok(),
+            retry_after,
+        }
+    }
+
+    /// The refusal of a release or renewal this tells of: no lease (404), another owner's
+    /// (403) or another token (409). A 403 whose problem is not that of another owner's
+    /// lease is about the caller's rights: no refusal, an error.
+    fn refusal(&self) -> Option<fencelock_core::Refusal> {
+        let kind = ProblemKind::from_status(self.status.as_u16())?;
+        if kind == ProblemKind::Forbidden && !self.is_of_the_lease() {
+            return None;
+        }
+        kind.refusal()
+    }
+
+    /// Whether a 403 is the one of a lease held by another owner (or principal), as opposed
+    /// to a right the caller lacks.
+    fn is_of_the_lease(&self) -> bool {
+        let forbidden = ProblemKind::Forbidden.type_uri();
+        self.problem.as_ref().is_none_or(|p| p.type_uri == forbidden)
+    }
+
+    /// The error this answer tells of.
+    fn error(&self) -> StoreError {
+        let detail = match &self.problem {
+            Some(problem) => describe(problem),
+            None => format!("HTTP {}", self.status),
+        };
+        match self.status {
+            StatusCode::UNAUTHORIZED => {
+                return StoreError::Unauthenticated(format!(
+                    "the server knows no principal for this client: the auth token is missing or unknown ({detail})"
+                ));
+            }
+            StatusCode::FORBIDDEN => return StoreError::NotAllowed(detail),
+            StatusCode::TOO_MANY_REQUESTS => {
+                return StoreError::RateLimited {
+                    retry_after: self.retry_after.unwrap_or(Duration::from_secs(1)),
+                    detail,
+                };
+            }
+            _ => {}
+        }
+        match ProblemKind::from_status(self.status.as_u16()) {
+            Some(
+                ProblemKind::InvalidFields
+                | ProblemKind::BadRequest
+                | ProblemKind::PayloadTooLarge
+                | ProblemKind::UnsupportedMediaType,
+            ) => StoreError::Invalid(detail),
+            Some(ProblemKind::Unavailable) => StoreError::Unavailable {
+                message: format!("the server's store is unavailable: {detail}"),
+                source: None,
+            },
+            _ => StoreError::Unavailable {
+                message: format!("unexpected answer from the fencelock server: {detail}"),
+                source: None,
+            },
+        }
     }
 }
 

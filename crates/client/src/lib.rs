@@ -2,8 +2,8 @@
 //!
 //! Hold a fencelock lease safely, through a fencelock server or straight on a store.
 //!
-//! [`connect`] takes any address — `http://HOST:PORT` for a server, or a store address such
-//! as `sqlite://PATH` or `memory://` — and gives one [`Client`]. Its
+//! [`connect`] takes any address — `http://HOST:PORT` or `https://HOST:PORT` for a server, or
+//! a store address such as `sqlite://PATH` or `memory://` — and gives one [`Client`]. Its
 //! [`acquire`](Client::acquire) gives a [`LeaseGuard`]: the lease, its fencing token, a
 //! renewal task that keeps it alive, and [`lost`](LeaseGuard::lost), which completes as soon
 //! as the holder can no longer be sure it holds the lease. [`with_lock`] runs a closure
@@ -31,6 +31,41 @@
 //! # }
 //! ```
 //!
+//! # A server with TLS and authentication
+//!
+//! [`connect_with`] takes [`HttpOptions`] for a server: [`CaCertificates`] to trust for
+//! `https://` (PEM, e.g. a private CA's certificate, in place of the system's roots), and an
+//! [`AuthToken`] sent as `Authorization: Bearer TOKEN` on every request (made by
+//! `fencelock auth new-token NAME`; the server decides from it which principal the client
+//! is, and binds every lease it acquires to that principal). A server that refuses the
+//! client answers errors, not outcomes: [`StoreError::Unauthenticated`] (401: no token, or
+//! one it does not know), [`StoreError::NotAllowed`] (403: the principal lacks the `read`,
+//! `lock` or `admin` right on that name, as the server's detail says) and
+//! [`StoreError::RateLimited`] (429: ask again after its `retry_after`); a failed TLS
+//! handshake (a certificate no trusted CA signed, or for another name) is
+//! [`StoreError::Unavailable`] saying so. Through an acquire they come as
+//! [`AcquireError::Store`].
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use fencelock_client::{CaCertificates, HttpOptions, StoreError, connect_with};
+//!
+//! let options = HttpOptions {
+//!     ca_certificates: Some(CaCertificates::from_pem(&std::fs::read("ca.pem")?)?),
+//!     auth_token: Some(std::env::var("FENCELOCK_AUTH_TOKEN")?.parse()?),
+//!     ..HttpOptions::default()
+//! };
+//! let client = connect_with("https://locks.internal:7070", options).await?;
+//! match client.get(&"payment:42".parse()?).await {
+//!     Ok(lease) => println!("{lease:?}"),
+//!     Err(StoreError::RateLimited { retry_after, .. }) => println!("busy; again in {retry_after:?}"),
+//!     Err(error) => return Err(error.into()),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! A lease that expires while its holder is paused cannot be noticed by the holder in
 //! time; only the protected resource can refuse the late write. That is what the fencing
 //! token is for, and what [`fence`] helps the protected side do.
@@ -42,18 +77,24 @@
 //! - [`guard`]: [`LeaseGuard`] over what it holds ([`Held`]: a lease, or a permit or hold,
 //!   [`HoldGuard`]) — background renewal, [`LeaseState`], [`LostReason`], and how the guard
 //!   counts time ([`GuardOptions`]).
-//! - [`http`]: [`HttpStore`], the [`LockStore`] trait over a server's HTTP API.
+//! - [`http`]: [`HttpStore`], the [`LockStore`] trait over a server's HTTP API, and its
+//!   [`HttpOptions`].
+//! - [`access`]: what a client shows a server and what it trusts: [`AuthToken`],
+//!   [`CaCertificates`].
 //! - [`fence`]: the protected side — [`fence::FencedValue`] and a fenced SQL `UPDATE`.
 
+pub mod access;
 pub mod client;
 pub mod fence;
 pub mod guard;
 pub mod http;
 
-pub use client::{AcquireError, Client, ConnectError, connect, with_lock};
+pub use access::{AuthToken, CaCertificates, InvalidAuthToken, InvalidCaCertificate};
+pub use client::{AcquireError, Client, ConnectError, connect, connect_with, with_lock};
 pub use fencelock_core::{
-    AcquireOutcome, Busy, Claim, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Kind, Lease, LeasePage,
-    ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Timestamp, Ttl,
+    AcquireOutcome, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome, HoldPage, Key,
+    Kind, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError,
+    Timestamp, Ttl,
 };
 pub use guard::{GuardOptions, Held, HoldGuard, InvalidGuardOptions, LeaseGuard, LeaseState, LostReason};
 pub use http::{HttpOptions, HttpStore, InvalidServerAddress};

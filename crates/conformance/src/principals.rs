@@ -5,19 +5,13 @@
 use std::sync::Arc;
 
 use fencelock_core::{
-    AcquireOutcome, Claim, ForceOutcome, HoldKind, HoldOutcome, Key, Lease, LockStore, Owner, Principal,
-    ReleaseOutcome, RenewOutcome, Resource,
+    AcquireOutcome, Claim, ForceOutcome, HoldKind, HoldOutcome, Key, Lease, LockStore, Owner, ReleaseOutcome,
+    RenewOutcome, Resource,
 };
 
 use crate::checks::{announced_key, granted};
 use crate::{Harness, owner};
-
-/// The owner `name` of the principal `principal`.
-fn of(principal: &str, name: &str) -> Owner {
-    owner(name).of(Some(
-        Principal::new(principal).expect("test principals are valid"),
-    ))
-}
+use fencelock_testkit::fixtures::owner_of;
 
 /// What the namesake `intruder` (another principal, same owner name) gets on `store` when it
 /// tries the lock `lease`: refused at every step, the lease untouched.
@@ -75,7 +69,7 @@ pub async fn a_lease_belongs_to_its_principal(h: &Harness) {
         return;
     }
     let r = h.resource("bound");
-    let billing = of("billing", "worker-7");
+    let billing = owner_of("billing", "worker-7");
     let lease = granted(h.store.acquire(&r, &billing, h.long_ttl()).await.unwrap());
     assert_eq!(lease.owner, billing, "the principal is kept with the lease");
     assert_eq!(h.store.get(&r).await.unwrap().as_ref(), Some(&lease));
@@ -88,7 +82,7 @@ pub async fn a_lease_belongs_to_its_principal(h: &Harness) {
         h.store.list(&query).await.unwrap().leases,
         std::slice::from_ref(&lease)
     );
-    for intruder in [of("ops", "worker-7"), owner("worker-7")] {
+    for intruder in [owner_of("ops", "worker-7"), owner("worker-7")] {
         assert_lock_refused(h.store.as_ref(), &lease, &intruder).await;
     }
     let extended = h.store.acquire(&r, &billing, h.long_ttl()).await.unwrap();
@@ -106,7 +100,7 @@ pub async fn a_hold_belongs_to_its_principal(h: &Harness) {
     if !h.capabilities().principals {
         return;
     }
-    let billing = of("billing", "worker-7");
+    let billing = owner_of("billing", "worker-7");
     let long = h.long_ttl();
     for (kind, claim, name) in [
         (HoldKind::Semaphore, Claim::Permit { limit: 3 }, "bound-permit"),
@@ -127,7 +121,7 @@ pub async fn a_hold_belongs_to_its_principal(h: &Harness) {
             h.store.holds(kind, &name).await.unwrap(),
             std::slice::from_ref(&hold)
         );
-        for intruder in [of("ops", "worker-7"), owner("worker-7")] {
+        for intruder in [owner_of("ops", "worker-7"), owner("worker-7")] {
             assert_hold_refused(h.store.as_ref(), kind, &name, claim, &intruder).await;
         }
         let renewed = h
@@ -230,7 +224,7 @@ pub async fn principals_survive_a_reopen(h: &Harness) {
     if !caps.durable || !caps.principals {
         return;
     }
-    let billing = of("billing", "worker-7");
+    let billing = owner_of("billing", "worker-7");
     let long = h.long_ttl();
     let r = h.resource("bound-durable");
     let lease = granted(h.store.acquire(&r, &billing, long).await.unwrap());
@@ -245,7 +239,7 @@ pub async fn principals_survive_a_reopen(h: &Harness) {
     let store = h.reopened().await;
     let again = store.get(&r).await.unwrap().expect("the lease survives");
     assert_eq!(again.owner, billing);
-    assert_lock_refused(store.as_ref(), &again, &of("ops", "worker-7")).await;
+    assert_lock_refused(store.as_ref(), &again, &owner_of("ops", "worker-7")).await;
     let holds = store.holds(HoldKind::Semaphore, &name).await.unwrap();
     assert_eq!(
         holds.iter().map(|h| &h.lease.owner).collect::<Vec<_>>(),
@@ -256,7 +250,7 @@ pub async fn principals_survive_a_reopen(h: &Harness) {
         HoldKind::Semaphore,
         &name,
         permit,
-        &of("ops", "worker-7"),
+        &owner_of("ops", "worker-7"),
     )
     .await;
     assert!(lease.token <= again.token);
@@ -270,12 +264,12 @@ pub async fn principals_bind_across_servers(h: &Harness) {
         return;
     }
     let other: Arc<dyn LockStore> = h.another_server().await;
-    let billing = of("billing", "worker-7");
+    let billing = owner_of("billing", "worker-7");
     let long = h.long_ttl();
     let r = h.resource("bound-shared");
     let lease = granted(h.store.acquire(&r, &billing, long).await.unwrap());
     assert_eq!(other.get(&r).await.unwrap().as_ref(), Some(&lease));
-    assert_lock_refused(other.as_ref(), &lease, &of("ops", "worker-7")).await;
+    assert_lock_refused(other.as_ref(), &lease, &owner_of("ops", "worker-7")).await;
     let name = h.resource("bound-shared-rw");
     let outcome = h
         .store
@@ -288,7 +282,7 @@ pub async fn principals_bind_across_servers(h: &Harness) {
         HoldKind::RwLock,
         &name,
         Claim::Read,
-        &of("ops", "worker-7"),
+        &owner_of("ops", "worker-7"),
     )
     .await;
     let freed = other.force_release(&Key::lock(&r)).await.unwrap();

@@ -261,6 +261,24 @@ pub enum StoreError {
     /// The store holds data it cannot read, or broke an invariant (e.g. tokens exhausted).
     #[error("store is corrupt: {0}")]
     Corrupt(String),
+    /// A server knows no principal for the caller: no token was sent, or one it does not know
+    /// (HTTP 401). Nothing was changed.
+    #[error("not authenticated: {0}")]
+    Unauthenticated(String),
+    /// A server's principal for the caller lacks the right the call needs on that name
+    /// (`read`, `lock` or `admin`; HTTP 403). Nothing was changed.
+    #[error("not allowed: {0}")]
+    NotAllowed(String),
+    /// A server refused the caller for sending too many requests (HTTP 429). Nothing was
+    /// changed: the same call may be answered after `retry_after`.
+    #[error("too many requests: {detail} (try again in {retry_after:?})")]
+    RateLimited {
+        /// How long the server asked the caller to wait (its `Retry-After`; 1 s if it did
+        /// not say).
+        retry_after: Duration,
+        /// What the server said.
+        detail: String,
+    },
 }
 
 impl StoreError {
@@ -357,8 +375,9 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// The live holds on `name`, in token order (empty if none).
     async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>>;
 
-    /// Ends `owner`'s live hold on `name`: `NotFound` if it has none, `Conflict` if a token
-    /// is given that is not its hold's. Never `Forbidden`: an owner either holds or not.
+    /// Ends `owner`'s live hold on `name`: `NotFound` if no live hold has its name,
+    /// `Forbidden` if that hold is of another principal ([`Owner::claims_name_of`]),
+    /// `Conflict` if a token is given that is not its hold's.
     async fn release_hold(
         &self,
         kind: HoldKind,

@@ -1,13 +1,19 @@
 //! One structured log line for every grant, extension, renewal, release, expiry and refusal
 //! of a lock's lease, a semaphore's permit or a read-write lock's hold. Every line has a
 //! `kind` (`lock`, `semaphore`, `rwlock`) and the name as `resource`.
+//!
+//! A force-release is written to its own target, [`AUDIT`], one line per lease it ended:
+//! who asked, and whose lease it was.
 
 use std::time::Duration;
 
-use fencelock_core::{FencingToken, Kind, Lease, Owner, Resource};
+use fencelock_core::{EndedLease, FencingToken, Kind, Lease, Owner, Principal, Resource};
 use fencelock_wire::{Label, Op};
 
 const TARGET: &str = "fencelock::lease";
+
+/// The target of what an administrator did.
+pub const AUDIT: &str = "fencelock::audit";
 
 /// A new lease was granted.
 pub fn granted(kind: Kind, lease: &Lease, waited: Duration) {
@@ -51,6 +57,23 @@ pub fn released_unknown(kind: Kind, resource: &Resource, owner: &Owner, token: O
 pub fn expired(kind: Kind, lease: &Lease) {
     tracing::info!(target: TARGET, event = "expire", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expired_at = %lease.expires_at);
+}
+
+/// `by` (a principal, or nobody without authentication) force-released `ended`: `owner`
+/// and `principal` are the lease's.
+pub fn force_released(by: Option<&Principal>, kind: Kind, ended: &EndedLease) {
+    let lease = &ended.lease;
+    tracing::info!(target: AUDIT, event = "force_release", by = by.map(Principal::as_str),
+        kind = kind.as_str(), resource = %lease.resource, owner = %lease.owner,
+        principal = lease.owner.principal().map(Principal::as_str), token = lease.token.0,
+        held_ms = millis(ended.held_for()));
+}
+
+/// `by` force-released `resource`, through a store that cannot say which leases it ended (a
+/// server in front of another).
+pub fn force_released_unknown(by: Option<&Principal>, kind: Kind, resource: &Resource) {
+    tracing::info!(target: AUDIT, event = "force_release", by = by.map(Principal::as_str),
+        kind = kind.as_str(), resource = %resource);
 }
 
 /// A request was refused: `reason` is `held`, `forbidden`, `conflict`, `not_found` or

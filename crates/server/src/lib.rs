@@ -9,8 +9,11 @@
 //!
 //! # Layout
 //!
-//! - [`listener`]: accepting connections (a connection limit, header read timeouts) and
-//!   graceful shutdown.
+//! - [`auth`]: who may do what — bearer tokens, principals, rights per name prefix — and
+//!   the request rate of each principal.
+//! - [`listener`]: accepting connections (a connection limit, header read timeouts, the TLS
+//!   handshake) and graceful shutdown.
+//! - [`tls`]: HTTPS — the certificate and key from PEM files, reloadable.
 //! - [`routes`]: one file per endpoint; [`routes::ApiDoc`] is the OpenAPI description.
 //! - [`extract`]: reading the resource and the JSON body, with every input check.
 //! - [`problem`]: every failure turned into an RFC 9457 problem, in one place.
@@ -20,6 +23,7 @@
 //! - [`timed`]: the store, with the time and failures of every call counted.
 //! - [`state`]: [`Config`] and the state the handlers share.
 
+pub mod auth;
 pub mod events;
 pub mod extract;
 pub mod listener;
@@ -29,6 +33,7 @@ pub mod problem;
 pub mod routes;
 pub mod state;
 pub mod timed;
+pub mod tls;
 
 use std::sync::Arc;
 
@@ -50,6 +55,7 @@ pub async fn serve(
     let store = Arc::new(timed::Timed::new(store, timed::Counted(metrics.clone())));
     let app = App {
         waiters: Waiters::with_limit(store, config.waiter_limit()),
+        limiter: config.rate_limit.map(|rate| Arc::new(auth::Limiter::new(rate))),
         config: Arc::new(config),
         metrics,
     };

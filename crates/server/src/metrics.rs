@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use fencelock_core::{Call, FencingToken, Kind, Lease};
-use fencelock_wire::{Label, Op};
+use fencelock_wire::{Label, Op, ProblemKind};
 use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -122,6 +122,46 @@ impl LabelValue for Timeout {
     }
 }
 
+/// Why a request was refused before it reached the store: `reason="unauthenticated"`
+/// (401), `"denied"` (403, no right) or `"rate_limited"` (429).
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+enum Turned {
+    Unauthenticated,
+    Denied,
+    RateLimited,
+}
+
+impl Turned {
+    /// The reason a problem of `kind` tells, if it is one of these.
+    fn of(kind: ProblemKind) -> Option<Self> {
+        match kind {
+            ProblemKind::Unauthorized => Some(Self::Unauthenticated),
+            ProblemKind::Denied => Some(Self::Denied),
+            ProblemKind::TooManyRequests => Some(Self::RateLimited),
+            _ => None,
+        }
+    }
+}
+
+impl LabelValue for Turned {
+    const KEY: &'static str = "reason";
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Unauthenticated => "unauthenticated",
+            Self::Denied => "denied",
+            Self::RateLimited => "rate_limited",
+        }
+    }
+}
+
+/// A kind of name, as `force_releases_total{kind="…"}` names it.
+impl LabelValue for Kind {
+    const KEY: &'static str = "kind";
+    fn as_str(self) -> &'static str {
+        Kind::as_str(self)
+    }
+}
+
 /// A call to the store, as `store_*` metrics name it (`op="…"`): an acquire's one try (a
 /// waiting acquire makes several), the purge of expired leases, a readiness check, ….
 impl LabelValue for Call {
@@ -161,6 +201,8 @@ pub struct Metrics {
     highest_token: Gauge,
     http: Family<HttpLabels, Counter>,
     waiting: Gauge,
+    turned: Family<By<Turned>, Counter>,
+    forced: Family<By<Kind>, Counter>,
 }
 
 /// Buckets from 100 µs to about 7 minutes: a store call, or an acquire with its wait.
@@ -192,6 +234,8 @@ impl Metrics {
             highest_token: Gauge::default(),
             http: Family::default(),
             waiting: Gauge::default(),
+            turned: Family::default(),
+            forced: Family::default(),
         };
         m.registry.register(
             "requests",
@@ -252,6 +296,16 @@ impl Metrics {
             "waiters",
             "Acquires waiting now, of every kind",
             m.waiting.clone(),
+        );
+        m.registry.register(
+            "auth_refusals",
+            "Requests refused before the store was asked: no or unknown token (unauthenticated, 401), no right on the name (denied, 403), over the principal's rate (rate_limited, 429)",
+            m.turned.clone(),
+        );
+        m.registry.register(
+            "force_releases",
+            "Force-releases by an administrator that freed a name (each ends every lease, permit or hold on it), by kind",
+            m.forced.clone(),
         );
         m
     }
@@ -315,9 +369,17 @@ impl Metrics {
         }
     }
 
-    /// One HTTP request on `route` was answered with `status`.
-    pub fn http_request(&self, route: Route, status: StatusCode) {
+    /// One HTTP request on `route` was answered with `status`, a problem of `problem` if any.
+    pub fn http_request(&self, route: Route, status: StatusCode, problem: Option<ProblemKind>) {
         self.http.get_or_create(&HttpLabels { route, status }).inc();
+        if let Some(turned) = problem.and_then(Turned::of) {
+            self.turned.get_or_create(&By(turned)).inc();
+        }
+    }
+
+    /// A force-release freed a name of `kind`.
+    pub fn force_released(&self, kind: Kind) {
+        self.forced.get_or_create(&By(kind)).inc();
     }
 
     /// The Prometheus text exposition, with the waiter gauge set to `waiting`.

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Acquired, FencingToken, Hold, HoldOutcome, HoldPage, Kind, Lease, LeasePage, Owner,
-    ReleaseOutcome, RenewOutcome, Resource, StoreError,
+    AcquireOutcome, Acquired, FencingToken, ForceOutcome, Hold, HoldOutcome, HoldPage, Kind, Lease,
+    LeasePage, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource, StoreError,
 };
 use fencelock_wire::{Label, Op, Outcome};
 
@@ -150,6 +150,35 @@ impl Observed for ReleaseOutcome {
             }
             Self::NotFound | Self::Forbidden | Self::Conflict => refused(kind, op, self, asked),
         }
+    }
+}
+
+/// What a force-release asked for, as its audit lines tell it.
+#[derive(Debug, Clone)]
+pub struct Forced {
+    /// The name freed.
+    pub resource: Resource,
+    /// Who asked (nobody, without authentication).
+    pub by: Option<Principal>,
+}
+
+/// One audit line per lease ended, each counted as released; and the force-release counted.
+impl Observed for ForceOutcome {
+    type Asked = Forced;
+
+    fn record(&self, kind: Kind, _: Op, asked: &Forced, _: Duration, metrics: &Metrics) {
+        let Self::Released(ended) = self else {
+            return;
+        };
+        // Only a store in front of another server cannot say which leases it ended.
+        if ended.is_empty() {
+            events::force_released_unknown(asked.by.as_ref(), kind, &asked.resource);
+        }
+        for lease in ended {
+            events::force_released(asked.by.as_ref(), kind, lease);
+            metrics.released(Some(lease.held_for()));
+        }
+        metrics.force_released(kind);
     }
 }
 

@@ -1,5 +1,8 @@
 //! [`ApiError`]: every way a request can fail, turned into RFC 9457 problems in one place.
 
+use std::time::Duration;
+
+use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -19,6 +22,13 @@ pub enum ApiError {
     Built(Box<Problem>),
     /// The store failed: 503, nothing was done.
     Store(StoreError),
+    /// 401: no bearer token (`token_sent` false), or one no principal has.
+    Unauthenticated {
+        /// Whether a token was sent (and is unknown), as `WWW-Authenticate` tells the client.
+        token_sent: bool,
+    },
+    /// 429: the caller's rate is used up; one more request is allowed after this long.
+    RateLimited(Duration),
 }
 
 impl From<StoreError> for ApiError {
@@ -54,29 +64,74 @@ impl IntoResponse for ApiError {
                 tracing::warn!(%error, "store failed");
                 Problem::new(ProblemKind::Unavailable, error.to_string(), "")
             }
+            Self::Unauthenticated { token_sent } => return unauthenticated(token_sent),
+            Self::RateLimited(wait) => return rate_limited(wait),
         };
-        let mut response = StatusCode::from_u16(problem.status)
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-            .into_response();
-        response.extensions_mut().insert(PendingProblem(problem));
-        response
+        pending(problem)
     }
 }
 
+/// The answer for `problem`, rendered by [`render_problems`].
+fn pending(problem: Problem) -> Response {
+    let mut response = StatusCode::from_u16(problem.status)
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        .into_response();
+    response.extensions_mut().insert(PendingProblem(problem));
+    response
+}
+
+/// 401 with the challenge of RFC 6750: `error="invalid_token"` when a token was sent.
+fn unauthenticated(token_sent: bool) -> Response {
+    let (detail, challenge) = if token_sent {
+        (
+            "the bearer token is not one of this server's",
+            r#"Bearer realm="fencelock", error="invalid_token""#,
+        )
+    } else {
+        (
+            "this server needs a bearer token: send Authorization: Bearer TOKEN",
+            r#"Bearer realm="fencelock""#,
+        )
+    };
+    let mut response = pending(Problem::new(ProblemKind::Unauthorized, detail, ""));
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    response
+}
+
+/// 429 with `Retry-After` in whole seconds, at least one (the header has no fractions, and
+/// 0 would invite a retry at once).
+fn rate_limited(wait: Duration) -> Response {
+    let seconds = wait.as_millis().div_ceil(1000).max(1);
+    let detail = format!("over the request rate of this principal: retry in {seconds} s");
+    let mut response = pending(Problem::new(ProblemKind::TooManyRequests, detail, ""));
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(u64::try_from(seconds).unwrap_or(u64::MAX)),
+    );
+    response
+}
+
 /// Middleware: writes every pending problem as `application/problem+json` with the request's
-/// path as `instance`. Answers that may leave part of a request body unread carry
-/// `Connection: close`, so the next request on the connection cannot be misread.
+/// path as `instance`, keeping the headers it came with (`WWW-Authenticate`, `Retry-After`),
+/// and leaves its [`ProblemKind`] in the answer's extensions for the metrics. Answers that may
+/// leave part of a request body unread carry `Connection: close`, so the next request on the
+/// connection cannot be misread.
 pub async fn render_problems(request: Request, next: Next) -> Response {
     let instance = request.uri().path().to_owned();
-    let mut response = next.run(request).await;
-    let Some(PendingProblem(mut problem)) = response.extensions_mut().remove::<PendingProblem>() else {
-        return response;
+    let response = next.run(request).await;
+    let (mut parts, body) = response.into_parts();
+    let Some(PendingProblem(mut problem)) = parts.extensions.remove::<PendingProblem>() else {
+        return Response::from_parts(parts, body);
     };
+    if let Some(kind) = ProblemKind::from_type_uri(&problem.type_uri) {
+        parts.extensions.insert(kind);
+    }
     problem.instance = instance;
     let body = serde_json::to_vec(&problem).unwrap_or_default();
     let closes = matches!(problem.status, 408 | 413 | 415);
-    let status = response.status();
-    let mut response = (status, body).into_response();
+    let mut response = Response::from_parts(parts, Body::from(body));
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

@@ -6,7 +6,9 @@ use std::time::Duration;
 use fencelock_core::Waiters;
 use fencelock_wire::Limits;
 
+use crate::auth::{Keyring, Limiter, RateLimit};
 use crate::metrics::Metrics;
+use crate::tls::Tls;
 
 /// How the server behaves; every field has the SPEC's default.
 #[derive(Debug, Clone)]
@@ -15,6 +17,10 @@ pub struct Config {
     pub limits: Limits,
     /// The largest request body accepted (exactly this many bytes is accepted).
     pub max_body_bytes: usize,
+    /// The largest request head (request line and headers) accepted; a larger one is
+    /// answered 431 and the connection closed. At least 8192 (hyper's smallest buffer): a
+    /// smaller value counts as 8192.
+    pub max_header_bytes: usize,
     /// How long a client may take to send a request's headers (and how long an idle
     /// keep-alive connection is kept).
     pub header_read_timeout: Duration,
@@ -30,6 +36,15 @@ pub struct Config {
     pub purge_interval: Duration,
     /// How long in-flight requests get to finish after shutdown is asked.
     pub shutdown_grace: Duration,
+    /// The principals and their rights; `None`: no authentication, every caller has every
+    /// right (the `serve` command then listens on loopback only).
+    pub auth: Option<Keyring>,
+    /// The request rate of each principal (of all callers together without `auth`); `None`:
+    /// unlimited.
+    pub rate_limit: Option<RateLimit>,
+    /// HTTPS with this certificate, or plain HTTP (`None`). The handle stays the caller's
+    /// too: [`Tls::reload`] on it changes the certificate of new connections.
+    pub tls: Option<Tls>,
 }
 
 impl Default for Config {
@@ -37,12 +52,16 @@ impl Default for Config {
         Self {
             limits: Limits::default(),
             max_body_bytes: 16_384,
+            max_header_bytes: 16_384,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
             max_connections: 1024,
             max_waiters: None,
             purge_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(3),
+            auth: None,
+            rate_limit: None,
+            tls: None,
         }
     }
 }
@@ -63,4 +82,6 @@ pub struct App {
     pub config: Arc<Config>,
     /// The metrics.
     pub metrics: Arc<Metrics>,
+    /// The request rate of each principal, if limited.
+    pub limiter: Option<Arc<Limiter>>,
 }

@@ -3,42 +3,13 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestServer;
+use common::{Lines, TestServer};
 use fencelock_core::{ManualClock, MemoryStore, Timestamp};
 use fencelock_server::Config;
-use serde_json::{Value, json};
-
-/// Where the log lines go: a buffer the test reads.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Lines {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Lines {
-    /// The lease event lines logged so far, in order.
-    fn events(&self) -> Vec<Value> {
-        let bytes = self.0.lock().unwrap().clone();
-        String::from_utf8(bytes)
-            .unwrap()
-            .lines()
-            .map(|line| serde_json::from_str::<Value>(line).unwrap())
-            .filter(|line| line["target"] == "fencelock::lease")
-            .collect()
-    }
-}
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_permit_and_hold_event_is_one_log_line_with_its_kind() {
@@ -94,7 +65,7 @@ async fn every_permit_and_hold_event_is_one_log_line_with_its_kind() {
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let events = loop {
-        let events = lines.events();
+        let events = lines.of("fencelock::lease");
         if events.iter().any(|e| e["event"] == "expire") {
             break events;
         }

@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::{
-    AcquireOutcome, Claim, FencingToken, HoldKind, HoldOutcome, Key, LockStore, Owner, ReleaseOutcome,
-    Resource, StoreError, Waiters,
+    AcquireOutcome, Claim, FencingToken, ForceOutcome, HoldKind, HoldOutcome, Key, LockStore, Owner,
+    ReleaseOutcome, Resource, StoreError, Waiters,
 };
 use fencelock_stores::Deadline;
 use fencelock_stores::etcd::{EtcdOptions, EtcdStore};
+use fencelock_testkit::fixtures::owner_of;
 use fencelock_testkit::{EtcdCluster, shared_etcd};
 use tokio_util::sync::CancellationToken;
 
@@ -524,4 +525,124 @@ async fn prefixes_of_locks_and_holds_that_overlap_are_refused() {
             "{locks} {holds}: {error}"
         );
     }
+}
+
+/// Whether a reader arriving now on `server` is held back by a waiting writer (it would be
+/// granted otherwise: only readers hold the name, or nothing does).
+async fn a_writer_waits(server: &dyn LockStore, name: &Resource) -> bool {
+    let late = owner("late");
+    match server
+        .acquire_hold(name, &late, Claim::Read, ttl(Duration::from_secs(60)), None)
+        .await
+        .unwrap()
+    {
+        HoldOutcome::Busy(busy) => busy.writer_waits,
+        HoldOutcome::Granted { .. } => {
+            server
+                .release_hold(HoldKind::RwLock, name, &late, None)
+                .await
+                .unwrap();
+            false
+        }
+        odd => panic!("{odd:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_intent_is_by_name_and_only_the_principal_that_has_it_ends_it() {
+    let [one, other] = two_servers().await;
+    let name = shared::unique("intent-principal");
+    let long = ttl(Duration::from_secs(60));
+    let (billing, ops) = (owner_of("billing", "writer"), owner_of("ops", "writer"));
+    let reader = owner("reader");
+    let read = one
+        .acquire_hold(&name, &reader, Claim::Read, long, None)
+        .await
+        .unwrap();
+    assert!(matches!(read, HoldOutcome::Granted { .. }), "{read:?}");
+    let waits = |server: &Arc<dyn LockStore>, writer: &Owner| {
+        let (server, writer, name) = (server.clone(), writer.clone(), name.clone());
+        async move {
+            server
+                .acquire_hold(&name, &writer, Claim::Write, long, Some(long))
+                .await
+                .unwrap()
+        }
+    };
+    assert!(matches!(waits(&one, &billing).await, HoldOutcome::Busy(_)));
+
+    // A namesake of another principal cannot withdraw billing's intent...
+    other.withdraw_intent(&name, &ops).await.unwrap();
+    assert!(
+        a_writer_waits(other.as_ref(), &name).await,
+        "billing's writer still waits"
+    );
+    // ...but waiting under the name takes it over: billing's withdrawal then ends nothing.
+    assert!(matches!(waits(&other, &ops).await, HoldOutcome::Busy(_)));
+    one.withdraw_intent(&name, &billing).await.unwrap();
+    assert!(a_writer_waits(one.as_ref(), &name).await, "ops's writer waits");
+
+    // Billing's writer granted the name does not take ops's intent away with its own.
+    one.release_hold(HoldKind::RwLock, &name, &reader, None)
+        .await
+        .unwrap();
+    let write = waits(&one, &billing).await;
+    assert!(matches!(write, HoldOutcome::Granted { .. }), "{write:?}");
+    one.release_hold(HoldKind::RwLock, &name, &billing, None)
+        .await
+        .unwrap();
+    assert!(
+        a_writer_waits(other.as_ref(), &name).await,
+        "ops's writer still waits"
+    );
+    other.withdraw_intent(&name, &ops).await.unwrap();
+    assert!(!a_writer_waits(one.as_ref(), &name).await, "no writer waits");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_release_is_announced_on_every_server_and_leaves_waiting_writers_their_intents() {
+    let [one, other] = two_servers().await;
+    let mut heard = other.releases().unwrap();
+    let name = shared::unique("forced-intent");
+    let long = ttl(Duration::from_secs(60));
+    let mut readers = Vec::new();
+    for who in ["a", "b"] {
+        match one
+            .acquire_hold(&name, &owner(who), Claim::Read, long, None)
+            .await
+            .unwrap()
+        {
+            HoldOutcome::Granted { hold, .. } => readers.push(hold.lease),
+            odd => panic!("{odd:?}"),
+        }
+    }
+    let writer = owner("writer");
+    let waiting = one
+        .acquire_hold(&name, &writer, Claim::Write, long, Some(long))
+        .await
+        .unwrap();
+    assert!(matches!(waiting, HoldOutcome::Busy(_)), "{waiting:?}");
+
+    let key = Key::hold(HoldKind::RwLock, &name);
+    let ForceOutcome::Released(ended) = one.force_release(&key).await.unwrap() else {
+        panic!("two readers held it");
+    };
+    let ended: Vec<_> = ended.into_iter().map(|e| e.lease).collect();
+    assert_eq!(ended, readers, "both readers, in token order");
+    shared::wait_for_key(&mut heard, &key, Duration::from_secs(10))
+        .await
+        .expect("the force-release was not announced on the other server");
+    assert_eq!(other.holds(HoldKind::RwLock, &name).await.unwrap(), []);
+    assert!(
+        a_writer_waits(other.as_ref(), &name).await,
+        "the writer's intent stays"
+    );
+    let granted = other
+        .acquire_hold(&name, &writer, Claim::Write, long, None)
+        .await
+        .unwrap();
+    let HoldOutcome::Granted { hold, .. } = granted else {
+        panic!("{granted:?}");
+    };
+    assert!(readers.iter().all(|r| r.token < hold.lease.token), "{hold:?}");
 }

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::{
-    AcquireOutcome, Claim, Expired, FencingToken, Hold, HoldKind, HoldOutcome, Key, Kind, Lease, ListQuery,
-    LockStore, MemoryStore, Owner, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError,
-    Timestamp,
+    AcquireOutcome, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome, Key, Kind,
+    Lease, ListQuery, LockStore, MemoryStore, Owner, Principal, ReleaseNotice, ReleaseOutcome, RenewOutcome,
+    Resource, StoreError, Timestamp,
 };
 use fencelock_stores::Deadline;
 use fencelock_stores::postgres::{PostgresOptions, PostgresStore};
-use fencelock_testkit::fixtures::{resource, unique_prefix};
+use fencelock_testkit::fixtures::{owner_of, resource, unique_prefix};
 use fencelock_testkit::{Postgres, Proxy, shared_postgres};
 use tokio::sync::broadcast;
 
@@ -141,7 +141,7 @@ async fn servers_starting_together_migrate_once() {
     for start in starts {
         start.await.unwrap().expect("a server starting alongside others");
     }
-    assert_eq!(schema_versions(&fresh).await, [1, 2]);
+    assert_eq!(schema_versions(&fresh).await, [1, 2, 3]);
 }
 
 #[tokio::test]
@@ -678,8 +678,8 @@ async fn a_writer_waiting_on_one_server_holds_back_readers_on_the_other() {
     assert!(held_back, "the reader was not held back while the intent lasted");
 }
 
-/// Releases, downgrades and shortening renewals of holds on one server are announced on the
-/// other, with the kind of what was freed.
+/// Releases, downgrades and shortening renewals of holds, and force-releases of any kind, on
+/// one server are announced on the other, with the kind of what was freed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_changes_on_one_server_are_heard_on_the_other() {
     let url = shared_url().await;
@@ -736,6 +736,23 @@ async fn hold_changes_on_one_server_are_heard_on_the_other() {
         .unwrap();
     assert!(matches!(renewed, RenewOutcome::Renewed(_)), "{renewed:?}");
     hear(&mut heard, &Key::hold(HoldKind::Semaphore, &shortened)).await;
+
+    let forced = shared::unique("forced");
+    shared::granted(a.acquire(&forced, &who, ttl(LONG)).await.unwrap());
+    granted_hold(
+        a.acquire_hold(&forced, &who, Claim::Read, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+    let mut heard = b.releases().unwrap();
+    for key in [Key::lock(&forced), Key::hold(HoldKind::RwLock, &forced)] {
+        let outcome = a.force_release(&key).await.unwrap();
+        assert!(
+            matches!(&outcome, ForceOutcome::Released(ended) if ended.len() == 1),
+            "{outcome:?}"
+        );
+        hear(&mut heard, &key).await;
+    }
 }
 
 /// A purge forgets expired holds (reporting each with its kind) and ended intents, and
@@ -817,8 +834,9 @@ async fn purge_forgets_expired_holds_with_their_kind_and_ended_intents() {
     assert_eq!(rows, 1, "only the live hold is left");
 }
 
-/// A database that version 1 of fencelock made (leases only) is brought to version 2 with
-/// its leases and its token counter: the next grant of any kind gets a greater token.
+/// A database that version 1 of fencelock made (leases only) is brought to the newest
+/// version with its leases, which belong to no principal, and its token counter: the next
+/// grant of any kind gets a greater token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_of_version_1_is_migrated_keeping_its_leases() {
     let old = new_database("version_1").await;
@@ -856,8 +874,18 @@ async fn a_database_of_version_1_is_migrated_keeping_its_leases() {
         lease.acquired_at,
         Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap()
     );
-    let held = store.acquire(&kept, &owner("b"), ttl(LONG)).await.unwrap();
-    assert!(matches!(held, AcquireOutcome::Held { holder, .. } if holder == lease));
+    assert_eq!(
+        lease.owner,
+        owner("a"),
+        "a lease written before belongs to no principal"
+    );
+    for other in [owner("b"), owner_of("billing", "a")] {
+        let held = store.acquire(&kept, &other, ttl(LONG)).await.unwrap();
+        assert!(
+            matches!(&held, AcquireOutcome::Held { holder, .. } if *holder == lease),
+            "{other:?}: {held:?}"
+        );
+    }
     // A semaphore of the same name is another namespace, and its tokens continue the count.
     let permit = granted_hold(
         store
@@ -866,7 +894,87 @@ async fn a_database_of_version_1_is_migrated_keeping_its_leases() {
             .unwrap(),
     );
     assert!(permit.lease.token > FencingToken(41), "{permit:?}");
-    assert_eq!(schema_versions(&old).await, [1, 2]);
+    assert_eq!(schema_versions(&old).await, [1, 2, 3]);
+}
+
+/// A server of version 2, still running beside newer ones while they are rolled out, calls
+/// the hold functions of its version: they now answer for an owner of no principal, as the
+/// newer ones do, so that the two servers keep one name to one principal between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hold_functions_of_version_2_answer_for_owners_of_no_principal() {
+    let url = shared_url().await;
+    let (store, old) = (store(&url).await, connected(&url).await);
+    let name = shared::unique("version-2");
+    // Version 2's statements, as it sends them.
+    let acquire = |owner: &'static str| {
+        let (old, name) = (&old, name.as_str().to_owned());
+        async move {
+            // The first row says what it did (a refusal's holders follow).
+            let rows = old
+                .query(
+                    "SELECT role FROM fencelock_acquire_hold($1::text, $2::text, $3::text,
+                        $4::bigint, $5::bigint, $6::bigint)",
+                    &[&name, &owner, &"permit", &Some(2_i64), &60_000_i64, &None::<i64>],
+                )
+                .await
+                .unwrap();
+            rows[0].get::<_, String>(0)
+        }
+    };
+    let verdict = |statement: &'static str, owner: &'static str| {
+        let (old, name) = (&old, name.as_str().to_owned());
+        async move {
+            let rows = old
+                .query(statement, &[&"semaphore", &name, &owner, &None::<i64>])
+                .await
+                .unwrap();
+            rows.first().map(|row| row.get::<_, i32>("verdict"))
+        }
+    };
+    const RELEASE: &str =
+        "SELECT verdict FROM fencelock_release_hold($1::text, $2::text, $3::text, $4::bigint)";
+    const RENEW: &str =
+        "SELECT verdict FROM fencelock_renew_hold($1::text, $2::text, $3::text, $4::bigint, 60000)";
+    let permit = Claim::Permit { limit: 2 };
+
+    assert_eq!(acquire("a").await, "granted");
+    let holds = store.holds(HoldKind::Semaphore, &name).await.unwrap();
+    let owners: Vec<&Owner> = holds.iter().map(|h| &h.lease.owner).collect();
+    assert_eq!(owners, [&owner("a")], "of no principal");
+    let refused = busy(
+        store
+            .acquire_hold(&name, &owner_of("billing", "a"), permit, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        refused.holders, holds,
+        "a namesake is refused, though there is room"
+    );
+    assert_eq!(verdict(RENEW, "a").await, Some(3), "renewed");
+    assert_eq!(verdict(RELEASE, "a").await, Some(3), "released");
+    assert_eq!(verdict(RELEASE, "a").await, None, "nothing left to release");
+
+    let theirs = granted_hold(
+        store
+            .acquire_hold(&name, &owner_of("billing", "a"), permit, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(acquire("a").await, "busy", "the name is billing's");
+    assert_eq!(verdict(RENEW, "a").await, Some(1), "forbidden");
+    assert_eq!(verdict(RELEASE, "a").await, Some(1), "forbidden");
+    old.execute(
+        "SELECT fencelock_withdraw_intent($1::text, $2::text)",
+        &[&name.as_str(), &"a"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        store.holds(HoldKind::Semaphore, &name).await.unwrap(),
+        [theirs],
+        "unchanged"
+    );
 }
 
 /// Ordinals of tokens by first sight, so that two stores' tokens can be compared by order.
@@ -877,7 +985,8 @@ impl Seen {
     fn lease(&mut self, lease: &Lease) -> String {
         let next = self.0.len();
         let ordinal = *self.0.entry(lease.token).or_insert(next);
-        format!("{}#{ordinal}", lease.owner)
+        let principal = lease.owner.principal().map_or("-", Principal::as_str);
+        format!("{}({principal})#{ordinal}", lease.owner)
     }
 
     fn hold(&mut self, hold: &Hold) -> String {
@@ -1048,9 +1157,9 @@ async fn pages(store: &dyn LockStore, kind: HoldKind, prefix: &str, seen: &mut S
     }
 }
 
-/// Random runs of hold calls on a few names and owners are answered by PostgreSQL as by the
-/// reference store, call by call: the same outcomes and holders, tokens in the same order,
-/// the same pages.
+/// Random runs of hold calls on a few names and owners (namesakes of other principals among
+/// them) are answered by PostgreSQL as by the reference store, call by call: the same
+/// outcomes and holders, tokens in the same order, the same pages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_are_decided_as_the_reference_store_decides() {
     let postgres = store(&shared_url().await).await;
@@ -1062,7 +1171,14 @@ async fn holds_are_decided_as_the_reference_store_decides() {
         let reference = MemoryStore::new();
         let prefix = unique_prefix();
         let names = ["x", "y"].map(|n| resource(&format!("{prefix}{n}")));
-        let owners = ["a", "b", "c"].map(owner);
+        let of = |name, principal| owner(name).of(Some(Principal::new(principal).unwrap()));
+        let owners = [
+            owner("a"),
+            owner("b"),
+            owner("c"),
+            of("a", "billing"),
+            of("b", "ops"),
+        ];
         let mut dice = Dice(seed);
         let (mut seen_pg, mut seen_ref) = (Seen::default(), Seen::default());
         for step in 0..250 {

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fencelock_core::{Owner, Resource, Timestamp, Ttl};
+use fencelock_core::{Owner, Principal, Resource, Timestamp, Ttl};
 
 /// The resource `name`.
 pub fn resource(name: &str) -> Resource {
@@ -14,6 +14,13 @@ pub fn resource(name: &str) -> Resource {
 /// The owner `name`.
 pub fn owner(name: &str) -> Owner {
     Owner::new(name).expect("test owners are valid")
+}
+
+/// The owner `name` of the principal `principal` (as a server with authentication makes it).
+pub fn owner_of(principal: &str, name: &str) -> Owner {
+    owner(name).of(Some(
+        Principal::new(principal).expect("test principals are valid"),
+    ))
 }
 
 /// A TTL of `duration`.

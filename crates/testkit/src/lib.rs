@@ -26,8 +26,13 @@
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
 //! - [`fuzz`]: the bounded configuration, strategies and naming model of the fuzz targets.
 //! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
-//!   closing anything (a broken network, a hung host).
+//!   closing anything (a broken network, a hung host); it keeps what clients sent, to look
+//!   at the headers of their requests.
+//! - [`Canned`]: an HTTP server that gives every request the same answer (a 401, a 429, …)
+//!   and keeps the requests.
+//! - [`tls`]: a CA made by the test ([`TestCa`]) and server certificates it signs.
 
+mod canned;
 mod etcd;
 pub mod fixtures;
 pub mod fuzz;
@@ -35,8 +40,11 @@ mod postgres;
 mod process;
 mod proxy;
 mod redis;
+pub mod tls;
 
+pub use canned::Canned;
 pub use etcd::{Etcd, EtcdCluster, shared_etcd};
 pub use postgres::{Postgres, shared_postgres};
 pub use proxy::Proxy;
 pub use redis::{Redis, shared_redis};
+pub use tls::{ServerCert, TestCa};

@@ -1,10 +1,11 @@
 //! [`Proxy`]: a TCP relay on loopback that can be cut like a network, for tests of a server
-//! that stops answering without closing anything.
+//! that stops answering without closing anything; and that keeps what clients sent, for
+//! tests of what a client puts in its requests.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
 
@@ -28,6 +29,8 @@ pub struct Proxy {
 struct Flags {
     cut: AtomicBool,
     stop: AtomicBool,
+    /// Every byte relayed from clients to the target, in the order relayed.
+    sent: Mutex<Vec<u8>>,
 }
 
 impl Flags {
@@ -72,6 +75,13 @@ impl Proxy {
     pub fn restore(&self) {
         self.flags.cut.store(false, Ordering::Release);
     }
+
+    /// Everything clients sent through the proxy so far (for plain HTTP, their requests
+    /// with their headers), as text.
+    pub fn sent(&self) -> String {
+        let sent = self.flags.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        String::from_utf8_lossy(&sent).into_owned()
+    }
 }
 
 impl Drop for Proxy {
@@ -103,16 +113,17 @@ fn accept(listener: &TcpListener, target: SocketAddr, flags: &Arc<Flags>) {
                 return;
             };
             let upstream_flags = flags.clone();
-            let upstream = thread::spawn(move || pump(client_reader, server, &upstream_flags));
-            pump(server_reader, client, &flags);
+            let upstream = thread::spawn(move || pump(client_reader, server, &upstream_flags, true));
+            pump(server_reader, client, &flags, false);
             let _ = upstream.join();
         });
     }
 }
 
 /// Copies `from` to `to` until either closes or the proxy stops, holding data back while the
-/// proxy is cut. Closing one side closes the other, as a real relay would.
-fn pump(mut from: TcpStream, mut to: TcpStream, flags: &Flags) {
+/// proxy is cut, and keeping a copy if `upstream` (from a client). Closing one side closes
+/// the other, as a real relay would.
+fn pump(mut from: TcpStream, mut to: TcpStream, flags: &Flags, upstream: bool) {
     let _ = from.set_read_timeout(Some(TICK));
     let mut buffer = [0_u8; 16 * 1024];
     loop {
@@ -122,6 +133,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, flags: &Flags) {
         match from.read(&mut buffer) {
             Ok(0) => break,
             Ok(n) => {
+                if upstream {
+                    let mut sent = flags.sent.lock().unwrap_or_else(PoisonError::into_inner);
+                    sent.extend_from_slice(&buffer[..n]);
+                }
                 // Data read just before a cut is held until the proxy is restored.
                 if !flags.wait_while_cut() || to.write_all(&buffer[..n]).is_err() {
                     break;

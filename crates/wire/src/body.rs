@@ -124,10 +124,22 @@ pub struct ReleaseRequest {
 /// `DELETE /locks/{resource}` (or `/semaphores/{name}`, `/rwlocks/{name}`) with
 /// `{"force": true}`: an administrator's release of every lease, permit or hold of the name,
 /// whoever holds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ForceReleaseRequest {
-    /// Always `true`.
+    /// `true`: free the name whoever holds it (needs the `admin` right); `false` or absent is
+    /// the owner's release.
     pub force: bool,
+}
+
+/// The body of a `DELETE`, as the OpenAPI description tells it: the owner's release, or an
+/// administrator's force-release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum DeleteRequest {
+    /// `{"owner": …}`: the owner's release.
+    Release(ReleaseRequest),
+    /// `{"force": true}`: every lease, permit or hold of the name, whoever holds it.
+    Force(ForceReleaseRequest),
 }
 
 /// `POST /locks/{resource}/renew`: renew; also of a permit or a hold. Exactly one of

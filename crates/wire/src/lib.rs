@@ -24,8 +24,8 @@ pub mod parse;
 pub mod problem;
 
 pub use body::{
-    AcquireRequest, AcquireResponse, ForceReleaseRequest, Granted, Held, LeaseBody, ListResponse,
-    ReleaseRequest, RenewRequest, TtlFields,
+    AcquireRequest, AcquireResponse, DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody,
+    ListResponse, ReleaseRequest, RenewRequest, TtlFields,
 };
 pub use hold::{
     HoldAcquireRequest, HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldsBody,
@@ -34,5 +34,5 @@ pub use hold::{
     SemaphoreListResponse,
 };
 pub use outcome::{Judged, Label, Op, Outcome};
-pub use parse::{Acquire, AcquireHold, BadBody, Limits, Release, Renew};
+pub use parse::{Acquire, AcquireHold, BadBody, Delete, Limits, Release, Renew};
 pub use problem::{FieldError, Problem, ProblemKind};

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Acquired, Busy, EndedLease, Hold, HoldKind, HoldOutcome, HoldPage, Lease, LeasePage,
-    Owner, Refusal, ReleaseOutcome, RenewOutcome, Resource,
+    AcquireOutcome, Acquired, Busy, EndedLease, ForceOutcome, Hold, HoldKind, HoldOutcome, HoldPage, Lease,
+    LeasePage, Owner, Refusal, ReleaseOutcome, RenewOutcome, Resource,
 };
 
 use crate::body::{AcquireResponse, Granted, Held, InvalidLease, LeaseBody};
@@ -32,10 +32,13 @@ pub enum Op {
     Renew,
     /// `GET /locks`.
     List,
+    /// `DELETE /locks/{resource}` with `{"force": true}`: an administrator's release.
+    ForceRelease,
 }
 
 impl Op {
-    /// The name in metrics and log lines: `acquire`, `get`, `release`, `renew`, `list`.
+    /// The name in metrics and log lines: `acquire`, `get`, `release`, `renew`, `list`,
+    /// `force_release`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Acquire => "acquire",
@@ -43,6 +46,7 @@ impl Op {
             Self::Release => "release",
             Self::Renew => "renew",
             Self::List => "list",
+            Self::ForceRelease => "force_release",
         }
     }
 }
@@ -170,6 +174,16 @@ impl Outcome for Option<Lease> {
 impl Outcome for LeasePage {
     fn label(&self) -> Label {
         Label::Listed
+    }
+}
+
+/// A force-release: something was freed, or nothing was held.
+impl Outcome for ForceOutcome {
+    fn label(&self) -> Label {
+        match self {
+            Self::Released(_) => Label::Released,
+            Self::NotFound => Label::NotFound,
+        }
     }
 }
 
@@ -337,13 +351,14 @@ fn held_noun(kind: HoldKind) -> &'static str {
 }
 
 /// The problem's `detail` for a refusal of `owner`'s release or renewal of its permit or
-/// hold on `name` (a store never answers [`Refusal::Forbidden`] there: an owner either holds
-/// or not).
+/// hold on `name` ([`Refusal::Forbidden`]: its name holds one, of another principal).
 pub fn hold_refusal_detail(kind: HoldKind, refusal: Refusal, name: &Resource, owner: &Owner) -> String {
     let (noun, held) = (noun(kind), held_noun(kind));
     match refusal {
         Refusal::NotFound => format!("{owner} holds no live {held} of the {noun} {name}"),
-        Refusal::Forbidden => format!("the {noun} {name} is held by another owner than {owner}"),
+        Refusal::Forbidden => {
+            format!("the {held} of {owner} on the {noun} {name} belongs to another principal")
+        }
         Refusal::Conflict => {
             format!("the live {held} of {owner} on the {noun} {name} has another fencing token")
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use fencelock_core::{Claim, FencingToken, HoldKind, InvalidName, Owner, Resource, Ttl};
 use serde_json::{Map, Value};
 
-use crate::fields::{self, FENCING_TOKEN, LIMIT, MODE, OWNER, Range, TTL_MS, TTL_SECONDS, WAIT_MS};
+use crate::fields::{self, FENCING_TOKEN, FORCE, LIMIT, MODE, OWNER, Range, TTL_MS, TTL_SECONDS, WAIT_MS};
 use crate::problem::FieldError;
 
 /// The limits a server enforces (all configurable).
@@ -143,6 +143,28 @@ pub fn release(body: &Map<String, Value>) -> Result<Release, Vec<FieldError>> {
         (Some(owner), Some(token)) => Ok(Release { owner, token }),
         _ => Err(invalid()),
     }
+}
+
+/// A valid `DELETE` body: the owner's release, or an administrator's release of everything
+/// held on the name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delete {
+    /// `force` absent or `false`: the owner's release.
+    Release(Release),
+    /// `"force": true`: whoever holds it; no owner is needed.
+    Force,
+}
+
+/// Checks the body of a `DELETE`: `force`, if given, must be a JSON boolean; with `true` no
+/// other field is read, else it is a release's body.
+pub fn delete(body: &Map<String, Value>) -> Result<Delete, Vec<FieldError>> {
+    let message = match body.get(FORCE) {
+        None | Some(Value::Bool(false)) => return release(body).map(Delete::Release),
+        Some(Value::Bool(true)) => return Ok(Delete::Force),
+        Some(Value::Null) => "must not be null",
+        Some(_) => "must be a JSON boolean",
+    };
+    Err(vec![FieldError::new(FORCE, message)])
 }
 
 /// Checks the body of a renew.
@@ -591,6 +613,32 @@ mod tests {
         for bad in [json!(null), json!("7"), json!(-1), json!(7.0)] {
             let errors = release(&object(json!({"owner": "w", "fencing_token": bad}))).unwrap_err();
             assert_eq!(fields(&errors), ["fencing_token"]);
+        }
+    }
+
+    #[test]
+    fn a_delete_is_a_release_unless_force_is_true() {
+        let delete = |body: Value| delete(&object(body));
+        assert_eq!(delete(json!({"force": true})), Ok(Delete::Force));
+        assert_eq!(delete(json!({"force": true, "owner": 7})), Ok(Delete::Force));
+        let release = Release {
+            owner: Owner::new("w").unwrap(),
+            token: None,
+        };
+        assert_eq!(
+            delete(json!({"owner": "w"})),
+            Ok(Delete::Release(release.clone()))
+        );
+        assert_eq!(
+            delete(json!({"owner": "w", "force": false})),
+            Ok(Delete::Release(release))
+        );
+        assert_eq!(fields(&delete(json!({"force": false})).unwrap_err()), ["owner"]);
+        for bad in [json!(null), json!("true"), json!(1), json!([true])] {
+            assert_eq!(
+                fields(&delete(json!({"owner": "w", "force": bad})).unwrap_err()),
+                ["force"]
+            );
         }
     }
 

@@ -9,8 +9,13 @@ use utoipa::ToSchema;
 pub enum ProblemKind {
     /// 400: the body is not JSON, or not a JSON object.
     BadRequest,
+    /// 401: no bearer token, or one the server does not know (with `WWW-Authenticate`).
+    Unauthorized,
     /// 403: a live lease of another owner.
     Forbidden,
+    /// 403: the caller's principal has no grant of the right this request needs on this
+    /// name. Says nothing of whether the name is held.
+    Denied,
     /// 404: no live lease (or no such route).
     NotFound,
     /// 405: the route does not take this method.
@@ -28,6 +33,9 @@ pub enum ProblemKind {
     UnsupportedMediaType,
     /// 422: one or more fields are invalid; see `errors`.
     InvalidFields,
+    /// 429: the caller's principal sent more requests than its rate allows (with
+    /// `Retry-After`).
+    TooManyRequests,
     /// 500: a bug in the server. Never meant to be sent.
     Internal,
     /// 503: the store is unreachable or failing. The outcome is unknown: a call that timed out
@@ -38,9 +46,11 @@ pub enum ProblemKind {
 impl ProblemKind {
     /// Every kind; where two share a status, the first is the one [`Self::from_status`]
     /// reads.
-    const ALL: [ProblemKind; 12] = [
+    const ALL: [ProblemKind; 15] = [
         Self::BadRequest,
+        Self::Unauthorized,
         Self::Forbidden,
+        Self::Denied,
         Self::NotFound,
         Self::MethodNotAllowed,
         Self::RequestTimeout,
@@ -49,6 +59,7 @@ impl ProblemKind {
         Self::PayloadTooLarge,
         Self::UnsupportedMediaType,
         Self::InvalidFields,
+        Self::TooManyRequests,
         Self::Internal,
         Self::Unavailable,
     ];
@@ -57,7 +68,8 @@ impl ProblemKind {
     pub fn status(self) -> u16 {
         match self {
             Self::BadRequest => 400,
-            Self::Forbidden => 403,
+            Self::Unauthorized => 401,
+            Self::Forbidden | Self::Denied => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::RequestTimeout => 408,
@@ -65,6 +77,7 @@ impl ProblemKind {
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
             Self::InvalidFields => 422,
+            Self::TooManyRequests => 429,
             Self::Internal => 500,
             Self::Unavailable => 503,
         }
@@ -72,7 +85,8 @@ impl ProblemKind {
 
     /// The kind for a status code, as a client reads it. 409 reads as [`Self::Conflict`]:
     /// only a semaphore's acquire answers [`Self::LimitMismatch`], which a client tells by
-    /// the problem's type ([`Self::from_type_uri`]).
+    /// the problem's type ([`Self::from_type_uri`]). 403 reads as [`Self::Forbidden`]; a
+    /// missing right ([`Self::Denied`]) is told by its type likewise.
     pub fn from_status(status: u16) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| kind.status() == status)
     }
@@ -90,7 +104,9 @@ impl ProblemKind {
     fn slug(self) -> &'static str {
         match self {
             Self::BadRequest => "bad-request",
+            Self::Unauthorized => "unauthorized",
             Self::Forbidden => "forbidden",
+            Self::Denied => "denied",
             Self::NotFound => "not-found",
             Self::MethodNotAllowed => "method-not-allowed",
             Self::RequestTimeout => "request-timeout",
@@ -99,6 +115,7 @@ impl ProblemKind {
             Self::PayloadTooLarge => "payload-too-large",
             Self::UnsupportedMediaType => "unsupported-media-type",
             Self::InvalidFields => "invalid-fields",
+            Self::TooManyRequests => "too-many-requests",
             Self::Internal => "internal",
             Self::Unavailable => "store-unavailable",
         }
@@ -108,7 +125,9 @@ impl ProblemKind {
     pub fn title(self) -> &'static str {
         match self {
             Self::BadRequest => "The body is not a JSON object.",
+            Self::Unauthorized => "A valid bearer token is required.",
             Self::Forbidden => "The lock is held by another owner.",
+            Self::Denied => "The caller has no right to do this on this name.",
             Self::NotFound => "No live lock.",
             Self::MethodNotAllowed => "Method not allowed.",
             Self::RequestTimeout => "The request was not received in time.",
@@ -117,6 +136,7 @@ impl ProblemKind {
             Self::PayloadTooLarge => "The body is too large.",
             Self::UnsupportedMediaType => "The body must be application/json.",
             Self::InvalidFields => "Invalid fields.",
+            Self::TooManyRequests => "Too many requests.",
             Self::Internal => "Internal error.",
             Self::Unavailable => "The lock store is unavailable.",
         }
@@ -185,14 +205,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_kind_round_trips_through_its_type_and_all_but_one_through_its_status() {
+    fn every_kind_round_trips_through_its_type_and_all_but_two_through_its_status() {
         for kind in ProblemKind::ALL {
             assert_eq!(ProblemKind::from_type_uri(&kind.type_uri()), Some(kind));
-            if kind != ProblemKind::LimitMismatch {
+            if ![ProblemKind::LimitMismatch, ProblemKind::Denied].contains(&kind) {
                 assert_eq!(ProblemKind::from_status(kind.status()), Some(kind));
             }
         }
         assert_eq!(ProblemKind::from_status(409), Some(ProblemKind::Conflict));
+        assert_eq!(ProblemKind::from_status(403), Some(ProblemKind::Forbidden));
         assert!(ProblemKind::LimitMismatch.type_uri().ends_with("limit-mismatch"));
         assert_eq!(ProblemKind::from_status(200), None);
         assert_eq!(ProblemKind::from_type_uri("urn:fencelock:problem:nope"), None);

@@ -1,12 +1,13 @@
 //! What the client commands share: where requests go, who the owner is, reading the
 //! arguments into the model, writing leases for people and for scripts, and exit codes.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock_client::{
-    Claim, Client, ConnectError, FencingToken, Hold, HoldKind, Kind, Lease, ListQuery, Owner, Resource,
-    StoreError, Timestamp, Ttl,
+    AuthToken, CaCertificates, Claim, Client, ConnectError, FencingToken, Hold, HoldKind, HttpOptions, Key,
+    Kind, Lease, ListQuery, Owner, Resource, StoreError, Timestamp, Ttl,
 };
 use fencelock_wire::{HoldItem, LeaseBody};
 
@@ -17,7 +18,8 @@ pub mod exit {
     /// Not done, and not an error: held by another owner (acquire); not found, forbidden or
     /// token conflict (renew, release); no live lease (status).
     pub const REFUSED: u8 = 1;
-    /// Bad input: a flag, a name, a duration, or a request the server refused as invalid.
+    /// Bad input: a flag, a name, a duration, or a request the server refused as invalid, or
+    /// refused this client (no or an unknown auth token, a right its principal lacks).
     pub const BAD_INPUT: u8 = 2;
     /// The server or the store cannot be reached (or failed).
     pub const UNREACHABLE: u8 = 3;
@@ -34,23 +36,41 @@ pub mod exit {
     pub const NOT_FOUND: u8 = 127;
 }
 
-/// Where the commands send requests: a server, or straight to a store.
+/// Where the commands send requests: a server, or straight to a store; and, for a server,
+/// the CA that signs its certificate and the token that says who we are.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Target {
-    /// The fencelock server to talk to.
+    /// The fencelock server to talk to: http://HOST:PORT, or https://HOST:PORT for a server
+    /// with TLS.
     #[arg(long, env = "FENCELOCK_SERVER", default_value = "http://127.0.0.1:7070")]
     pub server: String,
     /// Talk straight to this store instead of a server (sqlite://PATH, memory://, …); when
     /// given, it wins over --server. The embedded store serves one process at a time.
     #[arg(long, env = "FENCELOCK_STORE")]
     pub store: Option<String>,
+    /// The bearer token for a server with authentication on (as `fencelock auth new-token`
+    /// printed it), sent on every request. Prefer the environment variable: a flag is seen
+    /// by everyone who can list processes.
+    #[arg(
+        long,
+        env = "FENCELOCK_AUTH_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    auth_token: Option<String>,
+    /// For an https:// server: trust its certificate only if a CA in this PEM file signed
+    /// it (e.g. your private CA, or the server's self-signed certificate), instead of the
+    /// system's trusted CAs.
+    #[arg(long, env = "FENCELOCK_CACERT", value_name = "FILE")]
+    cacert: Option<PathBuf>,
 }
 
 impl Target {
-    /// A client for the store if one is given, else for the server.
+    /// A client for the store if one is given, else for the server (with the CA and the
+    /// token, if given).
     pub async fn connect(&self) -> Result<Client, Failure> {
         let address = self.store.as_deref().unwrap_or(&self.server);
-        fencelock_client::connect(address)
+        fencelock_client::connect_with(address, self.http_options()?)
             .await
             .map_err(|error: ConnectError| {
                 let code = if error.is_bad_address() {
@@ -60,6 +80,33 @@ impl Target {
                 };
                 Failure::new(code, error.to_string())
             })
+    }
+
+    /// The token given (`--auth-token`, `FENCELOCK_AUTH_TOKEN`), checked.
+    pub fn auth_token(&self) -> Result<Option<AuthToken>, Failure> {
+        self.auth_token
+            .as_deref()
+            .map(|token| AuthToken::new(token).map_err(|e| Failure::bad_input(format!("--auth-token: {e}"))))
+            .transpose()
+    }
+
+    /// How the client talks to a server: the CA of `--cacert` and the token.
+    fn http_options(&self) -> Result<HttpOptions, Failure> {
+        let ca_certificates = match &self.cacert {
+            None => None,
+            Some(path) => {
+                let bad = |e: &dyn std::fmt::Display| {
+                    Failure::bad_input(format!("--cacert {}: {e}", path.display()))
+                };
+                let pem = std::fs::read(path).map_err(|e| bad(&e))?;
+                Some(CaCertificates::from_pem(&pem).map_err(|e| bad(&e))?)
+            }
+        };
+        Ok(HttpOptions {
+            ca_certificates,
+            auth_token: self.auth_token()?,
+            ..HttpOptions::default()
+        })
     }
 }
 
@@ -159,7 +206,7 @@ pub struct Existing {
     resource: String,
     /// The owner of the lease.
     #[arg(long, env = "FENCELOCK_OWNER")]
-    owner: String,
+    owner: Option<String>,
     /// What RESOURCE names: a lock (the default), a semaphore's permit or a read-write
     /// lock's hold.
     #[arg(long, value_enum, default_value_t = KindFlag::Lock)]
@@ -176,13 +223,27 @@ pub struct Existing {
 }
 
 impl Existing {
-    /// The resource, the owner and the token, checked.
+    /// The resource, the owner and the token, checked. The command's own argument group
+    /// makes `--owner` required where it is (clap refuses the command without it first).
     pub fn parse(&self) -> Result<(Resource, Owner, Option<FencingToken>), Failure> {
+        let name = self
+            .owner
+            .as_deref()
+            .ok_or_else(|| Failure::bad_input("--owner is required"))?;
         Ok((
             resource(&self.resource)?,
-            owner(&self.owner)?,
+            owner(name)?,
             self.token.map(FencingToken),
         ))
+    }
+
+    /// The name and its kind, for a call that names no owner (a forced release).
+    pub fn key(&self) -> Result<Key, Failure> {
+        let name = resource(&self.resource)?;
+        Ok(match self.kind.hold_kind() {
+            None => Key::lock(&name),
+            Some(kind) => Key::hold(kind, &name),
+        })
     }
 }
 
@@ -209,11 +270,16 @@ impl Failure {
 }
 
 impl From<StoreError> for Failure {
-    /// A request the server refused as invalid is bad input (2); anything else means the
-    /// server or store cannot serve (3).
+    /// A request the server refused as invalid, or refused this client (its token, its
+    /// rights), is bad input (2): asking again as it is will not help. Anything else means
+    /// the server or store cannot serve (3), for now (too many requests among them).
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Invalid(detail) => Self::bad_input(format!("the request was refused: {detail}")),
+            error @ StoreError::Unauthenticated(_) => Self::bad_input(format!(
+                "{error}; give it with --auth-token or FENCELOCK_AUTH_TOKEN"
+            )),
+            error @ StoreError::NotAllowed(_) => Self::bad_input(error.to_string()),
             other => Self::new(exit::UNREACHABLE, other.to_string()),
         }
     }

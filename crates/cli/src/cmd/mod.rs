@@ -1,6 +1,7 @@
 //! One file per command, plus what the client commands share.
 
 pub mod acquire;
+pub mod auth;
 pub mod bench;
 mod common;
 mod group;

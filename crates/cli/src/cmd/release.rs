@@ -2,24 +2,38 @@
 //! owner's live lease (with `--kind`, its permit of the semaphore RESOURCE or its hold of
 //! the read-write lock RESOURCE).
 //!
+//! `fencelock release RESOURCE --force [--kind …]`: an administrator's release — ends every
+//! live lease, permit or hold of RESOURCE, whoever holds it (through a server with
+//! authentication on, the token's principal needs the `admin` right on the name).
+//!
 //! Exit 0 if released; 1 if not (no live lease, another owner's lease, or, with `--token`,
-//! a lease with another token — a late release never frees a newer lease); 2 on bad input;
-//! 3 if the server or store is unreachable.
+//! a lease with another token — a late release never frees a newer lease; with `--force`,
+//! nothing held); 2 on bad input (and for a token the server does not know, or a right its
+//! principal lacks); 3 if the server or store is unreachable.
 
 use std::process::ExitCode;
 
-use fencelock_client::{HoldKind, Owner, Resource};
+use fencelock_client::{ForceOutcome, HoldKind, Owner, Resource};
 use fencelock_core::Refusal;
 use fencelock_wire::{Judged, Label, outcome};
 use serde_json::json;
 
-use super::common::{self, Existing, Failure, Target, exit};
+use super::common::{self, Existing, Failure, Target, exit, noun};
 
 /// Flags of `fencelock release`.
 #[derive(Debug, clap::Args)]
+// Both may come: FENCELOCK_OWNER, exported for the other commands, does not stand in the way
+// of --force, which does not use it.
+#[command(group(clap::ArgGroup::new("whose").required(true).multiple(true).args(["owner", "force"])))]
 pub struct Args {
     #[command(flatten)]
     lease: Existing,
+    /// Release RESOURCE whoever holds it: every live lease, permit (--kind semaphore) or
+    /// hold (--kind rwlock) of the name; --owner is not needed (nor used). An
+    /// administrator's tool, for a holder that is gone; the fencing token still protects the
+    /// resource from a holder that comes back.
+    #[arg(long, conflicts_with = "token")]
+    force: bool,
     #[command(flatten)]
     target: Target,
 }
@@ -30,6 +44,9 @@ pub async fn run(args: Args) -> ExitCode {
 }
 
 async fn release(args: Args) -> Result<u8, Failure> {
+    if args.force {
+        return force_release(&args).await;
+    }
     let (resource, owner, token) = args.lease.parse()?;
     let kind = args.lease.kind.hold_kind();
     let client = args.target.connect().await?;
@@ -53,6 +70,35 @@ async fn release(args: Args) -> Result<u8, Failure> {
         println!("released {resource}");
     }
     Ok(exit::OK)
+}
+
+/// `--force`: frees the name whoever holds it.
+async fn force_release(args: &Args) -> Result<u8, Failure> {
+    let key = args.lease.key()?;
+    let client = args.target.connect().await?;
+    let kind = args.lease.kind.hold_kind();
+    let (name, field) = (key.name.as_str(), name_field(kind));
+    match client.force_release(&key).await? {
+        ForceOutcome::Released(_) => {
+            if args.lease.json {
+                common::print_json(&json!({"released": true, field: name, "forced": true}));
+            } else {
+                println!("released {name} (forced: whoever held it)");
+            }
+            Ok(exit::OK)
+        }
+        ForceOutcome::NotFound => {
+            if args.lease.json {
+                let reason = Label::from(Refusal::NotFound).as_str();
+                common::print_json(&json!({"released": false, field: name, "reason": reason}));
+            }
+            eprintln!(
+                "fencelock release: {name} not released: nothing holds the {} {name}",
+                noun(key.kind)
+            );
+            Ok(exit::REFUSED)
+        }
+    }
 }
 
 /// The field that names what a release or renewal acted on, as the API names it: `resource`

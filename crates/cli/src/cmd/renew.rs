@@ -16,6 +16,7 @@ use super::release::Refused;
 
 /// Flags of `fencelock renew`.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("whose").required(true).args(["owner"])))]
 pub struct Args {
     #[command(flatten)]
     lease: Existing,

@@ -6,6 +6,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -27,6 +28,15 @@ pub fn fencelock() -> Command {
         "FENCELOCK_JSON",
         "FENCELOCK_BENCH_TARGET",
         "FENCELOCK_LOG_FORMAT",
+        "FENCELOCK_AUTH",
+        "FENCELOCK_INSECURE_NO_AUTH",
+        "FENCELOCK_RATE_LIMIT",
+        "FENCELOCK_RATE_BURST",
+        "FENCELOCK_MAX_HEADER_BYTES",
+        "FENCELOCK_AUTH_TOKEN",
+        "FENCELOCK_CACERT",
+        "FENCELOCK_TLS_CERT",
+        "FENCELOCK_TLS_KEY",
         "RUST_LOG",
     ] {
         command.env_remove(variable);
@@ -66,7 +76,10 @@ pub fn shown(output: std::process::Output) -> Shown {
 /// A `fencelock serve` child on a free port.
 pub struct Server {
     child: Child,
+    /// `http://ADDRESS`, or `https://ADDRESS` for a server with TLS.
     pub url: String,
+    /// Its log lines so far (JSON).
+    logs: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -82,6 +95,12 @@ impl Server {
 
     /// A server on the store at `store`, with these environment variables set.
     pub fn with_env(store: &str, env: &[(&str, &str)]) -> Self {
+        Self::with(store, env, &[])
+    }
+
+    /// A server on the store at `store`, with these environment variables set and these
+    /// flags of `serve` added.
+    pub fn with(store: &str, env: &[(&str, &str)], flags: &[&str]) -> Self {
         let mut child = fencelock()
             .envs(env.iter().copied())
             .args([
@@ -93,27 +112,42 @@ impl Server {
                 "--store",
                 store,
             ])
+            .args(flags)
             .stderr(Stdio::piped())
             .spawn()
             .expect("start fencelock serve");
         // The server logs the address it bound; read log lines until it appears.
         let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
-        let address = loop {
+        let url = loop {
             let line = lines
                 .next()
                 .expect("fencelock serve exited before serving")
                 .unwrap();
             let event: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
             if let Some(address) = event["address"].as_str() {
-                break address.to_owned();
+                break format!("{}://{address}", event["scheme"].as_str().unwrap_or("http"));
             }
         };
-        // Keep draining its log so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Self {
-            child,
-            url: format!("http://{address}"),
-        }
+        // Keep reading its log so the server never blocks on a full pipe.
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let kept = logs.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                kept.lock().unwrap().push(line);
+            }
+        });
+        Self { child, url, logs }
+    }
+
+    /// Whether a log line so far contains `text`.
+    pub fn logged(&self, text: &str) -> bool {
+        self.logs.lock().unwrap().iter().any(|line| line.contains(text))
+    }
+
+    /// Sends the server `signal`.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        nix::sys::signal::kill(pid, signal).unwrap();
     }
 
     /// The server's process.
@@ -123,8 +157,7 @@ impl Server {
 
     /// Stops the server with SIGTERM and asserts it exits 0 within 5 s.
     pub fn stop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        self.signal(nix::sys::signal::Signal::SIGTERM);
         let status = eventually(Duration::from_secs(5), "the server exits after SIGTERM", || {
             self.child.try_wait().unwrap()
         });

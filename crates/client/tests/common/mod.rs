@@ -34,7 +34,8 @@ impl TestServer {
             .expect("a runtime for the server");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
         listener.set_nonblocking(true).unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let scheme = if config.tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let store = Arc::new(MemoryStore::new());
         let served = store.clone();
         runtime.spawn(async move {

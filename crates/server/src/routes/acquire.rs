@@ -8,31 +8,39 @@ use fencelock_wire::{AcquireRequest, AcquireResponse, Op, outcome, parse};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{Caller, Right};
 use crate::extract::{JsonObject, both, resource};
 use crate::observe::{Asked, Observed, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{BodyProblems, detached, hold_kind};
+use super::{AuthProblems, BodyProblems, Denied, detached, hold_kind};
 
 /// Acquire a lock.
 ///
 /// Grants a free or expired resource with a new fencing token; extends the caller's own live
 /// lease (same token); or, if another owner holds it, answers `acquired: false` — at once,
-/// or after waiting up to `wait_ms` in first-come first-served order.
+/// or after waiting up to `wait_ms` in first-come first-served order. Needs the `lock` right;
+/// the lease is the caller's principal's (the same owner name under another principal is
+/// another owner).
 #[utoipa::path(post, path = "/locks/{resource}", tag = "locks",
     params(("resource" = String, Path, description = "The resource, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = AcquireRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Granted (new or extended), or held by another owner", body = AcquireResponse),
+        AuthProblems,
+        Denied,
         BodyProblems,
     ))]
 pub async fn acquire(
     State(app): State<App>,
+    caller: Caller,
     uri: Uri,
     JsonObject(body): JsonObject,
 ) -> Result<Json<AcquireResponse>, ApiError> {
-    let (resource, request) = both(resource(&uri), parse::acquire(&body, &app.config.limits))?;
+    let (resource, mut request) = both(resource(&uri), parse::acquire(&body, &app.config.limits))?;
+    caller.may(Right::Lock, &resource)?;
+    request.owner = caller.owns(request.owner);
     // Cancelled when this future is dropped (the client hung up): the wait ends, but a call
     // to the store under way completes and is logged, and a grant nobody will hear of is
     // given back at once instead of blocking the lock until its TTL.

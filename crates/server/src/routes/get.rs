@@ -7,25 +7,29 @@ use fencelock_core::Kind;
 use fencelock_wire::{LeaseBody, Op, Problem, ProblemKind, outcome};
 use tokio::time::Instant;
 
+use crate::auth::{Caller, Right};
 use crate::extract::resource;
 use crate::observe::observe;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::PathProblems;
+use super::{AuthProblems, Denied, PathProblems};
 
 /// The live lease on a resource.
 ///
-/// An expired lease is not shown: it belongs to nobody (404).
+/// An expired lease is not shown: it belongs to nobody (404). Needs the `read` right.
 #[utoipa::path(get, path = "/locks/{resource}", tag = "locks",
     params(("resource" = String, Path, description = "The resource, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     responses(
         (status = 200, description = "The live lease", body = LeaseBody),
         (status = 404, description = "No live lease", body = Problem, content_type = "application/problem+json"),
+        AuthProblems,
+        Denied,
         PathProblems,
     ))]
-pub async fn get(State(app): State<App>, uri: Uri) -> Result<Json<LeaseBody>, ApiError> {
+pub async fn get(State(app): State<App>, caller: Caller, uri: Uri) -> Result<Json<LeaseBody>, ApiError> {
     let resource = resource(&uri).map_err(|e| ApiError::Invalid(vec![e]))?;
+    caller.may(Right::Read, &resource)?;
     let started = Instant::now();
     let lease = app.waiters.store().get(&resource).await;
     observe(&app, Kind::Lock, Op::Get, &(), &lease, started.elapsed());

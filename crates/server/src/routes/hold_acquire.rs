@@ -14,13 +14,14 @@ use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{Caller, Right};
 use crate::extract::{JsonObject, both, hold_name};
 use crate::observe::{Asked, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
 use super::acquire::give_back;
-use super::{BodyProblems, detached};
+use super::{AuthProblems, BodyProblems, Denied, detached};
 
 /// Acquire a permit of a semaphore.
 ///
@@ -28,21 +29,25 @@ use super::{BodyProblems, detached};
 /// extends the caller's own live permit (same token); or, if other owners hold every permit,
 /// answers `acquired: false` — at once, or after waiting up to `wait_ms` in first-come
 /// first-served order. A `limit` other than the live permits' is refused (409
-/// `limit-mismatch`, with theirs as `limit`) and changes nothing.
+/// `limit-mismatch`, with theirs as `limit`) and changes nothing. Needs the `lock` right; the
+/// permit is the caller's principal's.
 #[utoipa::path(post, path = "/semaphores/{name}", tag = "semaphores",
     params(("name" = String, Path, description = "The semaphore, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = SemaphoreAcquireRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Granted (new or extended), or every permit held by others", body = SemaphoreAcquireResponse),
         (status = 409, description = "The live permits have another limit (problem type ending in limit-mismatch; `limit` is theirs)", body = Problem, content_type = "application/problem+json"),
+        AuthProblems,
+        Denied,
         BodyProblems,
     ))]
 pub async fn acquire_semaphore(
     State(app): State<App>,
+    caller: Caller,
     uri: Uri,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    acquire(app, HoldKind::Semaphore, &uri, &body).await
+    acquire(app, &caller, HoldKind::Semaphore, &uri, &body).await
 }
 
 /// Acquire a read-write lock.
@@ -51,32 +56,39 @@ pub async fn acquire_semaphore(
 /// (writers are not starved). `write`: granted when no other owner holds anything; a sole
 /// reader is upgraded (new token). A writer asking `read` is downgraded at once (new token);
 /// the same mode again extends (same token). Otherwise `acquired: false` — at once, or after
-/// waiting up to `wait_ms` in first-come first-served order.
+/// waiting up to `wait_ms` in first-come first-served order. Needs the `lock` right; the hold
+/// is the caller's principal's.
 #[utoipa::path(post, path = "/rwlocks/{name}", tag = "rwlocks",
     params(("name" = String, Path, description = "The read-write lock, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = RwLockAcquireRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Granted (new, replaced or extended), or held against this mode", body = RwLockAcquireResponse),
+        AuthProblems,
+        Denied,
         BodyProblems,
     ))]
 pub async fn acquire_rwlock(
     State(app): State<App>,
+    caller: Caller,
     uri: Uri,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    acquire(app, HoldKind::RwLock, &uri, &body).await
+    acquire(app, &caller, HoldKind::RwLock, &uri, &body).await
 }
 
 async fn acquire(
     app: App,
+    caller: &Caller,
     kind: HoldKind,
     uri: &Uri,
     body: &Map<String, Value>,
 ) -> Result<Response, ApiError> {
-    let (name, AcquireHold { acquire, claim }) = both(
+    let (name, AcquireHold { mut acquire, claim }) = both(
         hold_name(kind, uri),
         parse::acquire_hold(body, &app.config.limits, kind),
     )?;
+    caller.may(Right::Lock, &name)?;
+    acquire.owner = caller.owns(acquire.owner);
     // As for locks: cancelled when the client hangs up; the wait ends, a store call under way
     // completes and is logged, and a grant nobody will hear of is given back at once.
     let gone = CancellationToken::new();

@@ -7,39 +7,54 @@ use fencelock_core::HoldKind;
 use fencelock_wire::{HoldsBody, Op, Problem, ProblemKind, RwLockBody, SemaphoreBody, outcome};
 use tokio::time::Instant;
 
+use crate::auth::{Caller, Right};
 use crate::extract::hold_name;
 use crate::observe::observe;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::PathProblems;
+use super::{AuthProblems, Denied, PathProblems};
 
-/// The live permits of a semaphore, in token order, with its limit.
+/// The live permits of a semaphore, in token order, with its limit. Needs the `read` right.
 #[utoipa::path(get, path = "/semaphores/{name}", tag = "semaphores",
     params(("name" = String, Path, description = "The semaphore, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     responses(
         (status = 200, description = "The live permits", body = SemaphoreBody),
         (status = 404, description = "No live permit", body = Problem, content_type = "application/problem+json"),
+        AuthProblems,
+        Denied,
         PathProblems,
     ))]
-pub async fn get_semaphore(State(app): State<App>, uri: Uri) -> Result<Json<HoldsBody>, ApiError> {
-    get(app, HoldKind::Semaphore, &uri).await
+pub async fn get_semaphore(
+    State(app): State<App>,
+    caller: Caller,
+    uri: Uri,
+) -> Result<Json<HoldsBody>, ApiError> {
+    get(app, &caller, HoldKind::Semaphore, &uri).await
 }
 
-/// The live holds of a read-write lock, in token order, with the mode they hold.
+/// The live holds of a read-write lock, in token order, with the mode they hold. Needs the
+/// `read` right.
 #[utoipa::path(get, path = "/rwlocks/{name}", tag = "rwlocks",
     params(("name" = String, Path, description = "The read-write lock, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     responses(
         (status = 200, description = "The live holds", body = RwLockBody),
         (status = 404, description = "Nothing held", body = Problem, content_type = "application/problem+json"),
+        AuthProblems,
+        Denied,
         PathProblems,
     ))]
-pub async fn get_rwlock(State(app): State<App>, uri: Uri) -> Result<Json<HoldsBody>, ApiError> {
-    get(app, HoldKind::RwLock, &uri).await
+pub async fn get_rwlock(
+    State(app): State<App>,
+    caller: Caller,
+    uri: Uri,
+) -> Result<Json<HoldsBody>, ApiError> {
+    get(app, &caller, HoldKind::RwLock, &uri).await
 }
 
-async fn get(app: App, kind: HoldKind, uri: &Uri) -> Result<Json<HoldsBody>, ApiError> {
+async fn get(app: App, caller: &Caller, kind: HoldKind, uri: &Uri) -> Result<Json<HoldsBody>, ApiError> {
     let name = hold_name(kind, uri).map_err(|e| ApiError::Invalid(vec![e]))?;
+    caller.may(Right::Read, &name)?;
     let started = Instant::now();
     let holds = app.waiters.store().holds(kind, &name).await;
     observe(&app, kind.into(), Op::Get, &(), &holds, started.elapsed());

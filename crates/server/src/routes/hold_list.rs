@@ -7,17 +7,19 @@ use fencelock_core::HoldKind;
 use fencelock_wire::{HoldListResponse, Op, RwLockListResponse, SemaphoreListResponse, outcome};
 use tokio::time::Instant;
 
+use crate::auth::Caller;
 use crate::observe::observe;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::PathProblems;
-use super::list::parse_query;
+use super::list::{parse_query, readable};
+use super::{AuthProblems, PathProblems};
 
 /// List semaphores with live permits.
 ///
 /// Ordered by the bytes of the name, each with its live permits in token order; `limit`
-/// counts semaphores; `next_cursor` is `null` on the last page.
+/// counts semaphores; `next_cursor` is `null` on the last page. Only the names the caller
+/// has the `read` right on are listed, as for locks.
 #[utoipa::path(get, path = "/semaphores", tag = "semaphores",
     params(
         ("prefix" = Option<String>, Query, description = "Only names starting with this", max_length = 255, pattern = r"^[^\x00-\x1f\x7f]*$"),
@@ -26,19 +28,22 @@ use super::list::parse_query;
     ),
     responses(
         (status = 200, description = "One page of semaphores", body = SemaphoreListResponse),
+        AuthProblems,
         PathProblems,
     ))]
 pub async fn list_semaphores(
     State(app): State<App>,
+    caller: Caller,
     RawQuery(query): RawQuery,
 ) -> Result<Json<HoldListResponse>, ApiError> {
-    list(app, HoldKind::Semaphore, query).await
+    list(app, &caller, HoldKind::Semaphore, query).await
 }
 
 /// List read-write locks with live holds.
 ///
 /// Ordered by the bytes of the name, each with its live holds in token order; `limit`
-/// counts read-write locks; `next_cursor` is `null` on the last page.
+/// counts read-write locks; `next_cursor` is `null` on the last page. Only the names the
+/// caller has the `read` right on are listed, as for locks.
 #[utoipa::path(get, path = "/rwlocks", tag = "rwlocks",
     params(
         ("prefix" = Option<String>, Query, description = "Only names starting with this", max_length = 255, pattern = r"^[^\x00-\x1f\x7f]*$"),
@@ -47,19 +52,30 @@ pub async fn list_semaphores(
     ),
     responses(
         (status = 200, description = "One page of read-write locks", body = RwLockListResponse),
+        AuthProblems,
         PathProblems,
     ))]
 pub async fn list_rwlocks(
     State(app): State<App>,
+    caller: Caller,
     RawQuery(query): RawQuery,
 ) -> Result<Json<HoldListResponse>, ApiError> {
-    list(app, HoldKind::RwLock, query).await
+    list(app, &caller, HoldKind::RwLock, query).await
 }
 
-async fn list(app: App, kind: HoldKind, query: Option<String>) -> Result<Json<HoldListResponse>, ApiError> {
+async fn list(
+    app: App,
+    caller: &Caller,
+    kind: HoldKind,
+    query: Option<String>,
+) -> Result<Json<HoldListResponse>, ApiError> {
     let query = parse_query(query.as_deref().unwrap_or(""))?;
     let started = Instant::now();
-    let page = app.waiters.store().list_holds(kind, &query).await;
+    let store = app.waiters.store();
+    let page = readable(caller, query, |query| async move {
+        store.list_holds(kind, &query).await
+    })
+    .await;
     observe(&app, kind.into(), Op::List, &(), &page, started.elapsed());
     Ok(Json(outcome::encode_hold_page(kind, &page?)))
 }

@@ -1,6 +1,7 @@
 //! The routes: one file per endpoint (parse, validate, call the store, map the answer).
 
 mod acquire;
+mod force;
 mod get;
 mod health;
 mod hold_acquire;
@@ -21,14 +22,15 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use fencelock_core::{HoldKind, Kind, LockStore, Refusal, Resource, StoreError};
+use fencelock_core::{HoldKind, Kind, LockStore, Owner, Refusal, Resource, StoreError};
 use fencelock_wire::{FieldError, HoldItem, Judged, LeaseBody, Op, ProblemKind, hold, outcome};
 use tokio::time::Instant;
 use utoipa::OpenApi;
 use utoipa::openapi::response::{Response as Described, ResponseBuilder};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, Ref, RefOr};
 
-use crate::extract::both;
+use crate::auth::{Caller, Right, authenticate};
 use crate::observe::{Asked, Observed, observe};
 use crate::problem::{ApiError, render_problems};
 use crate::state::App;
@@ -60,7 +62,9 @@ use crate::state::App;
         health::readyz,
         health::metrics
     ),
+    modifiers(&Bearer),
     components(schemas(
+        fencelock_wire::ForceReleaseRequest,
         fencelock_wire::Granted,
         fencelock_wire::Held,
         fencelock_wire::FieldError,
@@ -105,6 +109,69 @@ impl utoipa::IntoResponses for BodyProblems {
         ])
     }
 }
+
+/// In the OpenAPI description: the problems of a route behind [`authenticate`].
+struct AuthProblems;
+
+impl utoipa::IntoResponses for AuthProblems {
+    fn responses() -> BTreeMap<String, RefOr<Described>> {
+        problems(&[
+            (
+                ProblemKind::Unauthorized,
+                "No bearer token, or an unknown one (the server has an authentication file); with WWW-Authenticate: Bearer",
+            ),
+            (
+                ProblemKind::TooManyRequests,
+                "Over the request rate of the caller's principal (of all callers without authentication); with Retry-After in seconds",
+            ),
+        ])
+    }
+}
+
+/// In the OpenAPI description: the 403 of a route that no store refuses with 403.
+struct Denied;
+
+impl utoipa::IntoResponses for Denied {
+    fn responses() -> BTreeMap<String, RefOr<Described>> {
+        problems(&[(
+            ProblemKind::Denied,
+            "The caller's principal has no grant of the right this needs on this name (says nothing of whether it is held)",
+        )])
+    }
+}
+
+/// In the OpenAPI description: the bearer token scheme, required by every route behind
+/// [`authenticate`] (not by health, readiness and metrics).
+struct Bearer;
+
+impl utoipa::Modify for Bearer {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let scheme = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some(
+                "A token of the server's authentication file (`fencelock serve --auth FILE`); a server without one needs none",
+            ))
+            .build();
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(BEARER, SecurityScheme::Http(scheme));
+        for route in Route::MATCHED.into_iter().filter(|route| !route.is_open()) {
+            let Some(item) = openapi.paths.paths.get_mut(route.template()) else {
+                continue;
+            };
+            for operation in [&mut item.get, &mut item.post, &mut item.delete]
+                .into_iter()
+                .flatten()
+            {
+                operation.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
+            }
+        }
+    }
+}
+
+/// The name of the bearer scheme in the OpenAPI description.
+const BEARER: &str = "bearer";
 
 /// In the OpenAPI description: the problems of a request without a body.
 struct PathProblems;
@@ -203,6 +270,14 @@ impl Route {
         }
     }
 
+    /// Whether the route needs no token: the operations' routes.
+    fn is_open(self) -> bool {
+        matches!(
+            self,
+            Self::Healthz | Self::Readyz | Self::Metrics | Self::OpenApi | Self::Other
+        )
+    }
+
     /// The route the router matched, if any.
     fn of(matched: Option<&MatchedPath>) -> Self {
         matched
@@ -215,7 +290,8 @@ impl Route {
     }
 }
 
-/// The whole API as an axum router.
+/// The whole API as an axum router: the routes of locks, semaphores and read-write locks
+/// behind [`authenticate`], the operations' routes open to all.
 pub fn router(app: App) -> Router {
     Router::new()
         .route(Route::Locks.template(), get(list::list))
@@ -252,6 +328,8 @@ pub fn router(app: App) -> Router {
             Route::HoldRenew(HoldKind::RwLock).template(),
             post(hold_renew::renew_rwlock),
         )
+        // Only the routes above: health, readiness, metrics and the description need no token.
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), authenticate))
         .route(Route::Healthz.template(), get(health::healthz))
         .route(Route::Readyz.template(), get(health::readyz))
         .route(Route::Metrics.template(), get(health::metrics))
@@ -268,7 +346,8 @@ pub fn router(app: App) -> Router {
 async fn count_http(State(app): State<App>, request: Request, next: Next) -> Response {
     let route = Route::of(request.extensions().get::<MatchedPath>());
     let response = next.run(request).await;
-    app.metrics.http_request(route, response.status());
+    let problem = response.extensions().get::<ProblemKind>().copied();
+    app.metrics.http_request(route, response.status(), problem);
     response
 }
 
@@ -331,6 +410,8 @@ trait Judge: Sized + Send + Sync + 'static {
 
     /// The kind of lease the call is on.
     fn kind(&self) -> Kind;
+    /// The owner the call is for, which the caller's principal is given to.
+    fn owner(&mut self) -> &mut Owner;
     /// What the log lines tell of the request.
     fn asked(self, resource: Resource) -> Asked;
     /// Asks the store.
@@ -341,14 +422,18 @@ trait Judge: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Outcome, StoreError>> + Send;
 }
 
-/// Given the checked name and request: call the store (in a task of its own), observe,
-/// encode — the whole of a judged call.
+/// Given the caller and the checked name and request: check the caller's `lock` right, make
+/// the owner the caller's, call the store (in a task of its own), observe, encode — the whole
+/// of a judged call.
 async fn judged<J: Judge>(
     app: App,
-    name: Result<Resource, FieldError>,
-    request: Result<J, Vec<FieldError>>,
+    caller: &Caller,
+    resource: Resource,
+    mut request: J,
 ) -> Result<Response, ApiError> {
-    let (resource, request) = both(name, request)?;
+    caller.may(Right::Lock, &resource)?;
+    let owner = request.owner();
+    *owner = caller.owns(owner.clone());
     detached(async move {
         let started = Instant::now();
         let kind = request.kind();

@@ -33,6 +33,9 @@ pub struct Answer {
     pub status: StatusCode,
     pub content_type: String,
     pub body: Value,
+    pub headers: reqwest::header::HeaderMap,
+    /// The body as it came.
+    pub raw: Vec<u8>,
 }
 
 impl TestServer {
@@ -91,7 +94,21 @@ impl TestServer {
 
     /// Sends `method path` with a JSON body (or none) and reads the answer.
     pub async fn send(&self, method: Method, path: &str, body: Option<Value>) -> Answer {
+        self.send_as(None, method, path, body).await
+    }
+
+    /// [`send`](Self::send) with `Authorization: Bearer TOKEN` if a token is given.
+    pub async fn send_as(
+        &self,
+        token: Option<&str>,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Answer {
         let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -266,8 +283,8 @@ impl TestServer {
 
 async fn answer(response: reqwest::Response) -> Answer {
     let status = response.status();
-    let content_type = response
-        .headers()
+    let headers = response.headers().clone();
+    let content_type = headers
         .get("content-type")
         .map(|v| v.to_str().unwrap().to_owned())
         .unwrap_or_default();
@@ -277,6 +294,8 @@ async fn answer(response: reqwest::Response) -> Answer {
         status,
         content_type,
         body,
+        headers,
+        raw: bytes.to_vec(),
     }
 }
 
@@ -380,5 +399,36 @@ impl Layer for Unreachable {
             message: "connection refused".into(),
             source: None,
         })
+    }
+}
+
+/// Where a test's log lines go: a buffer it reads (a `tracing_subscriber` writer).
+#[derive(Clone, Default)]
+pub struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Lines {
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+
+    /// The JSON lines of `target` logged so far, in order.
+    pub fn of(&self, target: &str) -> Vec<Value> {
+        self.text()
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .filter(|line| line["target"] == target)
+            .collect()
     }
 }

@@ -2,7 +2,9 @@
 //! reading them back.
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, TxnOp, TxnOpResponse, TxnResponse};
-use fencelock_core::{Claim, FencingToken, Hold, HoldKind, Intent, Key, Lease, Owner, Resource, Timestamp};
+use fencelock_core::{
+    Claim, FencingToken, Hold, HoldKind, Intent, Key, Lease, Owner, Principal, Resource, Timestamp,
+};
 use serde::{Deserialize, Serialize};
 
 use super::error::EtcdError;
@@ -10,18 +12,24 @@ use super::error::EtcdError;
 type Result<T, E = EtcdError> = std::result::Result<T, E>;
 
 /// What the value of a lock key holds; the token is the key's create revision.
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) struct Stored {
-    pub(super) owner: String,
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Stored {
+    owner: String,
+    /// The owner's principal: absent when it has none, as in every value written before
+    /// principals were kept (whose owners therefore have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    principal: Option<String>,
     /// Milliseconds since the epoch.
-    pub(super) acquired_at: u64,
+    acquired_at: u64,
     /// Milliseconds since the epoch.
-    pub(super) expires_at: u64,
+    expires_at: u64,
 }
 
+/// The value of a lock key.
 pub(super) fn encode(owner: &Owner, acquired_at: Timestamp, expires_at: Timestamp) -> Result<Vec<u8>> {
     serde_json::to_vec(&Stored {
         owner: owner.as_str().to_owned(),
+        principal: principal_of(owner),
         acquired_at: acquired_at.as_millis(),
         expires_at: expires_at.as_millis(),
     })
@@ -32,8 +40,8 @@ pub(super) fn encode(owner: &Owner, acquired_at: Timestamp, expires_at: Timestam
 pub(super) fn lease(resource: Resource, kv: &KeyValue) -> Result<Lease> {
     let stored: Stored = serde_json::from_slice(kv.value())
         .map_err(|e| EtcdError::Corrupt(format!("lock {resource} holds no lease: {e}")))?;
-    let owner = Owner::new(&stored.owner)
-        .map_err(|e| EtcdError::Corrupt(format!("lock {resource} has owner {:?}: {e}", stored.owner)))?;
+    let owner = owner(&stored.owner, stored.principal.as_deref())
+        .map_err(|e| EtcdError::Corrupt(format!("lock {resource}: {e}")))?;
     Ok(Lease {
         token: token(kv, &resource)?,
         resource,
@@ -41,6 +49,21 @@ pub(super) fn lease(resource: Resource, kv: &KeyValue) -> Result<Lease> {
         acquired_at: Timestamp::from_millis(stored.acquired_at),
         expires_at: Timestamp::from_millis(stored.expires_at),
     })
+}
+
+/// What a value keeps of `owner`'s principal.
+fn principal_of(owner: &Owner) -> Option<String> {
+    owner.principal().map(|p| p.as_str().to_owned())
+}
+
+/// The owner `name` of `principal`, as a value keeps them (no principal: none).
+fn owner(name: &str, principal: Option<&str>) -> Result<Owner, String> {
+    let principal = principal
+        .map(|p| Principal::new(p).map_err(|e| format!("principal {p:?}: {e}")))
+        .transpose()?;
+    Ok(Owner::new(name)
+        .map_err(|e| format!("owner {name:?}: {e}"))?
+        .of(principal))
 }
 
 pub(super) fn resource(prefix: &str, key: &[u8]) -> Result<Resource> {
@@ -59,10 +82,13 @@ pub(super) fn last_get(answer: &TxnResponse) -> Option<KeyValue> {
     })
 }
 
-/// What the value of a hold key holds; the owner and the claim's mode are in the key, the
-/// token is the key's create revision.
-#[derive(Debug, Serialize, Deserialize)]
+/// What the value of a hold key holds; the owner's name and the claim's mode are in the
+/// key, the token is the key's create revision.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct StoredHold {
+    /// The owner's principal, as in [`Stored`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    principal: Option<String>,
     /// Milliseconds since the epoch.
     acquired_at: u64,
     /// Milliseconds since the epoch.
@@ -72,9 +98,12 @@ struct StoredHold {
     limit: Option<u32>,
 }
 
-/// What the value of a writer's intent key holds.
-#[derive(Debug, Serialize, Deserialize)]
+/// What the value of a writer's intent key holds; the writer's name is in the key.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct StoredIntent {
+    /// The writer's principal, as in [`Stored`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    principal: Option<String>,
     /// Milliseconds since the epoch.
     expires_at: u64,
 }
@@ -114,6 +143,12 @@ pub(super) struct Range {
 }
 
 impl Range {
+    /// Just the key `key`: the next key is `key` with a zero byte appended.
+    pub(super) fn key(key: Vec<u8>) -> Self {
+        let end = [&key[..], &[0]].concat();
+        Self { start: key, end }
+    }
+
     /// Every key that starts with `start`.
     fn under(start: Vec<u8>) -> Self {
         let end = prefix_end(&start);
@@ -255,8 +290,8 @@ impl HoldKeys {
             _ => return Err(odd()),
         };
         let name = self::name(name)?;
-        let owner = Owner::new(owner)
-            .map_err(|e| EtcdError::Corrupt(format!("hold on {name} has owner {owner:?}: {e}")))?;
+        let owner = self::owner(owner, stored.principal.as_deref())
+            .map_err(|e| EtcdError::Corrupt(format!("hold on {name}: {e}")))?;
         Ok(Hold {
             lease: Lease {
                 token: token(kv, &name)?,
@@ -278,17 +313,25 @@ impl HoldKeys {
                 String::from_utf8_lossy(kv.key())
             )));
         };
+        let stored: StoredIntent = serde_json::from_slice(kv.value())
+            .map_err(|e| EtcdError::Corrupt(format!("intent of {owner:?} holds no expiry: {e}")))?;
         Ok(Intent {
-            owner: Owner::new(owner)
-                .map_err(|e| EtcdError::Corrupt(format!("intent of owner {owner:?}: {e}")))?,
-            expires_at: expires_at(kv)?,
+            owner: self::owner(owner, stored.principal.as_deref())
+                .map_err(|e| EtcdError::Corrupt(format!("intent: {e}")))?,
+            expires_at: Timestamp::from_millis(stored.expires_at),
         })
     }
 }
 
-/// The value of a hold key.
-pub(super) fn encode_hold(claim: Claim, acquired_at: Timestamp, expires_at: Timestamp) -> Result<Vec<u8>> {
+/// The value of `owner`'s hold key.
+pub(super) fn encode_hold(
+    owner: &Owner,
+    claim: Claim,
+    acquired_at: Timestamp,
+    expires_at: Timestamp,
+) -> Result<Vec<u8>> {
     serde_json::to_vec(&StoredHold {
+        principal: principal_of(owner),
         acquired_at: acquired_at.as_millis(),
         expires_at: expires_at.as_millis(),
         limit: match claim {
@@ -299,9 +342,10 @@ pub(super) fn encode_hold(claim: Claim, acquired_at: Timestamp, expires_at: Time
     .map_err(|e| EtcdError::Corrupt(format!("cannot encode a hold: {e}")))
 }
 
-/// The value of an intent key.
-pub(super) fn encode_intent(expires_at: Timestamp) -> Result<Vec<u8>> {
+/// The value of `owner`'s intent key.
+pub(super) fn encode_intent(owner: &Owner, expires_at: Timestamp) -> Result<Vec<u8>> {
     serde_json::to_vec(&StoredIntent {
+        principal: principal_of(owner),
         expires_at: expires_at.as_millis(),
     })
     .map_err(|e| EtcdError::Corrupt(format!("cannot encode an intent: {e}")))
@@ -357,4 +401,66 @@ pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
         }
     }
     vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AT: Timestamp = Timestamp::from_millis(1_000);
+    const ENDS: Timestamp = Timestamp::from_millis(2_000);
+
+    fn billing() -> Owner {
+        Owner::new("worker-7")
+            .unwrap()
+            .of(Some(Principal::new("billing").unwrap()))
+    }
+
+    /// Values as versions before principals wrote them: each decodes as of no principal.
+    #[test]
+    fn values_written_before_principals_are_of_no_principal() {
+        let lock: Stored =
+            serde_json::from_str(r#"{"owner":"worker-7","acquired_at":1000,"expires_at":2000}"#).unwrap();
+        assert_eq!(
+            owner(&lock.owner, lock.principal.as_deref()),
+            Ok(Owner::new("worker-7").unwrap())
+        );
+        let hold: StoredHold =
+            serde_json::from_str(r#"{"acquired_at":1000,"expires_at":2000,"limit":3}"#).unwrap();
+        assert_eq!(hold.principal, None);
+        let intent: StoredIntent = serde_json::from_str(r#"{"expires_at":2000}"#).unwrap();
+        assert_eq!(intent.principal, None);
+    }
+
+    /// An owner of no principal is written as before, byte for byte, so that a server of an
+    /// older version sharing the cluster reads it as it always did.
+    #[test]
+    fn a_principal_is_written_only_when_there_is_one() {
+        let none = Owner::new("worker-7").unwrap();
+        let text = |value: Result<Vec<u8>>| String::from_utf8(value.unwrap()).unwrap();
+        assert_eq!(
+            text(encode(&none, AT, ENDS)),
+            r#"{"owner":"worker-7","acquired_at":1000,"expires_at":2000}"#
+        );
+        assert_eq!(
+            text(encode_hold(&none, Claim::Read, AT, ENDS)),
+            r#"{"acquired_at":1000,"expires_at":2000}"#
+        );
+        assert_eq!(text(encode_intent(&none, ENDS)), r#"{"expires_at":2000}"#);
+
+        let lock: Stored = serde_json::from_slice(&encode(&billing(), AT, ENDS).unwrap()).unwrap();
+        assert_eq!(owner(&lock.owner, lock.principal.as_deref()), Ok(billing()));
+        let permit = Claim::Permit { limit: 2 };
+        let hold: StoredHold =
+            serde_json::from_slice(&encode_hold(&billing(), permit, AT, ENDS).unwrap()).unwrap();
+        assert_eq!(hold.principal.as_deref(), Some("billing"));
+        let intent: StoredIntent = serde_json::from_slice(&encode_intent(&billing(), ENDS).unwrap()).unwrap();
+        assert_eq!(intent.principal.as_deref(), Some("billing"));
+    }
+
+    #[test]
+    fn a_stored_principal_that_is_no_principal_is_refused() {
+        let refused = owner("worker-7", Some("")).unwrap_err();
+        assert!(refused.contains("principal"), "{refused}");
+    }
 }

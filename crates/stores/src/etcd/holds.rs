@@ -1,12 +1,12 @@
 //! Semaphores and read-write locks: read every hold on the name at one revision, decide with
 //! [`judge`], then write only if no hold on the name was created or rewritten since.
 
-use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
 use fencelock_core::hold::{Verdict, judge};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    Claim, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Intent, ListQuery, Owner, ReleaseOutcome,
-    RenewOutcome, Resource, Timestamp, Ttl,
+    Claim, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Lease, ListQuery, Owner,
+    ReleaseOutcome, RenewOutcome, Resource, Timestamp, Ttl,
 };
 
 use super::codec::{self, Range};
@@ -102,7 +102,13 @@ impl EtcdStore {
         for _ in 0..MAX_ATTEMPTS {
             let read = self.read_name(&holds, intents.as_ref()).await?;
             let own = read.holds.iter().find(|(h, _)| h.lease.owner == *owner);
-            let own_intent = read.intents.iter().find(|(i, _)| i.owner == *owner);
+            // Intents are by the owner's name: recording the caller's replaces the one under
+            // its name, whoever's it is, but a grant only takes the caller's own away.
+            let named_intent = read
+                .intents
+                .iter()
+                .find(|(i, _)| i.owner.as_str() == owner.as_str());
+            let own_intent = named_intent.filter(|(i, _)| i.owner == *owner);
             // Written only if no hold on the name was created or rewritten since the read:
             // holds that expired or were released meanwhile only make the verdict cautious.
             let mut when = vec![holds.unchanged_since(read.revision)];
@@ -118,7 +124,7 @@ impl EtcdStore {
                     let lease = intent_lease.get(self, intent).await?;
                     let put = TxnOp::put(
                         self.holds.intent(name, owner),
-                        codec::encode_intent(lease.expires_at)?,
+                        codec::encode_intent(owner, lease.expires_at)?,
                         Some(PutOptions::new().with_lease(lease.id)),
                     );
                     if self
@@ -127,7 +133,7 @@ impl EtcdStore {
                         .succeeded()
                     {
                         intent_lease.used();
-                        if let Some((_, kv)) = own_intent {
+                        if let Some((_, kv)) = named_intent {
                             self.revoke_other(kv.lease(), lease.id);
                         }
                         return Ok(HoldOutcome::Busy(busy));
@@ -155,9 +161,16 @@ impl EtcdStore {
                 when.push(intents.unchanged_since(read.revision));
             }
             if claim == Claim::Write {
-                ops.push(TxnOp::delete(self.holds.intent(name, owner), None));
+                // The intent under the caller's name must still be what was read, so that
+                // one another principal recorded meanwhile is not taken for the caller's.
+                let intent = self.holds.intent(name, owner);
+                let read_at = named_intent.map_or(0, |(_, kv)| kv.mod_revision());
+                when.push(Compare::mod_revision(intent.clone(), CompareOp::Equal, read_at));
+                if own_intent.is_some() {
+                    ops.push(TxnOp::delete(intent, None));
+                }
             }
-            let value = codec::encode_hold(claim, granted.asked_at, granted.expires_at)?;
+            let value = codec::encode_hold(owner, claim, granted.asked_at, granted.expires_at)?;
             ops.push(TxnOp::put(
                 key.clone(),
                 value,
@@ -293,7 +306,8 @@ impl EtcdStore {
                 Ok(allowed) => allowed,
                 Err(refusal) => return Ok(refusal.into()),
             };
-            let value = |expires_at| codec::encode_hold(hold.claim, hold.lease.acquired_at, expires_at);
+            let value =
+                |expires_at| codec::encode_hold(owner, hold.claim, hold.lease.acquired_at, expires_at);
             if let Some(expires_at) = self.move_unchanged("renew a hold", &kv, ttl, value).await? {
                 let mut renewed = hold;
                 renewed.lease.expires_at = expires_at;
@@ -353,19 +367,41 @@ impl EtcdStore {
         Ok(HoldPage { names, next })
     }
 
+    /// Deletes `owner`'s intent, if the intent under its name is still its own (one of
+    /// another principal under that name is theirs to withdraw).
     pub(super) async fn try_withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
-        let kv = self.client.kv_client();
         let key = self.holds.intent(name, owner);
-        let deleted = super::txn::request("withdraw an intent", || {
-            let (mut kv, key) = (kv.clone(), key.clone());
-            async move { kv.delete(key, Some(DeleteOptions::new().with_prev_key())).await }
-        })
-        .await?;
-        // The watch sees the deletion and wakes the readers it held back.
-        for intent in deleted.prev_kvs() {
-            self.revoke(intent.lease());
+        for _ in 0..MAX_ATTEMPTS {
+            let mut read = self.get("read an intent", &key, None).await?;
+            let Some(kv) = read.take_kvs().into_iter().next() else {
+                return Ok(());
+            };
+            if self.holds.decode_intent(&kv)?.owner != *owner {
+                return Ok(());
+            }
+            // The watch sees the deletion and wakes the readers it held back.
+            if self.delete_unchanged("withdraw an intent", &kv).await? {
+                return Ok(());
+            }
         }
-        Ok(())
+        Err(EtcdError::Contended {
+            doing: "withdraw an intent",
+        }
+        .into())
+    }
+
+    /// Ends every hold of `kind` on `name`, whoever holds it, in one request; writers'
+    /// intents stay (they hold nothing). Returns the holds' leases, in token order.
+    pub(super) async fn force_release_holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Lease>> {
+        let deleted = self
+            .delete_range("force-release holds", &self.holds.holds_of(kind, name))
+            .await?;
+        let mut leases = deleted
+            .iter()
+            .map(|kv| Ok(self.holds.decode(kv)?.lease))
+            .collect::<Result<Vec<_>, EtcdError>>()?;
+        leases.sort_by_key(|l| l.token);
+        Ok(leases)
     }
 }
 

@@ -7,9 +7,9 @@
 //! # How the rules of locks are kept
 //!
 //! - A lock on resource `r` is the key `/fencelock/locks/` + `r` (so listing in key order is
-//!   listing in the order of the names' bytes). Its value is JSON with the owner,
-//!   `acquired_at` and `expires_at` (milliseconds since the epoch); the key is attached to an
-//!   etcd lease granted with the TTL.
+//!   listing in the order of the names' bytes). Its value is JSON with the owner, the
+//!   owner's `principal` if it has one, `acquired_at` and `expires_at` (milliseconds since
+//!   the epoch); the key is attached to an etcd lease granted with the TTL.
 //! - The **fencing token is the key's create revision**. etcd's revision counts every change
 //!   in the whole cluster and never goes back, so a key created after another (after a
 //!   release or an expiry) always has a greater create revision; rewriting the key (an
@@ -39,12 +39,14 @@
 //!
 //! - each hold is one key, `semaphore/{name}` 0 `{owner}` 0 `permit`, or `rwlock/{name}` 0
 //!   `{owner}` 0 `read` (or `write`), attached to an etcd lease of the hold's TTL (whole
-//!   seconds, rounded up), its value JSON with `acquired_at`, `expires_at` and a permit's
-//!   `limit`. Its **token is its create revision**, as for locks: an extension or a renewal
-//!   rewrites the key and keeps it, while an upgrade or a downgrade deletes the key of one
-//!   mode and creates the other's, with a new token;
+//!   seconds, rounded up), its value JSON with the owner's `principal` if it has one,
+//!   `acquired_at`, `expires_at` and a permit's `limit`. Its **token is its create
+//!   revision**, as for locks: an extension or a renewal rewrites the key and keeps it,
+//!   while an upgrade or a downgrade deletes the key of one mode and creates the other's,
+//!   with a new token;
 //! - a waiting writer's intent is the key `intent/{name}` 0 `{owner}`, on an etcd lease of
-//!   the intent's TTL, its value JSON with `expires_at`.
+//!   the intent's TTL, its value JSON with the writer's `principal` if it has one and
+//!   `expires_at`.
 //!
 //! An acquire reads every hold on the name (and, for a read-write lock, every intent on it)
 //! in one transaction, at one revision `R`; decides with [`fencelock_core::hold::judge`];
@@ -69,6 +71,25 @@
 //!   token: [`fencelock_core::Refusal::check`]) and delete it, or move it onto a new etcd
 //!   lease, only if it is still that version, as for locks.
 //! - The holds of a kind are listed from one revision, in key order, a batch at a time.
+//!
+//! # Principals
+//!
+//! Every value keeps its owner's principal, and every read gives it back with the owner, so
+//! that [`fencelock_core::Refusal::check`] and [`fencelock_core::hold::judge`] compare whole
+//! owners: a namesake of another principal (or of none) is told a lock is held, may neither
+//! renew nor release it, and is refused a semaphore or read-write lock whatever the room.
+//! The compares that guard every write (a key's revisions, a name's range) cover the value,
+//! so no two servers decide on different principals. Values written before principals were
+//! kept have none, and so are of no principal; and a value of no principal is written as
+//! they were, so a server of the earlier version reads it alike.
+//!
+//! Holds and intents are keyed by the owner's *name*, as the rules have it: on one name,
+//! a name is held by one principal at a time, and the latest writer to wait under a name
+//! has its intent. An intent is withdrawn, or taken away by a grant, only by its principal.
+//!
+//! [`LockStore::force_release`] deletes the lock's key, or every hold key of the name, in
+//! one request that answers with the keys as they were, so it ends exactly what it
+//! reports; writers' intents stay. The watch announces the deletions as it does releases.
 //!
 //! # Release notices
 //!
@@ -102,9 +123,9 @@ use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Lease,
-    LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome,
-    Resource, Ttl,
+    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
+    HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
+    RenewOutcome, Resource, Ttl,
 };
 use tokio::sync::broadcast;
 
@@ -339,10 +360,17 @@ impl LockStore for EtcdStore {
         self.try_withdraw_intent(name, owner).await
     }
 
-    async fn force_release(&self, _key: &fencelock_core::Key) -> Result<fencelock_core::ForceOutcome> {
-        Err(fencelock_core::StoreError::Corrupt(
-            "STUB: force_release is not written yet (issue 11)".into(),
-        ))
+    async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
+        let ended = match key.kind.hold_kind() {
+            None => self.force_release_lock(&key.name).await?.into_iter().collect(),
+            Some(kind) => self.force_release_holds(kind, &key.name).await?,
+        };
+        // The watch announces each deleted key, as it does a release.
+        Ok(if ended.is_empty() {
+            ForceOutcome::NotFound
+        } else {
+            ForceOutcome::Released(ended.into_iter().map(txn::ended_now).collect())
+        })
     }
 
     async fn ping(&self) -> Result<()> {

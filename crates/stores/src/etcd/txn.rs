@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, GetOptions, GetResponse, KeyValue, PutOptions, Txn, TxnOp, TxnResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, KeyValue, PutOptions, Txn, TxnOp, TxnResponse,
 };
 use fencelock_core::store::Result;
 use fencelock_core::{
@@ -244,6 +244,38 @@ impl EtcdStore {
         }
     }
 
+    /// Deletes every key of `range` in one request, and revokes their etcd leases (which
+    /// hold nothing then). Returns the keys as they were.
+    pub(super) async fn delete_range(
+        &self,
+        doing: &'static str,
+        range: &codec::Range,
+    ) -> Result<Vec<KeyValue>> {
+        let kv = self.client.kv_client();
+        let options = DeleteOptions::new().with_range(range.end.clone()).with_prev_key();
+        let mut deleted = request(doing, || {
+            let (mut kv, options) = (kv.clone(), options.clone());
+            async move { kv.delete(range.start.clone(), Some(options)).await }
+        })
+        .await?;
+        let deleted = deleted.take_prev_kvs();
+        for kv in &deleted {
+            self.revoke(kv.lease());
+        }
+        Ok(deleted)
+    }
+
+    /// Ends the lock on `resource`, whoever holds it, in one request: its lease if it had one.
+    pub(super) async fn force_release_lock(&self, resource: &Resource) -> Result<Option<Lease>> {
+        let deleted = self
+            .delete_range("force-release a lock", &codec::Range::key(self.key(resource)))
+            .await?;
+        Ok(deleted
+            .first()
+            .map(|kv| codec::lease(resource.clone(), kv))
+            .transpose()?)
+    }
+
     pub(super) async fn try_release(
         &self,
         resource: &Resource,
@@ -325,13 +357,18 @@ pub(super) fn allowed<T>(
     Ok((kv, held))
 }
 
-/// A release's outcome: `lease` ended now. etcd has no clock to read: the lease's times are
-/// this server's, and so is the time it ended.
+/// A release's outcome: `lease` ended now.
 pub(super) fn ended(lease: Lease) -> ReleaseOutcome {
-    ReleaseOutcome::Released(Some(EndedLease {
+    ReleaseOutcome::Released(Some(ended_now(lease)))
+}
+
+/// `lease`, ended now. etcd has no clock to read: the lease's times are this server's, and
+/// so is the time it ended.
+pub(super) fn ended_now(lease: Lease) -> EndedLease {
+    EndedLease {
         lease,
         ended_at: Timestamp::now_wall(),
-    }))
+    }
 }
 
 /// How often a request is sent again when no member took it.

@@ -24,6 +24,10 @@
 //!   owner holds a live lease, so that `RETURNING` reports the holder in the same statement.
 //! - Release and renew lock the row (`FOR UPDATE`, which also reads its latest version),
 //!   decide not found / forbidden / conflict from it, and delete or update it only if allowed.
+//! - Every lease row keeps its owner's principal (NULL: none). The caller is the holder
+//!   when both its owner name and its principal are the row's (`IS NOT DISTINCT FROM`, so
+//!   that no principal matches only no principal): a namesake of another principal does
+//!   not extend the lease (it is `Held`) and is forbidden to renew or release it.
 //! - A release notifies the channel `fencelock_released` in the same statement, so the
 //!   notice is sent exactly when the release commits. Each store keeps one connection that
 //!   listens on it (reconnecting when it is lost) and feeds [`LockStore::releases`];
@@ -37,40 +41,52 @@
 //!
 //! # Semaphores and read-write locks
 //!
-//! Each permit or hold is a row of `fencelock_holds` (kind, name, owner: one per owner), its
-//! token drawn from the same sequence as the leases' (so a name's tokens increase across
-//! kinds too); a waiting writer's intent is a row of `fencelock_intents`. Deciding a grant
-//! means counting rows — permits, readers, writers, intents — and a single statement cannot
-//! count them safely: in READ COMMITTED its snapshot is taken when it starts, before the
-//! advisory lock inside it is granted, so it would not see holds granted while it waited for
-//! the lock (two acquirers could both count 4 of 5 permits). So each call that changes a hold
-//! is one statement that calls a PL/pgSQL function of the schema, which takes the name's
-//! advisory lock (`fencelock_lock_name`, a key class apart from the locks') and then reads,
-//! judges and writes in statements that each take a fresh snapshot:
+//! Each permit or hold is a row of `fencelock_holds` (kind, name, owner, and the owner's
+//! principal: one per owner *name*), its token drawn from the same sequence as the leases'
+//! (so a name's tokens increase across kinds too); a waiting writer's intent is a row of
+//! `fencelock_intents` (one per owner name too, with the principal that last waited under
+//! it). Deciding a grant means counting rows — permits, readers, writers, intents — and a
+//! single statement cannot count them safely: in READ COMMITTED its snapshot is taken when
+//! it starts, before the advisory lock inside it is granted, so it would not see holds
+//! granted while it waited for the lock (two acquirers could both count 4 of 5 permits). So
+//! each call that changes a hold is one statement that calls a PL/pgSQL function of the
+//! schema, which takes the name's advisory lock (`fencelock_lock_name`, a key class apart
+//! from the locks') and then reads, judges and writes in statements that each take a fresh
+//! snapshot:
 //!
-//! - [`LockStore::acquire_hold`] calls `fencelock_acquire_hold(name, owner, claim, lim,
-//!   ttl_ms, intent_ms)`, which decides as [`fencelock_core::hold::judge`] does — a limit
-//!   mismatch first, the owner's own hold extended, an upgrade only for the sole holder and a
+//! - [`LockStore::acquire_hold`] calls `fencelock_acquire_hold(name, owner, principal,
+//!   claim, lim, ttl_ms, intent_ms)`, which decides as [`fencelock_core::hold::judge`] does
+//!   — `Busy` whatever the room while a namesake of another principal holds the name, then a
+//!   limit mismatch, the owner's own hold extended, an upgrade only for the sole holder and a
 //!   downgrade at once (each with a new token), a new reader refused while another owner's
 //!   live intent exists, `Busy` with the other owners' live holds in token order and the
 //!   earliest end of what stands in the way — records or renews a refused writer's intent,
 //!   and ends the intent of a writer it grants. Its rows (one per role: `granted`,
 //!   `replaced`, `extended`, `busy` and its `holder`s, `mismatch`) become a [`HoldOutcome`].
 //! - [`LockStore::release_hold`] and [`LockStore::renew_hold`] call `fencelock_release_hold`
-//!   and `fencelock_renew_hold(kind, name, owner, token[, ttl_ms])`: `NotFound` when the owner
-//!   has no live hold, `Conflict` on another token; a release reports the hold it ended and
-//!   when, by the database's clock.
-//! - [`LockStore::withdraw_intent`] calls `fencelock_withdraw_intent(name, owner)`.
+//!   and `fencelock_renew_hold(kind, name, owner, principal, token[, ttl_ms])`: `NotFound`
+//!   when no live hold is under the owner's name, `Forbidden` when it is a namesake's,
+//!   `Conflict` on another token; a release reports the hold it ended and when, by the
+//!   database's clock.
+//! - [`LockStore::withdraw_intent`] calls `fencelock_withdraw_intent(name, owner,
+//!   principal)`.
+//! - [`LockStore::force_release`] calls `fencelock_force_release(kind, name)`, which takes
+//!   the lock the other calls on the name take (a resource's for a lock, the name's for a
+//!   hold), deletes every live lease or hold of it in one transaction, announces it as a
+//!   release does, and returns what it ended in token order, with the database's time. The
+//!   token sequence lives apart from the rows, so the next grant's token is greater.
 //! - [`LockStore::holds`] and [`LockStore::list_holds`] are plain reads of one snapshot;
 //!   the list pages by name (`query.limit` counts names), names by their bytes.
 //! - [`LockStore::purge_expired`] deletes expired holds and ended intents with the expired
 //!   leases, skipping rows a function has locked (it is replacing them) so that a purge
 //!   never waits for one.
-//! - Whatever may let a waiter in — a release, a purge, an upgrade or downgrade replacing a
-//!   hold, a renew or extension that shortens one, a withdrawn or granted writer's intent —
-//!   notifies the channel `fencelock_hold_released` with `kind:name` when it commits; the
+//! - Whatever may let a waiter in — a release or force-release, a purge, an upgrade or
+//!   downgrade replacing a hold, a renew or extension that shortens one, a withdrawn or
+//!   granted writer's intent — notifies the channel `fencelock_hold_released` with `kind:name` when it commits; the
 //!   listening connection listens on it too. Lock notices keep their own channel and
 //!   payload, which servers of the previous version read.
+//! - The hold functions of schema version 2 stay, for servers of that version still running
+//!   while newer ones are rolled out: they call the new ones for an owner of no principal.
 //!
 //! The schema is created and upgraded at start by numbered migrations, recorded in
 //! `fencelock_schema_version`, under an advisory lock so that servers starting together
@@ -95,9 +111,9 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Lease,
-    LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome,
-    Resource, Ttl,
+    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
+    HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
+    RenewOutcome, Resource, Ttl,
 };
 use tokio::sync::broadcast;
 use tokio_postgres::{NoTls, Row};
@@ -243,9 +259,18 @@ impl PostgresStore {
 #[async_trait]
 impl LockStore for PostgresStore {
     async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
-        let params = (resource.as_str(), owner.as_str(), row::ttl_param(ttl)?);
+        let params = (
+            resource.as_str(),
+            owner.as_str(),
+            row::principal_param(owner),
+            row::ttl_param(ttl)?,
+        );
         let rows = self
-            .query("acquire", sql::ACQUIRE, &[&params.0, &params.1, &params.2])
+            .query(
+                "acquire",
+                sql::ACQUIRE,
+                &[&params.0, &params.1, &params.2, &params.3],
+            )
             .await?;
         Ok(row::acquired(resource, owner, rows)?)
     }
@@ -261,9 +286,18 @@ impl LockStore for PostgresStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        let params = (resource.as_str(), owner.as_str(), row::token_param(token));
+        let params = (
+            resource.as_str(),
+            owner.as_str(),
+            row::principal_param(owner),
+            row::token_param(token),
+        );
         let rows = self
-            .query("release", sql::RELEASE, &[&params.0, &params.1, &params.2])
+            .query(
+                "release",
+                sql::RELEASE,
+                &[&params.0, &params.1, &params.2, &params.3],
+            )
             .await?;
         Ok(row::released(resource, &rows)?)
     }
@@ -278,11 +312,16 @@ impl LockStore for PostgresStore {
         let params = (
             resource.as_str(),
             owner.as_str(),
+            row::principal_param(owner),
             row::token_param(token),
             row::ttl_param(ttl)?,
         );
         let rows = self
-            .query("renew", sql::RENEW, &[&params.0, &params.1, &params.2, &params.3])
+            .query(
+                "renew",
+                sql::RENEW,
+                &[&params.0, &params.1, &params.2, &params.3, &params.4],
+            )
             .await?;
         Ok(row::renewed(resource, &rows)?)
     }
@@ -318,7 +357,15 @@ impl LockStore for PostgresStore {
             .query(
                 "acquire a hold",
                 sql::ACQUIRE_HOLD,
-                &[&name.as_str(), &owner.as_str(), &claim, &limit, &ttl, &intent],
+                &[
+                    &name.as_str(),
+                    &owner.as_str(),
+                    &row::principal_param(owner),
+                    &claim,
+                    &limit,
+                    &ttl,
+                    &intent,
+                ],
             )
             .await?;
         Ok(row::acquired_hold(name, &rows)?)
@@ -342,13 +389,14 @@ impl LockStore for PostgresStore {
             row::kind_param(kind),
             name.as_str(),
             owner.as_str(),
+            row::principal_param(owner),
             row::token_param(token),
         );
         let rows = self
             .query(
                 "release a hold",
                 sql::RELEASE_HOLD,
-                &[&params.0, &params.1, &params.2, &params.3],
+                &[&params.0, &params.1, &params.2, &params.3, &params.4],
             )
             .await?;
         Ok(row::released(name, &rows)?)
@@ -366,6 +414,7 @@ impl LockStore for PostgresStore {
             row::kind_param(kind),
             name.as_str(),
             owner.as_str(),
+            row::principal_param(owner),
             row::token_param(token),
             row::ttl_param(ttl)?,
         );
@@ -373,7 +422,7 @@ impl LockStore for PostgresStore {
             .query(
                 "renew a hold",
                 sql::RENEW_HOLD,
-                &[&params.0, &params.1, &params.2, &params.3, &params.4],
+                &[&params.0, &params.1, &params.2, &params.3, &params.4, &params.5],
             )
             .await?;
         Ok(row::hold_renewed(name, &rows)?)
@@ -398,16 +447,21 @@ impl LockStore for PostgresStore {
         self.query(
             "withdraw an intent",
             sql::WITHDRAW_INTENT,
-            &[&name.as_str(), &owner.as_str()],
+            &[&name.as_str(), &owner.as_str(), &row::principal_param(owner)],
         )
         .await?;
         Ok(())
     }
 
-    async fn force_release(&self, _key: &fencelock_core::Key) -> Result<fencelock_core::ForceOutcome> {
-        Err(fencelock_core::StoreError::Corrupt(
-            "STUB: force_release is not written yet (issue 11)".into(),
-        ))
+    async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
+        let rows = self
+            .query(
+                "force-release",
+                sql::FORCE_RELEASE,
+                &[&key.kind.as_str(), &key.name.as_str()],
+            )
+            .await?;
+        Ok(row::forced(&key.name, &rows)?)
     }
 
     async fn ping(&self) -> Result<()> {

@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Busy, Claim, EndedLease, Expired, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage,
-    Kind, Lease, Owner, ReleaseOutcome, RenewOutcome, Resource, Timestamp, Ttl,
+    AcquireOutcome, Busy, Claim, EndedLease, Expired, FencingToken, ForceOutcome, Hold, HoldKind,
+    HoldOutcome, HoldPage, Kind, Lease, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource, Timestamp,
+    Ttl,
 };
 use tokio_postgres::Row;
 
@@ -19,13 +20,14 @@ pub(super) fn acquired(resource: &Resource, owner: &Owner, rows: Vec<Row>) -> Re
         .next()
         .ok_or_else(|| PgError::Data("acquire returned no row".into()))?;
     let lease = lease(resource.clone(), &row, 0)?;
-    let granted: bool = row.try_get(4).map_err(PgError::Row)?;
-    let expires_in = millis(row.try_get(5).map_err(PgError::Row)?)?;
+    let granted: bool = row.try_get(LEASE_COLUMNS).map_err(PgError::Row)?;
+    let expires_in = millis(row.try_get(LEASE_COLUMNS + 1).map_err(PgError::Row)?)?;
     Ok(if granted {
         // The replaced expired lease is not reported: the statement only returns the row as
         // it is now.
         AcquireOutcome::Granted { lease, expired: None }
     } else if lease.owner == *owner {
+        // Owners are equal only of the same principal: a namesake's lease was not extended.
         AcquireOutcome::Extended(lease)
     } else {
         AcquireOutcome::Held {
@@ -40,25 +42,39 @@ pub(super) fn released(resource: &Resource, rows: &[Row]) -> Result<ReleaseOutco
     let Some(row) = rows.first() else {
         return Ok(ReleaseOutcome::NotFound);
     };
-    Ok(match verdict(row, 4)? {
+    Ok(match verdict(row, LEASE_COLUMNS)? {
         Verdict::NotFound => ReleaseOutcome::NotFound,
         Verdict::Forbidden => ReleaseOutcome::Forbidden,
         Verdict::Conflict => ReleaseOutcome::Conflict,
-        Verdict::Allowed => ReleaseOutcome::Released(Some(EndedLease {
-            lease: lease(resource.clone(), row, 0)?,
-            ended_at: Timestamp::from_millis(millis(row.try_get(5).map_err(PgError::Row)?)?),
-        })),
+        Verdict::Allowed => ReleaseOutcome::Released(Some(ended(resource, row, LEASE_COLUMNS + 1)?)),
     })
+}
+
+/// The lease in `row` from column 0 on, ended at the time in milliseconds in column `at`.
+fn ended(resource: &Resource, row: &Row, at: usize) -> Result<EndedLease> {
+    Ok(EndedLease {
+        lease: lease(resource.clone(), row, 0)?,
+        ended_at: Timestamp::from_millis(millis(row.try_get(at).map_err(PgError::Row)?)?),
+    })
+}
+
+/// The answer of [`super::sql::FORCE_RELEASE`] on `name`: what it ended, in token order.
+pub(super) fn forced(name: &Resource, rows: &[Row]) -> Result<ForceOutcome> {
+    if rows.is_empty() {
+        return Ok(ForceOutcome::NotFound);
+    }
+    let ended = rows.iter().map(|row| ended(name, row, LEASE_COLUMNS));
+    Ok(ForceOutcome::Released(ended.collect::<Result<_>>()?))
 }
 
 /// The answer of [`super::sql::RENEW`].
 pub(super) fn renewed(resource: &Resource, rows: &[Row]) -> Result<RenewOutcome> {
-    renewal(rows, 4, |row| lease(resource.clone(), row, 0))
+    renewal(rows, LEASE_COLUMNS, |row| lease(resource.clone(), row, 0))
 }
 
 /// The answer of [`super::sql::RENEW_HOLD`].
 pub(super) fn hold_renewed(name: &Resource, rows: &[Row]) -> Result<RenewOutcome<Hold>> {
-    renewal(rows, 6, |row| hold(name.clone(), row, 0))
+    renewal(rows, HOLD_COLUMNS, |row| hold(name.clone(), row, 0))
 }
 
 /// A renew's answer: no row, or one whose column `verdict_at` is the verdict and whose
@@ -95,7 +111,7 @@ pub(super) fn acquired_hold(name: &Resource, rows: &[Row]) -> Result<HoldOutcome
             "extended" => return Ok(HoldOutcome::Extended(hold(name.clone(), row, HOLD)?)),
             "mismatch" => {
                 return Ok(HoldOutcome::LimitMismatch {
-                    limit: limit(row.try_get(HOLD + 5).map_err(PgError::Row)?)?,
+                    limit: limit(row.try_get(HOLD + LEASE_COLUMNS + 1).map_err(PgError::Row)?)?,
                 });
             }
             "busy" => {
@@ -181,8 +197,8 @@ pub(super) fn leases(rows: &[Row]) -> Result<Vec<Lease>> {
     rows.iter().map(|row| lease(resource(row)?, row, 1)).collect()
 }
 
-/// Release and renew's judgement of the caller (the `verdict` column). A hold's functions
-/// only answer `Conflict` or `Allowed`: an owner either holds or not.
+/// Release and renew's judgement of the caller (the `verdict` column): `Forbidden` is
+/// another owner's lease, or for a hold, a namesake's of another principal.
 enum Verdict {
     NotFound,
     Forbidden,
@@ -200,16 +216,28 @@ fn verdict(row: &Row, column: usize) -> Result<Verdict> {
     }
 }
 
-/// The lease in `row`, whose columns from `first` on are owner, token, acquired_at and
-/// expires_at (the last two in milliseconds).
+/// How many columns a lease takes in a row: see [`lease`].
+const LEASE_COLUMNS: usize = 5;
+
+/// How many columns a hold takes in a row: see [`hold`].
+const HOLD_COLUMNS: usize = LEASE_COLUMNS + 2;
+
+/// The lease in `row`, whose columns from `first` on are owner, principal (NULL: none),
+/// token, acquired_at and expires_at (the last two in milliseconds).
 fn lease(resource: Resource, row: &Row, first: usize) -> Result<Lease> {
     let owner: &str = row.try_get(first).map_err(PgError::Row)?;
-    let token: i64 = row.try_get(first + 1).map_err(PgError::Row)?;
-    let acquired_at: i64 = row.try_get(first + 2).map_err(PgError::Row)?;
-    let expires_at: i64 = row.try_get(first + 3).map_err(PgError::Row)?;
+    let principal: Option<&str> = row.try_get(first + 1).map_err(PgError::Row)?;
+    let principal = principal
+        .map(|p| Principal::new(p).map_err(|e| PgError::Data(format!("principal {p:?}: {e}"))))
+        .transpose()?;
+    let token: i64 = row.try_get(first + 2).map_err(PgError::Row)?;
+    let acquired_at: i64 = row.try_get(first + 3).map_err(PgError::Row)?;
+    let expires_at: i64 = row.try_get(first + 4).map_err(PgError::Row)?;
     Ok(Lease {
         resource,
-        owner: Owner::new(owner).map_err(|e| PgError::Data(format!("owner {owner:?}: {e}")))?,
+        owner: Owner::new(owner)
+            .map_err(|e| PgError::Data(format!("owner {owner:?}: {e}")))?
+            .of(principal),
         token: FencingToken(u64::try_from(token).map_err(|_| PgError::Data(format!("token {token}")))?),
         acquired_at: Timestamp::from_millis(millis(acquired_at)?),
         expires_at: Timestamp::from_millis(millis(expires_at)?),
@@ -220,10 +248,10 @@ fn lease(resource: Resource, row: &Row, first: usize) -> Result<Lease> {
 /// and the semaphore's limit.
 fn hold(name: Resource, row: &Row, first: usize) -> Result<Hold> {
     let lease = lease(name, row, first)?;
-    let claim: &str = row.try_get(first + 4).map_err(PgError::Row)?;
+    let claim: &str = row.try_get(first + LEASE_COLUMNS).map_err(PgError::Row)?;
     let claim = match claim {
         "permit" => Claim::Permit {
-            limit: limit(row.try_get(first + 5).map_err(PgError::Row)?)?,
+            limit: limit(row.try_get(first + LEASE_COLUMNS + 1).map_err(PgError::Row)?)?,
         },
         "read" => Claim::Read,
         "write" => Claim::Write,
@@ -245,6 +273,11 @@ fn resource(row: &Row) -> Result<Resource> {
 
 fn millis(value: i64) -> Result<u64> {
     u64::try_from(value).map_err(|_| PgError::Data(format!("time {value} ms is before 1970")))
+}
+
+/// The `$…` parameter of an owner's principal: NULL for none.
+pub(super) fn principal_param(owner: &Owner) -> Option<&str> {
+    owner.principal().map(Principal::as_str)
 }
 
 /// The `$…` parameter of a TTL, in milliseconds.

@@ -301,6 +301,339 @@ const MIGRATIONS: &[&str] = &[
     END
     $$;
     "#,
+    // 3: principals. Each lease, hold and writer's intent belongs to the principal its owner
+    // authenticated as (NULL: none, a server without authentication); rows written before
+    // belong to none. The functions that take an owner now take its principal too, and one
+    // more force-releases a name. The functions of version 2 stay, for servers of that
+    // version still running beside newer ones: they answer as the new ones do for an owner
+    // of no principal.
+    r#"
+    ALTER TABLE fencelock_leases ADD COLUMN principal text;
+    ALTER TABLE fencelock_holds ADD COLUMN principal text;
+    ALTER TABLE fencelock_intents ADD COLUMN principal text;
+
+    -- As version 2's, for the owner `p_owner` of `p_principal`. Holds and intents are still
+    -- one per owner *name*: a live hold under that name of another principal (a namesake)
+    -- refuses the acquire whatever the room, until it ends; a refused writer's intent
+    -- under the name becomes this principal's. Rows carry each hold's principal.
+    CREATE FUNCTION fencelock_acquire_hold(
+        p_name text, p_owner text, p_principal text, p_claim text, p_lim bigint,
+        p_ttl_ms bigint, p_intent_ms bigint
+    ) RETURNS TABLE (
+        role text, writer_waits boolean, retry_in_ms bigint,
+        owner text, principal text, token bigint, acquired_at timestamptz,
+        expires_at timestamptz, claim text, lim bigint
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_kind text := CASE WHEN p_claim = 'permit' THEN 'semaphore' ELSE 'rwlock' END;
+        v_ttl interval := p_ttl_ms * interval '1 millisecond';
+        v_now timestamptz;
+        v_stamp timestamptz;
+        v_own fencelock_holds%ROWTYPE;
+        v_holding boolean;
+        v_theirs bigint;
+        v_others bigint;
+        v_verdict text;
+        -- Busy: the earliest end of a hold, and of another writer's intent, in the way.
+        v_end timestamptz;
+        v_intent_end timestamptz;
+        v_new fencelock_holds%ROWTYPE;
+    BEGIN
+        SELECT l.clock, l.stamp INTO v_now, v_stamp FROM fencelock_lock_name(v_kind, p_name) l;
+        -- The live hold under the owner's name: its own, or a namesake's.
+        SELECT h.* INTO v_own FROM fencelock_holds h
+        WHERE h.kind = v_kind AND h.name = p_name AND h.owner = p_owner AND h.expires_at > v_now;
+        v_holding := FOUND;
+
+        -- From here on, a live hold under the owner's name is the owner's own.
+        IF v_holding AND v_own.principal IS DISTINCT FROM p_principal THEN
+            v_verdict := 'busy';
+            v_end := v_own.expires_at;
+        ELSIF p_claim = 'permit' THEN
+            -- The live permits carry the semaphore's limit; another one changes nothing.
+            SELECT h.lim INTO v_theirs FROM fencelock_holds h
+            WHERE h.kind = v_kind AND h.name = p_name AND h.expires_at > v_now AND h.lim <> p_lim
+            ORDER BY h.token LIMIT 1;
+            IF FOUND THEN
+                RETURN QUERY SELECT 'mismatch', NULL::boolean, NULL::bigint, NULL::text,
+                    NULL::text, NULL::bigint, NULL::timestamptz, NULL::timestamptz, NULL::text,
+                    v_theirs;
+                RETURN;
+            END IF;
+            IF v_holding THEN
+                v_verdict := 'extend';
+            ELSE
+                SELECT count(*), min(h.expires_at) INTO v_others, v_end FROM fencelock_holds h
+                WHERE h.kind = v_kind AND h.name = p_name AND h.owner <> p_owner
+                  AND h.expires_at > v_now;
+                v_verdict := CASE WHEN v_others < p_lim THEN 'grant' ELSE 'busy' END;
+            END IF;
+        ELSIF p_claim = 'read' THEN
+            IF v_holding THEN
+                -- A writer's read is a downgrade, at once.
+                v_verdict := CASE WHEN v_own.claim = 'read' THEN 'extend' ELSE 'grant' END;
+            ELSE
+                SELECT min(h.expires_at) INTO v_end FROM fencelock_holds h
+                WHERE h.kind = v_kind AND h.name = p_name AND h.owner <> p_owner
+                  AND h.expires_at > v_now AND h.claim = 'write';
+                -- A new reader waits behind another owner's waiting writer (a namesake's
+                -- too: the intent is not this owner's).
+                SELECT min(i.expires_at) INTO v_intent_end FROM fencelock_intents i
+                WHERE i.name = p_name AND (i.owner, i.principal) IS DISTINCT FROM (p_owner, p_principal)
+                  AND i.expires_at > v_now;
+                v_end := least(v_end, v_intent_end);
+                v_verdict := CASE WHEN v_end IS NULL THEN 'grant' ELSE 'busy' END;
+            END IF;
+        ELSIF v_holding AND v_own.claim = 'write' THEN
+            v_verdict := 'extend';
+        ELSE
+            -- A write: granted when no other owner holds anything (the owner's own read
+            -- hold is then upgraded).
+            SELECT min(h.expires_at) INTO v_end FROM fencelock_holds h
+            WHERE h.kind = v_kind AND h.name = p_name AND h.owner <> p_owner
+              AND h.expires_at > v_now;
+            v_verdict := CASE WHEN v_end IS NULL THEN 'grant' ELSE 'busy' END;
+        END IF;
+
+        IF v_verdict = 'busy' THEN
+            IF p_claim = 'write' AND p_intent_ms IS NOT NULL THEN
+                INSERT INTO fencelock_intents AS i (name, owner, principal, expires_at)
+                VALUES (p_name, p_owner, p_principal,
+                        v_stamp + p_intent_ms * interval '1 millisecond')
+                ON CONFLICT (name, owner) DO UPDATE SET
+                    principal = EXCLUDED.principal, expires_at = EXCLUDED.expires_at;
+            END IF;
+            RETURN QUERY SELECT 'busy', v_intent_end IS NOT NULL,
+                coalesce(ceil(extract(epoch FROM v_end - v_now) * 1000)::bigint, 0),
+                NULL::text, NULL::text, NULL::bigint, NULL::timestamptz, NULL::timestamptz,
+                NULL::text, NULL::bigint;
+            -- Every live hold but the owner's own: a namesake's is another owner's.
+            RETURN QUERY SELECT 'holder', NULL::boolean, NULL::bigint,
+                h.owner, h.principal, h.token, h.acquired_at, h.expires_at, h.claim, h.lim
+            FROM fencelock_holds h
+            WHERE h.kind = v_kind AND h.name = p_name
+              AND (h.owner, h.principal) IS DISTINCT FROM (p_owner, p_principal)
+              AND h.expires_at > v_now
+            ORDER BY h.token;
+            RETURN;
+        END IF;
+
+        IF v_verdict = 'extend' THEN
+            UPDATE fencelock_holds h SET acquired_at = v_stamp, expires_at = v_stamp + v_ttl
+            WHERE h.kind = v_kind AND h.name = p_name AND h.owner = p_owner
+            RETURNING h.* INTO v_new;
+            IF v_new.expires_at < v_own.expires_at THEN
+                PERFORM pg_notify('fencelock_hold_released', v_kind || ':' || p_name);
+            END IF;
+        ELSE
+            -- The token is drawn under the name's lock, so that holds of one name are
+            -- written in the order of their tokens. The row of an expired or replaced hold
+            -- under the owner's name, if any, becomes the new hold.
+            INSERT INTO fencelock_holds AS h
+                (kind, name, owner, principal, claim, lim, token, acquired_at, expires_at)
+            VALUES (v_kind, p_name, p_owner, p_principal, p_claim,
+                    CASE WHEN p_claim = 'permit' THEN p_lim END,
+                    nextval('fencelock_tokens'), v_stamp, v_stamp + v_ttl)
+            ON CONFLICT (kind, name, owner) DO UPDATE SET
+                principal = EXCLUDED.principal, claim = EXCLUDED.claim, lim = EXCLUDED.lim,
+                token = EXCLUDED.token, acquired_at = EXCLUDED.acquired_at,
+                expires_at = EXCLUDED.expires_at
+            RETURNING h.* INTO v_new;
+            IF v_holding THEN
+                -- An upgrade or a downgrade: what the old hold kept out may now get in.
+                PERFORM pg_notify('fencelock_hold_released', v_kind || ':' || p_name);
+                RETURN QUERY SELECT 'replaced', NULL::boolean, NULL::bigint, v_own.owner,
+                    v_own.principal, v_own.token, v_own.acquired_at, v_own.expires_at,
+                    v_own.claim, v_own.lim;
+            END IF;
+        END IF;
+        IF p_claim = 'write' THEN
+            -- A writer granted no longer waits.
+            DELETE FROM fencelock_intents i
+            WHERE i.name = p_name AND i.owner = p_owner AND i.principal IS NOT DISTINCT FROM p_principal;
+            IF FOUND THEN
+                PERFORM pg_notify('fencelock_hold_released', v_kind || ':' || p_name);
+            END IF;
+        END IF;
+        RETURN QUERY SELECT CASE WHEN v_verdict = 'extend' THEN 'extended' ELSE 'granted' END,
+            NULL::boolean, NULL::bigint, v_new.owner, v_new.principal, v_new.token,
+            v_new.acquired_at, v_new.expires_at, v_new.claim, v_new.lim;
+    END
+    $$;
+
+    -- The live hold under `p_owner`'s name, as the release and renew of a hold judge it:
+    -- not found (NULL), 1 a namesake's of another principal, 2 another token, 3 allowed. It
+    -- takes the name's lock first (see `fencelock_lock_name`), and returns its times.
+    CREATE FUNCTION fencelock_judge_hold(
+        p_kind text, p_name text, p_owner text, p_principal text, p_token bigint,
+        OUT hold fencelock_holds, OUT verdict integer, OUT clock timestamptz, OUT stamp timestamptz
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    BEGIN
+        SELECT l.clock, l.stamp INTO clock, stamp FROM fencelock_lock_name(p_kind, p_name) l;
+        SELECT h.* INTO hold FROM fencelock_holds h
+        WHERE h.kind = p_kind AND h.name = p_name AND h.owner = p_owner AND h.expires_at > clock;
+        IF FOUND THEN
+            verdict := CASE WHEN hold.principal IS DISTINCT FROM p_principal THEN 1
+                            WHEN p_token IS NOT NULL AND p_token <> hold.token THEN 2
+                            ELSE 3 END;
+        END IF;
+    END
+    $$;
+
+    -- Release of the owner's live hold. No row: there is none under its name. Else one row:
+    -- the hold, the verdict (see `fencelock_judge_hold`) and the database's time of the
+    -- release.
+    CREATE FUNCTION fencelock_release_hold(
+        p_kind text, p_name text, p_owner text, p_principal text, p_token bigint
+    ) RETURNS TABLE (
+        owner text, principal text, token bigint, acquired_at timestamptz,
+        expires_at timestamptz, verdict integer, ended_at timestamptz
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        j record;
+        v fencelock_holds%ROWTYPE;
+    BEGIN
+        SELECT * INTO j FROM fencelock_judge_hold(p_kind, p_name, p_owner, p_principal, p_token);
+        IF j.verdict IS NULL THEN
+            RETURN;
+        END IF;
+        v := j.hold;
+        IF j.verdict = 3 THEN
+            DELETE FROM fencelock_holds h
+            WHERE h.kind = p_kind AND h.name = p_name AND h.owner = p_owner;
+            PERFORM pg_notify('fencelock_hold_released', p_kind || ':' || p_name);
+        END IF;
+        RETURN QUERY SELECT v.owner, v.principal, v.token, v.acquired_at, v.expires_at,
+            j.verdict, j.stamp;
+    END
+    $$;
+
+    -- Renew of the owner's live hold. No row: there is none under its name. Else one row:
+    -- the hold (renewed or as it was), its claim and limit, and the verdict (see
+    -- `fencelock_judge_hold`).
+    CREATE FUNCTION fencelock_renew_hold(
+        p_kind text, p_name text, p_owner text, p_principal text, p_token bigint, p_ttl_ms bigint
+    ) RETURNS TABLE (
+        owner text, principal text, token bigint, acquired_at timestamptz,
+        expires_at timestamptz, claim text, lim bigint, verdict integer
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        j record;
+        v fencelock_holds%ROWTYPE;
+        v_new fencelock_holds%ROWTYPE;
+    BEGIN
+        SELECT * INTO j FROM fencelock_judge_hold(p_kind, p_name, p_owner, p_principal, p_token);
+        IF j.verdict IS NULL THEN
+            RETURN;
+        END IF;
+        v := j.hold;
+        v_new := v;
+        IF j.verdict = 3 THEN
+            UPDATE fencelock_holds h SET expires_at = j.stamp + p_ttl_ms * interval '1 millisecond'
+            WHERE h.kind = p_kind AND h.name = p_name AND h.owner = p_owner
+            RETURNING h.* INTO v_new;
+            IF v_new.expires_at < v.expires_at THEN
+                PERFORM pg_notify('fencelock_hold_released', p_kind || ':' || p_name);
+            END IF;
+        END IF;
+        RETURN QUERY SELECT v_new.owner, v_new.principal, v_new.token, v_new.acquired_at,
+            v_new.expires_at, v_new.claim, v_new.lim, j.verdict;
+    END
+    $$;
+
+    -- Ends the owner's intent to write the read-write lock `p_name` (not a namesake's),
+    -- announcing it if there was one.
+    CREATE FUNCTION fencelock_withdraw_intent(p_name text, p_owner text, p_principal text)
+    RETURNS void LANGUAGE plpgsql VOLATILE AS $$
+    BEGIN
+        PERFORM fencelock_lock_name('rwlock', p_name);
+        DELETE FROM fencelock_intents i
+        WHERE i.name = p_name AND i.owner = p_owner AND i.principal IS NOT DISTINCT FROM p_principal;
+        IF FOUND THEN
+            PERFORM pg_notify('fencelock_hold_released', 'rwlock:' || p_name);
+        END IF;
+    END
+    $$;
+
+    -- Ends every live lease (`p_kind` 'lock') or every live hold ('semaphore', 'rwlock') of
+    -- `p_name`, whoever holds it, under the lock the other calls on it take, and announces
+    -- it on the channel a release uses. Rows: what it ended, in token order, with the
+    -- database's time it ended. Tokens come from the sequence, which the deleted rows do
+    -- not touch: the next grant's is greater.
+    CREATE FUNCTION fencelock_force_release(p_kind text, p_name text) RETURNS TABLE (
+        owner text, principal text, token bigint, acquired_at timestamptz,
+        expires_at timestamptz, ended_at timestamptz
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_now timestamptz;
+        v_stamp timestamptz;
+    BEGIN
+        IF p_kind = 'lock' THEN
+            -- The lock the statements on leases take (`lock_resource!` in the store's code).
+            PERFORM pg_advisory_xact_lock(1718381312, hashtext(p_name));
+            v_now := clock_timestamp();
+            v_stamp := date_trunc('milliseconds', v_now + interval '999 microseconds');
+            RETURN QUERY WITH ended AS (
+                DELETE FROM fencelock_leases l WHERE l.resource = p_name AND l.expires_at > v_now
+                RETURNING l.owner, l.principal, l.token, l.acquired_at, l.expires_at
+            ) SELECT e.owner, e.principal, e.token, e.acquired_at, e.expires_at, v_stamp
+            FROM ended e;
+            IF FOUND THEN
+                PERFORM pg_notify('fencelock_released', p_name);
+            END IF;
+        ELSE
+            SELECT l.clock, l.stamp INTO v_now, v_stamp FROM fencelock_lock_name(p_kind, p_name) l;
+            RETURN QUERY WITH ended AS (
+                DELETE FROM fencelock_holds h
+                WHERE h.kind = p_kind AND h.name = p_name AND h.expires_at > v_now
+                RETURNING h.owner, h.principal, h.token, h.acquired_at, h.expires_at
+            ) SELECT e.owner, e.principal, e.token, e.acquired_at, e.expires_at, v_stamp
+            FROM ended e ORDER BY e.token;
+            IF FOUND THEN
+                PERFORM pg_notify('fencelock_hold_released', p_kind || ':' || p_name);
+            END IF;
+        END IF;
+    END
+    $$;
+
+    -- Version 2's functions, for its servers: an owner of no principal.
+    CREATE OR REPLACE FUNCTION fencelock_acquire_hold(
+        p_name text, p_owner text, p_claim text, p_lim bigint, p_ttl_ms bigint, p_intent_ms bigint
+    ) RETURNS TABLE (
+        role text, writer_waits boolean, retry_in_ms bigint,
+        owner text, token bigint, acquired_at timestamptz, expires_at timestamptz,
+        claim text, lim bigint
+    ) LANGUAGE sql VOLATILE AS $$
+        SELECT a.role, a.writer_waits, a.retry_in_ms, a.owner, a.token, a.acquired_at,
+            a.expires_at, a.claim, a.lim
+        FROM fencelock_acquire_hold(p_name, p_owner, NULL, p_claim, p_lim, p_ttl_ms, p_intent_ms) a
+    $$;
+    CREATE OR REPLACE FUNCTION fencelock_release_hold(p_kind text, p_name text, p_owner text, p_token bigint)
+    RETURNS TABLE (
+        owner text, token bigint, acquired_at timestamptz, expires_at timestamptz,
+        verdict integer, ended_at timestamptz
+    ) LANGUAGE sql VOLATILE AS $$
+        SELECT r.owner, r.token, r.acquired_at, r.expires_at, r.verdict, r.ended_at
+        FROM fencelock_release_hold(p_kind, p_name, p_owner, NULL, p_token) r
+    $$;
+    CREATE OR REPLACE FUNCTION fencelock_renew_hold(
+        p_kind text, p_name text, p_owner text, p_token bigint, p_ttl_ms bigint
+    ) RETURNS TABLE (
+        owner text, token bigint, acquired_at timestamptz, expires_at timestamptz,
+        claim text, lim bigint, verdict integer
+    ) LANGUAGE sql VOLATILE AS $$
+        SELECT r.owner, r.token, r.acquired_at, r.expires_at, r.claim, r.lim, r.verdict
+        FROM fencelock_renew_hold(p_kind, p_name, p_owner, NULL, p_token, p_ttl_ms) r
+    $$;
+    CREATE OR REPLACE FUNCTION fencelock_withdraw_intent(p_name text, p_owner text) RETURNS void
+    LANGUAGE sql VOLATILE AS $$
+        SELECT fencelock_withdraw_intent(p_name, p_owner, NULL)
+    $$;
+    "#,
 ];
 
 /// Takes fencelock's advisory lock on the resource `$1` until the transaction ends. The
@@ -319,23 +652,40 @@ macro_rules! ms {
     };
 }
 
-/// A hold's columns, as `row::hold` reads them: the lease's (owner, token, acquired_at and
-/// expires_at in ms), then its claim and the semaphore's limit (NULL for a read-write lock).
-macro_rules! hold_columns {
+/// A lease's columns, as `row::lease` reads them: owner, principal (NULL: none), token, and
+/// acquired_at and expires_at in ms.
+macro_rules! lease_columns {
     () => {
         concat!(
-            "owner, token, ",
+            "owner, principal, token, ",
             ms!("acquired_at"),
             ", ",
-            ms!("expires_at"),
-            ", claim, lim"
+            ms!("expires_at")
         )
     };
 }
 
+/// A hold's columns, as `row::hold` reads them: the lease's (see [`lease_columns!`]), then
+/// its claim and the semaphore's limit (NULL for a read-write lock).
+macro_rules! hold_columns {
+    () => {
+        concat!(lease_columns!(), ", claim, lim")
+    };
+}
+
+/// Whether the row `l` of a lease is the caller's: its owner is `$2` of the principal `$3`
+/// (NULL, no principal, is one of them). Another owner name is another owner; so is the same
+/// name of another principal, a namesake, who may neither extend, renew nor release it.
+macro_rules! callers {
+    () => {
+        "(l.owner, l.principal) IS NOT DISTINCT FROM ($2::text, $3::text)"
+    };
+}
+
 /// The start of release and renew: lock the resource, read the clock, then lock the row and
-/// judge the caller. `verdict`: 0 no live lease, 1 another owner, 2 another token, 3 allowed.
-/// Parameters: `$1` resource, `$2` owner, `$3` the caller's token or NULL.
+/// judge the caller. `verdict`: 0 no live lease, 1 another owner (a namesake too), 2 another
+/// token, 3 allowed. Parameters: `$1` resource, `$2` owner, `$3` its principal or NULL, `$4`
+/// the caller's token or NULL.
 macro_rules! judge_holder {
     () => {
         concat!(
@@ -346,10 +696,12 @@ macro_rules! judge_holder {
             ), clock AS MATERIALIZED (
                 SELECT clock_timestamp() AS now FROM locked
             ), holder AS MATERIALIZED (
-                SELECT l.resource, l.owner, l.token, l.acquired_at, l.expires_at,
+                SELECT l.resource, l.owner, l.principal, l.token, l.acquired_at, l.expires_at,
                     CASE WHEN l.expires_at <= clock.now THEN 0
-                         WHEN l.owner <> $2::text THEN 1
-                         WHEN $3::bigint IS NOT NULL AND l.token <> $3::bigint THEN 2
+                         WHEN NOT ",
+            callers!(),
+            " THEN 1
+                         WHEN $4::bigint IS NOT NULL AND l.token <> $4::bigint THEN 2
                          ELSE 3 END AS verdict
                 FROM clock JOIN fencelock_leases l ON l.resource = $1::text
                 FOR UPDATE OF l
@@ -358,10 +710,19 @@ macro_rules! judge_holder {
     };
 }
 
-/// `$1` resource, `$2` owner, `$3` TTL in ms. One row: the lease as it now is, whether this
-/// statement granted it (its token is the one drawn here), and how long it has left. An
-/// extension is announced to waiters, as it may have shortened the lease (the statement
-/// cannot see the lease it replaced; a spurious notice only makes a waiter ask again).
+/// In [`ACQUIRE`]'s upsert: whether the lease `l` in the row gives way to the new one
+/// (`EXCLUDED`), as it has expired, or is extended, as it is the caller's.
+macro_rules! gives_way {
+    () => {
+        concat!("l.expires_at <= (SELECT now FROM clock) OR ", callers!())
+    };
+}
+
+/// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` TTL in ms. One row: the lease
+/// as it now is, whether this statement granted it (its token is the one drawn here), and
+/// how long it has left. An extension is announced to waiters, as it may have shortened the
+/// lease (the statement cannot see the lease it replaced; a spurious notice only makes a
+/// waiter ask again).
 pub(super) const ACQUIRE: &str = concat!(
     "WITH locked AS MATERIALIZED (
         SELECT ",
@@ -374,28 +735,34 @@ pub(super) const ACQUIRE: &str = concat!(
                date_trunc('milliseconds', now + interval '999 microseconds') AS stamp
         FROM clock
     ), upserted AS (
-        INSERT INTO fencelock_leases AS l (resource, owner, token, acquired_at, expires_at)
-        SELECT $1::text, $2::text, token, stamp, stamp + $3::bigint * interval '1 millisecond'
+        INSERT INTO fencelock_leases AS l (resource, owner, principal, token, acquired_at, expires_at)
+        SELECT $1::text, $2::text, $3::text, token, stamp, stamp + $4::bigint * interval '1 millisecond'
         FROM fresh
         ON CONFLICT (resource) DO UPDATE SET
-            owner = CASE WHEN l.expires_at <= (SELECT now FROM clock) OR l.owner = EXCLUDED.owner
-                         THEN EXCLUDED.owner ELSE l.owner END,
+            owner = CASE WHEN ",
+    gives_way!(),
+    " THEN EXCLUDED.owner ELSE l.owner END,
+            principal = CASE WHEN ",
+    gives_way!(),
+    " THEN EXCLUDED.principal ELSE l.principal END,
             token = CASE WHEN l.expires_at <= (SELECT now FROM clock)
                          THEN EXCLUDED.token ELSE l.token END,
-            acquired_at = CASE WHEN l.expires_at <= (SELECT now FROM clock) OR l.owner = EXCLUDED.owner
-                         THEN EXCLUDED.acquired_at ELSE l.acquired_at END,
-            expires_at = CASE WHEN l.expires_at <= (SELECT now FROM clock) OR l.owner = EXCLUDED.owner
-                         THEN EXCLUDED.expires_at ELSE l.expires_at END
-        RETURNING l.owner, l.token, l.acquired_at, l.expires_at,
+            acquired_at = CASE WHEN ",
+    gives_way!(),
+    " THEN EXCLUDED.acquired_at ELSE l.acquired_at END,
+            expires_at = CASE WHEN ",
+    gives_way!(),
+    " THEN EXCLUDED.expires_at ELSE l.expires_at END
+        RETURNING l.owner, l.principal, l.token, l.acquired_at, l.expires_at,
             l.token = (SELECT token FROM fresh) AS granted
     ), announced AS (
-        SELECT pg_notify('fencelock_released', $1::text) FROM upserted
-        WHERE NOT granted AND owner = $2::text
+        SELECT pg_notify('fencelock_released', $1::text) FROM upserted l
+        WHERE NOT granted AND ",
+    callers!(),
+    "
     )
-    SELECT owner, token, ",
-    ms!("acquired_at"),
-    ", ",
-    ms!("expires_at"),
+    SELECT ",
+    lease_columns!(),
     ", granted,
         greatest(0, floor(extract(epoch FROM expires_at - (SELECT now FROM clock)) * 1000))::bigint
             AS expires_in_ms,
@@ -403,8 +770,9 @@ pub(super) const ACQUIRE: &str = concat!(
     FROM upserted"
 );
 
-/// `$1` resource, `$2` owner, `$3` token or NULL. No row: no lease at all. The columns after
-/// the lease: the verdict, and the database's time of the release in ms.
+/// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` token or NULL. No row: no
+/// lease at all. The columns after the lease: the verdict, and the database's time of the
+/// release in ms.
 pub(super) const RELEASE: &str = concat!(
     judge_holder!(),
     ", released AS (
@@ -414,25 +782,23 @@ pub(super) const RELEASE: &str = concat!(
     ), announced AS (
         SELECT pg_notify('fencelock_released', resource) FROM released
     )
-    SELECT h.owner, h.token, ",
-    ms!("h.acquired_at"),
-    ", ",
-    ms!("h.expires_at"),
-    ", h.verdict, ",
+    SELECT ",
+    lease_columns!(),
+    ", verdict, ",
     // Rounded up to whole milliseconds like the other stamps, so it is never before acquired_at.
     ms!("date_trunc('milliseconds', (SELECT now FROM clock) + interval '999 microseconds')"),
     " AS ended_at, (SELECT count(*) FROM announced) AS announced
-    FROM holder h"
+    FROM holder"
 );
 
-/// `$1` resource, `$2` owner, `$3` token or NULL, `$4` TTL in ms. No row: no lease at all.
-/// A renewal that shortens the lease is announced to waiters.
+/// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` token or NULL, `$5` TTL in ms.
+/// No row: no lease at all. A renewal that shortens the lease is announced to waiters.
 pub(super) const RENEW: &str = concat!(
     judge_holder!(),
     ", renewed AS (
         UPDATE fencelock_leases l
         SET expires_at = date_trunc('milliseconds', clock.now + interval '999 microseconds')
-                         + $4::bigint * interval '1 millisecond'
+                         + $5::bigint * interval '1 millisecond'
         FROM holder h, clock
         WHERE l.resource = h.resource AND h.verdict = 3
         RETURNING l.expires_at
@@ -440,7 +806,7 @@ pub(super) const RENEW: &str = concat!(
         SELECT pg_notify('fencelock_released', h.resource) FROM renewed r, holder h
         WHERE r.expires_at < h.expires_at
     )
-    SELECT h.owner, h.token, ",
+    SELECT h.owner, h.principal, h.token, ",
     ms!("h.acquired_at"),
     ", coalesce((SELECT ",
     ms!("expires_at"),
@@ -452,19 +818,15 @@ pub(super) const RENEW: &str = concat!(
 
 /// `$1` resource.
 pub(super) const GET: &str = concat!(
-    "SELECT owner, token, ",
-    ms!("acquired_at"),
-    ", ",
-    ms!("expires_at"),
+    "SELECT ",
+    lease_columns!(),
     " FROM fencelock_leases WHERE resource = $1::text AND expires_at > statement_timestamp()"
 );
 
 /// `$1` prefix, `$2` resource to start after or NULL, `$3` how many rows.
 pub(super) const LIST: &str = concat!(
-    "SELECT resource, owner, token, ",
-    ms!("acquired_at"),
-    ", ",
-    ms!("expires_at"),
+    "SELECT resource, ",
+    lease_columns!(),
     " FROM fencelock_leases
     WHERE resource >= $1::text AND starts_with(resource, $1::text)
       AND ($2::text IS NULL OR resource > $2::text)
@@ -485,7 +847,7 @@ pub(super) const PURGE: &str = concat!(
     ), purged AS (
         DELETE FROM fencelock_leases
         WHERE expires_at <= now() AND (SELECT ours FROM turn)
-        RETURNING 'lock' AS kind, resource AS name, owner, token, acquired_at, expires_at
+        RETURNING 'lock' AS kind, resource AS name, owner, principal, token, acquired_at, expires_at
     ), purged_holds AS (
         DELETE FROM fencelock_holds
         WHERE (kind, name, owner) IN (
@@ -493,7 +855,7 @@ pub(super) const PURGE: &str = concat!(
             WHERE expires_at <= now() AND (SELECT ours FROM turn)
             FOR UPDATE SKIP LOCKED
         )
-        RETURNING kind, name, owner, token, acquired_at, expires_at
+        RETURNING kind, name, owner, principal, token, acquired_at, expires_at
     ), ended_intents AS (
         DELETE FROM fencelock_intents
         WHERE (name, owner) IN (
@@ -508,22 +870,22 @@ pub(super) const PURGE: &str = concat!(
     ), expired AS (
         SELECT * FROM purged UNION ALL SELECT * FROM purged_holds
     )
-    SELECT kind, name, owner, token, ",
-    ms!("acquired_at"),
-    ", ",
-    ms!("expires_at"),
+    SELECT kind, name, ",
+    lease_columns!(),
     ", (SELECT count(*) FROM announced) AS announced
     FROM expired"
 );
 
-/// `$1` name, `$2` owner, `$3` claim (`permit`, `read` or `write`), `$4` the semaphore's
-/// limit or NULL, `$5` TTL in ms, `$6` a waiting writer's intent in ms or NULL. Rows: the
-/// role of the row, `writer_waits` and `retry_in_ms` (for `busy`), then a hold's columns
-/// (see [`hold_columns!`]), as `fencelock_acquire_hold` in the migrations returns them.
+/// `$1` name, `$2` owner, `$3` its principal or NULL, `$4` claim (`permit`, `read` or
+/// `write`), `$5` the semaphore's limit or NULL, `$6` TTL in ms, `$7` a waiting writer's
+/// intent in ms or NULL. Rows: the role of the row, `writer_waits` and `retry_in_ms` (for
+/// `busy`), then a hold's columns (see [`hold_columns!`]), as `fencelock_acquire_hold` in
+/// the migrations returns them.
 pub(super) const ACQUIRE_HOLD: &str = concat!(
     "SELECT role, writer_waits, retry_in_ms, ",
     hold_columns!(),
-    " FROM fencelock_acquire_hold($1::text, $2::text, $3::text, $4::bigint, $5::bigint, $6::bigint)"
+    " FROM fencelock_acquire_hold($1::text, $2::text, $3::text, $4::text, $5::bigint, $6::bigint,
+        $7::bigint)"
 );
 
 /// `$1` kind, `$2` name: the live holds, in token order.
@@ -553,28 +915,38 @@ pub(super) const LIST_HOLDS: &str = concat!(
     ORDER BY name, token"
 );
 
-/// `$1` kind, `$2` name, `$3` owner, `$4` token or NULL. No row: no live hold of the owner.
-/// Else the columns of [`RELEASE`]'s rows (the hold's lease, the verdict, the time it ended).
+/// `$1` kind, `$2` name, `$3` owner, `$4` its principal or NULL, `$5` token or NULL. No row:
+/// no live hold under the owner's name. Else the columns of [`RELEASE`]'s rows (the hold's
+/// lease, the verdict, the time it ended).
 pub(super) const RELEASE_HOLD: &str = concat!(
-    "SELECT owner, token, ",
-    ms!("acquired_at"),
-    ", ",
-    ms!("expires_at"),
+    "SELECT ",
+    lease_columns!(),
     ", verdict, ",
     ms!("ended_at"),
-    " FROM fencelock_release_hold($1::text, $2::text, $3::text, $4::bigint)"
+    " FROM fencelock_release_hold($1::text, $2::text, $3::text, $4::text, $5::bigint)"
 );
 
-/// `$1` kind, `$2` name, `$3` owner, `$4` token or NULL, `$5` TTL in ms. No row: no live
-/// hold of the owner. Else a hold's columns, then the verdict.
+/// `$1` kind, `$2` name, `$3` owner, `$4` its principal or NULL, `$5` token or NULL, `$6`
+/// TTL in ms. No row: no live hold under the owner's name. Else a hold's columns, then the
+/// verdict.
 pub(super) const RENEW_HOLD: &str = concat!(
     "SELECT ",
     hold_columns!(),
-    ", verdict FROM fencelock_renew_hold($1::text, $2::text, $3::text, $4::bigint, $5::bigint)"
+    ", verdict FROM fencelock_renew_hold($1::text, $2::text, $3::text, $4::text, $5::bigint, $6::bigint)"
 );
 
-/// `$1` name, `$2` owner.
-pub(super) const WITHDRAW_INTENT: &str = "SELECT fencelock_withdraw_intent($1::text, $2::text)";
+/// `$1` name, `$2` owner, `$3` its principal or NULL.
+pub(super) const WITHDRAW_INTENT: &str = "SELECT fencelock_withdraw_intent($1::text, $2::text, $3::text)";
+
+/// `$1` kind (`lock`, `semaphore` or `rwlock`), `$2` name. Rows: each lease or hold it
+/// ended, in token order: the lease's columns, then the database's time it ended in ms.
+pub(super) const FORCE_RELEASE: &str = concat!(
+    "SELECT ",
+    lease_columns!(),
+    ", ",
+    ms!("ended_at"),
+    " FROM fencelock_force_release($1::text, $2::text)"
+);
 
 /// Brings the schema up to the newest version, in one transaction, under an advisory lock so
 /// that servers starting together apply each step once.

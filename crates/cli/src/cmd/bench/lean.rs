@@ -1,19 +1,21 @@
 //! A lean HTTP/1.1 session for `fencelock bench --server http://…`: one keep-alive connection
 //! per client, spoken with hyper's connection API directly — no pool, no redirects, no
 //! per-request builder — so that the load generator costs the server about what the Redis
-//! client costs Redis. The bodies and answers are the wire crate's, as the client library's.
+//! client costs Redis. The bodies and answers are the wire crate's, as the client library's,
+//! and so is the `Authorization` header of a token ([`AuthToken::authorization`]).
 
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use async_trait::async_trait;
+use fencelock_client::AuthToken;
 use fencelock_core::{AcquireOutcome, Claim, HoldOutcome, Owner, Resource, Ttl};
 use fencelock_wire::hold::{HoldAcquireRequest, HoldAcquireResponse, collection};
 use fencelock_wire::{AcquireRequest, AcquireResponse, ReleaseRequest, TtlFields, outcome, parse};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{CONTENT_TYPE, HOST};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -22,7 +24,7 @@ use super::Session;
 use crate::cmd::common::{Failure, exit};
 
 /// The `host:port` of a plain `http://host:port` server address, or `None` for anything
-/// else (https, a path), which the client library's session serves instead.
+/// else (https, a path), which the client library's session serves instead (with TLS).
 pub fn authority(server: &str) -> Option<&str> {
     let rest = server.strip_prefix("http://")?.trim_end_matches('/');
     (!rest.is_empty() && !rest.contains('/')).then_some(rest)
@@ -37,16 +39,19 @@ pub struct LeanSession {
     owner: Owner,
     ttl: Ttl,
     claim: Option<Claim>,
+    /// `Bearer TOKEN`, sent with every request, for a server with authentication on.
+    authorization: Option<HeaderValue>,
 }
 
 impl LeanSession {
-    /// Connects to `authority` for `owner`.
+    /// Connects to `authority` for `owner`, sending `token` (if any) with every request.
     pub async fn connect(
         authority: &str,
         names: &[Resource],
         owner: Owner,
         ttl: Ttl,
         claim: Option<Claim>,
+        token: Option<&AuthToken>,
     ) -> Result<Self, Failure> {
         let unreachable =
             |e: &dyn std::fmt::Display| Failure::new(exit::UNREACHABLE, format!("http://{authority}: {e}"));
@@ -69,6 +74,7 @@ impl LeanSession {
             owner,
             ttl,
             claim,
+            authorization: token.map(AuthToken::authorization),
         })
     }
 
@@ -79,12 +85,15 @@ impl LeanSession {
         body: Vec<u8>,
     ) -> anyhow::Result<(StatusCode, Bytes)> {
         self.send.ready().await.context("the connection closed")?;
-        let request = Request::builder()
+        let mut request = Request::builder()
             .method(method)
             .uri(path)
             .header(HOST, &self.authority)
-            .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)))?;
+            .header(CONTENT_TYPE, "application/json");
+        if let Some(authorization) = &self.authorization {
+            request = request.header(AUTHORIZATION, authorization);
+        }
+        let request = request.body(Full::new(Bytes::from(body)))?;
         let response = self.send.send_request(request).await?;
         let status = response.status();
         Ok((status, response.into_body().collect().await?.to_bytes()))

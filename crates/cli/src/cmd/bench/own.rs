@@ -53,7 +53,16 @@ impl Contender for Own {
             .then(|| lean::authority(&self.target.server))
             .flatten();
         if let Some(authority) = lean {
-            let session = LeanSession::connect(authority, &self.names, owner, self.ttl, self.claim).await?;
+            let token = self.target.auth_token()?;
+            let session = LeanSession::connect(
+                authority,
+                &self.names,
+                owner,
+                self.ttl,
+                self.claim,
+                token.as_ref(),
+            )
+            .await?;
             return Ok(Box::new(session));
         }
         let store = match &self.shared {
