@@ -14,8 +14,8 @@ use fencelock_core::{Claim, FencingToken, HoldKind, Lease, Owner, Principal, Res
 use fencelock_testkit::fuzz::{config, judged_as_spec_says, name_faults, name_like};
 use fencelock_wire::parse::{self, BadBody, Limits};
 use fencelock_wire::{
-    AcquireRequest, FieldError, HoldAcquireRequest, LeaseBody, ReleaseRequest, RenewRequest,
-    RwLockAcquireRequest, SemaphoreAcquireRequest, TtlFields,
+    AcquireRequest, FieldError, ForceReleaseRequest, HoldAcquireRequest, LeaseBody, ReleaseRequest,
+    RenewRequest, RwLockAcquireRequest, SemaphoreAcquireRequest, TtlFields,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -66,6 +66,7 @@ impl Json {
         match self {
             Self::Int(n) => Seen::Integer(*n),
             Self::Str(s) => Seen::Text(s.clone()),
+            Self::Bool(b) => Seen::Bool(*b),
             Self::Null => Seen::Null,
             // `-0` has no fraction, but serde_json reads it as the float −0.0, so it is refused
             // like `0.0`: a limit of the parser, and harmless (no client writes `-0`). `Huge`
@@ -74,7 +75,6 @@ impl Json {
             | Self::Huge(_)
             | Self::Fraction(_)
             | Self::Exponent(_)
-            | Self::Bool(_)
             | Self::Array(_)
             | Self::Object(_) => Seen::Other,
         }
@@ -95,8 +95,9 @@ enum Seen {
     /// A JSON integer (no fraction, no exponent).
     Integer(i128),
     Text(String),
+    Bool(bool),
     Null,
-    /// Any other number, a boolean, an array or an object.
+    /// Any other number, an array or an object.
     Other,
 }
 
@@ -109,27 +110,39 @@ impl From<&Value> for Seen {
                 .or(n.as_i64().map(i128::from))
                 .map_or(Self::Other, Self::Integer),
             Value::String(s) => Self::Text(s.clone()),
+            Value::Bool(b) => Self::Bool(*b),
             Value::Null => Self::Null,
             _ => Self::Other,
         }
     }
 }
 
-/// The requests whose bodies are checked.
+/// The requests whose bodies are checked: `Release` is the owner's, `Delete` what a `DELETE`
+/// is (the owner's release, or a force-release).
 #[derive(Debug, Clone, Copy)]
 enum Op {
     Acquire,
     Semaphore,
     RwLock,
     Release,
+    Delete,
     Renew,
 }
 
-const OPS: [Op; 5] = [Op::Acquire, Op::Semaphore, Op::RwLock, Op::Release, Op::Renew];
+const OPS: [Op; 6] = [
+    Op::Acquire,
+    Op::Semaphore,
+    Op::RwLock,
+    Op::Release,
+    Op::Delete,
+    Op::Renew,
+];
 
 /// What an accepted body means, whatever its request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Meant {
+    /// A force-release, which has no owner (nor any other field).
+    force: bool,
     owner: String,
     ttl_ms: Option<u64>,
     wait_ms: Option<u64>,
@@ -140,6 +153,17 @@ struct Meant {
 /// The SPEC's rules for the body of `op`, written out plainly: what it means, or the set of
 /// its bad fields.
 fn model(op: Op, body: &BTreeMap<String, Seen>, limits: &Limits) -> Result<Meant, BTreeSet<&'static str>> {
+    if let Op::Delete = op {
+        // `force` decides what the rest is: with a bad one, nothing else is judged.
+        return match body.get("force") {
+            Some(Seen::Bool(true)) => Ok(Meant {
+                force: true,
+                ..Meant::default()
+            }),
+            None | Some(Seen::Bool(false)) => model(Op::Release, body, limits),
+            Some(_) => Err(BTreeSet::from(["force"])),
+        };
+    }
     let mut bad = BTreeSet::new();
     // A JSON integer from `min` to `max`: `Ok(None)` if absent, `Err` (and named) if bad.
     let mut integer = |name: &'static str, min: u64, max: u64| match body.get(name) {
@@ -154,7 +178,7 @@ fn model(op: Op, body: &BTreeMap<String, Seen>, limits: &Limits) -> Result<Meant
     };
     let max_ttl = limits.max_ttl.as_millis();
     let is_acquire = matches!(op, Op::Acquire | Op::Semaphore | Op::RwLock);
-    let ttl = if matches!(op, Op::Release) {
+    let ttl = if matches!(op, Op::Release | Op::Delete) {
         Ok(None)
     } else {
         match (
@@ -187,9 +211,9 @@ fn model(op: Op, body: &BTreeMap<String, Seen>, limits: &Limits) -> Result<Meant
             Some(Seen::Text(mode)) if mode == "write" => Ok(Some(Claim::Write)),
             _ => Err(vec!["mode"]),
         },
-        Op::Acquire | Op::Release | Op::Renew => Ok(None),
+        Op::Acquire | Op::Release | Op::Delete | Op::Renew => Ok(None),
     };
-    let token = if matches!(op, Op::Release | Op::Renew) {
+    let token = if matches!(op, Op::Release | Op::Delete | Op::Renew) {
         integer("fencing_token", 0, u64::MAX)
     } else {
         Ok(None)
@@ -207,6 +231,7 @@ fn model(op: Op, body: &BTreeMap<String, Seen>, limits: &Limits) -> Result<Meant
     }
     match (owner, ttl, wait, claim, token) {
         (Some(owner), Ok(ttl_ms), Ok(wait_ms), Ok(claim), Ok(token)) if bad.is_empty() => Ok(Meant {
+            force: false,
             owner,
             ttl_ms,
             wait_ms,
@@ -224,26 +249,31 @@ fn decode(op: Op, body: &Map<String, Value>, limits: &Limits) -> Result<Meant, V
         ttl_ms: Some(a.ttl.as_millis()),
         wait_ms: Some(u64::try_from(a.wait.as_millis()).unwrap()),
         claim,
-        token: None,
+        ..Meant::default()
+    };
+    let released = |r: parse::Release| Meant {
+        owner: owner_name(&r.owner),
+        token: r.token.map(|t| t.0),
+        ..Meant::default()
     };
     let hold = |kind| parse::acquire_hold(body, limits, kind).map(|h| acquired(h.acquire, Some(h.claim)));
     match op {
         Op::Acquire => parse::acquire(body, limits).map(|a| acquired(a, None)),
         Op::Semaphore => hold(HoldKind::Semaphore),
         Op::RwLock => hold(HoldKind::RwLock),
-        Op::Release => parse::release(body).map(|r| Meant {
-            owner: owner_name(&r.owner),
-            ttl_ms: None,
-            wait_ms: None,
-            claim: None,
-            token: r.token.map(|t| t.0),
+        Op::Release => parse::release(body).map(released),
+        Op::Delete => parse::delete(body).map(|delete| match delete {
+            parse::Delete::Release(release) => released(release),
+            parse::Delete::Force => Meant {
+                force: true,
+                ..Meant::default()
+            },
         }),
         Op::Renew => parse::renew(body, limits).map(|r| Meant {
             owner: owner_name(&r.owner),
             ttl_ms: Some(r.ttl.as_millis()),
-            wait_ms: None,
-            claim: None,
             token: r.token.map(|t| t.0),
+            ..Meant::default()
         }),
     }
 }
@@ -256,6 +286,9 @@ fn owner_name(owner: &Owner) -> String {
 
 /// The body the wire request structs write for `meant`, built as the client builds them.
 fn encode(op: Op, meant: &Meant) -> Value {
+    if meant.force {
+        return serde_json::to_value(ForceReleaseRequest { force: true }).unwrap();
+    }
     let owner = Owner::new(&meant.owner).unwrap();
     let ttl_ms = meant.ttl_ms.unwrap_or_default();
     let written = match op {
@@ -270,7 +303,7 @@ fn encode(op: Op, meant: &Meant) -> Value {
             Ttl::from_millis(ttl_ms, Ttl::CEILING).unwrap(),
             Duration::from_millis(meant.wait_ms.unwrap()),
         )),
-        Op::Release => serde_json::to_value(ReleaseRequest {
+        Op::Release | Op::Delete => serde_json::to_value(ReleaseRequest {
             owner: owner.to_string(),
             fencing_token: meant.token,
         }),
@@ -283,8 +316,9 @@ fn encode(op: Op, meant: &Meant) -> Value {
     written.unwrap()
 }
 
-/// What the wire request struct of `op` reads from `body` and writes back.
-fn through_struct(op: Op, body: &Map<String, Value>) -> Result<Value, serde_json::Error> {
+/// What the wire request struct of `op` (for a `DELETE`, of what it `meant`) reads from
+/// `body` and writes back.
+fn through_struct(op: Op, meant: &Meant, body: &Map<String, Value>) -> Result<Value, serde_json::Error> {
     fn again<T: Serialize + DeserializeOwned>(body: &Map<String, Value>) -> Result<Value, serde_json::Error> {
         serde_json::to_value(serde_json::from_value::<T>(Value::Object(body.clone()))?)
     }
@@ -292,7 +326,8 @@ fn through_struct(op: Op, body: &Map<String, Value>) -> Result<Value, serde_json
         Op::Acquire => again::<AcquireRequest>(body),
         Op::Semaphore => again::<SemaphoreAcquireRequest>(body),
         Op::RwLock => again::<RwLockAcquireRequest>(body),
-        Op::Release => again::<ReleaseRequest>(body),
+        Op::Delete if meant.force => again::<ForceReleaseRequest>(body),
+        Op::Release | Op::Delete => again::<ReleaseRequest>(body),
         Op::Renew => again::<RenewRequest>(body),
     }
 }
@@ -324,7 +359,7 @@ fn judged_by_the_spec(
                 op,
                 sent
             );
-            let read = through_struct(op, body);
+            let read = through_struct(op, &meant, body);
             prop_assert!(
                 read.is_ok(),
                 "{:?}: the request struct cannot read {:?}: {:?}",
@@ -448,6 +483,7 @@ fn value_of(key: &str) -> BoxedStrategy<Json> {
             .boxed(),
         "limit" => prop_oneof![1..=20i128, integer()].prop_map(Json::Int).boxed(),
         "fencing_token" => integer().prop_map(Json::Int).boxed(),
+        "force" => any::<bool>().prop_map(Json::Bool).boxed(),
         _ => return json().boxed(),
     };
     prop_oneof![9 => typed, 1 => json()].boxed()
