@@ -5,6 +5,7 @@ use fencelock_core::{FencingToken, InvalidName, Lease, Owner, Principal, Resourc
 
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::extensions::Extensions;
+use utoipa::openapi::schema::Type;
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
@@ -124,7 +125,7 @@ pub struct ReleaseRequest {
 /// `DELETE /locks/{resource}` (or `/semaphores/{name}`, `/rwlocks/{name}`) with
 /// `{"force": true}`: an administrator's release of every lease, permit or hold of the name,
 /// whoever holds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForceReleaseRequest {
     /// `true`: free the name whoever holds it (needs the `admin` right); `false` or absent is
     /// the owner's release.
@@ -244,8 +245,34 @@ impl PartialSchema for ReleaseRequest {
             "The owner of the lease.",
             vec![token("release")],
         )
+        .property(
+            fields::FORCE,
+            force_schema(false, "Absent or `false`: the owner's release (`true` is a force-release)."),
+        )
         .into()
     }
+}
+
+impl PartialSchema for ForceReleaseRequest {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .description(Some(
+                "`DELETE` with `{\"force\": true}`: free the name whoever holds it (needs the `admin` right); no other field is read.",
+            ))
+            .property(fields::FORCE, force_schema(true, "Always `true`."))
+            .required(fields::FORCE)
+            .into()
+    }
+}
+
+/// `force` as a body of one kind of `DELETE` has it: `true` in a force-release's, `false` (or
+/// absent) in a release's. The server reads any body with `"force": true` as a force-release,
+/// so with both branches pinned every body is exactly one of the two, as the server reads it.
+fn force_schema(force: bool, description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Boolean)
+        .description(Some(description))
+        .enum_values(Some([force]))
 }
 
 impl PartialSchema for RenewRequest {
@@ -302,7 +329,7 @@ macro_rules! named_schema {
 }
 pub(crate) use named_schema;
 
-named_schema!(AcquireRequest, ReleaseRequest, RenewRequest);
+named_schema!(AcquireRequest, ForceReleaseRequest, ReleaseRequest, RenewRequest);
 
 /// The answer to an acquire: granted, or held by another owner (not an error).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
