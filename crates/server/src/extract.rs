@@ -100,17 +100,9 @@ impl FromRequest<App> for JsonObject {
             }
             Ok(Ok(bytes)) => bytes,
         };
-        match serde_json::from_slice::<Value>(&bytes) {
-            Ok(Value::Object(map)) => Ok(Self(map)),
-            Ok(_) => Err(problem(
-                ProblemKind::BadRequest,
-                "the body must be a JSON object".into(),
-            )),
-            Err(e) => Err(problem(
-                ProblemKind::BadRequest,
-                format!("the body is not JSON: {e}"),
-            )),
-        }
+        parse::object(&bytes)
+            .map(Self)
+            .map_err(|e| problem(ProblemKind::BadRequest, e.to_string()))
     }
 }
 

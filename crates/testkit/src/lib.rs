@@ -24,6 +24,7 @@
 //!   [`EtcdCluster::leader`].
 //! - [`Redis`]: in memory only; [`shared_redis`] for one per test binary.
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
+//! - [`fuzz`]: the bounded configuration, strategies and naming model of the fuzz targets.
 //! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
 //!   closing anything (a broken network, a hung host); it keeps what clients sent, to look
 //!   at the headers of their requests.
@@ -34,6 +35,7 @@
 mod canned;
 mod etcd;
 pub mod fixtures;
+pub mod fuzz;
 mod postgres;
 mod process;
 mod proxy;

@@ -4,6 +4,8 @@ use fencelock_core::model::MAX_NAME_BYTES;
 use fencelock_core::{FencingToken, InvalidName, Lease, Owner, Principal, Resource, Timestamp};
 
 use serde::{Deserialize, Serialize};
+use utoipa::openapi::extensions::Extensions;
+use utoipa::openapi::schema::Type;
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
@@ -123,7 +125,7 @@ pub struct ReleaseRequest {
 /// `DELETE /locks/{resource}` (or `/semaphores/{name}`, `/rwlocks/{name}`) with
 /// `{"force": true}`: an administrator's release of every lease, permit or hold of the name,
 /// whoever holds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForceReleaseRequest {
     /// `true`: free the name whoever holds it (needs the `admin` right); `false` or absent is
     /// the owner's release.
@@ -190,7 +192,7 @@ pub(crate) fn acquire_schema_with(
     more: impl FnOnce(ObjectBuilder) -> ObjectBuilder,
 ) -> RefOr<Schema> {
     let limits = Limits::default();
-    more(request_schema(
+    more(exactly_one_ttl(request_schema(
         description,
         &format!("Who asks; trimmed of white space, 1 to {MAX_NAME_BYTES} bytes, no control characters."),
         vec![
@@ -207,8 +209,20 @@ pub(crate) fn acquire_schema_with(
                 limits.wait_ms(),
             ),
         ],
-    ))
+    )))
     .into()
+}
+
+/// `object`, which takes exactly one of `ttl_seconds` and `ttl_ms` (JSON Schema's `oneOf`
+/// of the two `required`s: neither, or both, matches no branch, or two). utoipa's object has
+/// no `oneOf`, and writes its extensions as they are, so it goes in there.
+fn exactly_one_ttl(object: ObjectBuilder) -> ObjectBuilder {
+    let mut members = Extensions::default();
+    members.insert(
+        "oneOf".to_owned(),
+        serde_json::json!([{"required": [fields::TTL_SECONDS]}, {"required": [fields::TTL_MS]}]),
+    );
+    object.extensions(Some(members))
 }
 
 /// [`acquire_schema_with`] one more required integer field.
@@ -231,14 +245,40 @@ impl PartialSchema for ReleaseRequest {
             "The owner of the lease.",
             vec![token("release")],
         )
+        .property(
+            fields::FORCE,
+            force_schema(false, "Absent or `false`: the owner's release (`true` is a force-release)."),
+        )
         .into()
     }
+}
+
+impl PartialSchema for ForceReleaseRequest {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .description(Some(
+                "`DELETE` with `{\"force\": true}`: free the name whoever holds it (needs the `admin` right); no other field is read.",
+            ))
+            .property(fields::FORCE, force_schema(true, "Always `true`."))
+            .required(fields::FORCE)
+            .into()
+    }
+}
+
+/// `force` as a body of one kind of `DELETE` has it: `true` in a force-release's, `false` (or
+/// absent) in a release's. The server reads any body with `"force": true` as a force-release,
+/// so with both branches pinned every body is exactly one of the two, as the server reads it.
+fn force_schema(force: bool, description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Boolean)
+        .description(Some(description))
+        .enum_values(Some([force]))
 }
 
 impl PartialSchema for RenewRequest {
     fn schema() -> RefOr<Schema> {
         let limits = Limits::default();
-        request_schema(
+        exactly_one_ttl(request_schema(
             "`POST /locks/{resource}/renew`, `/semaphores/{name}/renew` or `/rwlocks/{name}/renew`: renew the owner's lease, permit or hold. Exactly one of `ttl_seconds` and `ttl_ms`.",
             "The owner of the lease.",
             vec![
@@ -246,7 +286,7 @@ impl PartialSchema for RenewRequest {
                 ttl_ms("The new TTL from now, in whole milliseconds", &limits),
                 token("renewal"),
             ],
-        )
+        ))
         .into()
     }
 }
@@ -289,7 +329,7 @@ macro_rules! named_schema {
 }
 pub(crate) use named_schema;
 
-named_schema!(AcquireRequest, ReleaseRequest, RenewRequest);
+named_schema!(AcquireRequest, ForceReleaseRequest, ReleaseRequest, RenewRequest);
 
 /// The answer to an acquire: granted, or held by another owner (not an error).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -120,7 +120,7 @@ mod tests {
     use utoipa::PartialSchema;
 
     use super::*;
-    use crate::body::{AcquireRequest, ReleaseRequest, RenewRequest, TtlFields};
+    use crate::body::{AcquireRequest, ForceReleaseRequest, ReleaseRequest, RenewRequest, TtlFields};
     use crate::hold::{HoldAcquireRequest, Mode, RwLockAcquireRequest, SemaphoreAcquireRequest};
     use crate::parse;
     use fencelock_core::HoldKind;
@@ -270,6 +270,23 @@ mod tests {
         }
         assert_eq!(schema["properties"][OWNER]["maxLength"], json!(MAX_NAME_BYTES));
         assert_eq!(schema["required"], json!([OWNER]));
+        let exactly_one_ttl = json!([{"required": [TTL_SECONDS]}, {"required": [TTL_MS]}]);
+        assert_eq!(schema["oneOf"], exactly_one_ttl);
+        assert_eq!(
+            serde_json::to_value(RenewRequest::schema()).unwrap()["oneOf"],
+            exactly_one_ttl
+        );
+        assert_eq!(
+            serde_json::to_value(SemaphoreAcquireRequest::schema()).unwrap()["oneOf"],
+            exactly_one_ttl
+        );
+        let release = serde_json::to_value(ReleaseRequest::schema()).unwrap();
+        assert!(release.get("oneOf").is_none());
+        // A DELETE body is a release or a force-release, never both: `force` tells them apart.
+        assert_eq!(release["properties"][FORCE]["enum"], json!([false]));
+        let force = serde_json::to_value(ForceReleaseRequest::schema()).unwrap();
+        assert_eq!(force["properties"][FORCE]["enum"], json!([true]));
+        assert_eq!(force["required"], json!([FORCE]));
         let schema = serde_json::to_value(SemaphoreAcquireRequest::schema()).unwrap();
         let limit = &schema["properties"][LIMIT];
         assert_eq!(

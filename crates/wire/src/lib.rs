@@ -34,5 +34,5 @@ pub use hold::{
     SemaphoreListResponse,
 };
 pub use outcome::{Judged, Label, Op, Outcome};
-pub use parse::{Acquire, AcquireHold, Delete, Limits, Release, Renew};
+pub use parse::{Acquire, AcquireHold, BadBody, Delete, Limits, Release, Renew};
 pub use problem::{FieldError, Problem, ProblemKind};

@@ -79,6 +79,26 @@ pub struct Renew {
     pub token: Option<FencingToken>,
 }
 
+/// Why a request body is not a JSON object (a 400, before any field is looked at).
+#[derive(Debug, thiserror::Error)]
+pub enum BadBody {
+    /// Not JSON, or nested deeper than the JSON parser goes (128 levels).
+    #[error("the body is not JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+    /// JSON, but not an object.
+    #[error("the body must be a JSON object")]
+    NotAnObject,
+}
+
+/// Reads a request body as the JSON object every request of the API is, for the checks
+/// below.
+pub fn object(body: &[u8]) -> Result<Map<String, Value>, BadBody> {
+    match serde_json::from_slice(body)? {
+        Value::Object(map) => Ok(map),
+        _ => Err(BadBody::NotAnObject),
+    }
+}
+
 /// Checks the body of an acquire.
 pub fn acquire(body: &Map<String, Value>, limits: &Limits) -> Result<Acquire, Vec<FieldError>> {
     let mut fields = Fields::new(body);
