@@ -267,8 +267,15 @@ impl Timestamp {
 
     /// RFC 3339 in UTC with exactly three fraction digits, e.g. `2026-11-29T06:30:00.123Z`.
     pub fn to_rfc3339(self) -> String {
-        humantime::format_rfc3339_millis(self.into()).to_string()
+        // RFC 3339 has four year digits: a time past 9999 (only a store clock gone far wrong,
+        // or a sum that saturated, gets there) is written as the last one it can say, rather
+        // than panic in the formatter.
+        let written = Self(self.0.min(Self::LAST_RFC3339.0));
+        humantime::format_rfc3339_millis(written.into()).to_string()
     }
+
+    /// 9999-12-31T23:59:59.999Z, the last time RFC 3339 can write.
+    const LAST_RFC3339: Self = Self(253_402_300_799_999);
 
     /// Reads an RFC 3339 timestamp (as [`Timestamp::to_rfc3339`] writes them).
     pub fn parse_rfc3339(text: &str) -> Option<Self> {
@@ -386,6 +393,10 @@ mod tests {
             "2026-11-29T06:30:00.000Z"
         );
         assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()), Some(t));
+        let last = "9999-12-31T23:59:59.999Z";
+        for beyond in [253_402_300_799_999, 253_402_300_800_000, u64::MAX] {
+            assert_eq!(Timestamp::from_millis(beyond).to_rfc3339(), last, "{beyond}");
+        }
     }
 
     #[test]
