@@ -1196,3 +1196,62 @@ async fn holds_are_decided_as_the_reference_store_decides() {
         }
     }
 }
+
+/// A purge forgets at most `PURGE_BATCH` leases and as many holds, those that expired first,
+/// so that a backlog is a series of short transactions; asking again forgets the rest. On a
+/// database of its own, so that no other test purges them first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_forgets_a_batch_at_a_time_the_first_expired_first() {
+    use fencelock_core::store::PURGE_BATCH;
+    let url = new_database("purge_batches").await;
+    let store = store(&url).await;
+    let brief = ttl(Duration::from_millis(100));
+    let extra = 8;
+    let mut last = None;
+    for i in 0..PURGE_BATCH + extra {
+        let lock = resource(&format!("lock-{i:04}"));
+        shared::granted(store.acquire(&lock, &owner("a"), brief).await.unwrap());
+        let permit = Claim::Permit { limit: 1 };
+        let sem = resource(&format!("sem-{i:04}"));
+        granted_hold(
+            store
+                .acquire_hold(&sem, &owner("a"), permit, brief, None)
+                .await
+                .unwrap(),
+        );
+        last = Some((lock, sem));
+    }
+    let (lock, sem) = last.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.get(&lock).await.unwrap().is_some()
+        || !store.holds(HoldKind::Semaphore, &sem).await.unwrap().is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the last lease and permit did not expire"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let count = |purged: &[Expired], kind: Kind| purged.iter().filter(|e| e.kind == kind).count();
+    let first = store.purge_expired().await.unwrap();
+    assert_eq!(count(&first, Kind::Lock), PURGE_BATCH);
+    assert_eq!(count(&first, Kind::Semaphore), PURGE_BATCH);
+    let second = store.purge_expired().await.unwrap();
+    assert_eq!(count(&second, Kind::Lock), extra);
+    assert_eq!(count(&second, Kind::Semaphore), extra);
+    for kind in [Kind::Lock, Kind::Semaphore] {
+        let ends = |batch: &[Expired]| {
+            batch
+                .iter()
+                .filter(|e| e.kind == kind)
+                .map(|e| e.lease.expires_at)
+                .collect::<Vec<_>>()
+        };
+        let (earlier, later) = (ends(&first), ends(&second));
+        assert!(
+            earlier.iter().max() <= later.iter().min(),
+            "{kind}: the first to expire go first"
+        );
+    }
+    assert_eq!(store.purge_expired().await.unwrap(), [], "nothing left");
+}

@@ -34,8 +34,10 @@
 //!   releases made while that connection is down are not heard, and waiters then fall back
 //!   on the expiry of the lease they wait for.
 //! - An expired lease stays in its row until it is purged or replaced by a grant.
-//!   [`LockStore::purge_expired`] deletes every expired row and returns them; one server
-//!   purges at a time (a try-lock), and the others purge nothing meanwhile. A grant that
+//!   [`LockStore::purge_expired`] deletes expired rows, at most
+//!   [`PURGE_BATCH`](fencelock_core::store::PURGE_BATCH) leases and as
+//!   many holds at a time, those that expired first, and returns them; one server purges at
+//!   a time (a try-lock), and the others purge nothing meanwhile. A grant that
 //!   replaces an expired lease does not report it (`Granted { expired: None }`): the
 //!   statement only returns the row as it is now.
 //!
@@ -338,7 +340,9 @@ impl LockStore for PostgresStore {
     }
 
     async fn purge_expired(&self) -> Result<Vec<Expired>> {
-        let rows = self.query("purge expired leases", sql::PURGE, &[]).await?;
+        let batch =
+            i64::try_from(fencelock_core::store::PURGE_BATCH).expect("the purge batch fits in a bigint");
+        let rows = self.query("purge expired leases", sql::PURGE, &[&batch]).await?;
         Ok(row::expired(&rows)?)
     }
 

@@ -836,23 +836,34 @@ pub(super) const LIST: &str = concat!(
 );
 
 /// One server purges at a time (the others purge nothing meanwhile): two purges deleting
-/// the same rows in different orders could deadlock each other. Holds and intents that a
-/// hold's function has locked are skipped (it is replacing them, or they go next time), so
-/// that a purge never waits for a function that may wait for it. Each purged lease and hold
-/// is announced to waiters on every server; an ended intent held nobody back any more.
-/// Rows: the kind (`lock`, `semaphore` or `rwlock`), the name, then the lease's columns.
+/// the same rows in different orders could deadlock each other. Rows that a call has locked
+/// are skipped (it is replacing or ending them, or they go next time), so that a purge never
+/// waits for a call that may wait for it. At most `$1` leases and `$1` holds go in one purge,
+/// those that expired first, so that a backlog (after an outage) is a series of short
+/// transactions rather than one long one; the server asks again while a batch is full. Each
+/// purged lease and hold is announced to waiters on every server; an ended intent held
+/// nobody back any more. Rows: the kind (`lock`, `semaphore` or `rwlock`), the name, then
+/// the lease's columns.
 pub(super) const PURGE: &str = concat!(
     "WITH turn AS MATERIALIZED (
         SELECT pg_try_advisory_xact_lock(1718381314, 0) AS ours
     ), purged AS (
         DELETE FROM fencelock_leases
-        WHERE expires_at <= now() AND (SELECT ours FROM turn)
+        WHERE resource IN (
+            SELECT resource FROM fencelock_leases
+            WHERE expires_at <= now() AND (SELECT ours FROM turn)
+            ORDER BY expires_at
+            LIMIT $1::bigint
+            FOR UPDATE SKIP LOCKED
+        )
         RETURNING 'lock' AS kind, resource AS name, owner, principal, token, acquired_at, expires_at
     ), purged_holds AS (
         DELETE FROM fencelock_holds
         WHERE (kind, name, owner) IN (
             SELECT kind, name, owner FROM fencelock_holds
             WHERE expires_at <= now() AND (SELECT ours FROM turn)
+            ORDER BY expires_at
+            LIMIT $1::bigint
             FOR UPDATE SKIP LOCKED
         )
         RETURNING kind, name, owner, principal, token, acquired_at, expires_at
