@@ -253,7 +253,11 @@ pub async fn principals_survive_a_reopen(h: &Harness) {
         &owner_of("ops", "worker-7"),
     )
     .await;
-    assert!(lease.token <= again.token);
+    assert_eq!(
+        (again.token, again.acquired_at),
+        (lease.token, lease.acquired_at),
+        "the same lease"
+    );
 }
 
 /// A lease is bound to its principal on every server sharing the store, and another server

@@ -18,9 +18,13 @@
 //! same rules for every kind — one live lease per lock, at most `limit` permits per
 //! semaphore, readers or one writer per read-write lock (with writers' intents seen by every
 //! server sharing the store), fencing tokens greater than every one issued for the name
-//! before, judged release and renew — and passes the same conformance suite
+//! before, judged release and renew, each lease bound to the principal that took it (a
+//! namesake of another principal neither extends, renews nor releases it), force-release of
+//! every lease, permit or hold of a name in one step — and passes the same conformance suite
 //! (`crates/conformance`); they differ in what follows, and each row holds for permits and
-//! holds as for locks.
+//! holds as for locks. A durable store keeps principals across a restart, a shared one across
+//! its servers; servers of a version before principals that share a PostgreSQL or etcd store
+//! ignore them, so upgrade all of them before turning authentication on.
 //!
 //! | store | address | whose clock decides expiry | TTL granularity | durable | what a failover can lose | fit for |
 //! | --- | --- | --- | --- | --- | --- | --- |
