@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use fencelock_core::{
     AcquireOutcome, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome, HoldPage, Key,
-    Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Ttl,
-    Waiters,
+    Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Terms,
+    Ttl, Waiters,
 };
 #[cfg(feature = "direct")]
 use fencelock_stores::OpenError;
@@ -92,6 +92,18 @@ pub enum AcquireError {
         holder: Lease,
         /// How long that lease has left unless it is renewed, by the store's clock.
         expires_in: Duration,
+    },
+    /// Nobody holds the lock, but its last lease expired without a release less than the
+    /// lock-delay ago (and the delay outlasted the wait, if there was one): nobody may have
+    /// it before `retry_in`. Contention, not a failure: try again then.
+    #[error(
+        "{resource} is closed for {retry_in:?} more: its last lease expired without a release (lock-delay)"
+    )]
+    Delayed {
+        /// The lock.
+        resource: Resource,
+        /// How long until the delay ends, by the store's clock.
+        retry_in: Duration,
     },
     /// Other owners hold what a semaphore permit or a read-write lock hold needs (and kept it
     /// for the whole wait, if there was one): all the permits, a write hold, or — for a
@@ -386,6 +398,9 @@ impl Client {
                 self.guard(lease, sent, timing).await
             }
             AcquireOutcome::Held { holder, expires_in } => Err(AcquireError::Busy { holder, expires_in }),
+            AcquireOutcome::Delayed { resource, retry_in } => {
+                Err(AcquireError::Delayed { resource, retry_in })
+            }
         }
     }
 
@@ -412,9 +427,9 @@ impl Client {
         match &self.backend {
             Backend::Direct(waiters) => waiters.acquire(resource, owner, ttl, wait).await,
             Backend::Server(http) => {
-                let busy = |outcome: &AcquireOutcome| matches!(outcome, AcquireOutcome::Held { .. });
+                let busy = |outcome: &AcquireOutcome| outcome.retry_in().is_some();
                 in_server_line(wait, busy, |left| {
-                    http.acquire_waiting(resource, owner, ttl, left)
+                    http.acquire_waiting(resource, owner, Terms::ttl(ttl), left)
                 })
                 .await
             }

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
-    HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseNotice, ReleaseOutcome,
-    RenewOutcome, Resource, StoreError, Ttl,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
+    HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseNotice,
+    ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Ttl,
 };
 use fencelock_wire::body::InvalidLease;
 use fencelock_wire::hold::collection;
@@ -177,13 +177,13 @@ impl HttpStore {
         &self,
         resource: &Resource,
         owner: &Owner,
-        ttl: Ttl,
+        terms: Terms,
         wait: Duration,
     ) -> Result<AcquireOutcome> {
         let wait = wait.min(self.options.max_wait_per_request);
         let body = AcquireRequest {
             owner: owner.to_string(),
-            ttl: TtlFields::ms(ttl.as_millis()),
+            ttl: TtlFields::ms(terms.ttl.as_millis()),
             wait_ms: (!wait.is_zero()).then(|| millis(wait)),
         };
         let request = self
@@ -196,6 +196,21 @@ impl HttpStore {
             return Err(unexpected(response).await);
         }
         outcome::decode_acquire(read_json::<AcquireResponse>(response).await?).map_err(invalid_lease)
+    }
+
+    /// Acquires every lock of `resources` for `owner`, or none (`POST /locks`); while some
+    /// are held by others, the server keeps the request in line for up to `wait` (at most
+    /// [`HttpOptions::max_wait_per_request`] is sent; the caller loops for longer waits).
+    pub async fn acquire_all_waiting(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+        wait: Duration,
+    ) -> Result<AcquireAllOutcome> {
+        // TODO(i12-server): POST /locks with `resources`; one lock at a time until then.
+        let _ = wait;
+        fencelock_core::acquire_in_order(self, resources, owner, terms).await
     }
 
     /// Acquires a hold of `claim` on `name` for `owner`; while it is busy, the server keeps
@@ -308,8 +323,18 @@ fn tls_cause(error: &reqwest::Error) -> Option<&rustls::Error> {
 
 #[async_trait]
 impl LockStore for HttpStore {
-    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
-        self.acquire_waiting(resource, owner, ttl, Duration::ZERO).await
+    async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
+        self.acquire_waiting(resource, owner, terms, Duration::ZERO).await
+    }
+
+    async fn acquire_all(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome> {
+        self.acquire_all_waiting(resources, owner, terms, Duration::ZERO)
+            .await
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {

@@ -14,7 +14,7 @@ use fencelock_client::{
     LeasePage, LeaseState, ListQuery, LockStore, LostReason, Owner, ReleaseOutcome, RenewOutcome, Resource,
     StoreError, Timestamp, Ttl, connect, with_lock,
 };
-use fencelock_core::{Capabilities, MemoryStore, ReleaseNotice};
+use fencelock_core::{Capabilities, MemoryStore, ReleaseNotice, Terms};
 use futures_util::FutureExt;
 use tokio::sync::broadcast;
 use tokio::time::{Instant, timeout};
@@ -415,8 +415,8 @@ impl LateGrants {
 
 #[async_trait]
 impl LockStore for LateGrants {
-    async fn acquire(&self, r: &Resource, o: &Owner, t: Ttl) -> Result<AcquireOutcome, StoreError> {
-        let outcome = self.inner.acquire(r, o, t).await?;
+    async fn acquire_with(&self, r: &Resource, o: &Owner, t: Terms) -> Result<AcquireOutcome, StoreError> {
+        let outcome = self.inner.acquire_with(r, o, t).await?;
         if matches!(outcome, AcquireOutcome::Granted { .. }) {
             match &self.meanwhile {
                 Meanwhile::Deleted => {

@@ -87,6 +87,9 @@ pub async fn concurrent_acquires_of_a_free_resource_have_one_winner(h: &Harness)
                     holders.insert(holder.token);
                 }
                 AcquireOutcome::Extended(lease) => panic!("nobody held it, yet extended: {lease:?}"),
+                delayed @ AcquireOutcome::Delayed { .. } => {
+                    panic!("no lock-delay was asked for: {delayed:?}")
+                }
             }
         }
         assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");

@@ -102,6 +102,7 @@ pub async fn a_hundred_acquirers_on_two_servers_have_one_winner(h: &Harness) {
                 holders.insert(holder.token);
             }
             AcquireOutcome::Extended(lease) => panic!("nobody held it, yet extended: {lease:?}"),
+            delayed @ AcquireOutcome::Delayed { .. } => panic!("no lock-delay was asked for: {delayed:?}"),
         }
     }
     assert_eq!(winners.len(), 1, "winners: {winners:?}");

@@ -327,6 +327,8 @@ pub fn new_hold(
             token,
             acquired_at: now,
             expires_at: now.plus(ttl),
+            hold_until: None,
+            lock_delay: Duration::ZERO,
         },
         claim,
     }
@@ -351,6 +353,8 @@ mod tests {
                 token: FencingToken(token),
                 acquired_at: Timestamp::from_millis(0),
                 expires_at: Timestamp::from_millis(NOW.as_millis().saturating_add_signed(ends_in)),
+                hold_until: None,
+                lock_delay: Duration::ZERO,
             },
             claim,
         }

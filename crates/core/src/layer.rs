@@ -8,17 +8,19 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
-use crate::model::{FencingToken, Lease, Owner, Resource, Ttl};
+use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Ttl};
 use crate::store::{
-    AcquireOutcome, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore, ReleaseNotice,
-    ReleaseOutcome, RenewOutcome, Result,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, Result,
 };
 
 /// A call of [`LockStore`], by name, as a [`Layer`] is told it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Call {
-    /// [`LockStore::acquire`].
+    /// [`LockStore::acquire_with`] (and [`LockStore::acquire`]).
     Acquire,
+    /// [`LockStore::acquire_all`].
+    AcquireAll,
     /// [`LockStore::get`].
     Get,
     /// [`LockStore::release`].
@@ -52,6 +54,7 @@ impl Call {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Acquire => "acquire",
+            Self::AcquireAll => "acquire_all",
             Self::Get => "get",
             Self::Release => "release",
             Self::Renew => "renew",
@@ -107,9 +110,19 @@ impl<S, L> Layered<S, L> {
 
 #[async_trait]
 impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
-    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
-        let call = self.inner.acquire(resource, owner, ttl);
+    async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
+        let call = self.inner.acquire_with(resource, owner, terms);
         self.layer.around(Call::Acquire, call).await
+    }
+
+    async fn acquire_all(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome> {
+        let call = self.inner.acquire_all(resources, owner, terms);
+        self.layer.around(Call::AcquireAll, call).await
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
@@ -216,8 +229,17 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
 /// A shared store is a store: so that a layer can wrap an `Arc<dyn LockStore>`.
 #[async_trait]
 impl<S: LockStore + ?Sized> LockStore for Arc<S> {
-    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
-        (**self).acquire(resource, owner, ttl).await
+    async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
+        (**self).acquire_with(resource, owner, terms).await
+    }
+
+    async fn acquire_all(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome> {
+        (**self).acquire_all(resources, owner, terms).await
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {

@@ -16,9 +16,13 @@
 //! - [`memory`]: [`MemoryStore`], the reference store (`memory://`).
 //! - [`clock`]: the injectable [`Clock`]: a monotonic wall clock; for tests, a manual one and
 //!   one that follows Tokio's (pausable) time.
-//! - [`wait`]: [`Waiters`], first-come first-served waiting above any store.
+//! - [`wait`]: [`Waiters`], first-come first-served waiting above any store, for one lock or
+//!   several at once.
+//! - [`deadlock`]: the wait-for graph of one [`Waiters`], which refuses the wait that would
+//!   close a cycle of owners waiting for each other.
 
 pub mod clock;
+pub mod deadlock;
 pub mod hold;
 pub mod layer;
 pub mod memory;
@@ -31,10 +35,14 @@ pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use hold::{Busy, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind};
 pub use layer::{Call, Layer, Layered};
 pub use memory::MemoryStore;
-pub use model::{FencingToken, InvalidName, InvalidTtl, Lease, Owner, Principal, Resource, Timestamp, Ttl};
+pub use model::{
+    FencingToken, InvalidName, InvalidResources, InvalidTtl, Lease, MAX_RESOURCES, Owner, Principal,
+    Resource, Resources, Terms, Timestamp, Ttl,
+};
 pub use store::{
-    AcquireOutcome, Capabilities, EndedLease, ForceOutcome, LeasePage, ListQuery, LockStore, Refusal,
-    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, EndedLease, ForceOutcome, LeasePage, ListQuery,
+    LockStore, Refusal, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError,
+    acquire_in_order,
 };
 pub use table::LockTable;
 pub use wait::{Acquired, Waiters};

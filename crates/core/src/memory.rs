@@ -7,10 +7,10 @@ use tokio::sync::broadcast;
 
 use crate::clock::{Clock, SystemClock};
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
-use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
+use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Timestamp, Ttl};
 use crate::store::{
-    AcquireOutcome, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore, ReleaseFeed, ReleaseNotice,
-    ReleaseOutcome, RenewOutcome, Result,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore,
+    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Result,
 };
 use crate::table::LockTable;
 
@@ -68,8 +68,17 @@ impl Default for MemoryStore {
 
 #[async_trait]
 impl LockStore for MemoryStore {
-    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
-        self.apply(|table, now| table.acquire(now, resource, owner, ttl))
+    async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
+        self.apply(|table, now| table.acquire(now, resource, owner, terms))
+    }
+
+    async fn acquire_all(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome> {
+        self.apply(|table, now| table.acquire_all(now, resources, owner, terms))
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {

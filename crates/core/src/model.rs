@@ -232,6 +232,100 @@ impl Ttl {
     }
 }
 
+/// `expires_at`, or the cap if it comes first.
+fn cut(expires_at: Timestamp, cap: Option<Timestamp>) -> Timestamp {
+    cap.map_or(expires_at, |cap| expires_at.min(cap))
+}
+
+/// What an acquire asks for besides the resource and its owner: how long the lease lasts
+/// from each grant, extension or renewal, and two terms that stay with the lease for its
+/// whole life, whatever its renewals and extensions send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Terms {
+    /// The lease's TTL.
+    pub ttl: Ttl,
+    /// A cap on holding, measured from the grant that issues the token: the lease ends then
+    /// at the latest, however often it is renewed (for jobs of unknown length that must not
+    /// keep a lock forever).
+    pub max_hold: Option<Ttl>,
+    /// After the lease **expires** (its holder never released it: presumed crashed or cut
+    /// off), nobody is granted the resource before `expires_at + lock_delay`, so that writes
+    /// the holder still had in flight drain first. A release ends it at once.
+    pub lock_delay: Duration,
+}
+
+impl Terms {
+    /// A lease of `ttl`, with no cap and no lock-delay.
+    pub fn ttl(ttl: Ttl) -> Self {
+        Self {
+            ttl,
+            max_hold: None,
+            lock_delay: Duration::ZERO,
+        }
+    }
+
+    /// These terms with a cap on holding.
+    pub fn max_hold(self, max_hold: Option<Ttl>) -> Self {
+        Self { max_hold, ..self }
+    }
+
+    /// These terms with a lock-delay (whole milliseconds are kept).
+    pub fn lock_delay(self, lock_delay: Duration) -> Self {
+        Self {
+            lock_delay: Duration::from_millis(u64::try_from(lock_delay.as_millis()).unwrap_or(u64::MAX)),
+            ..self
+        }
+    }
+}
+
+/// The most locks one acquire may take at once.
+pub const MAX_RESOURCES: usize = 64;
+
+/// Why a set of resources for one acquire was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidResources {
+    /// None, or more than [`MAX_RESOURCES`].
+    #[error("must name 1 to 64 resources")]
+    Count,
+    /// A name given twice.
+    #[error("must not name {0} twice")]
+    Duplicate(Resource),
+}
+
+/// The locks one acquire takes together, all or none: 1 to [`MAX_RESOURCES`] distinct
+/// resources, in the order the caller gave them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resources(Vec<Resource>);
+
+impl Resources {
+    /// Checks `resources` and wraps them.
+    pub fn new(resources: Vec<Resource>) -> Result<Self, InvalidResources> {
+        if resources.is_empty() || resources.len() > MAX_RESOURCES {
+            return Err(InvalidResources::Count);
+        }
+        let mut sorted: Vec<&Resource> = resources.iter().collect();
+        sorted.sort();
+        if let Some(pair) = sorted.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(InvalidResources::Duplicate(pair[0].clone()));
+        }
+        Ok(Self(resources))
+    }
+
+    /// The resources in the order given.
+    pub fn as_slice(&self) -> &[Resource] {
+        &self.0
+    }
+
+    /// The positions of the resources in the order of their names' bytes: the one order in
+    /// which every caller takes several locks, so that two callers never wait for each other
+    /// in a circle.
+    pub fn canonical(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.0.len()).collect();
+        order.sort_by(|&a, &b| self.0[a].cmp(&self.0[b]));
+        order
+    }
+}
+
 /// A point in time: milliseconds since the Unix epoch, UTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(u64);
@@ -317,9 +411,53 @@ pub struct Lease {
     pub acquired_at: Timestamp,
     /// When the lease ends, by the clock of the store that enforces it.
     pub expires_at: Timestamp,
+    /// The cap on holding ([`Terms::max_hold`]): `expires_at` never passes it, whatever is
+    /// renewed or extended. Set by the grant that issued the token; `None`: no cap.
+    pub hold_until: Option<Timestamp>,
+    /// How long the resource stays closed to everyone after this lease expires without being
+    /// released ([`Terms::lock_delay`]); zero: none.
+    pub lock_delay: Duration,
 }
 
 impl Lease {
+    /// A new lease of `resource` for `owner` with `token`, granted at `now` on `terms`: it
+    /// ends after the TTL, or at the cap if that comes first.
+    pub fn granted(
+        resource: &Resource,
+        owner: &Owner,
+        token: FencingToken,
+        now: Timestamp,
+        terms: Terms,
+    ) -> Self {
+        let hold_until = terms.max_hold.map(|cap| now.plus(cap));
+        Self {
+            resource: resource.clone(),
+            owner: owner.clone(),
+            token,
+            acquired_at: now,
+            expires_at: cut(now.plus(terms.ttl), hold_until),
+            hold_until,
+            lock_delay: terms.lock_delay,
+        }
+    }
+
+    /// This lease extended or renewed at `now` for `ttl`, cut at its cap; `extended` sets
+    /// `acquired_at` anew (a re-acquire), a renewal leaves it.
+    pub fn prolonged(&self, now: Timestamp, ttl: Ttl, extended: bool) -> Self {
+        Self {
+            acquired_at: if extended { now } else { self.acquired_at },
+            expires_at: cut(now.plus(ttl), self.hold_until),
+            ..self.clone()
+        }
+    }
+
+    /// When the resource may be granted again if this lease expires without a release:
+    /// `expires_at + lock_delay`.
+    pub fn closed_until(&self) -> Timestamp {
+        let delay = u64::try_from(self.lock_delay.as_millis()).unwrap_or(u64::MAX);
+        Timestamp::from_millis(self.expires_at.as_millis().saturating_add(delay))
+    }
+
     /// Whether the lease is live at `now`: `now < expires_at`.
     pub fn is_live(&self, now: Timestamp) -> bool {
         now < self.expires_at
@@ -407,6 +545,8 @@ mod tests {
             token: FencingToken(1),
             acquired_at: Timestamp::from_millis(1000),
             expires_at: Timestamp::from_millis(2000),
+            hold_until: None,
+            lock_delay: Duration::ZERO,
         };
         assert!(lease.is_live(Timestamp::from_millis(1999)));
         assert!(!lease.is_live(Timestamp::from_millis(2000)));

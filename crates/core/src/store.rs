@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
-use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
+use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Timestamp, Ttl};
 
 /// A store's result.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -37,6 +37,119 @@ pub enum AcquireOutcome {
         /// How long that lease has left, by the store's clock.
         expires_in: Duration,
     },
+    /// Nobody holds the resource, but its last lease expired without a release less than
+    /// its lock-delay ago ([`Terms::lock_delay`]): nobody is granted it before
+    /// the expired lease's [`Lease::closed_until`]. Not an error: the caller may retry or
+    /// wait.
+    Delayed {
+        /// The resource asked for.
+        resource: Resource,
+        /// How long until the delay ends, by the store's clock.
+        retry_in: Duration,
+    },
+}
+
+impl AcquireOutcome {
+    /// The lease the caller has now, if it was granted or extended.
+    pub fn lease(&self) -> Option<&Lease> {
+        match self {
+            Self::Granted { lease, .. } | Self::Extended(lease) => Some(lease),
+            Self::Held { .. } | Self::Delayed { .. } => None,
+        }
+    }
+
+    /// How long until asking again may be answered otherwise, if it was refused: the
+    /// holder's time left, or the lock-delay's.
+    pub fn retry_in(&self) -> Option<Duration> {
+        match self {
+            Self::Held { expires_in, .. } => Some(*expires_in),
+            Self::Delayed { retry_in, .. } => Some(*retry_in),
+            Self::Granted { .. } | Self::Extended(_) => None,
+        }
+    }
+}
+
+/// What an acquire of several locks at once ([`LockStore::acquire_all`]) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireAllOutcome {
+    /// Every lock, in the order asked: each [`AcquireOutcome::Granted`] or
+    /// [`AcquireOutcome::Extended`].
+    Granted(Vec<AcquireOutcome>),
+    /// Some lock was held by another owner, or closed by its lock-delay: nothing was
+    /// acquired. The refusal ([`AcquireOutcome::Held`] or [`AcquireOutcome::Delayed`]) of
+    /// every lock in the way, in the order asked.
+    Refused(Vec<AcquireOutcome>),
+}
+
+impl AcquireAllOutcome {
+    /// How long until asking again may be answered otherwise, if refused: the soonest end of
+    /// what stands in the way.
+    pub fn retry_in(&self) -> Option<Duration> {
+        match self {
+            Self::Granted(_) => None,
+            Self::Refused(refusals) => refusals.iter().filter_map(AcquireOutcome::retry_in).min(),
+        }
+    }
+}
+
+/// [`LockStore::acquire_all`] for a store that cannot take several locks in one step: one
+/// lock at a time in the order of their names' bytes (so that two callers never wait for
+/// each other in a circle), and at the first refusal, the locks this call granted are
+/// released again (by token) before it answers. Locks the owner already held are extended
+/// and stay so. If the store fails half-way, what was granted is released as far as the
+/// store lets, and the error is returned.
+pub async fn acquire_in_order<S: LockStore + ?Sized>(
+    store: &S,
+    resources: &Resources,
+    owner: &Owner,
+    terms: Terms,
+) -> Result<AcquireAllOutcome> {
+    let names = resources.as_slice();
+    let mut outcomes: Vec<Option<AcquireOutcome>> = vec![None; names.len()];
+    let mut refused = None;
+    for at in resources.canonical() {
+        match store.acquire_with(&names[at], owner, terms).await {
+            Ok(outcome) if outcome.lease().is_some() => outcomes[at] = Some(outcome),
+            Ok(refusal) => {
+                refused = Some((at, refusal));
+                break;
+            }
+            Err(error) => {
+                undo(store, &outcomes, owner).await;
+                return Err(error);
+            }
+        }
+    }
+    let Some((at, refusal)) = refused else {
+        return Ok(AcquireAllOutcome::Granted(
+            outcomes.into_iter().flatten().collect(),
+        ));
+    };
+    undo(store, &outcomes, owner).await;
+    // Report every lock in the way, not only the first: the ones not tried yet are read.
+    let mut refusals = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        if i == at {
+            refusals.push(refusal.clone());
+        } else if outcomes[i].is_none()
+            && let Some(holder) = store.get(name).await?
+            && holder.owner != *owner
+        {
+            let expires_in = holder.expires_at.since(Timestamp::now_wall());
+            refusals.push(AcquireOutcome::Held { holder, expires_in });
+        }
+    }
+    Ok(AcquireAllOutcome::Refused(refusals))
+}
+
+/// Releases the leases an [`acquire_in_order`] granted (not the ones it only extended).
+async fn undo<S: LockStore + ?Sized>(store: &S, outcomes: &[Option<AcquireOutcome>], owner: &Owner) {
+    for outcome in outcomes.iter().flatten() {
+        if let AcquireOutcome::Granted { lease, .. } = outcome {
+            // Should this fail too, the lease ends by itself at its expiry.
+            let _ = store.release(&lease.resource, owner, Some(lease.token)).await;
+        }
+    }
 }
 
 /// What a release did.
@@ -269,6 +382,11 @@ pub enum StoreError {
     /// (`read`, `lock` or `admin`; HTTP 403). Nothing was changed.
     #[error("not allowed: {0}")]
     NotAllowed(String),
+    /// Waiting would close a circle of owners that wait for each other (each waits for a
+    /// name held by the next): the wait that closes it is refused at once. Nothing was
+    /// changed. Says who waits for what.
+    #[error("deadlock: {0}")]
+    Deadlock(String),
     /// A server refused the caller for sending too many requests (HTTP 429). Nothing was
     /// changed: the same call may be answered after `retry_after`.
     #[error("too many requests: {detail} (try again in {retry_after:?})")]
@@ -305,6 +423,9 @@ impl StoreError {
 ///   resource before, across releases, expiries and restarts; tokens are never reused.
 /// - A durable store ([`Capabilities::durable`]) has made a grant, extension, renewal or
 ///   release durable before it returns it.
+/// - A lease that expired with a lock-delay keeps its resource closed until
+///   [`Lease::closed_until`] (a purge forgets it no sooner); a release ends the delay. A
+///   renewal or extension is cut at the lease's `hold_until`.
 /// - Release and renew check, in this order: no live lease → `NotFound`; another owner →
 ///   `Forbidden`; a token given that is not the lease's → `Conflict`.
 /// - On `Err`, nothing was changed — or, where the store cannot know (a connection lost
@@ -318,9 +439,30 @@ impl StoreError {
 /// Waiting for a busy lock is not the store's job: see [`crate::wait::Waiters`].
 #[async_trait]
 pub trait LockStore: Send + Sync + fmt::Debug + 'static {
-    /// Grants a free or expired resource to `owner` (new token), extends `owner`'s live lease
-    /// (same token), or reports the live lease of another owner.
-    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome>;
+    /// [`LockStore::acquire_with`] with no cap on holding and no lock-delay.
+    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+        self.acquire_with(resource, owner, Terms::ttl(ttl)).await
+    }
+
+    /// Grants a free or expired resource to `owner` (new token) on `terms`, extends `owner`'s
+    /// live lease (same token, same cap and lock-delay, whatever `terms` says), or reports
+    /// the live lease of another owner — or, when the last lease expired without a release
+    /// less than its lock-delay ago, [`AcquireOutcome::Delayed`]. Every `expires_at` is cut
+    /// at the lease's `hold_until`.
+    async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome>;
+
+    /// Acquires every lock of `resources` for `owner` on `terms`, or none: as one
+    /// [`LockStore::acquire_with`] each, in one step, or [`AcquireAllOutcome::Refused`] with
+    /// nothing changed. The default, for a store that cannot do it in one step, is
+    /// [`acquire_in_order`].
+    async fn acquire_all(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome> {
+        acquire_in_order(self, resources, owner, terms).await
+    }
 
     /// The live lease on `resource`, if any.
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>>;
@@ -345,7 +487,8 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// Live leases in the order of their resource names' bytes, one page at a time.
     async fn list(&self, query: &ListQuery) -> Result<LeasePage>;
 
-    /// Forgets leases and holds that have expired (and writers' intents that ended) and
+    /// Forgets leases and holds that have expired — leases with a lock-delay once it has
+    /// ended too — (and writers' intents that ended) and
     /// returns the leases and holds, so that expiry can be logged and counted. Stores that
     /// forget expired leases by themselves (etcd) may return none.
     ///

@@ -9,10 +9,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
 use crate::hold::{self, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind, Verdict};
-use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
+use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Timestamp, Ttl};
 use crate::store::{
-    AcquireOutcome, EndedLease, ForceOutcome, LeasePage, ListQuery, PURGE_BATCH, Refusal, ReleaseOutcome,
-    RenewOutcome, StoreError,
+    AcquireAllOutcome, AcquireOutcome, EndedLease, ForceOutcome, LeasePage, ListQuery, PURGE_BATCH, Refusal,
+    ReleaseOutcome, RenewOutcome, StoreError,
 };
 
 /// Leases by resource, holds by name, and the last fencing token issued (one counter for
@@ -42,6 +42,16 @@ struct Journal {
     /// The intents as they were, taken at the batch's first change of one (they are few).
     intents_before: Option<HashMap<Resource, Vec<Intent>>>,
     freed: usize,
+}
+
+/// What an acquire of one lock would do, judged before anything changes.
+enum Judged {
+    /// Refused: [`AcquireOutcome::Held`] or [`AcquireOutcome::Delayed`].
+    Refused(AcquireOutcome),
+    /// The owner's live lease, to extend.
+    Extend(Lease),
+    /// Grant a new lease, replacing the expired one if the table still has it.
+    Grant(Option<Lease>),
 }
 
 /// A resource a committed batch changed, with the lease it has now (`None`: no row).
@@ -93,51 +103,79 @@ impl LockTable {
         self.last_token
     }
 
-    /// Acquire: rules 2, 3 and 4 of the SPEC.
+    /// Acquire on `terms`: rules 2, 3 and 4 of the SPEC, with the lock-delay and the cap on
+    /// holding.
     pub fn acquire(
         &mut self,
         now: Timestamp,
         resource: &Resource,
         owner: &Owner,
-        ttl: Ttl,
+        terms: Terms,
     ) -> Result<AcquireOutcome, StoreError> {
-        let expires_at = now.plus(ttl);
-        let current = self.leases.get(resource);
-        let outcome = match current {
-            Some(lease) if lease.is_live(now) && lease.owner == *owner => {
-                if expires_at < lease.expires_at {
+        let outcome = match self.judge(now, resource, owner) {
+            Judged::Refused(refusal) => return Ok(refusal),
+            Judged::Extend(lease) => {
+                let extended = lease.prolonged(now, terms.ttl, true);
+                if extended.expires_at < lease.expires_at {
                     self.freed.push(Key::lock(resource));
                 }
-                let lease = Lease {
-                    acquired_at: now,
-                    expires_at,
-                    ..lease.clone()
-                };
-                AcquireOutcome::Extended(lease)
+                AcquireOutcome::Extended(extended)
             }
-            Some(lease) if lease.is_live(now) => {
-                return Ok(AcquireOutcome::Held {
-                    holder: lease.clone(),
-                    expires_in: lease.expires_in(now),
-                });
-            }
-            expired => {
-                let expired = expired.cloned();
+            Judged::Grant(expired) => {
                 let token = self.next_token()?;
-                let lease = Lease {
-                    resource: resource.clone(),
-                    owner: owner.clone(),
-                    token,
-                    acquired_at: now,
-                    expires_at,
-                };
+                let lease = Lease::granted(resource, owner, token, now, terms);
                 AcquireOutcome::Granted { lease, expired }
             }
         };
-        if let AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) = &outcome {
+        if let Some(lease) = outcome.lease() {
             self.set(resource, Some(lease.clone()));
         }
         Ok(outcome)
+    }
+
+    /// Acquires every lock of `resources` on `terms`, or none: the refusals of those in the
+    /// way, with nothing changed.
+    pub fn acquire_all(
+        &mut self,
+        now: Timestamp,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome, StoreError> {
+        let names = resources.as_slice();
+        let refusals: Vec<AcquireOutcome> = names
+            .iter()
+            .filter_map(|name| match self.judge(now, name, owner) {
+                Judged::Refused(refusal) => Some(refusal),
+                Judged::Extend(_) | Judged::Grant(_) => None,
+            })
+            .collect();
+        if !refusals.is_empty() {
+            return Ok(AcquireAllOutcome::Refused(refusals));
+        }
+        // Tokens are issued in the order given, so that the caller's first lock has the
+        // lowest; every one is free, so none of these is refused.
+        let mut granted = Vec::with_capacity(names.len());
+        for name in names {
+            granted.push(self.acquire(now, name, owner, terms)?);
+        }
+        Ok(AcquireAllOutcome::Granted(granted))
+    }
+
+    /// What an acquire of `resource` by `owner` at `now` would do.
+    fn judge(&self, now: Timestamp, resource: &Resource, owner: &Owner) -> Judged {
+        match self.leases.get(resource) {
+            Some(lease) if lease.is_live(now) && lease.owner == *owner => Judged::Extend(lease.clone()),
+            Some(lease) if lease.is_live(now) => Judged::Refused(AcquireOutcome::Held {
+                holder: lease.clone(),
+                expires_in: lease.expires_in(now),
+            }),
+            Some(lease) if now < lease.closed_until() => Judged::Refused(AcquireOutcome::Delayed {
+                resource: resource.clone(),
+                retry_in: lease.closed_until().since(now),
+            }),
+            expired => Judged::Grant(expired.cloned()),
+        }
     }
 
     /// The live lease on `resource`.
@@ -176,10 +214,7 @@ impl LockTable {
         match self.check_holder(now, resource, owner, token) {
             Err(refusal) => refusal.into(),
             Ok(lease) => {
-                let lease = Lease {
-                    expires_at: now.plus(ttl),
-                    ..lease.clone()
-                };
+                let lease = lease.prolonged(now, ttl, false);
                 if let Some(Lease { expires_at, .. }) = self.set(resource, Some(lease.clone()))
                     && lease.expires_at < expires_at
                 {
@@ -241,14 +276,14 @@ impl LockTable {
         LeasePage { leases, next }
     }
 
-    /// Forgets leases and holds that have expired at `now` — at most [`PURGE_BATCH`] of them,
-    /// so that the writer of the embedded store is never held long — and every intent that
-    /// ended, and returns the leases and holds.
+    /// Forgets leases and holds that have expired at `now` (leases once their lock-delay has
+    /// ended too) — at most [`PURGE_BATCH`] of them, so that the writer of the embedded store
+    /// is never held long — and every intent that ended, and returns the leases and holds.
     pub fn purge_expired(&mut self, now: Timestamp) -> Vec<Expired> {
         let leases: Vec<Lease> = self
             .leases
             .values()
-            .filter(|l| !l.is_live(now))
+            .filter(|l| l.closed_until() <= now)
             .take(PURGE_BATCH)
             .cloned()
             .collect();
@@ -677,9 +712,15 @@ mod tests {
     /// a released resource behind them (token 3), and an idle resource `other`.
     fn table() -> LockTable {
         let mut table = LockTable::default();
-        table.acquire(T0, &r("held"), &o("a"), ms(10_000)).unwrap();
-        table.acquire(T0, &r("stale"), &o("b"), ms(10)).unwrap();
-        table.acquire(T0, &r("gone"), &o("c"), ms(10_000)).unwrap();
+        table
+            .acquire(T0, &r("held"), &o("a"), Terms::ttl(ms(10_000)))
+            .unwrap();
+        table
+            .acquire(T0, &r("stale"), &o("b"), Terms::ttl(ms(10)))
+            .unwrap();
+        table
+            .acquire(T0, &r("gone"), &o("c"), Terms::ttl(ms(10_000)))
+            .unwrap();
         table.release(T0, &r("gone"), &o("c"), None);
         table
     }
@@ -693,15 +734,21 @@ mod tests {
     fn change_everything(table: &mut LockTable) {
         let now = at(100);
         assert!(matches!(
-            table.acquire(now, &r("new"), &o("d"), ms(500)).unwrap(),
+            table
+                .acquire(now, &r("new"), &o("d"), Terms::ttl(ms(500)))
+                .unwrap(),
             AcquireOutcome::Granted { .. }
         ));
         assert!(matches!(
-            table.acquire(now, &r("stale"), &o("e"), ms(500)).unwrap(),
+            table
+                .acquire(now, &r("stale"), &o("e"), Terms::ttl(ms(500)))
+                .unwrap(),
             AcquireOutcome::Granted { expired: Some(_), .. }
         ));
         assert!(matches!(
-            table.acquire(now, &r("held"), &o("a"), ms(500)).unwrap(),
+            table
+                .acquire(now, &r("held"), &o("a"), Terms::ttl(ms(500)))
+                .unwrap(),
             AcquireOutcome::Extended(_)
         ));
         assert!(matches!(
@@ -712,7 +759,9 @@ mod tests {
             table.release(now, &r("new"), &o("d"), None),
             ReleaseOutcome::Released(_)
         ));
-        table.acquire(now, &r("gone"), &o("f"), ms(1)).unwrap();
+        table
+            .acquire(now, &r("gone"), &o("f"), Terms::ttl(ms(1)))
+            .unwrap();
         assert_eq!(table.purge_expired(at(200)).len(), 1, "gone has expired");
     }
 
@@ -728,7 +777,9 @@ mod tests {
         assert_eq!(state(&table), before);
         // The tokens of the undone batch were never given to anyone who could use them:
         // the batch's callers were told it failed.
-        let next = table.acquire(at(100), &r("new"), &o("d"), ms(500)).unwrap();
+        let next = table
+            .acquire(at(100), &r("new"), &o("d"), Terms::ttl(ms(500)))
+            .unwrap();
         let AcquireOutcome::Granted { lease, .. } = next else {
             panic!("expected a grant, got {next:?}");
         };
@@ -789,7 +840,9 @@ mod tests {
         table.begin();
         let now = at(1);
         assert!(matches!(
-            table.acquire(now, &r("held"), &o("x"), ms(500)).unwrap(),
+            table
+                .acquire(now, &r("held"), &o("x"), Terms::ttl(ms(500)))
+                .unwrap(),
             AcquireOutcome::Held { .. }
         ));
         assert_eq!(
@@ -817,14 +870,22 @@ mod tests {
         table.take_freed();
         let now = at(1);
         table.renew(now, &r("held"), &o("a"), ms(20_000), None);
-        table.acquire(now, &r("held"), &o("a"), ms(30_000)).unwrap();
-        table.acquire(now, &r("held"), &o("x"), ms(5)).unwrap();
+        table
+            .acquire(now, &r("held"), &o("a"), Terms::ttl(ms(30_000)))
+            .unwrap();
+        table
+            .acquire(now, &r("held"), &o("x"), Terms::ttl(ms(5)))
+            .unwrap();
         table.release(now, &r("held"), &o("x"), None);
         assert_eq!(table.take_freed(), Vec::<Key>::new(), "longer, or refused");
         table.renew(now, &r("held"), &o("a"), ms(300), None);
-        table.acquire(now, &r("held"), &o("a"), ms(100)).unwrap();
+        table
+            .acquire(now, &r("held"), &o("a"), Terms::ttl(ms(100)))
+            .unwrap();
         assert_eq!(table.take_freed(), [k("held"), k("held")], "shortened twice");
-        table.acquire(now, &r("new"), &o("d"), ms(500)).unwrap();
+        table
+            .acquire(now, &r("new"), &o("d"), Terms::ttl(ms(500)))
+            .unwrap();
         table.release(now, &r("new"), &o("d"), None);
         table.purge_expired(at(1_000));
         assert_eq!(table.take_freed(), [k("new"), k("held"), k("stale")]);
@@ -836,9 +897,13 @@ mod tests {
         let mut table = LockTable::default();
         let many = PURGE_BATCH + 10;
         for i in 0..many {
-            table.acquire(T0, &r(&format!("r{i}")), &o("a"), ms(10)).unwrap();
+            table
+                .acquire(T0, &r(&format!("r{i}")), &o("a"), Terms::ttl(ms(10)))
+                .unwrap();
         }
-        table.acquire(T0, &r("live"), &o("a"), ms(10_000)).unwrap();
+        table
+            .acquire(T0, &r("live"), &o("a"), Terms::ttl(ms(10_000)))
+            .unwrap();
         assert_eq!(table.purge_expired(at(100)).len(), PURGE_BATCH);
         assert_eq!(table.purge_expired(at(100)).len(), 10);
         assert_eq!(table.purge_expired(at(100)).len(), 0);
@@ -880,7 +945,9 @@ mod tests {
     fn rollback_forgets_what_the_undone_batch_freed() {
         let mut table = table();
         table.take_freed();
-        table.acquire(at(1), &r("extra"), &o("z"), ms(50)).unwrap();
+        table
+            .acquire(at(1), &r("extra"), &o("z"), Terms::ttl(ms(50)))
+            .unwrap();
         table.release(at(1), &r("extra"), &o("z"), None);
         table.begin();
         change_everything(&mut table);
@@ -907,7 +974,9 @@ mod tests {
     #[test]
     fn without_begin_nothing_is_journalled() {
         let mut table = table();
-        table.acquire(at(1), &r("new"), &o("d"), ms(500)).unwrap();
+        table
+            .acquire(at(1), &r("new"), &o("d"), Terms::ttl(ms(500)))
+            .unwrap();
         let after = state(&table);
         assert!(table.changes().is_empty());
         table.rollback();
@@ -922,10 +991,14 @@ mod tests {
             token: FencingToken(40),
             acquired_at: T0,
             expires_at: at(10),
+            hold_until: None,
+            lock_delay: std::time::Duration::ZERO,
         };
         let mut table = LockTable::new(7, [lease]);
         assert_eq!(table.last_token(), 40);
-        let next = table.acquire(at(10), &r("held"), &o("b"), ms(5)).unwrap();
+        let next = table
+            .acquire(at(10), &r("held"), &o("b"), Terms::ttl(ms(5)))
+            .unwrap();
         assert!(matches!(next, AcquireOutcome::Granted { lease, .. } if lease.token == FencingToken(41)));
         assert_eq!(LockTable::new(99, []).last_token(), 99);
     }

@@ -26,9 +26,10 @@ use tokio::sync::{Notify, broadcast};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use crate::deadlock::WaitGraph;
 use crate::hold::{Claim, HoldOutcome, Key};
-use crate::model::{Owner, Resource, Ttl};
-use crate::store::{AcquireOutcome, LockStore, ReleaseNotice, Result};
+use crate::model::{Owner, Resource, Resources, Terms, Ttl};
+use crate::store::{AcquireAllOutcome, AcquireOutcome, LockStore, ReleaseNotice, Result, StoreError};
 
 /// Acquires through a store, waiting in line when the lock is busy.
 #[derive(Debug, Clone)]
@@ -40,13 +41,20 @@ pub struct Waiters {
 struct Inner {
     store: Arc<dyn LockStore>,
     // Held only for a few queue operations, never across an `.await`.
-    queues: Mutex<HashMap<Key, VecDeque<Place>>>,
+    lines: Mutex<Lines>,
     next_id: AtomicU64,
     /// How many callers wait now, over all resources.
     waiting: AtomicUsize,
     /// The most callers that may wait at once.
     limit: usize,
     shutdown: CancellationToken,
+}
+
+/// The queue of each name with waiters, and who waits for whom.
+#[derive(Debug, Default)]
+struct Lines {
+    queues: HashMap<Key, VecDeque<Place>>,
+    graph: WaitGraph,
 }
 
 #[derive(Debug)]
@@ -68,7 +76,7 @@ impl Waiters {
     pub fn with_limit(store: Arc<dyn LockStore>, limit: usize) -> Self {
         let inner = Arc::new(Inner {
             store,
-            queues: Mutex::new(HashMap::new()),
+            lines: Mutex::new(Lines::default()),
             next_id: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             limit,
@@ -109,32 +117,95 @@ impl Waiters {
         ttl: Ttl,
         wait: Duration,
     ) -> Result<AcquireOutcome> {
-        self.acquire_unless(resource, owner, ttl, wait, &CancellationToken::new())
+        self.acquire_unless(resource, owner, Terms::ttl(ttl), wait, &CancellationToken::new())
             .await
             .map(|acquired| acquired.outcome)
     }
 
-    /// [`acquire`](Self::acquire), which stops waiting when `gone` is cancelled (its caller
-    /// went away) as if its wait had run out. Unlike dropping the future, cancelling never
-    /// interrupts a call to the store: the outcome of a call under way is returned, so that
-    /// a grant made meanwhile can be logged and given back. Says whether the acquire
-    /// waited, for the server's contention metrics.
+    /// [`acquire`](Self::acquire) on `terms`, which stops waiting when `gone` is cancelled
+    /// (its caller went away) as if its wait had run out. Unlike dropping the future,
+    /// cancelling never interrupts a call to the store: the outcome of a call under way is
+    /// returned, so that a grant made meanwhile can be logged and given back. Says whether
+    /// the acquire waited, for the server's contention metrics.
+    ///
+    /// A wait that would close a cycle of owners waiting for each other is refused with
+    /// [`StoreError::Deadlock`] (see [`crate::deadlock`]); nothing the caller holds is
+    /// released.
     pub async fn acquire_unless(
         &self,
         resource: &Resource,
         owner: &Owner,
-        ttl: Ttl,
+        terms: Terms,
         wait: Duration,
         gone: &CancellationToken,
     ) -> Result<Acquired> {
         let store = &self.inner.store;
-        self.line_up(&Key::lock(resource), wait, gone, None, |_| async move {
-            let outcome = store.acquire(resource, owner, ttl).await?;
-            let retry_in = match &outcome {
-                AcquireOutcome::Held { expires_in, .. } => Some(*expires_in),
-                _ => None,
+        let key = Key::lock(resource);
+        let key_ref = &key;
+        self.line_up(
+            std::slice::from_ref(&key),
+            owner,
+            wait,
+            gone,
+            None,
+            |_| async move {
+                let outcome = store.acquire_with(resource, owner, terms).await?;
+                let found = vec![(key_ref.clone(), holder_of(&outcome, owner))];
+                Ok(Try {
+                    retry_in: outcome.retry_in(),
+                    outcome,
+                    found,
+                })
+            },
+        )
+        .await
+    }
+
+    /// Acquires every lock of `resources` or none, as [`LockStore::acquire_all`] does; if
+    /// some are held by others, waits up to `wait` for all of them at once. The caller waits
+    /// in the line of every one of its locks and asks the store when it is at the head of
+    /// all of them (lines are joined in one step, so two such callers are in the same order
+    /// in every line they share and never wait for each other).
+    pub async fn acquire_all_unless(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+        wait: Duration,
+        gone: &CancellationToken,
+    ) -> Result<Acquired<AcquireAllOutcome>> {
+        let store = &self.inner.store;
+        let keys: Vec<Key> = resources.as_slice().iter().map(Key::lock).collect();
+        self.line_up(&keys, owner, wait, gone, None, |_| async move {
+            let outcome = store.acquire_all(resources, owner, terms).await?;
+            let found = match &outcome {
+                AcquireAllOutcome::Granted(_) => resources
+                    .as_slice()
+                    .iter()
+                    .map(|r| (Key::lock(r), vec![owner.clone()]))
+                    .collect(),
+                AcquireAllOutcome::Refused(refusals) => {
+                    let mut found: Vec<(Key, Vec<Owner>)> = resources
+                        .as_slice()
+                        .iter()
+                        .map(|r| (Key::lock(r), Vec::new()))
+                        .collect();
+                    for refusal in refusals {
+                        if let AcquireOutcome::Held { holder, .. } = refusal
+                            && let Some((_, holders)) =
+                                found.iter_mut().find(|(k, _)| k.name == holder.resource)
+                        {
+                            holders.push(holder.owner.clone());
+                        }
+                    }
+                    found
+                }
             };
-            Ok((outcome, retry_in))
+            Ok(Try {
+                retry_in: outcome.retry_in(),
+                outcome,
+                found,
+            })
         })
         .await
     }
@@ -158,9 +229,12 @@ impl Waiters {
         let writer = claim == Claim::Write;
         let refresh = writer.then_some(INTENT_REFRESH);
         let intended_ref = &intended;
+        let key = Key::hold(claim.kind(), name);
+        let key_ref = &key;
         let acquired = self
             .line_up(
-                &Key::hold(claim.kind(), name),
+                std::slice::from_ref(&key),
+                owner,
                 wait,
                 gone,
                 refresh,
@@ -168,33 +242,46 @@ impl Waiters {
                     let intent = (writer && in_line).then_some(INTENT_TTL);
                     intended_ref.fetch_or(intent.is_some(), Ordering::Relaxed);
                     let outcome = store.acquire_hold(name, owner, claim, ttl, intent).await?;
-                    let retry_in = match &outcome {
-                        HoldOutcome::Busy(busy) => Some(busy.retry_in),
-                        _ => None,
+                    let (retry_in, holders) = match &outcome {
+                        HoldOutcome::Busy(busy) => (
+                            Some(busy.retry_in),
+                            busy.holders.iter().map(|h| h.lease.owner.clone()).collect(),
+                        ),
+                        HoldOutcome::Granted { .. } | HoldOutcome::Extended(_) => (None, vec![owner.clone()]),
+                        HoldOutcome::LimitMismatch { .. } => (None, Vec::new()),
                     };
-                    Ok((outcome, retry_in))
+                    Ok(Try {
+                        outcome,
+                        retry_in,
+                        found: vec![(key_ref.clone(), holders)],
+                    })
                 },
             )
-            .await?;
+            .await;
         let granted = matches!(
-            acquired.outcome,
-            HoldOutcome::Granted { .. } | HoldOutcome::Extended(_)
+            &acquired,
+            Ok(Acquired {
+                outcome: HoldOutcome::Granted { .. } | HoldOutcome::Extended(_),
+                ..
+            })
         );
         if intended.load(Ordering::Relaxed) && !granted {
             // Readers held back by our intent need not wait for it to run out. Should this
             // fail, the intent ends by itself within INTENT_TTL.
             let _ = store.withdraw_intent(name, owner).await;
         }
-        Ok(acquired)
+        acquired
     }
 
     /// The waiting line shared by every kind: `attempt(in_line)` asks the store once and
-    /// says when asking again may be answered otherwise (`None`: done). `in_line` is true
-    /// for a try made by the head of the line while it still means to wait; `refresh`, if
-    /// given, is how often the head asks again at the latest (to renew a writer's intent).
+    /// says when asking again may be answered otherwise (`retry_in` `None`: done), and who
+    /// it found holding each of `keys`. `in_line` is true for a try made by the head of the
+    /// line while it still means to wait; `refresh`, if given, is how often the head asks
+    /// again at the latest (to renew a writer's intent).
     async fn line_up<T, F, Fut>(
         &self,
-        key: &Key,
+        keys: &[Key],
+        owner: &Owner,
         wait: Duration,
         gone: &CancellationToken,
         refresh: Option<Duration>,
@@ -202,18 +289,20 @@ impl Waiters {
     ) -> Result<Acquired<T>>
     where
         F: Fn(bool) -> Fut,
-        Fut: Future<Output = Result<(T, Option<Duration>)>>,
+        Fut: Future<Output = Result<Try<T>>>,
     {
         let stop = || self.inner.shutdown.is_cancelled() || gone.is_cancelled();
-        let at_once = |(outcome, _)| Acquired {
-            outcome,
+        let at_once = |tried: Try<T>| Acquired {
+            outcome: tried.outcome,
             waited: false,
         };
         if wait.is_zero() || stop() {
             return attempt(false).await.map(at_once);
         }
-        let Some(place) = InLine::join(&self.inner, key) else {
-            return attempt(false).await.map(at_once);
+        let place = match InLine::join(&self.inner, keys, owner) {
+            Joined::Full => return attempt(false).await.map(at_once),
+            Joined::Deadlock(cycle) => return Err(deadlock(keys, owner, cycle)),
+            Joined::InLine(place) => place,
         };
         // A wait too long to add to the clock (centuries) is as good as forever; a year will do.
         const FOREVER: Duration = Duration::from_secs(365 * 86_400);
@@ -221,6 +310,7 @@ impl Waiters {
         let deadline = now.checked_add(wait).unwrap_or(now + FOREVER);
         let mut waited = false;
         loop {
+            place.give_up()?;
             if !place.is_head() {
                 waited = true;
                 tokio::select! {
@@ -230,14 +320,22 @@ impl Waiters {
                     () = gone.cancelled() => break,
                 }
             }
-            let (outcome, retry_in) = attempt(true).await?;
-            let Some(retry_in) = retry_in else {
-                return Ok(Acquired { outcome, waited });
+            let tried = attempt(true).await?;
+            place.found(tried.found);
+            let Some(retry_in) = tried.retry_in else {
+                return Ok(Acquired {
+                    outcome: tried.outcome,
+                    waited,
+                });
             };
             let now = Instant::now();
             if now >= deadline || stop() {
-                return Ok(Acquired { outcome, waited });
+                return Ok(Acquired {
+                    outcome: tried.outcome,
+                    waited,
+                });
             }
+            place.give_up()?;
             waited = true;
             // Ask again when what stands in the way ends, when the store says it may have
             // ended sooner, when an intent needs renewing, or, for a last try, when our wait
@@ -257,12 +355,42 @@ impl Waiters {
         // time left by the store's clock) or, if nobody holds the lock at this instant (it is
         // being handed to the head), takes it, which is fair.
         drop(place);
-        let (outcome, _) = attempt(false).await?;
+        let tried = attempt(false).await?;
         Ok(Acquired {
-            outcome,
+            outcome: tried.outcome,
             waited: true,
         })
     }
+}
+
+/// One try of a waiter: the store's answer, when asking again may be answered otherwise
+/// (`None`: done), and who holds each name it asked for (for the wait-for graph).
+struct Try<T> {
+    outcome: T,
+    retry_in: Option<Duration>,
+    found: Vec<(Key, Vec<Owner>)>,
+}
+
+/// Who holds a lock, as an acquire of it found: the caller once granted, nobody when the
+/// lock-delay closes it.
+fn holder_of(outcome: &AcquireOutcome, owner: &Owner) -> Vec<Owner> {
+    match outcome {
+        AcquireOutcome::Held { holder, .. } => vec![holder.owner.clone()],
+        AcquireOutcome::Granted { .. } | AcquireOutcome::Extended(_) => vec![owner.clone()],
+        AcquireOutcome::Delayed { .. } => Vec::new(),
+    }
+}
+
+/// The refusal of a wait on `keys` by `owner` that would close `cycle`, logged once here.
+fn deadlock(keys: &[Key], owner: &Owner, cycle: String) -> StoreError {
+    tracing::warn!(
+        target: "fencelock::deadlock",
+        owner = %owner,
+        names = ?keys.iter().map(|k| format!("{} {}", k.kind, k.name)).collect::<Vec<_>>(),
+        cycle = %cycle,
+        "deadlock detected: the wait that would close the cycle is refused"
+    );
+    StoreError::Deadlock(cycle)
 }
 
 /// How long a waiting writer's intent lasts unless renewed: long enough to outlive a slow
@@ -285,21 +413,19 @@ pub struct Acquired<T = AcquireOutcome> {
 }
 
 impl Inner {
-    fn queues(&self) -> MutexGuard<'_, HashMap<Key, VecDeque<Place>>> {
+    fn lines(&self) -> MutexGuard<'_, Lines> {
         // Queue operations cannot panic half-way, so a poisoned lock is still consistent.
-        self.queues
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.lines.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn wake_head(&self, key: &Key) {
-        if let Some(head) = self.queues().get(key).and_then(VecDeque::front) {
+        if let Some(head) = self.lines().queues.get(key).and_then(VecDeque::front) {
             head.wake.notify_one();
         }
     }
 
     fn wake_all_heads(&self) {
-        for head in self.queues().values().filter_map(VecDeque::front) {
+        for head in self.lines().queues.values().filter_map(VecDeque::front) {
             head.wake.notify_one();
         }
     }
@@ -311,61 +437,120 @@ impl Drop for Inner {
     }
 }
 
-/// A caller's place in the queue of one name; leaving it (on drop) wakes the next.
+/// A caller's place in the queue of each name it waits for; leaving them (on drop) wakes
+/// the next in each line it headed.
 struct InLine<'a> {
     inner: &'a Inner,
-    key: Key,
+    keys: Vec<Key>,
+    owner: Owner,
     id: u64,
     wake: Arc<Notify>,
 }
 
+/// What joining the lines came to.
+enum Joined<'a> {
+    InLine(InLine<'a>),
+    /// As many callers wait as the limit allows.
+    Full,
+    /// Waiting would close this cycle.
+    Deadlock(String),
+}
+
 impl<'a> InLine<'a> {
-    /// Joins the end of the line, or `None` if as many callers wait as the limit allows.
-    fn join(inner: &'a Inner, key: &Key) -> Option<Self> {
+    /// Joins the end of the line of every one of `keys`, in one step.
+    fn join(inner: &'a Inner, keys: &[Key], owner: &Owner) -> Joined<'a> {
         let counted = inner
             .waiting
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < inner.limit).then_some(n + 1)
             });
-        counted.ok()?;
+        if counted.is_err() {
+            return Joined::Full;
+        }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
-        inner.queues().entry(key.clone()).or_default().push_back(Place {
-            id,
-            wake: wake.clone(),
-        });
-        Some(Self {
+        let mut lines = inner.lines();
+        if let Err(cycle) = lines.graph.join(id, owner, keys) {
+            inner.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Joined::Deadlock(cycle);
+        }
+        for key in keys {
+            lines.queues.entry(key.clone()).or_default().push_back(Place {
+                id,
+                wake: wake.clone(),
+            });
+        }
+        drop(lines);
+        Joined::InLine(Self {
             inner,
-            key: key.clone(),
+            keys: keys.to_vec(),
+            owner: owner.clone(),
             id,
             wake,
         })
     }
 
+    /// Whether this caller heads every line it is in.
     fn is_head(&self) -> bool {
-        self.inner
-            .queues()
-            .get(&self.key)
-            .and_then(VecDeque::front)
-            .is_some_and(|head| head.id == self.id)
+        let lines = self.inner.lines();
+        self.keys.iter().all(|key| {
+            lines
+                .queues
+                .get(key)
+                .and_then(VecDeque::front)
+                .is_some_and(|head| head.id == self.id)
+        })
+    }
+
+    /// Records who a try found holding each name, and tells the waiters this puts on a
+    /// cycle to give up.
+    fn found(&self, found: Vec<(Key, Vec<Owner>)>) {
+        let mut lines = self.inner.lines();
+        let mut told = Vec::new();
+        for (key, holders) in found {
+            told.extend(lines.graph.observe(&key, holders));
+        }
+        for id in told.into_iter().filter(|id| *id != self.id) {
+            let wake = lines
+                .queues
+                .values()
+                .flatten()
+                .find(|place| place.id == id)
+                .map(|place| place.wake.clone());
+            if let Some(wake) = wake {
+                wake.notify_one();
+            }
+        }
+    }
+
+    /// `Err` if this caller was told to give up, its wait being on a cycle.
+    fn give_up(&self) -> Result<()> {
+        let verdict = self.inner.lines().graph.verdict(self.id);
+        match verdict {
+            Some(cycle) => Err(deadlock(&self.keys, &self.owner, cycle)),
+            None => Ok(()),
+        }
     }
 }
 
 impl Drop for InLine<'_> {
     fn drop(&mut self) {
         self.inner.waiting.fetch_sub(1, Ordering::AcqRel);
-        let mut queues = self.inner.queues();
-        let Some(queue) = queues.get_mut(&self.key) else {
-            return;
-        };
-        let was_head = queue.front().is_some_and(|head| head.id == self.id);
-        queue.retain(|place| place.id != self.id);
-        match queue.front() {
-            None => {
-                queues.remove(&self.key);
+        let mut lines = self.inner.lines();
+        lines.graph.leave(self.id);
+        for key in &self.keys {
+            let Some(queue) = lines.queues.get_mut(key) else {
+                continue;
+            };
+            let was_head = queue.front().is_some_and(|head| head.id == self.id);
+            queue.retain(|place| place.id != self.id);
+            match queue.front() {
+                None => {
+                    lines.queues.remove(key);
+                }
+                Some(next) if was_head => next.wake.notify_one(),
+                Some(_) => {}
             }
-            Some(next) if was_head => next.wake.notify_one(),
-            Some(_) => {}
         }
     }
 }
@@ -530,7 +715,7 @@ mod tests {
             let ttl = Ttl::from_millis(1_000, Ttl::DEFAULT_MAX).unwrap();
             tokio::spawn(async move {
                 waiters
-                    .acquire_unless(&r, &b, ttl, Duration::from_secs(30), &gone)
+                    .acquire_unless(&r, &b, Terms::ttl(ttl), Duration::from_secs(30), &gone)
                     .await
             })
         };

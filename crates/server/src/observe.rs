@@ -76,6 +76,9 @@ impl Observed for AcquireOutcome {
                     Some(holder),
                 );
             }
+            Self::Delayed { .. } => {
+                events::refused(kind, op, self.label(), &asked.resource, &asked.owner, None);
+            }
         }
     }
 }

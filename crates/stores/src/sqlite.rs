@@ -74,10 +74,10 @@ use async_trait::async_trait;
 use fencelock_core::store::Result;
 use fencelock_core::table::{Dirty, DirtyHold};
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Claim, Clock, Expired, FencingToken, ForceOutcome, Hold, HoldKind,
-    HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, LockTable, Owner, Principal,
-    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError, SystemClock, Timestamp,
-    Ttl,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Clock, Expired, FencingToken, ForceOutcome, Hold,
+    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, LockTable, Owner,
+    Principal, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError,
+    SystemClock, Terms, Timestamp, Ttl,
 };
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -449,9 +449,20 @@ impl Drop for SqliteStore {
 
 #[async_trait]
 impl LockStore for SqliteStore {
-    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+    async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
         let (resource, owner) = (resource.clone(), owner.clone());
-        self.call(move |table, now| table.acquire(now, &resource, &owner, ttl))
+        self.call(move |table, now| table.acquire(now, &resource, &owner, terms))
+            .await
+    }
+
+    async fn acquire_all(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome> {
+        let (resources, owner) = (resources.clone(), owner.clone());
+        self.call(move |table, now| table.acquire_all(now, &resources, &owner, terms))
             .await
     }
 
@@ -992,6 +1003,8 @@ fn lease_from_row(
         token: FencingToken(from_sql("token", number(2)?)?),
         acquired_at: Timestamp::from_millis(from_sql("acquired_at", number(3)?)?),
         expires_at: Timestamp::from_millis(from_sql("expires_at", expires_at)?),
+        hold_until: None,
+        lock_delay: Duration::ZERO,
     })
 }
 

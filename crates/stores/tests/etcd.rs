@@ -140,7 +140,7 @@ async fn acquire_and_release_until_it_works(
                 .await?
             {
                 AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => lease,
-                held @ AcquireOutcome::Held { .. } => panic!("nobody else uses it: {held:?}"),
+                refused => panic!("nobody else uses it: {refused:?}"),
             };
             match store.release(resource, &who, Some(lease.token)).await? {
                 ReleaseOutcome::Released(_) => Ok::<_, StoreError>(lease.token),

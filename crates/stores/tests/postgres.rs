@@ -215,7 +215,9 @@ async fn service_stops_while_postgres_is_down_and_resumes_by_itself() {
                         Ok(AcquireOutcome::Extended(lease)) => {
                             let _ = store.release(&resource, &who, Some(lease.token)).await;
                         }
-                        Ok(held @ AcquireOutcome::Held { .. }) => panic!("nobody else uses it: {held:?}"),
+                        Ok(refused @ (AcquireOutcome::Held { .. } | AcquireOutcome::Delayed { .. })) => {
+                            panic!("nobody else uses it: {refused:?}")
+                        }
                         Err(StoreError::Unavailable { .. }) => {
                             failures += 1;
                             tokio::time::sleep(Duration::from_millis(20)).await;

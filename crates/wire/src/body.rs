@@ -31,6 +31,11 @@ pub struct LeaseBody {
     pub acquired_at: String,
     /// When the lease ends (RFC 3339, UTC, milliseconds).
     pub expires_at: String,
+    /// The cap on holding the acquire set with `max_hold_ms` (RFC 3339, UTC, milliseconds):
+    /// `expires_at` never passes it, however the lease is renewed or extended. Absent for a
+    /// lease without a cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_until: Option<String>,
 }
 
 impl From<&Lease> for LeaseBody {
@@ -42,6 +47,7 @@ impl From<&Lease> for LeaseBody {
             fencing_token: lease.token.0,
             acquired_at: lease.acquired_at.to_rfc3339(),
             expires_at: lease.expires_at.to_rfc3339(),
+            hold_until: lease.hold_until.map(Timestamp::to_rfc3339),
         }
     }
 }
@@ -71,6 +77,9 @@ impl TryFrom<LeaseBody> for Lease {
             token: FencingToken(body.fencing_token),
             acquired_at: time(body.acquired_at)?,
             expires_at: time(body.expires_at)?,
+            hold_until: body.hold_until.map(time).transpose()?,
+            // A server does not say the lock-delay of a lease: it keeps it.
+            lock_delay: std::time::Duration::ZERO,
         })
     }
 }
@@ -339,6 +348,20 @@ pub enum AcquireResponse {
     Granted(Granted),
     /// `{"acquired": false, "resource": "...", "holder": LEASE, "expires_in_ms": N}`.
     Held(Held),
+    /// `{"acquired": false, "resource": "...", "retry_after_ms": N}`: nobody holds it, but
+    /// its last lease expired without a release less than the lock-delay ago.
+    Delayed(Delayed),
+}
+
+/// Nobody holds the lock, but the lock-delay after its last lease's expiry has not ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Delayed {
+    /// Always `false`.
+    pub acquired: bool,
+    /// The resource asked for.
+    pub resource: String,
+    /// How long, in milliseconds, until the lock-delay ends and the lock may be granted.
+    pub retry_after_ms: u64,
 }
 
 /// The lease was granted (new or extended).

@@ -132,6 +132,7 @@ fn read_lease(
         fencing_token,
         acquired_at,
         expires_at,
+        hold_until: None,
     })
 }
 

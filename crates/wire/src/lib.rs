@@ -24,7 +24,7 @@ pub mod parse;
 pub mod problem;
 
 pub use body::{
-    AcquireRequest, AcquireResponse, DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody,
+    AcquireRequest, AcquireResponse, Delayed, DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody,
     ListResponse, ReleaseRequest, RenewRequest, TtlFields,
 };
 pub use hold::{

@@ -10,7 +10,7 @@ use fencelock_core::{
     LeasePage, Owner, Refusal, ReleaseOutcome, RenewOutcome, Resource,
 };
 
-use crate::body::{AcquireResponse, Granted, Held, InvalidLease, LeaseBody};
+use crate::body::{AcquireResponse, Delayed, Granted, Held, InvalidLease, LeaseBody};
 use crate::hold::{
     HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldsBody, Mode, PermitBody,
     PermitGranted, RwLockAcquireResponse, RwLockBody, RwLockBusy, RwLockListResponse,
@@ -76,6 +76,8 @@ pub enum Label {
     Conflict,
     /// A semaphore's live permits carry another limit than the one asked for.
     LimitMismatch,
+    /// Nobody holds the lock, but the lock-delay after its last lease's expiry runs.
+    Delayed,
     /// The store failed.
     Unavailable,
 }
@@ -95,6 +97,7 @@ impl Label {
             Self::Forbidden => "forbidden",
             Self::Conflict => "conflict",
             Self::LimitMismatch => "limit_mismatch",
+            Self::Delayed => "delayed",
             Self::Unavailable => "unavailable",
         }
     }
@@ -122,6 +125,7 @@ impl Outcome for AcquireOutcome {
             Self::Granted { .. } => Label::Granted,
             Self::Extended(_) => Label::Extended,
             Self::Held { .. } => Label::Held,
+            Self::Delayed { .. } => Label::Delayed,
         }
     }
 }
@@ -593,6 +597,11 @@ pub fn encode_acquire(outcome: &AcquireOutcome) -> AcquireResponse {
         AcquireOutcome::Held { holder, expires_in } => {
             AcquireResponse::Held(encode_held(holder, *expires_in))
         }
+        AcquireOutcome::Delayed { resource, retry_in } => AcquireResponse::Delayed(Delayed {
+            acquired: false,
+            resource: resource.to_string(),
+            retry_after_ms: millis(*retry_in),
+        }),
     }
 }
 
@@ -620,6 +629,10 @@ pub fn decode_acquire(answer: AcquireResponse) -> Result<AcquireOutcome, Invalid
         AcquireResponse::Held(held) => AcquireOutcome::Held {
             holder: held.holder.try_into()?,
             expires_in: Duration::from_millis(held.expires_in_ms),
+        },
+        AcquireResponse::Delayed(delayed) => AcquireOutcome::Delayed {
+            resource: Resource::new(delayed.resource)?,
+            retry_in: Duration::from_millis(delayed.retry_after_ms),
         },
     })
 }
@@ -782,6 +795,8 @@ mod tests {
             token: FencingToken(7),
             acquired_at: Timestamp::from_millis(1_000),
             expires_at: Timestamp::from_millis(31_000),
+            hold_until: None,
+            lock_delay: std::time::Duration::ZERO,
         }
     }
 

@@ -669,6 +669,7 @@ proptest! {
         token in any::<u64>(),
         acquired_at in 0..=LAST_RFC3339_MS,
         expires_at in 0..=LAST_RFC3339_MS,
+        hold_until in proptest::option::of(0..=LAST_RFC3339_MS),
     ) {
         let lease = Lease {
             resource,
@@ -676,9 +677,12 @@ proptest! {
             token: FencingToken(token),
             acquired_at: Timestamp::from_millis(acquired_at),
             expires_at: Timestamp::from_millis(expires_at),
+            hold_until: hold_until.map(Timestamp::from_millis),
+            lock_delay: std::time::Duration::ZERO,
         };
         let json = serde_json::to_value(LeaseBody::from(&lease)).unwrap();
         prop_assert_eq!(json.get("principal").is_some(), principal.is_some());
+        prop_assert_eq!(json.get("hold_until").is_some(), hold_until.is_some());
         let body: LeaseBody = serde_json::from_value(json).unwrap();
         prop_assert_eq!(Lease::try_from(body), Ok(lease));
     }

@@ -72,6 +72,18 @@ async fn acquire_lock(
             }
             Ok(exit::REFUSED)
         }
+        delayed @ AcquireOutcome::Delayed { .. } => {
+            if json {
+                common::print_json(&outcome::encode_acquire(&delayed));
+            } else if let AcquireOutcome::Delayed { resource, retry_in } = &delayed {
+                let error = fencelock_client::AcquireError::Delayed {
+                    resource: resource.clone(),
+                    retry_in: *retry_in,
+                };
+                eprintln!("fencelock acquire: not acquired: {error}");
+            }
+            Ok(exit::REFUSED)
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
-use fencelock_core::{AcquireOutcome, Acquired, Kind, Lease, ReleaseOutcome};
+use fencelock_core::{AcquireOutcome, Acquired, Kind, Lease, ReleaseOutcome, Terms};
 use fencelock_wire::{AcquireRequest, AcquireResponse, Op, outcome, parse};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -50,7 +50,13 @@ pub async fn acquire(
         let started = Instant::now();
         let outcome = app
             .waiters
-            .acquire_unless(&resource, &request.owner, request.ttl, request.wait, &gone)
+            .acquire_unless(
+                &resource,
+                &request.owner,
+                Terms::ttl(request.ttl),
+                request.wait,
+                &gone,
+            )
             .await;
         let asked = Asked {
             resource,

@@ -48,6 +48,8 @@ pub(super) fn lease(resource: Resource, kv: &KeyValue) -> Result<Lease> {
         owner,
         acquired_at: Timestamp::from_millis(stored.acquired_at),
         expires_at: Timestamp::from_millis(stored.expires_at),
+        hold_until: None,
+        lock_delay: std::time::Duration::ZERO,
     })
 }
 
@@ -299,6 +301,8 @@ impl HoldKeys {
                 owner,
                 acquired_at: Timestamp::from_millis(stored.acquired_at),
                 expires_at: Timestamp::from_millis(stored.expires_at),
+                hold_until: None,
+                lock_delay: std::time::Duration::ZERO,
             },
             claim,
         })

@@ -125,7 +125,7 @@ use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
     HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
-    RenewOutcome, Resource, Ttl,
+    RenewOutcome, Resource, Terms, Ttl,
 };
 use tokio::sync::broadcast;
 
@@ -278,8 +278,8 @@ impl EtcdStore {
 
 #[async_trait]
 impl LockStore for EtcdStore {
-    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
-        self.try_acquire(resource, owner, ttl).await
+    async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
+        self.try_acquire(resource, owner, terms.ttl).await
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {

@@ -115,7 +115,7 @@ use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
     HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
-    RenewOutcome, Resource, Ttl,
+    RenewOutcome, Resource, Terms, Ttl,
 };
 use tokio::sync::broadcast;
 use tokio_postgres::{NoTls, Row};
@@ -260,7 +260,8 @@ impl PostgresStore {
 
 #[async_trait]
 impl LockStore for PostgresStore {
-    async fn acquire(&self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<AcquireOutcome> {
+    async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
+        let ttl = terms.ttl;
         let params = (
             resource.as_str(),
             owner.as_str(),

@@ -241,6 +241,8 @@ fn lease(resource: Resource, row: &Row, first: usize) -> Result<Lease> {
         token: FencingToken(u64::try_from(token).map_err(|_| PgError::Data(format!("token {token}")))?),
         acquired_at: Timestamp::from_millis(millis(acquired_at)?),
         expires_at: Timestamp::from_millis(millis(expires_at)?),
+        hold_until: None,
+        lock_delay: std::time::Duration::ZERO,
     })
 }
 

@@ -134,7 +134,7 @@ impl Session for LeanSession {
                 AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => {
                     Some(lease.token.0)
                 }
-                AcquireOutcome::Held { .. } => None,
+                AcquireOutcome::Held { .. } | AcquireOutcome::Delayed { .. } => None,
             },
         };
         Ok(token)

@@ -104,7 +104,7 @@ impl Session for OwnSession {
         }
         Ok(match self.store.acquire(name, &self.owner, self.ttl).await? {
             AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => Some(lease.token.0),
-            AcquireOutcome::Held { .. } => None,
+            AcquireOutcome::Held { .. } | AcquireOutcome::Delayed { .. } => None,
         })
     }
 
