@@ -514,6 +514,7 @@ impl LockStore for HttpStore {
             shared: false,
             writer_intents: false,
             principals: false,
+            lock_delays: false,
         }
     }
 }

@@ -51,6 +51,7 @@ fn through_a_server(ttl_granularity: Duration) -> Capabilities {
         shared: false,
         writer_intents: false,
         principals: false,
+        lock_delays: false,
     }
 }
 

@@ -177,6 +177,7 @@ impl LockStore for MemoryStore {
             shared: false,
             writer_intents: true,
             principals: true,
+            lock_delays: true,
         }
     }
 }

@@ -352,6 +352,10 @@ pub struct Capabilities {
     /// to it. A client of a server does not choose its principal: the server binds each
     /// lease to the principal of the client's token.
     pub principals: bool,
+    /// The store keeps the lock-delay of the [`Terms`] it is given. A client of a server does
+    /// not send one: the server applies its own (`fencelock serve --lock-delay`) to every
+    /// lease it grants.
+    pub lock_delays: bool,
 }
 
 /// Why a store could not answer. Contention is not an error: see [`AcquireOutcome::Held`].

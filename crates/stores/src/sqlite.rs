@@ -587,6 +587,7 @@ impl LockStore for SqliteStore {
             shared: false,
             writer_intents: true,
             principals: true,
+            lock_delays: true,
         }
     }
 }

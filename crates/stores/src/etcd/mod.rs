@@ -392,6 +392,7 @@ impl LockStore for EtcdStore {
             shared: true,
             writer_intents: true,
             principals: true,
+            lock_delays: true,
         }
     }
 }

@@ -486,6 +486,7 @@ impl LockStore for PostgresStore {
             shared: true,
             writer_intents: true,
             principals: true,
+            lock_delays: true,
         }
     }
 }
