@@ -26,6 +26,8 @@
 //! - [`principals`]: leases bound to their principal, and force-release, on every kind.
 //! - [`shared`]: the checks a store's declared capabilities call for: durability across a
 //!   reopen ([`Harness::reopening`]) and the rules across many servers ([`Harness::sharing`]).
+//! - [`terms`]: several locks at once, all or none, and the terms a lease keeps: the cap on
+//!   holding and the lock-delay.
 //! - [`suite!`]: one `#[tokio::test]` per check.
 
 use std::pin::Pin;
@@ -38,6 +40,7 @@ pub mod checks;
 pub mod holds;
 pub mod principals;
 pub mod shared;
+pub mod terms;
 
 /// Opens a store over the same lock state as the store under test (for [`Harness::reopening`]
 /// and [`Harness::sharing`]).
@@ -277,6 +280,15 @@ macro_rules! suite {
             tokens_increase_across_servers,
             a_release_on_one_server_is_heard_on_the_other,
             a_waiter_on_one_server_gets_the_lock_the_other_releases
+        );
+        $crate::suite!(@each $make; terms:
+            several_locks_are_acquired_all_or_none,
+            opposite_orders_never_both_win,
+            a_lock_delay_keeps_an_expired_lock_closed,
+            a_release_has_no_lock_delay_and_a_delay_refuses_all_or_none,
+            the_cap_cuts_the_ttl_renewals_and_extensions,
+            terms_survive_a_reopen,
+            terms_hold_across_servers
         );
     };
     (@each $make:path; $($check:ident),* $(,)?) => {

@@ -1,0 +1,438 @@
+//! Several locks at once, all or none, and the terms a lease keeps for its whole life: the cap
+//! on holding (`max_hold`) and the lock-delay after an expiry.
+//!
+//! The all-or-none checks run twice on every store: through the store's own
+//! [`LockStore::acquire_all`] (one step, where the store can) and through
+//! [`acquire_in_order`], the fallback in canonical order with undo, so that the fallback is
+//! held to the same rules on every store.
+
+use std::time::{Duration, Instant};
+
+use fencelock_core::{
+    AcquireAllOutcome, AcquireOutcome, Lease, LockStore, Owner, RenewOutcome, Resources, Terms, Ttl,
+    acquire_in_order,
+};
+
+use crate::checks::{grant, granted};
+use crate::{Harness, owner, ttl};
+
+/// Which way a check takes several locks.
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    /// The store's own [`LockStore::acquire_all`].
+    Store,
+    /// [`acquire_in_order`] over the store.
+    InOrder,
+}
+
+async fn acquire_all(
+    way: Way,
+    store: &dyn LockStore,
+    resources: &Resources,
+    who: &Owner,
+    terms: Terms,
+) -> AcquireAllOutcome {
+    let outcome = match way {
+        Way::Store => store.acquire_all(resources, who, terms).await,
+        Way::InOrder => acquire_in_order(store, resources, who, terms).await,
+    };
+    outcome.unwrap_or_else(|e| panic!("{way:?}: acquire_all: {e}"))
+}
+
+fn names(h: &Harness, names: &[&str]) -> Resources {
+    Resources::new(names.iter().map(|n| h.resource(n)).collect()).expect("distinct test names")
+}
+
+/// The leases of an all-or-none grant, in the order asked; panics if it was refused.
+fn all_granted(outcome: AcquireAllOutcome) -> Vec<Lease> {
+    match outcome {
+        AcquireAllOutcome::Granted(outcomes) => outcomes
+            .iter()
+            .map(|o| o.lease().cloned().unwrap_or_else(|| panic!("granted, yet {o:?}")))
+            .collect(),
+        refused => panic!("expected every lock, got {refused:?}"),
+    }
+}
+
+/// Several locks are granted together, in the order asked, or none is: a refusal names every
+/// lock in the way, and leaves the free ones free.
+pub async fn several_locks_are_acquired_all_or_none(h: &Harness) {
+    for way in [Way::Store, Way::InOrder] {
+        let tag = format!("{way:?}").to_lowercase();
+        let (a, b, c) = (format!("{tag}-a"), format!("{tag}-b"), format!("{tag}-c"));
+        let held_b = grant(h, &b, "other", h.long_ttl()).await;
+        let wanted = names(h, &[&c, &b, &a]);
+        let me = owner("me");
+        let terms = Terms::ttl(h.long_ttl());
+        match acquire_all(way, &*h.store, &wanted, &me, terms).await {
+            AcquireAllOutcome::Refused(refusals) => match refusals.as_slice() {
+                [AcquireOutcome::Held { holder, expires_in }] => {
+                    assert_eq!(holder, &held_b, "{way:?}");
+                    assert!(*expires_in > Duration::ZERO, "{way:?}");
+                }
+                other => panic!("{way:?}: b alone is in the way, got {other:?}"),
+            },
+            granted => panic!("{way:?}: b is held, yet {granted:?}"),
+        }
+        for free in [&a, &c] {
+            assert_eq!(
+                h.store.get(&h.resource(free)).await.unwrap(),
+                None,
+                "{way:?}: {free} was left acquired by a refused all-or-none"
+            );
+        }
+        // Two locks in the way: both named, in the order asked.
+        let held_a = grant(h, &a, "third", h.long_ttl()).await;
+        match acquire_all(way, &*h.store, &wanted, &me, terms).await {
+            AcquireAllOutcome::Refused(refusals) => {
+                let holders: Vec<&Lease> = refusals
+                    .iter()
+                    .map(|r| match r {
+                        AcquireOutcome::Held { holder, .. } => holder,
+                        other => panic!("{way:?}: {other:?}"),
+                    })
+                    .collect();
+                assert_eq!(holders, [&held_b, &held_a], "{way:?}");
+            }
+            granted => panic!("{way:?}: a and b are held, yet {granted:?}"),
+        }
+        assert_eq!(h.store.get(&h.resource(&c)).await.unwrap(), None, "{way:?}");
+        for lease in [&held_a, &held_b] {
+            h.store
+                .release(&lease.resource, &lease.owner, Some(lease.token))
+                .await
+                .unwrap();
+        }
+        // All free (one already ours): every lock, in the order asked; ours is extended with
+        // its token, the others are new grants with tokens above the ones before.
+        let mine = grant(h, &a, "me", h.long_ttl()).await;
+        let outcome = acquire_all(way, &*h.store, &wanted, &me, terms).await;
+        let AcquireAllOutcome::Granted(outcomes) = &outcome else {
+            panic!("{way:?}: all free, yet {outcome:?}");
+        };
+        assert!(
+            matches!(&outcomes[2], AcquireOutcome::Extended(lease) if lease.token == mine.token),
+            "{way:?}: {outcomes:?}"
+        );
+        let leases = all_granted(outcome);
+        let order: Vec<_> = leases.iter().map(|l| l.resource.clone()).collect();
+        assert_eq!(order, wanted.as_slice(), "{way:?}: in the order asked");
+        assert!(leases[1].token > held_b.token, "{way:?}: {leases:?}");
+        for lease in &leases {
+            assert_eq!(lease.owner, me, "{way:?}");
+            assert_eq!(h.store.get(&lease.resource).await.unwrap().as_ref(), Some(lease));
+        }
+    }
+}
+
+/// Two owners take the same two locks at once in opposite orders, 20 times: exactly one gets
+/// both, the other gets neither, and once the winner releases, the other gets both.
+pub async fn opposite_orders_never_both_win(h: &Harness) {
+    for way in [Way::Store, Way::InOrder] {
+        for round in 0..20 {
+            let (x, y) = (format!("{way:?}-x-{round}"), format!("{way:?}-y-{round}"));
+            let forward = names(h, &[&x, &y]);
+            let backward = names(h, &[&y, &x]);
+            let (p, q) = (owner("p"), owner("q"));
+            let terms = Terms::ttl(h.long_ttl());
+            let (first, second) = tokio::join!(
+                acquire_all(way, &*h.store, &forward, &p, terms),
+                acquire_all(way, &*h.store, &backward, &q, terms),
+            );
+            let (winner, loser, wanted) = match (&first, &second) {
+                (AcquireAllOutcome::Granted(_), AcquireAllOutcome::Refused(_)) => (&p, &q, &backward),
+                (AcquireAllOutcome::Refused(_), AcquireAllOutcome::Granted(_)) => (&q, &p, &forward),
+                // The fallback may refuse both when each took its first lock before the other's
+                // second: never both granted, and nothing is left held.
+                (AcquireAllOutcome::Refused(_), AcquireAllOutcome::Refused(_))
+                    if matches!(way, Way::InOrder) =>
+                {
+                    for name in [&x, &y] {
+                        assert_eq!(h.store.get(&h.resource(name)).await.unwrap(), None);
+                    }
+                    continue;
+                }
+                _ => panic!("{way:?} round {round}: one winner, got {first:?} and {second:?}"),
+            };
+            for name in [&x, &y] {
+                let lease = h.store.get(&h.resource(name)).await.unwrap();
+                assert_eq!(
+                    lease.map(|l| l.owner).as_ref(),
+                    Some(winner),
+                    "{way:?} round {round}"
+                );
+                h.store.release(&h.resource(name), winner, None).await.unwrap();
+            }
+            all_granted(acquire_all(way, &*h.store, wanted, loser, terms).await);
+        }
+    }
+}
+
+/// The lock-delay a store keeps: the test's, long enough that a check on real time asserts
+/// the lock closed before it ends.
+const DELAY: Duration = Duration::from_secs(2);
+
+/// After a lease with a lock-delay expires (never released), nobody gets the lock before
+/// `expires_at + lock-delay`, a purge does not forget it meanwhile, and then the next grant
+/// has a greater token. A store that does not keep delays (a client of a server) grants it
+/// at once.
+pub async fn a_lock_delay_keeps_an_expired_lock_closed(h: &Harness) {
+    let resource = h.resource("delayed");
+    let terms = Terms::ttl(h.short_ttl()).lock_delay(DELAY);
+    let lease = granted(
+        h.store
+            .acquire_with(&resource, &owner("crashed"), terms)
+            .await
+            .unwrap(),
+    );
+    h.expire(&lease).await;
+    if !h.capabilities().lock_delays {
+        let next = granted(
+            h.store
+                .acquire(&resource, &owner("next"), h.long_ttl())
+                .await
+                .unwrap(),
+        );
+        assert!(next.token > lease.token);
+        return;
+    }
+    assert_eq!(lease.lock_delay, DELAY, "{lease:?}");
+    h.store.purge_expired().await.unwrap();
+    match h
+        .store
+        .acquire(&resource, &owner("next"), h.long_ttl())
+        .await
+        .unwrap()
+    {
+        AcquireOutcome::Delayed {
+            resource: closed,
+            retry_in,
+        } => {
+            assert_eq!(closed, resource);
+            assert!(
+                retry_in > Duration::ZERO && retry_in <= DELAY,
+                "retry in {retry_in:?}, delay {DELAY:?}"
+            );
+        }
+        other => panic!("the lock-delay runs, yet {other:?}"),
+    }
+    assert_eq!(
+        h.store.get(&resource).await.unwrap(),
+        None,
+        "nobody holds it meanwhile"
+    );
+    let next = granted_once_open(h, &resource, &owner("next")).await;
+    assert!(next.token > lease.token);
+    assert!(
+        next.acquired_at >= lease.closed_until(),
+        "granted at {} before the delay ended at {}",
+        next.acquired_at,
+        lease.closed_until()
+    );
+}
+
+/// Asks for `resource` until the lock-delay that closes it ends (by the store's answers, or
+/// by the manual clock), and returns the grant.
+async fn granted_once_open(h: &Harness, resource: &fencelock_core::Resource, who: &Owner) -> Lease {
+    let deadline = Instant::now() + DELAY + Duration::from_secs(10);
+    loop {
+        match h.store.acquire(resource, who, h.long_ttl()).await.unwrap() {
+            AcquireOutcome::Delayed { retry_in, .. } => {
+                assert!(Instant::now() < deadline, "the lock-delay never ended");
+                // The store said when: on a manual clock this moves it, on real time it waits.
+                h.pass(retry_in).await;
+            }
+            other => return granted(other),
+        }
+    }
+}
+
+/// A release ends the lock-delay at once: the lock goes to the next owner with no wait. A
+/// refused all-or-none names a lock closed by its delay as in the way.
+pub async fn a_release_has_no_lock_delay_and_a_delay_refuses_all_or_none(h: &Harness) {
+    let terms = Terms::ttl(h.long_ttl()).lock_delay(DELAY);
+    let released = h.resource("released");
+    let lease = granted(h.store.acquire_with(&released, &owner("a"), terms).await.unwrap());
+    h.store
+        .release(&released, &lease.owner, Some(lease.token))
+        .await
+        .unwrap();
+    let next = granted(
+        h.store
+            .acquire(&released, &owner("b"), h.long_ttl())
+            .await
+            .unwrap(),
+    );
+    assert!(next.token > lease.token);
+
+    let closed = h.resource("closed");
+    let expiring = Terms::ttl(h.short_ttl()).lock_delay(DELAY);
+    let lease = granted(
+        h.store
+            .acquire_with(&closed, &owner("crashed"), expiring)
+            .await
+            .unwrap(),
+    );
+    h.expire(&lease).await;
+    let both = Resources::new(vec![h.resource("free"), closed.clone()]).unwrap();
+    let outcome = h
+        .store
+        .acquire_all(&both, &owner("c"), Terms::ttl(h.long_ttl()))
+        .await
+        .unwrap();
+    if !h.capabilities().lock_delays {
+        all_granted(outcome);
+        return;
+    }
+    match outcome {
+        AcquireAllOutcome::Refused(refusals) => match refusals.as_slice() {
+            [AcquireOutcome::Delayed { resource, retry_in }] => {
+                assert_eq!(resource, &closed);
+                assert!(*retry_in <= DELAY);
+            }
+            other => panic!("the delayed lock alone is in the way: {other:?}"),
+        },
+        granted => panic!("a lock-delay runs, yet {granted:?}"),
+    }
+    assert_eq!(h.store.get(&h.resource("free")).await.unwrap(), None);
+}
+
+/// The cap on holding: set by the grant, measured from it, shown as `hold_until`; the first
+/// TTL, every renewal and every extension end at it at the latest; an extension keeps the
+/// cap whatever it asks; once the cap has passed, the lease is gone and cannot be renewed.
+pub async fn the_cap_cuts_the_ttl_renewals_and_extensions(h: &Harness) {
+    let cap = cap(h);
+    let resource = h.resource("capped");
+    let who = owner("job");
+    let long = ttl(Duration::from_secs(600));
+    let lease = granted(
+        h.store
+            .acquire_with(&resource, &who, Terms::ttl(long).max_hold(Some(cap)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(lease.hold_until, Some(lease.acquired_at.plus(cap)), "{lease:?}");
+    assert_eq!(Some(lease.expires_at), lease.hold_until, "the first TTL is cut");
+
+    let renewed = match h
+        .store
+        .renew(&resource, &who, long, Some(lease.token))
+        .await
+        .unwrap()
+    {
+        RenewOutcome::Renewed(renewed) => renewed,
+        other => panic!("renew of a live capped lease: {other:?}"),
+    };
+    assert_eq!(renewed.hold_until, lease.hold_until);
+    assert_eq!(Some(renewed.expires_at), lease.hold_until, "a renewal is cut");
+
+    // An extension asks for no cap, or another: the lease keeps its own.
+    for asked in [None, Some(ttl(Duration::from_secs(3600)))] {
+        let terms = Terms::ttl(long).max_hold(asked);
+        match h.store.acquire_with(&resource, &who, terms).await.unwrap() {
+            AcquireOutcome::Extended(extended) => {
+                assert_eq!(extended.token, lease.token);
+                assert_eq!(extended.hold_until, lease.hold_until, "asked {asked:?}");
+                assert_eq!(Some(extended.expires_at), lease.hold_until, "an extension is cut");
+            }
+            other => panic!("extension of a capped lease: {other:?}"),
+        }
+    }
+    let current = h.store.get(&resource).await.unwrap().expect("live until the cap");
+    h.expire(&current).await;
+    assert_eq!(
+        h.store.renew(&resource, &who, long, None).await.unwrap(),
+        RenewOutcome::NotFound,
+        "past its cap a lease is gone for good"
+    );
+    // Under the cap, a TTL is a TTL; without a cap, there is no hold_until.
+    let short = h.resource("capped-short");
+    let ttl_first = ttl(cap_granule(h));
+    let big_cap = Terms::ttl(ttl_first).max_hold(Some(ttl(Duration::from_secs(3600))));
+    let lease = granted(h.store.acquire_with(&short, &who, big_cap).await.unwrap());
+    assert!(Some(lease.expires_at) < lease.hold_until, "{lease:?}");
+    let plain = grant(h, "uncapped", "job", h.long_ttl()).await;
+    assert_eq!(plain.hold_until, None);
+}
+
+/// The cap for the cap check: short, so that it passes soon on real time, and a whole number
+/// of the store's TTL granules.
+fn cap(h: &Harness) -> Ttl {
+    ttl(cap_granule(h) * 2)
+}
+
+fn cap_granule(h: &Harness) -> Duration {
+    h.capabilities().ttl_granularity.max(Duration::from_millis(500))
+}
+
+/// The terms stay with the lease across a reopen of a durable store, and the lock-delay of a
+/// lease that expired before the store was closed still holds once it is open again.
+pub async fn terms_survive_a_reopen(h: &Harness) {
+    if !h.capabilities().durable {
+        return;
+    }
+    let capped = h.resource("capped-kept");
+    let terms = Terms::ttl(h.long_ttl()).max_hold(Some(ttl(Duration::from_secs(3600))));
+    let lease = granted(h.store.acquire_with(&capped, &owner("a"), terms).await.unwrap());
+    let delayed = h.resource("delay-kept");
+    let expiring = Terms::ttl(h.short_ttl()).lock_delay(Duration::from_secs(60));
+    let closing = granted(
+        h.store
+            .acquire_with(&delayed, &owner("b"), expiring)
+            .await
+            .unwrap(),
+    );
+    h.expire(&closing).await;
+
+    let store = h.reopened().await;
+    let now = store.get(&capped).await.unwrap().expect("kept across the reopen");
+    assert_eq!(
+        (now.token, now.hold_until.is_some()),
+        (lease.token, true),
+        "{now:?}"
+    );
+    assert!(now.expires_at <= now.hold_until.unwrap());
+    match store.acquire(&delayed, &owner("c"), h.long_ttl()).await.unwrap() {
+        AcquireOutcome::Delayed { .. } => {}
+        other => panic!("the lock-delay was lost across the reopen: {other:?}"),
+    }
+}
+
+/// A lock-delay kept by one server holds on every server sharing the store, and the cap set
+/// through one is the cap seen through the other.
+pub async fn terms_hold_across_servers(h: &Harness) {
+    if !h.capabilities().shared {
+        return;
+    }
+    let other = h.another_server().await;
+    let resource = h.resource("delay-shared");
+    let expiring = Terms::ttl(h.short_ttl()).lock_delay(DELAY);
+    let lease = granted(
+        h.store
+            .acquire_with(&resource, &owner("crashed"), expiring)
+            .await
+            .unwrap(),
+    );
+    h.expire(&lease).await;
+    match other
+        .acquire(&resource, &owner("next"), h.long_ttl())
+        .await
+        .unwrap()
+    {
+        AcquireOutcome::Delayed { .. } => {}
+        other => panic!("the other server granted within the lock-delay: {other:?}"),
+    }
+    let capped = h.resource("cap-shared");
+    let terms = Terms::ttl(h.long_ttl()).max_hold(Some(ttl(Duration::from_secs(3600))));
+    let lease = granted(h.store.acquire_with(&capped, &owner("a"), terms).await.unwrap());
+    let seen = other.get(&capped).await.unwrap().expect("live");
+    assert_eq!(seen.hold_until, lease.hold_until);
+    match other
+        .renew(&capped, &owner("a"), ttl(Duration::from_secs(7200)), None)
+        .await
+        .unwrap()
+    {
+        RenewOutcome::Renewed(renewed) => assert_eq!(Some(renewed.expires_at), lease.hold_until),
+        other => panic!("renew through the other server: {other:?}"),
+    }
+}
