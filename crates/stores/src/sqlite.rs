@@ -12,6 +12,9 @@
 //! transaction fails, the table is rolled back (leases, holds and the token counter) and
 //! every caller of the batch gets [`StoreError::Unavailable`]: nothing is half-done.
 //!
+//! An all-or-none acquire of several locks is one operation of a batch: every lock or none
+//! is in the transaction.
+//!
 //! Reads (get, list, holds, list of holds) take the same queue, so they see every change
 //! answered before them and nothing that is not yet durable. Releases, purges, downgrades,
 //! shortened leases and holds, and withdrawn intents are announced to waiters by the writer
@@ -20,7 +23,9 @@
 //!
 //! # What is stored
 //!
-//! - `leases`: one row per lock, live or expired (expired rows go when purged or replaced).
+//! - `leases`: one row per lock, live or expired (expired rows go when purged or replaced;
+//!   a lease with a lock-delay no sooner than its delay ends), with its terms: the cap on
+//!   holding (`hold_until`, none if NULL) and the lock-delay in ms.
 //! - `holds`: one row per semaphore permit or read-write hold, keyed by (kind, name, owner),
 //!   with its claim (`permit`, `read` or `write`), the semaphore's limit for a permit, its
 //!   token and its times.
@@ -41,7 +46,8 @@
 //! Each batch also records the store's time in the file. At open, if the wall clock reads
 //! later than that record, time is taken not to have passed while the store was stopped:
 //! every lease and hold that was live keeps the time it had left then (its `expires_at`
-//! moves later by the difference), and one that had ended has still ended. A wall clock
+//! moves later by the difference, and so does its cap), and one that had ended has still
+//! ended — with what was left of its lock-delay still to run. A wall clock
 //! stepped forward while the server was down (or a suspend, which the monotonic clock does
 //! not count) therefore cannot end a lease or hold early; the price is that downtime
 //! prolongs them, which is the safe direction. If the wall clock reads earlier than the
@@ -173,6 +179,12 @@ const MIGRATIONS: &[&str] = &[
     -- authentication). Rows written before this migration belong to none.
     ALTER TABLE leases ADD COLUMN principal TEXT;
     ALTER TABLE holds ADD COLUMN principal TEXT;
+",
+    r"
+    -- The terms a lease keeps for its whole life: its cap on holding (NULL: none), moved by
+    -- re-bases as expires_at is, and its lock-delay in ms. Rows written before have neither.
+    ALTER TABLE leases ADD COLUMN hold_until INTEGER;
+    ALTER TABLE leases ADD COLUMN lock_delay INTEGER NOT NULL DEFAULT 0 CHECK (lock_delay >= 0);
 ",
 ];
 
@@ -727,11 +739,13 @@ fn write_row(
         return Ok(());
     };
     tx.prepare_cached(
-        "INSERT INTO leases (resource, owner, token, acquired_at, expires_at, shift, principal)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+        "INSERT INTO leases (resource, owner, token, acquired_at, expires_at, shift, principal,
+             hold_until, lock_delay)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
          ON CONFLICT (resource) DO UPDATE SET owner = excluded.owner, token = excluded.token,
              acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
-             shift = excluded.shift, principal = excluded.principal",
+             shift = excluded.shift, principal = excluded.principal,
+             hold_until = excluded.hold_until, lock_delay = excluded.lock_delay",
     )?
     .execute(params![
         lease.resource.as_str(),
@@ -741,6 +755,14 @@ fn write_row(
         to_sql("timestamp", lease.expires_at.as_millis())?,
         shift,
         lease.owner.principal().map(Principal::as_str),
+        lease
+            .hold_until
+            .map(|cap| to_sql("timestamp", cap.as_millis()))
+            .transpose()?,
+        to_sql(
+            "lock-delay",
+            u64::try_from(lease.lock_delay.as_millis()).unwrap_or(u64::MAX)
+        )?,
     ])?;
     Ok(())
 }
@@ -931,11 +953,16 @@ fn load(conn: &Connection) -> Result<(LockTable, i64), SqliteError> {
     // the table's own sort. Row by row, names read in place: a copy fewer of each.
     let mut leases = Vec::new();
     let mut statement = conn
-        .prepare("SELECT resource, owner, token, acquired_at, expires_at, shift, principal FROM leases")
+        .prepare(
+            "SELECT resource, owner, token, acquired_at, expires_at, shift, principal, hold_until,
+                 lock_delay
+             FROM leases",
+        )
         .map_err(unreadable)?;
     let mut rows = statement.query([]).map_err(unreadable)?;
     while let Some(row) = rows.next().map_err(unreadable)? {
-        leases.push(lease_from_row("lease", row, shift, 6)?);
+        let lease = lease_from_row("lease", row, shift, 6)?;
+        leases.push(with_terms(lease, row, shift)?);
     }
     let mut holds = Vec::new();
     let mut statement = conn
@@ -985,17 +1012,7 @@ fn lease_from_row(
     let resource = text(row, 0)?;
     let corrupt = |what: &str, why: String| SqliteError::Data(format!("{of} of {resource:?}: {what} {why}"));
     let number = |column: usize| row.get::<_, i64>(column).map_err(SqliteError::Read);
-    let (expires_at, written_under) = (number(4)?, number(5)?);
-    let expires_at = shift
-        .checked_sub(written_under)
-        .filter(|moved| *moved >= 0)
-        .and_then(|moved| expires_at.checked_add(moved))
-        .ok_or_else(|| {
-            corrupt(
-                "expires_at",
-                format!("{expires_at} of shift {written_under} cannot be moved to shift {shift}"),
-            )
-        })?;
+    let expires_at = moved(number(4)?, number(5)?, shift).map_err(|why| corrupt("expires_at", why))?;
     Ok(Lease {
         resource: Resource::new(resource).map_err(|e| corrupt("resource", e.to_string()))?,
         owner: Owner::new(text(row, 1)?)
@@ -1007,6 +1024,35 @@ fn lease_from_row(
         hold_until: None,
         lock_delay: Duration::ZERO,
     })
+}
+
+/// `lease` with the terms in columns 7 (`hold_until`, moved by the re-bases since the row
+/// was written, as `expires_at` is) and 8 (`lock_delay`) of its lease row.
+fn with_terms(lease: Lease, row: &rusqlite::Row<'_>, shift: i64) -> Result<Lease, SqliteError> {
+    let corrupt =
+        |what: &str, why: String| SqliteError::Data(format!("lease of {:?}: {what} {why}", lease.resource));
+    let cap: Option<i64> = row.get(7).map_err(SqliteError::Read)?;
+    let written_under: i64 = row.get(5).map_err(SqliteError::Read)?;
+    let hold_until = cap
+        .map(|cap| moved(cap, written_under, shift).map_err(|why| corrupt("hold_until", why)))
+        .transpose()?
+        .map(|cap| from_sql("hold_until", cap).map(Timestamp::from_millis))
+        .transpose()?;
+    let lock_delay: i64 = row.get(8).map_err(SqliteError::Read)?;
+    Ok(Lease {
+        hold_until,
+        lock_delay: Duration::from_millis(from_sql("lock_delay", lock_delay)?),
+        ..lease
+    })
+}
+
+/// A time written under re-base shift `written_under`, moved to the file's shift `shift`.
+fn moved(time: i64, written_under: i64, shift: i64) -> Result<i64, String> {
+    shift
+        .checked_sub(written_under)
+        .filter(|moved| *moved >= 0)
+        .and_then(|moved| time.checked_add(moved))
+        .ok_or_else(|| format!("{time} of shift {written_under} cannot be moved to shift {shift}"))
 }
 
 /// The principal in column `column` of `row`: none for NULL.

@@ -777,7 +777,7 @@ async fn a_version_2_file_keeps_its_leases_when_migrated_to_keep_holds() {
 }
 
 /// The schema version of this fencelock's files.
-const LATEST: i64 = 5;
+const LATEST: i64 = 6;
 
 /// Makes the store file at `path` one of schema version `to`, by removing what each later
 /// version added, last first.
@@ -797,6 +797,9 @@ fn downgrade(path: &Path, to: i64) {
         // 5: the principals.
         "ALTER TABLE leases DROP COLUMN principal;
          ALTER TABLE holds DROP COLUMN principal;",
+        // 6: the lease's terms.
+        "ALTER TABLE leases DROP COLUMN hold_until;
+         ALTER TABLE leases DROP COLUMN lock_delay;",
     ];
     let conn = rusqlite::Connection::open(path).unwrap();
     for version in (to + 1..=LATEST).rev() {
