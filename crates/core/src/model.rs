@@ -556,4 +556,58 @@ mod tests {
         );
         assert_eq!(lease.expires_in(Timestamp::from_millis(2500)), Duration::ZERO);
     }
+
+    #[test]
+    fn a_cap_cuts_every_expiry_and_stays_with_the_lease() {
+        let (r, o) = (Resource::new("r").unwrap(), Owner::new("o").unwrap());
+        let ms = |ms| Ttl::from_millis(ms, Ttl::DEFAULT_MAX).unwrap();
+        let now = Timestamp::from_millis(1_000);
+        let terms = Terms::ttl(ms(500))
+            .max_hold(Some(ms(800)))
+            .lock_delay(Duration::from_micros(2_500_700));
+        let lease = Lease::granted(&r, &o, FencingToken(1), now, terms);
+        assert_eq!(
+            (lease.expires_at, lease.hold_until),
+            (Timestamp::from_millis(1_500), Some(Timestamp::from_millis(1_800)))
+        );
+        assert_eq!(
+            lease.lock_delay,
+            Duration::from_millis(2_500),
+            "whole milliseconds"
+        );
+        assert_eq!(lease.closed_until(), Timestamp::from_millis(4_000));
+        let later = Timestamp::from_millis(1_400);
+        let renewed = lease.prolonged(later, ms(500), false);
+        assert_eq!(
+            (renewed.acquired_at, renewed.expires_at),
+            (now, Timestamp::from_millis(1_800))
+        );
+        let extended = lease.prolonged(later, ms(100), true);
+        assert_eq!(
+            (extended.acquired_at, extended.expires_at),
+            (later, Timestamp::from_millis(1_500))
+        );
+        assert_eq!(extended.hold_until, lease.hold_until);
+        let uncapped = Lease::granted(&r, &o, FencingToken(2), now, Terms::ttl(ms(500)));
+        assert_eq!(
+            (uncapped.hold_until, uncapped.closed_until()),
+            (None, uncapped.expires_at)
+        );
+    }
+
+    #[test]
+    fn several_resources_are_one_to_sixty_four_distinct_names_in_a_canonical_order() {
+        let r = |n: &str| Resource::new(n).unwrap();
+        assert_eq!(Resources::new(vec![]), Err(InvalidResources::Count));
+        let many: Vec<Resource> = (0..65).map(|i| r(&format!("r{i}"))).collect();
+        assert_eq!(Resources::new(many.clone()), Err(InvalidResources::Count));
+        assert!(Resources::new(many[..64].to_vec()).is_ok());
+        assert_eq!(
+            Resources::new(vec![r("a"), r("b"), r("a")]),
+            Err(InvalidResources::Duplicate(r("a")))
+        );
+        let set = Resources::new(vec![r("b"), r("é"), r("a"), r("B")]).unwrap();
+        assert_eq!(set.as_slice()[0], r("b"), "the order given is kept");
+        assert_eq!(set.canonical(), [3, 2, 0, 1], "B < a < b < é, by bytes");
+    }
 }

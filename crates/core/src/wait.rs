@@ -887,4 +887,156 @@ mod tests {
         }
         waiting.into_iter().for_each(|w| w.abort());
     }
+
+    /// Paused-time waiters over a store on Tokio's clock, with each `(resource, owner)`
+    /// granted for a minute.
+    async fn holding(held: &[(&str, &str)]) -> (Arc<MemoryStore>, Waiters) {
+        let clock = Arc::new(TokioClock::new(Timestamp::from_millis(1_000_000)));
+        let store = Arc::new(MemoryStore::with_clock(clock));
+        for (resource, owner) in held {
+            let (r, o) = names(resource, owner);
+            let outcome = store.acquire(&r, &o, minute()).await.unwrap();
+            assert!(matches!(outcome, AcquireOutcome::Granted { .. }), "{outcome:?}");
+        }
+        let waiters = Waiters::new(store.clone());
+        (store, waiters)
+    }
+
+    fn minute() -> Ttl {
+        Ttl::from_millis(60_000, Ttl::DEFAULT_MAX).unwrap()
+    }
+
+    /// `owner` waits up to ten minutes for `resource`, in a task of its own.
+    fn waits(
+        waiters: &Waiters,
+        resource: &str,
+        owner: &str,
+    ) -> tokio::task::JoinHandle<Result<AcquireOutcome>> {
+        let (waiters, (r, o)) = (waiters.clone(), names(resource, owner));
+        tokio::spawn(async move { waiters.acquire(&r, &o, minute(), Duration::from_secs(600)).await })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_that_closes_a_cycle_of_two_is_refused_at_once_and_the_other_goes_on() {
+        let (store, waiters) = holding(&[("x", "a"), ("y", "b")]).await;
+        let a_waits = waits(&waiters, "y", "a");
+        until_waiting(&waiters, 1).await;
+        let started = Instant::now();
+        let refused = waits(&waiters, "x", "b").await.unwrap();
+        let Err(StoreError::Deadlock(cycle)) = refused else {
+            panic!("b would wait for a, who waits for b: {refused:?}");
+        };
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "answered at once, not after a wait"
+        );
+        assert_eq!(
+            cycle,
+            r#"b waits for lock "x" held by a; a waits for lock "y" held by b"#
+        );
+        // b keeps what it held; when it lets go, a gets it.
+        let (y, b) = names("y", "b");
+        assert_eq!(store.get(&y).await.unwrap().map(|l| l.owner), Some(b.clone()));
+        assert!(!a_waits.is_finished());
+        store.release(&y, &b, None).await.unwrap();
+        let granted = a_waits.await.unwrap().unwrap();
+        assert_eq!(granted.lease().map(|l| l.owner.as_str()), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cycle_of_three_is_refused_to_the_one_closing_it_and_the_others_get_their_locks() {
+        let (store, waiters) = holding(&[("x", "a"), ("y", "b"), ("z", "c")]).await;
+        let a_waits = waits(&waiters, "y", "a");
+        until_waiting(&waiters, 1).await;
+        let b_waits = waits(&waiters, "z", "b");
+        until_waiting(&waiters, 2).await;
+        let refused = waits(&waiters, "x", "c").await.unwrap();
+        let Err(StoreError::Deadlock(cycle)) = refused else {
+            panic!("c closes a -> b -> c -> a: {refused:?}");
+        };
+        assert_eq!(
+            cycle,
+            r#"c waits for lock "x" held by a; a waits for lock "y" held by b; b waits for lock "z" held by c"#
+        );
+        assert_eq!(waiters.waiting(), 2, "the others still wait");
+        let (z, c) = names("z", "c");
+        store.release(&z, &c, None).await.unwrap();
+        let b_got = b_waits.await.unwrap().unwrap();
+        let (y, b) = names("y", "b");
+        assert_eq!(b_got.lease().map(|l| &l.owner), Some(&b));
+        store.release(&y, &b, None).await.unwrap();
+        let a_got = a_waits.await.unwrap().unwrap();
+        assert_eq!(a_got.lease().map(|l| l.owner.as_str()), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_that_form_no_cycle_are_not_refused() {
+        // a waits for b, b waits for c, c waits for nobody: a chain, not a cycle.
+        let (store, waiters) = holding(&[("y", "b"), ("z", "c")]).await;
+        let a_waits = waits(&waiters, "y", "a");
+        until_waiting(&waiters, 1).await;
+        let b_waits = waits(&waiters, "z", "b");
+        until_waiting(&waiters, 2).await;
+        let (z, c) = names("z", "c");
+        store.release(&z, &c, None).await.unwrap();
+        assert!(b_waits.await.unwrap().unwrap().lease().is_some());
+        let (y, b) = names("y", "b");
+        store.release(&y, &b, None).await.unwrap();
+        assert!(a_waits.await.unwrap().unwrap().lease().is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn several_locks_are_waited_for_at_once_and_granted_together() {
+        let (store, waiters) = holding(&[("y", "other")]).await;
+        let wanted = Resources::new(vec![names("x", "_").0, names("y", "_").0]).unwrap();
+        let waiting = {
+            let (waiters, wanted, me) = (waiters.clone(), wanted.clone(), names("_", "me").1);
+            tokio::spawn(async move {
+                let gone = CancellationToken::new();
+                let terms = Terms::ttl(minute());
+                waiters
+                    .acquire_all_unless(&wanted, &me, terms, Duration::from_secs(600), &gone)
+                    .await
+            })
+        };
+        until_waiting(&waiters, 1).await;
+        let x = &wanted.as_slice()[0];
+        assert_eq!(store.get(x).await.unwrap(), None, "nothing taken while it waits");
+        let (y, other) = names("y", "other");
+        store.release(&y, &other, None).await.unwrap();
+        let acquired = waiting.await.unwrap().unwrap();
+        assert!(acquired.waited);
+        let AcquireAllOutcome::Granted(outcomes) = acquired.outcome else {
+            panic!("both free: {:?}", acquired.outcome);
+        };
+        let owners: Vec<_> = outcomes
+            .iter()
+            .map(|o| o.lease().unwrap().owner.as_str())
+            .collect();
+        assert_eq!(owners, ["me", "me"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_is_granted_when_the_lock_delay_ends() {
+        let clock = Arc::new(TokioClock::new(Timestamp::from_millis(1_000_000)));
+        let store = Arc::new(MemoryStore::with_clock(clock));
+        let waiters = Waiters::new(store.clone());
+        let (r, crashed) = names("r", "crashed");
+        let ttl = Ttl::from_millis(1_000, Ttl::DEFAULT_MAX).unwrap();
+        let delay = Duration::from_millis(500);
+        let terms = Terms::ttl(ttl).lock_delay(delay);
+        let lease = store.acquire_with(&r, &crashed, terms).await.unwrap();
+        let lease = lease.lease().unwrap().clone();
+        let outcome = waiters
+            .acquire(&r, &names("r", "next").1, ttl, Duration::from_secs(10))
+            .await
+            .unwrap();
+        let granted = outcome.lease().unwrap();
+        assert_eq!(
+            granted.acquired_at,
+            lease.closed_until(),
+            "granted as the delay ends, not before"
+        );
+    }
 }
