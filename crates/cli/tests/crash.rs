@@ -318,6 +318,71 @@ async fn a_lease_granted_under_a_clock_an_hour_behind_survives_a_restart_on_the_
     );
 }
 
+/// A lease with a lock-delay that expired before a SIGKILL keeps its lock closed after the
+/// restart — even under a server started without `--lock-delay`: the delay is the lease's,
+/// kept in the file — and the next grant comes no sooner than its expiry plus the delay.
+#[tokio::test]
+async fn a_lock_delay_survives_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fencelock.db");
+    let client = reqwest::Client::new();
+    let store = format!("sqlite://{}", db.display());
+    let mut server = Server::with(&store, &[], &["--lock-delay", "3s"]);
+    let url = format!("{}/locks/nightly", server.url);
+    let crashed = post(&client, url.clone(), json!({"owner": "crashed", "ttl_ms": 300})).await;
+    assert_eq!(crashed["acquired"], true, "{crashed}");
+    let expires_at = common::ms(&crashed["lock"]["expires_at"]);
+    let delay_ms = 3_000;
+    // The holder never releases: its lease runs out, and the lock stays closed.
+    let closed = loop {
+        let answer = post(&client, url.clone(), json!({"owner": "probe", "ttl_ms": 1})).await;
+        assert_eq!(
+            answer["acquired"], false,
+            "granted within the lock-delay: {answer}"
+        );
+        if answer.get("retry_after_ms").is_some() {
+            break answer;
+        }
+        // Still held: ask again when the server says the lease ends.
+        let left = answer["expires_in_ms"]
+            .as_u64()
+            .expect("held, with its time left");
+        tokio::time::sleep(std::time::Duration::from_millis(left.max(1))).await;
+    };
+    assert_eq!(closed["resource"], "nightly");
+    assert!(closed["retry_after_ms"].as_u64().unwrap() <= delay_ms, "{closed}");
+    server.kill();
+
+    let server = embedded(&db);
+    let url = format!("{}/locks/nightly", server.url);
+    let mut delayed = 0;
+    let granted = loop {
+        let answer = post(&client, url.clone(), json!({"owner": "next", "ttl_seconds": 60})).await;
+        if answer["acquired"] == true {
+            break answer;
+        }
+        // Closed by the delay (or, once the file gives the lease back its time left, by the
+        // lease itself): never anything else.
+        assert!(
+            answer.get("retry_after_ms").is_some() || answer.get("holder").is_some(),
+            "{answer}"
+        );
+        delayed += usize::from(answer.get("retry_after_ms").is_some());
+        let retry = answer["retry_after_ms"]
+            .as_u64()
+            .or(answer["expires_in_ms"].as_u64())
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(retry.max(1))).await;
+    };
+    assert!(delayed > 0, "the restarted server never kept the lock-delay");
+    let acquired_at = common::ms(&granted["lock"]["acquired_at"]);
+    assert!(
+        acquired_at >= expires_at + i64::try_from(delay_ms).unwrap(),
+        "granted at {acquired_at}, before the expiry {expires_at} + the delay {delay_ms}"
+    );
+    assert!(granted["lock"]["fencing_token"].as_u64() > crashed["lock"]["fencing_token"].as_u64());
+}
+
 #[test]
 fn a_second_server_on_the_same_file_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();

@@ -180,6 +180,71 @@ async fn two_servers_share_one_etcd() {
     two_servers_share_one_store(&shared_etcd().url()).await;
 }
 
+/// A lease granted by a server with `--lock-delay` keeps its lock closed after its expiry on
+/// every server sharing the store — here one started without the flag: the delay is the
+/// lease's, kept by the store — and a waiter there is granted once the delay ends. A release
+/// has no delay, on either server.
+async fn a_lock_delay_holds_across_servers(store: &str) {
+    let delaying = Server::with(store, &[], &["--lock-delay", "2s"]);
+    let plain = Server::on(store);
+    let client = reqwest::Client::new();
+    let resource = unique("delayed");
+    let crashed = acquire(
+        &client,
+        &delaying.url,
+        &resource,
+        json!({"owner": "crashed", "ttl_ms": 300}),
+    )
+    .await;
+    assert_eq!(crashed.body["acquired"], true, "{}", crashed.body);
+    let closed_until = common::ms(&crashed.body["lock"]["expires_at"]) + 2_000;
+    let waited = acquire(
+        &client,
+        &plain.url,
+        &resource,
+        json!({"owner": "next", "ttl_seconds": 60, "wait_ms": 30_000}),
+    )
+    .await;
+    assert_eq!(waited.body["acquired"], true, "{}", waited.body);
+    let acquired_at = common::ms(&waited.body["lock"]["acquired_at"]);
+    assert!(
+        acquired_at >= closed_until,
+        "granted at {acquired_at}, before the lock-delay ended at {closed_until}"
+    );
+
+    let released = unique("released");
+    let held = acquire(
+        &client,
+        &delaying.url,
+        &released,
+        json!({"owner": "a", "ttl_seconds": 60}),
+    )
+    .await;
+    let token = held.body["lock"]["fencing_token"].clone();
+    assert_eq!(
+        release(&client, &plain.url, &released, "a", &token).await.status,
+        204
+    );
+    let next = take(&client, &delaying.url, &released, "b", 60).await;
+    assert_eq!(
+        next.body["acquired"], true,
+        "a release has no delay: {}",
+        next.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_holds_across_two_servers_on_postgresql() {
+    let postgres = Postgres::start();
+    a_lock_delay_holds_across_servers(&postgres.url()).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_holds_across_two_servers_on_etcd() {
+    a_lock_delay_holds_across_servers(&shared_etcd().url()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself() {
     let mut postgres = Postgres::start();
