@@ -27,7 +27,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::deadlock::WaitGraph;
-use crate::hold::{Claim, HoldOutcome, Key};
+use crate::hold::{Claim, HoldKind, HoldOutcome, Key};
 use crate::model::{Owner, Resource, Resources, Terms, Ttl};
 use crate::store::{AcquireAllOutcome, AcquireOutcome, LockStore, ReleaseNotice, Result, StoreError};
 
@@ -243,6 +243,19 @@ impl Waiters {
                     intended_ref.fetch_or(intent.is_some(), Ordering::Relaxed);
                     let outcome = store.acquire_hold(name, owner, claim, ttl, intent).await?;
                     let (retry_in, holders) = match &outcome {
+                        // A writer may be a reader waiting to upgrade: the refusal names only the
+                        // others, so ask who holds the name, the caller included, for the graph
+                        // (two readers upgrading at once wait for each other).
+                        HoldOutcome::Busy(busy) if writer && in_line => {
+                            let holders = match store.holds(HoldKind::RwLock, name).await {
+                                Ok(holds) => holds,
+                                Err(_) => busy.holders.clone(),
+                            };
+                            (
+                                Some(busy.retry_in),
+                                holders.into_iter().map(|h| h.lease.owner).collect(),
+                            )
+                        }
                         HoldOutcome::Busy(busy) => (
                             Some(busy.retry_in),
                             busy.holders.iter().map(|h| h.lease.owner.clone()).collect(),
@@ -1037,6 +1050,45 @@ mod tests {
             granted.acquired_at,
             lease.closed_until(),
             "granted as the delay ends, not before"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_readers_upgrading_at_once_are_a_cycle_and_the_second_is_refused() {
+        let (store, waiters) = read_held().await;
+        let outcome = hold_for(&waiters, "b", Claim::Read, Duration::ZERO)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(outcome, HoldOutcome::Granted { .. }), "{outcome:?}");
+        let a_upgrades = hold_for(&waiters, "a", Claim::Write, Duration::from_secs(60));
+        until_waiting(&waiters, 1).await;
+        let refused = hold_for(&waiters, "b", Claim::Write, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let Err(StoreError::Deadlock(cycle)) = refused else {
+            panic!("a and b each wait for the other's read hold: {refused:?}");
+        };
+        assert_eq!(
+            cycle,
+            r#"b waits for rwlock "rw" held by a; a waits for rwlock "rw" held by b"#
+        );
+        // b gives up its read hold: a's upgrade goes through.
+        let (name, b) = names("rw", "b");
+        store
+            .release_hold(HoldKind::RwLock, &name, &b, None)
+            .await
+            .unwrap();
+        let upgraded = a_upgrades.await.unwrap().unwrap();
+        assert!(
+            matches!(
+                upgraded,
+                HoldOutcome::Granted {
+                    replaced: Some(_),
+                    ..
+                }
+            ),
+            "{upgraded:?}"
         );
     }
 }
