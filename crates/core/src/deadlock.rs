@@ -8,6 +8,12 @@
 //! the cycle (the one whose wait closed it) is told to give up, as a database picks the
 //! victim of a deadlock.
 //!
+//! Who holds a name is known only as of the last try on it, so a cycle found here may be
+//! stale — its holders may have let go and be waiting again. The waiter told of a cycle
+//! therefore asks the store who holds each name on it before it gives up
+//! ([`Cycle::steps`]); a cycle the store does not confirm is forgotten, with what the store
+//! said recorded instead.
+//!
 //! What this does not see: waiters of other servers sharing the store, and owners that hold
 //! a name while they do something else than wait here. A server only knows its own waiters;
 //! a global graph would need every server to publish who waits for what at every wait, which
@@ -27,7 +33,17 @@ pub(crate) struct WaitGraph {
     /// The owners holding each name waited for, as the last try on it found them.
     holders: HashMap<Key, Vec<Owner>>,
     /// Waiters told to give up, with the cycle they were on.
-    victims: HashMap<u64, String>,
+    victims: HashMap<u64, Cycle>,
+}
+
+/// A cycle of owners waiting for each other, as the graph saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Cycle {
+    /// Each name on the cycle with the owner the graph believes holds it (and the next
+    /// owner on the cycle waits for).
+    pub(crate) steps: Vec<(Key, Owner)>,
+    /// The cycle in words, for the refusal.
+    pub(crate) text: String,
 }
 
 #[derive(Debug)]
@@ -44,9 +60,9 @@ struct Step<'a> {
 }
 
 impl WaitGraph {
-    /// Records that waiter `id` of `owner` waits for `keys`. If that closes a cycle, the
-    /// waiter is not recorded and the cycle is returned, for its refusal.
-    pub(crate) fn join(&mut self, id: u64, owner: &Owner, keys: &[Key]) -> Result<(), String> {
+    /// Records that waiter `id` of `owner` waits for `keys`, and returns the cycle this
+    /// closes, if it does (the waiter is then the youngest on it).
+    pub(crate) fn join(&mut self, id: u64, owner: &Owner, keys: &[Key]) -> Option<Cycle> {
         self.waiters.insert(
             id,
             Waiter {
@@ -54,13 +70,7 @@ impl WaitGraph {
                 keys: keys.to_vec(),
             },
         );
-        match self.cycle_through(id) {
-            Some(cycle) => {
-                self.leave(id);
-                Err(cycle)
-            }
-            None => Ok(()),
-        }
+        self.path_back(id).map(|path| self.cycle(&path))
     }
 
     /// Records who holds `key` now (a try on it found them; none: it is free) and returns the
@@ -92,7 +102,7 @@ impl WaitGraph {
     }
 
     /// The cycle waiter `id` was told to give up for, if it was.
-    pub(crate) fn verdict(&mut self, id: u64) -> Option<String> {
+    pub(crate) fn verdict(&mut self, id: u64) -> Option<Cycle> {
         self.victims.remove(&id)
     }
 
@@ -110,13 +120,8 @@ impl WaitGraph {
         }
     }
 
-    /// A cycle through waiter `id`, written out, if there is one.
-    fn cycle_through(&self, id: u64) -> Option<String> {
-        self.path_back(id).map(|path| self.describe(&path))
-    }
-
     /// A cycle through waiter `id`, with its youngest waiter.
-    fn cycle_with_victim(&self, id: u64) -> Option<(u64, String)> {
+    fn cycle_with_victim(&self, id: u64) -> Option<(u64, Cycle)> {
         let mut path = self.path_back(id)?;
         let (at, victim) = path
             .iter()
@@ -125,7 +130,7 @@ impl WaitGraph {
             .max_by_key(|(_, id)| *id)?;
         // Told from the victim's side: its wait first, as when its join closes the cycle.
         path.rotate_left(at);
-        Some((victim, self.describe(&path)))
+        Some((victim, self.cycle(&path)))
     }
 
     /// The steps from waiter `start` back to its own owner, if they exist (depth first; a
@@ -178,6 +183,16 @@ impl WaitGraph {
         false
     }
 
+    fn cycle(&self, path: &[Step<'_>]) -> Cycle {
+        Cycle {
+            steps: path
+                .iter()
+                .map(|step| (step.key.clone(), step.holder.clone()))
+                .collect(),
+            text: self.describe(path),
+        }
+    }
+
     /// `a waits for lock "x" held by b; b waits for rwlock "y" held by a`.
     fn describe(&self, path: &[Step<'_>]) -> String {
         let mut text = String::new();
@@ -215,22 +230,24 @@ mod tests {
     #[test]
     fn the_wait_that_closes_a_cycle_of_two_is_refused_with_the_cycle() {
         let mut graph = WaitGraph::default();
-        graph.join(1, &o("a"), &[lock("y")]).unwrap();
+        assert_eq!(graph.join(1, &o("a"), &[lock("y")]), None);
         assert!(
             graph.observe(&lock("y"), vec![o("b")]).is_empty(),
             "b does not wait"
         );
-        graph.join(2, &o("c"), &[lock("x")]).unwrap();
+        assert_eq!(graph.join(2, &o("c"), &[lock("x")]), None);
         assert!(
             graph.observe(&lock("x"), vec![o("a")]).is_empty(),
             "c holds nothing a wants"
         );
-        let cycle = graph.join(3, &o("b"), &[lock("x")]).unwrap_err();
+        let cycle = graph.join(3, &o("b"), &[lock("x")]).unwrap();
         assert_eq!(
-            cycle,
+            cycle.text,
             r#"b waits for lock "x" held by a; a waits for lock "y" held by b"#
         );
-        // The refused waiter is not in the graph: a waits on without a cycle.
+        assert_eq!(cycle.steps, [(lock("x"), o("a")), (lock("y"), o("b"))]);
+        // Once the refused waiter leaves, a waits on without a cycle.
+        graph.leave(3);
         assert!(graph.observe(&lock("y"), vec![o("b")]).is_empty());
     }
 
@@ -238,14 +255,14 @@ mod tests {
     fn a_cycle_of_three_across_kinds_is_found_and_its_youngest_waiter_told() {
         let mut graph = WaitGraph::default();
         let rw = Key::hold(HoldKind::RwLock, &Resource::new("z").unwrap());
-        graph.join(1, &o("a"), &[lock("x")]).unwrap();
-        graph.join(2, &o("b"), std::slice::from_ref(&rw)).unwrap();
-        graph.join(3, &o("c"), &[lock("w")]).unwrap();
+        assert_eq!(graph.join(1, &o("a"), &[lock("x")]), None);
+        assert_eq!(graph.join(2, &o("b"), std::slice::from_ref(&rw)), None);
+        assert_eq!(graph.join(3, &o("c"), &[lock("w")]), None);
         assert!(graph.observe(&lock("x"), vec![o("b")]).is_empty());
         assert!(graph.observe(&lock("w"), vec![o("a")]).is_empty());
         // The last link is learnt by a try, not at a join: the youngest waiter is told.
         assert_eq!(graph.observe(&rw, vec![o("c")]), [3]);
-        let cycle = graph.verdict(3).unwrap();
+        let cycle = graph.verdict(3).unwrap().text;
         assert_eq!(
             cycle,
             r#"c waits for lock "w" held by a; a waits for lock "x" held by b; b waits for rwlock "z" held by c"#
@@ -256,9 +273,9 @@ mod tests {
     #[test]
     fn an_owner_waiting_on_what_it_holds_itself_or_a_freed_name_is_no_cycle() {
         let mut graph = WaitGraph::default();
-        graph.join(1, &o("a"), &[lock("x"), lock("y")]).unwrap();
+        assert_eq!(graph.join(1, &o("a"), &[lock("x"), lock("y")]), None);
         assert!(graph.observe(&lock("x"), vec![o("a"), o("b")]).is_empty());
-        graph.join(2, &o("b"), &[lock("q")]).unwrap();
+        assert_eq!(graph.join(2, &o("b"), &[lock("q")]), None);
         assert!(graph.observe(&lock("q"), vec![o("c")]).is_empty());
         // a frees x's other holder: b waits for c, who waits for nobody.
         assert!(graph.observe(&lock("x"), vec![]).is_empty());
