@@ -1,6 +1,6 @@
 //! The etcd store against real, throwaway etcd: the conformance suite on one member, many
-//! servers on one cluster (locks, semaphores and read-write locks), and members of a
-//! three-member cluster killed and restarted.
+//! servers on one cluster (locks, semaphores and read-write locks, several locks at once,
+//! lock-delays and caps), and members of a three-member cluster killed and restarted.
 #![cfg(feature = "etcd")]
 
 use std::sync::Arc;
@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::{
-    AcquireOutcome, Claim, FencingToken, ForceOutcome, HoldKind, HoldOutcome, Key, LockStore, Owner,
-    ReleaseOutcome, Resource, StoreError, Waiters,
+    AcquireAllOutcome, AcquireOutcome, Claim, FencingToken, ForceOutcome, HoldKind, HoldOutcome, Key,
+    LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Waiters,
 };
 use fencelock_stores::Deadline;
 use fencelock_stores::etcd::{EtcdOptions, EtcdStore};
@@ -645,4 +645,355 @@ async fn a_force_release_is_announced_on_every_server_and_leaves_waiting_writers
         panic!("{granted:?}");
     };
     assert!(readers.iter().all(|r| r.token < hold.lease.token), "{hold:?}");
+}
+
+/// Waits until `store` no longer shows the lease on `resource` (it expired), polling.
+async fn until_expired(store: &dyn LockStore, resource: &Resource, within: Duration) {
+    let deadline = Instant::now() + within;
+    while store.get(resource).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "{resource} did not expire");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn terms(ttl_of: Duration) -> Terms {
+    Terms::ttl(ttl(ttl_of))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terms_survive_a_reopen_and_an_extension_keeps_them() {
+    let url = shared_url().await;
+    let resource = shared::unique("terms");
+    let asked = terms(Duration::from_secs(60))
+        .max_hold(Some(ttl(Duration::from_secs(30))))
+        .lock_delay(Duration::from_millis(4_500));
+    let lease = {
+        let store = store(&url).await;
+        shared::granted(store.acquire_with(&resource, &owner("a"), asked).await.unwrap())
+    };
+    assert_eq!(
+        lease.hold_until,
+        Some(lease.acquired_at.plus(ttl(Duration::from_secs(30))))
+    );
+    assert_eq!(lease.expires_at, lease.hold_until.unwrap(), "cut at the cap");
+    assert_eq!(lease.lock_delay, Duration::from_millis(4_500));
+
+    let reopened = store(&url).await;
+    assert_eq!(reopened.get(&resource).await.unwrap(), Some(lease.clone()));
+    // An extension sends other terms, and keeps the lease's.
+    let AcquireOutcome::Extended(extended) = reopened
+        .acquire_with(&resource, &owner("a"), terms(Duration::from_secs(5)))
+        .await
+        .unwrap()
+    else {
+        panic!("the holder re-acquires");
+    };
+    assert_eq!(extended.token, lease.token);
+    assert_eq!(
+        (extended.hold_until, extended.lock_delay),
+        (lease.hold_until, lease.lock_delay)
+    );
+    assert!(
+        extended.expires_at < lease.expires_at,
+        "5 s, not up to the cap: {extended:?}"
+    );
+    let RenewOutcome::Renewed(renewed) = reopened
+        .renew(
+            &resource,
+            &owner("a"),
+            ttl(Duration::from_secs(600)),
+            Some(lease.token),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("the holder renews");
+    };
+    assert_eq!(
+        renewed.expires_at,
+        lease.hold_until.unwrap(),
+        "renewed up to the cap"
+    );
+    assert_eq!(
+        (renewed.hold_until, renewed.lock_delay),
+        (lease.hold_until, lease.lock_delay)
+    );
+    assert_eq!(store(&url).await.get(&resource).await.unwrap(), Some(renewed));
+}
+
+/// etcd's TTLs are whole seconds, and a capped lease's key outlives a cap that ends inside
+/// one: the lease still ends at the cap, for every server, and its lock-delay runs from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cap_inside_etcds_whole_seconds_ends_the_lease_on_every_server() {
+    let [one, other] = two_servers().await;
+    let resource = shared::unique("capped");
+    let (cap, delay) = (Duration::from_millis(1_300), Duration::from_secs(2));
+    let capped = terms(Duration::from_millis(2_001))
+        .max_hold(Some(ttl(cap)))
+        .lock_delay(delay);
+    let lease = shared::granted(one.acquire_with(&resource, &owner("a"), capped).await.unwrap());
+    assert_eq!(lease.hold_until, Some(lease.acquired_at.plus(ttl(cap))));
+    assert_eq!(
+        Some(lease.expires_at),
+        lease.hold_until,
+        "3 s rounded up, cut at the cap"
+    );
+    let held = other
+        .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let AcquireOutcome::Held { holder, expires_in } = held else {
+        panic!("{held:?}");
+    };
+    assert_eq!(holder, lease);
+    assert!(expires_in <= cap, "{expires_in:?}");
+
+    // Over at the cap, not at etcd's next whole second: closed for the delay from then.
+    until_expired(other.as_ref(), &resource, Duration::from_secs(10)).await;
+    let refused = other
+        .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let AcquireOutcome::Delayed { retry_in, .. } = refused else {
+        panic!("{refused:?}");
+    };
+    assert!(retry_in <= delay, "{retry_in:?}");
+    let waiters = Waiters::new(other.clone());
+    let next = waiters
+        .acquire_unless(
+            &resource,
+            &owner("b"),
+            terms(Duration::from_secs(60)),
+            Duration::from_secs(20),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let next = shared::granted(next.outcome);
+    assert!(
+        next.acquired_at >= lease.closed_until(),
+        "{next:?} before the cap and delay of {lease:?}"
+    );
+    assert!(next.token > lease.token);
+    assert_eq!(one.get(&resource).await.unwrap(), Some(next));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_set_through_one_server_refuses_a_grant_through_the_other_until_it_ends() {
+    let [one, other] = two_servers().await;
+    let resource = shared::unique("delayed");
+    let delay = Duration::from_secs(3);
+    let delayed = terms(Duration::from_secs(1)).lock_delay(delay);
+    let lease = shared::granted(one.acquire_with(&resource, &owner("a"), delayed).await.unwrap());
+    assert_eq!(lease.lock_delay, delay);
+    assert_eq!(lease.expires_at.since(lease.acquired_at), Duration::from_secs(1));
+
+    // Never released: once it expires, the other server is told to come back when the
+    // delay ends, and its waiters are granted the lock then.
+    until_expired(other.as_ref(), &resource, Duration::from_secs(10)).await;
+    let refused = other
+        .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let AcquireOutcome::Delayed {
+        resource: named,
+        retry_in,
+    } = refused
+    else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(named, resource);
+    assert!(!retry_in.is_zero() && retry_in <= delay, "{retry_in:?}");
+    let waiters = Waiters::new(other.clone());
+    let next = waiters
+        .acquire_unless(
+            &resource,
+            &owner("b"),
+            terms(Duration::from_secs(60)),
+            Duration::from_secs(20),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let next = shared::granted(next.outcome);
+    assert!(
+        next.acquired_at >= lease.closed_until(),
+        "{next:?} in the delay of {lease:?}"
+    );
+    assert!(next.token > lease.token);
+    assert_eq!(next.lock_delay, Duration::ZERO, "b asked for none");
+
+    // A release ends the delay at once, on every server.
+    one.release(&resource, &owner("b"), Some(next.token))
+        .await
+        .unwrap();
+    let third = shared::granted(one.acquire_with(&resource, &owner("c"), delayed).await.unwrap());
+    one.release(&resource, &owner("c"), None).await.unwrap();
+    let fourth = shared::granted(
+        other
+            .acquire(&resource, &owner("d"), ttl(Duration::from_secs(60)))
+            .await
+            .unwrap(),
+    );
+    assert!(fourth.token > third.token);
+}
+
+fn names(names: &[&Resource]) -> Resources {
+    Resources::new(names.iter().map(|&name| name.clone()).collect()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_acquire_through_one_server_is_refused_whole_when_the_other_holds_a_name() {
+    let [one, other] = two_servers().await;
+    let (x, y, z, w) = (
+        shared::unique("all-x"),
+        shared::unique("all-y"),
+        shared::unique("all-z"),
+        shared::unique("all-w"),
+    );
+    let long = ttl(Duration::from_secs(60));
+    let held = shared::granted(other.acquire(&y, &owner("b"), long).await.unwrap());
+    let refused = one
+        .acquire_all(&names(&[&x, &y, &z]), &owner("a"), Terms::ttl(long))
+        .await
+        .unwrap();
+    let AcquireAllOutcome::Refused(refusals) = refused else {
+        panic!("{refused:?}");
+    };
+    let [AcquireOutcome::Held { holder, expires_in }] = &refusals[..] else {
+        panic!("{refusals:?}");
+    };
+    assert_eq!(*holder, held);
+    assert!(!expires_in.is_zero());
+    for name in [&x, &z] {
+        assert_eq!(other.get(name).await.unwrap(), None, "{name} was taken");
+    }
+
+    // A lock in its lock-delay stands in the way too, each refusal in the order given.
+    let delayed = Terms::ttl(ttl(Duration::from_secs(1))).lock_delay(Duration::from_secs(60));
+    shared::granted(other.acquire_with(&w, &owner("b"), delayed).await.unwrap());
+    until_expired(one.as_ref(), &w, Duration::from_secs(10)).await;
+    let refused = one
+        .acquire_all(&names(&[&x, &w, &y]), &owner("a"), Terms::ttl(long))
+        .await
+        .unwrap();
+    let AcquireAllOutcome::Refused(refusals) = refused else {
+        panic!("{refused:?}");
+    };
+    assert!(
+        matches!(&refusals[..], [AcquireOutcome::Delayed { resource, .. }, AcquireOutcome::Held { holder, .. }]
+            if *resource == w && *holder == held),
+        "{refusals:?}"
+    );
+    assert_eq!(other.get(&x).await.unwrap(), None);
+
+    // Once y is free, all three are granted at once; one the caller held is extended.
+    other.release(&y, &owner("b"), None).await.unwrap();
+    let mine = shared::granted(one.acquire(&z, &owner("a"), long).await.unwrap());
+    let granted = one
+        .acquire_all(&names(&[&x, &y, &z]), &owner("a"), Terms::ttl(long))
+        .await
+        .unwrap();
+    let AcquireAllOutcome::Granted(outcomes) = granted else {
+        panic!("{granted:?}");
+    };
+    let [
+        AcquireOutcome::Granted { lease: gx, .. },
+        AcquireOutcome::Granted { lease: gy, .. },
+        AcquireOutcome::Extended(gz),
+    ] = &outcomes[..]
+    else {
+        panic!("{outcomes:?}");
+    };
+    assert_eq!((&gx.resource, &gy.resource), (&x, &y));
+    assert!(gy.token > held.token);
+    assert_eq!(gz.token, mine.token);
+    for lease in [gx, gy, gz] {
+        assert_eq!(other.get(&lease.resource).await.unwrap().as_ref(), Some(lease));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_acquires_in_opposite_orders_on_two_servers_never_both_win() {
+    let servers = two_servers().await;
+    let (a, b) = (shared::unique("race-a"), shared::unique("race-b"));
+    let orders = [names(&[&a, &b]), names(&[&b, &a])];
+    let mut last = FencingToken(0);
+    for round in 0..20 {
+        let racers: Vec<_> = (0..2)
+            .map(|i| {
+                let (store, resources) = (servers[i].clone(), orders[i].clone());
+                let who = owner(&format!("racer-{i}"));
+                tokio::spawn(async move {
+                    let outcome = store
+                        .acquire_all(&resources, &who, Terms::ttl(ttl(Duration::from_secs(60))))
+                        .await
+                        .expect("a racing multi-acquire fails");
+                    (store, who, outcome)
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for racer in racers {
+            match racer.await.unwrap() {
+                (store, who, AcquireAllOutcome::Granted(outcomes)) => winners.push((store, who, outcomes)),
+                (_, _, AcquireAllOutcome::Refused(refusals)) => assert!(
+                    refusals.iter().all(|r| matches!(r, AcquireOutcome::Held { .. })),
+                    "round {round}: {refusals:?}"
+                ),
+            }
+        }
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: {winners:?}",
+            winners = winners.iter().map(|w| &w.2).collect::<Vec<_>>()
+        );
+        let (store, who, outcomes) = winners.pop().unwrap();
+        let leases: Vec<_> = outcomes.into_iter().map(shared::granted).collect();
+        for lease in &leases {
+            assert!(
+                lease.token > last,
+                "round {round}: {lease:?} after token {last:?}"
+            );
+            let released = store
+                .release(&lease.resource, &who, Some(lease.token))
+                .await
+                .unwrap();
+            assert!(matches!(released, ReleaseOutcome::Released(_)), "{released:?}");
+        }
+        last = leases.iter().map(|l| l.token).max().unwrap();
+    }
+}
+
+/// The most locks one acquire may take fit in one transaction under etcd's default limit of
+/// operations (a put and a get each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_most_locks_one_acquire_may_take_fit_one_transaction() {
+    let store = store(&shared_url().await).await;
+    let all: Vec<Resource> = (0..fencelock_core::MAX_RESOURCES)
+        .map(|i| shared::unique(&format!("many-{i}")))
+        .collect();
+    let resources = Resources::new(all.clone()).unwrap();
+    let long = Terms::ttl(ttl(Duration::from_secs(60)));
+    let granted = store.acquire_all(&resources, &owner("a"), long).await.unwrap();
+    let AcquireAllOutcome::Granted(outcomes) = granted else {
+        panic!("{granted:?}");
+    };
+    let leases: Vec<_> = outcomes.into_iter().map(shared::granted).collect();
+    assert_eq!(
+        leases.iter().map(|l| &l.resource).collect::<Vec<_>>(),
+        all.iter().collect::<Vec<_>>()
+    );
+    // Again: every one extended, in one transaction too.
+    let again = store.acquire_all(&resources, &owner("a"), long).await.unwrap();
+    let AcquireAllOutcome::Granted(outcomes) = again else {
+        panic!("{again:?}");
+    };
+    for (outcome, lease) in outcomes.iter().zip(&leases) {
+        assert!(
+            matches!(outcome, AcquireOutcome::Extended(extended) if extended.token == lease.token),
+            "{outcome:?}"
+        );
+    }
 }

@@ -1,9 +1,11 @@
 //! How locks, holds and writers' intents are written in etcd: their keys and values, and
 //! reading them back.
 
+use std::time::Duration;
+
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, TxnOp, TxnOpResponse, TxnResponse};
 use fencelock_core::{
-    Claim, FencingToken, Hold, HoldKind, Intent, Key, Lease, Owner, Principal, Resource, Timestamp,
+    Claim, FencingToken, Hold, HoldKind, Intent, Key, Lease, Owner, Principal, Resource, Terms, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -23,15 +25,73 @@ struct Stored {
     acquired_at: u64,
     /// Milliseconds since the epoch.
     expires_at: u64,
+    /// The cap on holding, milliseconds since the epoch: absent when there is none, as in
+    /// every value written before leases kept their terms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hold_until: Option<u64>,
+    /// The lock-delay in milliseconds: absent when there is none, as before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    lock_delay: u64,
 }
 
-/// The value of a lock key.
-pub(super) fn encode(owner: &Owner, acquired_at: Timestamp, expires_at: Timestamp) -> Result<Vec<u8>> {
+fn is_zero(ms: &u64) -> bool {
+    *ms == 0
+}
+
+/// The terms a lease keeps for its whole life, whatever its renewals and extensions send:
+/// its cap on holding and its lock-delay, set by the grant that issued its token.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Kept {
+    pub(super) hold_until: Option<Timestamp>,
+    pub(super) lock_delay: Duration,
+}
+
+impl Kept {
+    /// No cap and no lock-delay: what every hold keeps, and every lease written before
+    /// leases kept their terms.
+    pub(super) const NONE: Self = Self {
+        hold_until: None,
+        lock_delay: Duration::ZERO,
+    };
+
+    /// What a grant at `now` on `terms` keeps: the cap measured from `now`.
+    pub(super) fn granted(now: Timestamp, terms: Terms) -> Self {
+        Self {
+            hold_until: terms.max_hold.map(|cap| now.plus(cap)),
+            lock_delay: terms.lock_delay,
+        }
+    }
+
+    /// What `lease` keeps.
+    pub(super) fn of(lease: &Lease) -> Self {
+        Self {
+            hold_until: lease.hold_until,
+            lock_delay: lease.lock_delay,
+        }
+    }
+
+    /// `expires_at`, or the cap if it comes first.
+    pub(super) fn cut(self, expires_at: Timestamp) -> Timestamp {
+        self.hold_until.map_or(expires_at, |cap| expires_at.min(cap))
+    }
+}
+
+/// The value of a lock key: of `owner`, granted or extended at `acquired_at`, ending at
+/// `expires_at`, keeping `kept`. A lease that keeps nothing is written as before terms were
+/// kept, byte for byte.
+pub(super) fn encode(
+    owner: &Owner,
+    acquired_at: Timestamp,
+    expires_at: Timestamp,
+    kept: Kept,
+) -> Result<Vec<u8>> {
     serde_json::to_vec(&Stored {
         owner: owner.as_str().to_owned(),
         principal: principal_of(owner),
         acquired_at: acquired_at.as_millis(),
         expires_at: expires_at.as_millis(),
+        hold_until: kept.hold_until.map(Timestamp::as_millis),
+        lock_delay: u64::try_from(kept.lock_delay.as_millis()).unwrap_or(u64::MAX),
     })
     .map_err(|e| EtcdError::Corrupt(format!("cannot encode a lock: {e}")))
 }
@@ -48,8 +108,8 @@ pub(super) fn lease(resource: Resource, kv: &KeyValue) -> Result<Lease> {
         owner,
         acquired_at: Timestamp::from_millis(stored.acquired_at),
         expires_at: Timestamp::from_millis(stored.expires_at),
-        hold_until: None,
-        lock_delay: std::time::Duration::ZERO,
+        hold_until: stored.hold_until.map(Timestamp::from_millis),
+        lock_delay: Duration::from_millis(stored.lock_delay),
     })
 }
 
@@ -74,14 +134,6 @@ pub(super) fn resource(prefix: &str, key: &[u8]) -> Result<Resource> {
         .and_then(|name| std::str::from_utf8(name).ok())
         .ok_or_else(|| EtcdError::Corrupt(format!("odd lock key {}", String::from_utf8_lossy(key))))?;
     Resource::new(name).map_err(|e| EtcdError::Corrupt(format!("lock key for {name:?}: {e}")))
-}
-
-/// The key read by the last `get` of a transaction's answer.
-pub(super) fn last_get(answer: &TxnResponse) -> Option<KeyValue> {
-    answer.op_responses().into_iter().rev().find_map(|op| match op {
-        TxnOpResponse::Get(mut get) => get.take_kvs().into_iter().next(),
-        _ => None,
-    })
 }
 
 /// What the value of a hold key holds; the owner's name and the claim's mode are in the
@@ -145,12 +197,6 @@ pub(super) struct Range {
 }
 
 impl Range {
-    /// Just the key `key`: the next key is `key` with a zero byte appended.
-    pub(super) fn key(key: Vec<u8>) -> Self {
-        let end = [&key[..], &[0]].concat();
-        Self { start: key, end }
-    }
-
     /// Every key that starts with `start`.
     fn under(start: Vec<u8>) -> Self {
         let end = prefix_end(&start);
@@ -301,8 +347,9 @@ impl HoldKeys {
                 owner,
                 acquired_at: Timestamp::from_millis(stored.acquired_at),
                 expires_at: Timestamp::from_millis(stored.expires_at),
+                // Holds keep no terms.
                 hold_until: None,
-                lock_delay: std::time::Duration::ZERO,
+                lock_delay: Duration::ZERO,
             },
             claim,
         })
@@ -409,6 +456,8 @@ pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    use fencelock_core::Ttl;
+
     use super::*;
 
     const AT: Timestamp = Timestamp::from_millis(1_000);
@@ -443,7 +492,7 @@ mod tests {
         let none = Owner::new("worker-7").unwrap();
         let text = |value: Result<Vec<u8>>| String::from_utf8(value.unwrap()).unwrap();
         assert_eq!(
-            text(encode(&none, AT, ENDS)),
+            text(encode(&none, AT, ENDS, Kept::NONE)),
             r#"{"owner":"worker-7","acquired_at":1000,"expires_at":2000}"#
         );
         assert_eq!(
@@ -452,7 +501,8 @@ mod tests {
         );
         assert_eq!(text(encode_intent(&none, ENDS)), r#"{"expires_at":2000}"#);
 
-        let lock: Stored = serde_json::from_slice(&encode(&billing(), AT, ENDS).unwrap()).unwrap();
+        let lock: Stored =
+            serde_json::from_slice(&encode(&billing(), AT, ENDS, Kept::NONE).unwrap()).unwrap();
         assert_eq!(owner(&lock.owner, lock.principal.as_deref()), Ok(billing()));
         let permit = Claim::Permit { limit: 2 };
         let hold: StoredHold =
@@ -460,6 +510,61 @@ mod tests {
         assert_eq!(hold.principal.as_deref(), Some("billing"));
         let intent: StoredIntent = serde_json::from_slice(&encode_intent(&billing(), ENDS).unwrap()).unwrap();
         assert_eq!(intent.principal.as_deref(), Some("billing"));
+    }
+
+    /// A lock value as versions before terms wrote it: no cap, no lock-delay.
+    #[test]
+    fn lock_values_written_before_terms_keep_none() {
+        let lock: Stored = serde_json::from_str(
+            r#"{"owner":"worker-7","principal":"billing","acquired_at":1000,"expires_at":2000}"#,
+        )
+        .unwrap();
+        assert_eq!((lock.hold_until, lock.lock_delay), (None, 0));
+    }
+
+    /// Terms are written only when there are some, each on its own; what is written is read
+    /// back as it was.
+    #[test]
+    fn terms_are_written_when_there_are_some_and_read_back() {
+        let text = |kept| String::from_utf8(encode(&billing(), AT, ENDS, kept).unwrap()).unwrap();
+        let capped = Kept {
+            hold_until: Some(Timestamp::from_millis(1_500)),
+            ..Kept::NONE
+        };
+        assert_eq!(
+            text(capped),
+            r#"{"owner":"worker-7","principal":"billing","acquired_at":1000,"expires_at":2000,"hold_until":1500}"#
+        );
+        let delayed = Kept {
+            lock_delay: Duration::from_millis(250),
+            ..Kept::NONE
+        };
+        assert_eq!(
+            text(delayed),
+            r#"{"owner":"worker-7","principal":"billing","acquired_at":1000,"expires_at":2000,"lock_delay":250}"#
+        );
+        let both = Kept {
+            hold_until: Some(Timestamp::from_millis(1_500)),
+            lock_delay: Duration::from_millis(250),
+        };
+        let read: Stored = serde_json::from_str(&text(both)).unwrap();
+        assert_eq!((read.hold_until, read.lock_delay), (Some(1_500), 250));
+    }
+
+    #[test]
+    fn a_grant_keeps_its_cap_from_its_own_time_and_cuts_at_it() {
+        let terms = Terms::ttl(Ttl::from_const_millis(10_000))
+            .max_hold(Some(Ttl::from_const_millis(500)))
+            .lock_delay(Duration::from_millis(30));
+        let kept = Kept::granted(AT, terms);
+        assert_eq!(kept.hold_until, Some(Timestamp::from_millis(1_500)));
+        assert_eq!(kept.lock_delay, Duration::from_millis(30));
+        assert_eq!(kept.cut(ENDS), Timestamp::from_millis(1_500));
+        assert_eq!(
+            kept.cut(Timestamp::from_millis(1_200)),
+            Timestamp::from_millis(1_200)
+        );
+        assert_eq!(Kept::NONE.cut(ENDS), ENDS);
     }
 
     #[test]

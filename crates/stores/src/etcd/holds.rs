@@ -9,9 +9,9 @@ use fencelock_core::{
     ReleaseOutcome, RenewOutcome, Resource, Timestamp, Ttl,
 };
 
-use super::codec::{self, Range};
+use super::codec::{self, Kept, Range};
 use super::error::EtcdError;
-use super::txn::{allowed, ended};
+use super::txn::{Granted, allowed, ended};
 use super::{EXPIRY_RECHECK, EtcdStore, MAX_ATTEMPTS};
 
 /// How many keys one request of [`EtcdStore::try_list_holds`] reads.
@@ -22,26 +22,13 @@ const LIST_BATCH: i64 = 256;
 #[derive(Default)]
 struct Spare(Option<Granted>);
 
-#[derive(Clone, Copy)]
-struct Granted {
-    id: i64,
-    /// The time before it was asked for: the `acquired_at` of a hold put on it.
-    asked_at: Timestamp,
-    /// `asked_at` plus the TTL etcd granted: etcd deletes the keys put on it no sooner.
-    expires_at: Timestamp,
-}
-
 impl Spare {
     async fn get(&mut self, store: &EtcdStore, ttl: Ttl) -> Result<Granted> {
         if let Some(granted) = self.0 {
             return Ok(granted);
         }
-        let (id, asked_at, expires_at) = store.grant(ttl).await?;
-        let granted = Granted {
-            id,
-            asked_at,
-            expires_at,
-        };
+        // Holds keep no terms.
+        let granted = store.grant(ttl, |_| Kept::NONE).await?;
         self.0 = Some(granted);
         Ok(granted)
     }
@@ -308,7 +295,10 @@ impl EtcdStore {
             };
             let value =
                 |expires_at| codec::encode_hold(owner, hold.claim, hold.lease.acquired_at, expires_at);
-            if let Some(expires_at) = self.move_unchanged("renew a hold", &kv, ttl, value).await? {
+            if let Some(expires_at) = self
+                .move_unchanged("renew a hold", &kv, ttl, Kept::NONE, value)
+                .await?
+            {
                 let mut renewed = hold;
                 renewed.lease.expires_at = expires_at;
                 return Ok(RenewOutcome::Renewed(renewed));

@@ -9,26 +9,52 @@
 //! - A lock on resource `r` is the key `/fencelock/locks/` + `r` (so listing in key order is
 //!   listing in the order of the names' bytes). Its value is JSON with the owner, the
 //!   owner's `principal` if it has one, `acquired_at` and `expires_at` (milliseconds since
-//!   the epoch); the key is attached to an etcd lease granted with the TTL.
+//!   the epoch), and the lease's terms if it has any: its cap `hold_until` (milliseconds
+//!   since the epoch) and its `lock_delay` (milliseconds). Each key is attached to an etcd
+//!   lease of its own, of whole seconds: the TTL (cut at the cap), then the lock-delay.
 //! - The **fencing token is the key's create revision**. etcd's revision counts every change
 //!   in the whole cluster and never goes back, so a key created after another (after a
 //!   release or an expiry) always has a greater create revision; rewriting the key (an
-//!   extension or a renewal) keeps it.
-//! - Acquire grants an etcd lease, then runs a transaction that creates the key only if it
-//!   is absent (`create_revision == 0`). If the key exists and belongs to the caller, a second
-//!   transaction rewrites it with the new lease only if it is unchanged since it was read
-//!   (`mod_revision`), which extends it; if it changed, acquire starts over. A lease known
-//!   to be unused is revoked; after an error it is left to run out instead, since a lost
-//!   answer may hide that the key was put on it.
+//!   extension or a renewal) keeps it. So a new lease is always a new key: the key of a
+//!   lease that is over is deleted before the next one is created, never overwritten.
+//! - **Which lease is live.** A lease without terms lives exactly as long as its etcd lease,
+//!   which etcd's clock counts down: its key is live while it exists (etcd deletes it at its
+//!   `expires_at` or a little after), whatever the servers' clocks say. A lease with terms
+//!   has a key that outlives it — its etcd lease also covers the lock-delay, and its whole
+//!   seconds may pass the cap — so its `expires_at` decides, by the clock of the server that
+//!   reads it: `get`, `list`, release and renew see it no more from then, an acquire is
+//!   refused with [`AcquireOutcome::Delayed`] until `expires_at + lock_delay`, and from then
+//!   on an acquire deletes the key (if unchanged) and creates it anew. A release deletes the
+//!   key, so no delay follows it.
+//! - Acquire, of one lock or of several ([`LockStore::acquire_all`]), is one transaction
+//!   for all the keys. It first tries the likely case, every key absent: an etcd lease per
+//!   key, then a transaction that creates every key only if none exists
+//!   (`create_revision == 0`), and reads them all back either way. On what it read it
+//!   judges each key: another owner's live lease or a lock-delay refuses the whole acquire
+//!   (every refusal, in the order given, nothing changed); a key that is over is deleted
+//!   first; otherwise a transaction whose compares cover every key — absent, or the exact
+//!   version read (`mod_revision`) for the caller's own live leases, which it extends,
+//!   keeping their terms — writes them all, or, if any compare fails, reads them all again
+//!   for the next try (up to 32). The keys created by one transaction share its revision as
+//!   their token. Its success branch has two operations per key, a put and a get: 128 for
+//!   the most locks one acquire may take (64), which is etcd's default `--max-txn-ops`; a
+//!   cluster that allows fewer refuses the largest acquires. An etcd lease known to be unused is revoked; after an error it is left to
+//!   run out instead, since a lost answer may hide that a key was put on it.
 //! - Release and renew read the key (a linearizable read), judge the caller on what they
-//!   read (absent, other owner, other token), and then delete or rewrite the key in a
-//!   transaction that only succeeds if the key is still that same version (`mod_revision`)
-//!   with that token (`create_revision`); otherwise they start over.
+//!   read (absent or over, other owner, other token), and then delete or rewrite the key in
+//!   a transaction that only succeeds if the key is still that same version
+//!   (`mod_revision`) with that token (`create_revision`); otherwise they start over.
 //! - Renew grants a **new** etcd lease with the new TTL and moves the key onto it (then
 //!   revokes the old lease): an etcd keep-alive could only restart the old lease's original
-//!   TTL, while a renew may ask for a shorter one.
+//!   TTL, while a renew may ask for a shorter one. Renewals and extensions are cut at the
+//!   cap, and keep the cap and the lock-delay of the lease.
 //! - All reads are linearizable (etcd's default), never served from a member's possibly
 //!   stale copy.
+//! - Values without terms are written byte for byte as before terms were kept, and values
+//!   written before read as of no cap and no delay. A server of an earlier version sharing
+//!   the cluster sees a lease with terms as held until etcd deletes its key (the end of its
+//!   lock-delay), and its renewals and extensions would drop the terms: upgrade every server
+//!   before giving leases terms.
 //!
 //! # Semaphores and read-write locks
 //!
@@ -87,20 +113,25 @@
 //! a name is held by one principal at a time, and the latest writer to wait under a name
 //! has its intent. An intent is withdrawn, or taken away by a grant, only by its principal.
 //!
-//! [`LockStore::force_release`] deletes the lock's key, or every hold key of the name, in
-//! one request that answers with the keys as they were, so it ends exactly what it
-//! reports; writers' intents stay. The watch announces the deletions as it does releases.
+//! [`LockStore::force_release`] deletes the key of a live lock if it is still the version
+//! read, or every hold key of the name in one request that answers with the keys as they
+//! were, so it ends exactly what it reports; a lock in its lock-delay stays closed, and
+//! writers' intents stay. The watch announces the deletions as it does releases.
 //!
 //! # Release notices
 //!
 //! [`LockStore::releases`] is fed by two watches, on the locks' prefix and on the holds'
-//! prefix: every deletion (a release, the expiry of a lease, an upgrade's or a downgrade's
+//! prefix: every deletion (a release, the expiry of an etcd lease, a lease over whose key an
+//! acquire deleted, an upgrade's or a downgrade's
 //! old key, a writer's intent withdrawn, granted or run out), and every rewrite that moves an
 //! expiry earlier (a shortening renewal or extension), wakes the waiters of that lock,
 //! semaphore or read-write lock, on every server. When a watch is lost both resume from the
 //! last revision each saw, so no deletion is missed unless etcd compacted that history
-//! meanwhile. [`LockStore::purge_expired`] returns nothing: etcd deletes expired keys by
-//! itself.
+//! meanwhile. A lease with terms ends with no change to its key (it is over by its
+//! `expires_at`, and its lock-delay by `expires_at + lock_delay`), so nothing is announced
+//! then: those who wait for it are told when in the refusal (`expires_in`, `retry_in`), and
+//! the next try is granted. [`LockStore::purge_expired`] returns nothing: etcd deletes
+//! expired keys by itself.
 //!
 //! # Failure
 //!
@@ -123,9 +154,9 @@ use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
-    HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
-    RenewOutcome, Resource, Terms, Ttl,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
+    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, Terms, Ttl,
 };
 use tokio::sync::broadcast;
 
@@ -279,12 +310,27 @@ impl EtcdStore {
 #[async_trait]
 impl LockStore for EtcdStore {
     async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
-        self.try_acquire(resource, owner, terms.ttl).await
+        let (AcquireAllOutcome::Granted(outcomes) | AcquireAllOutcome::Refused(outcomes)) = self
+            .try_acquire_all(std::slice::from_ref(resource), owner, terms)
+            .await?;
+        Ok(outcomes
+            .into_iter()
+            .next()
+            .ok_or_else(|| EtcdError::Corrupt(format!("an acquire of {resource} answered nothing")))?)
+    }
+
+    /// In one transaction: see the module docs.
+    async fn acquire_all(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome> {
+        self.try_acquire_all(resources.as_slice(), owner, terms).await
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
-        let kv = self.read(&self.key(resource)).await?;
-        Ok(kv.map(|kv| codec::lease(resource.clone(), &kv)).transpose()?)
+        Ok(self.read_live(resource).await?.map(|(_, lease)| lease))
     }
 
     async fn release(

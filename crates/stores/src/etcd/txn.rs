@@ -8,12 +8,13 @@ use etcd_client::{
 };
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, EndedLease, FencingToken, Lease, LeasePage, ListQuery, Owner, Refusal, ReleaseOutcome,
-    RenewOutcome, Resource, Timestamp, Ttl,
+    AcquireAllOutcome, AcquireOutcome, EndedLease, FencingToken, Lease, LeasePage, ListQuery, Owner, Refusal,
+    ReleaseOutcome, RenewOutcome, Resource, Terms, Timestamp, Ttl,
 };
 
+use super::codec::{self, Kept};
 use super::error::EtcdError;
-use super::{EXPIRY_RECHECK, EtcdStore, MAX_ATTEMPTS, codec};
+use super::{EXPIRY_RECHECK, EtcdStore, MAX_ATTEMPTS};
 
 impl EtcdStore {
     /// The key of `resource` as it is now (a linearizable read).
@@ -37,14 +38,24 @@ impl EtcdStore {
         .await
     }
 
-    /// Grants an etcd lease of at least `ttl`, rounded up to whole seconds. Returns its id
-    /// and the lease's `(acquired_at, expires_at)`: the time before asking, and that time
-    /// plus the TTL etcd granted (which may be more than asked, never less). etcd starts
-    /// counting after that time, so it frees the lock no earlier than `expires_at`.
-    pub(super) async fn grant(&self, ttl: Ttl) -> Result<(i64, Timestamp, Timestamp)> {
-        let seconds = i64::try_from(ttl.as_millis().div_ceil(1000))
-            .map_err(|_| EtcdError::Invalid(format!("TTL {ttl:?} is too long")))?;
+    /// Grants an etcd lease for a lease of `ttl` that keeps `kept` (made from `asked_at`, this
+    /// server's time before asking), of whole seconds rounded up: the TTL cut at the cap,
+    /// then the lock-delay. The lease put on it ends the delay's seconds before the etcd lease
+    /// does (etcd may grant more seconds than asked, never fewer), and at the cap if that
+    /// comes first. etcd starts counting after `asked_at`, so it deletes a key put on it no
+    /// sooner than the end of the lease's lock-delay.
+    pub(super) async fn grant(&self, ttl: Ttl, kept: impl FnOnce(Timestamp) -> Kept) -> Result<Granted> {
         let asked_at = Timestamp::now_wall();
+        let kept = kept(asked_at);
+        let lasts = kept.hold_until.map_or(ttl.as_duration(), |cap| {
+            ttl.as_duration().min(cap.since(asked_at))
+        });
+        let too_long = || EtcdError::Invalid(format!("TTL {ttl:?} with {kept:?} is too long"));
+        let (lasts, delay) = (
+            whole_seconds(lasts).ok_or_else(too_long)?,
+            whole_seconds(kept.lock_delay).ok_or_else(too_long)?,
+        );
+        let seconds = lasts.checked_add(delay).ok_or_else(too_long)?.max(1);
         let leases = self.client.lease_client();
         let granted = request("grant a lease", || {
             let mut leases = leases.clone();
@@ -58,9 +69,15 @@ impl EtcdStore {
             }
             .into());
         }
-        let lasts = u64::try_from(granted.ttl().max(seconds)).unwrap_or(0) * 1000;
-        let expires_at = Timestamp::from_millis(asked_at.as_millis().saturating_add(lasts));
-        Ok((granted.id(), asked_at, expires_at))
+        let ends = u64::try_from(granted.ttl().max(seconds) - delay)
+            .unwrap_or(0)
+            .saturating_mul(1000);
+        Ok(Granted {
+            id: granted.id(),
+            asked_at,
+            expires_at: kept.cut(Timestamp::from_millis(asked_at.as_millis().saturating_add(ends))),
+            kept,
+        })
     }
 
     /// Revokes an etcd lease nothing uses any more, in the background: if that fails, the
@@ -87,105 +104,171 @@ impl EtcdStore {
         .await
     }
 
-    pub(super) async fn try_acquire(
+    /// Acquires every lock of `resources` for `owner` on `terms`, or none, in one
+    /// transaction (see the module docs).
+    pub(super) async fn try_acquire_all(
         &self,
-        resource: &Resource,
+        resources: &[Resource],
         owner: &Owner,
-        ttl: Ttl,
-    ) -> Result<AcquireOutcome> {
-        let key = self.key(resource);
-        let (lease_id, acquired_at, expires_at) = self.grant(ttl).await?;
-        let value = codec::encode(owner, acquired_at, expires_at)?;
-        let put = || {
-            TxnOp::put(
-                key.clone(),
-                value.clone(),
-                Some(PutOptions::new().with_lease(lease_id)),
-            )
-        };
-        let result = self.acquire_with(resource, owner, &key, lease_id, put).await;
-        // Held: the new lease holds nothing. Not on an error, though: a transaction whose
-        // answer was lost may have put the key on the new lease, and revoking it would then
-        // delete a lock the caller may still count on (its old lease, if this extended it).
-        // An unused lease just runs out.
-        if let Ok(AcquireOutcome::Held { .. }) = &result {
-            self.revoke(lease_id);
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome> {
+        let mut spares = vec![None; resources.len()];
+        let result = self.acquire_keys(resources, owner, terms, &mut spares).await;
+        // The leases still spare hold nothing. Not on an error, though: a transaction whose
+        // answer was lost may have put keys on them, and revoking one would then delete a
+        // lock the caller may still count on (its old lease, if this extended it). An unused
+        // lease just runs out.
+        if result.is_ok() {
+            for spare in spares.into_iter().flatten() {
+                self.revoke(spare.id);
+            }
         }
         result
     }
 
-    async fn acquire_with(
+    /// [`EtcdStore::try_acquire_all`], with one etcd lease per key in `spares`, granted
+    /// when first needed and kept for the retries (taken out once a key is on it).
+    async fn acquire_keys(
         &self,
-        resource: &Resource,
+        resources: &[Resource],
         owner: &Owner,
-        key: &[u8],
-        lease_id: i64,
-        put: impl Fn() -> TxnOp,
-    ) -> Result<AcquireOutcome> {
+        terms: Terms,
+        spares: &mut [Option<Granted>],
+    ) -> Result<AcquireAllOutcome> {
+        let keys: Vec<Vec<u8>> = resources.iter().map(|r| self.key(r)).collect();
+        // Nothing read yet: the likely case, every key absent, is written at once, and the
+        // transaction reads every key back whether it succeeds or not.
+        let mut read: Vec<Option<KeyValue>> = vec![None; keys.len()];
         for _ in 0..MAX_ATTEMPTS {
-            let create = Txn::new()
-                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-                .and_then([put(), TxnOp::get(key, None)])
-                .or_else([TxnOp::get(key, None)]);
-            let answer = self.txn("acquire", create).await?;
-            let current = codec::last_get(&answer);
-            if answer.succeeded() {
-                let kv = current.ok_or_else(|| EtcdError::Corrupt("a created lock key is missing".into()))?;
-                return Ok(AcquireOutcome::Granted {
-                    lease: codec::lease(resource.clone(), &kv)?,
-                    // etcd deletes an expired lease's key: there is never one to replace.
-                    expired: None,
-                });
-            }
-            // The failed compare means the key exists, and the get ran in the same
-            // transaction: a missing key is an odd answer, and worth asking again.
-            let Some(kv) = current else { continue };
-            let holder = codec::lease(resource.clone(), &kv)?;
-            if holder.owner != *owner {
-                let expires_in = holder.expires_at.since(Timestamp::now_wall());
-                return Ok(AcquireOutcome::Held {
-                    holder,
-                    expires_in: if expires_in.is_zero() {
-                        EXPIRY_RECHECK
-                    } else {
-                        expires_in
-                    },
-                });
-            }
-            // The caller holds it: move the key onto the new lease, if it is still the
-            // version just read.
-            let old_lease = kv.lease();
-            let extend = Txn::new()
-                .when([Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision())])
-                .and_then([put(), TxnOp::get(key, None)]);
-            let answer = self.txn("extend", extend).await?;
-            if answer.succeeded() {
-                let kv = codec::last_get(&answer)
-                    .ok_or_else(|| EtcdError::Corrupt("an extended lock key is missing".into()))?;
-                // The old lease may be this very one, when a retry after a lost answer
-                // extends the lock this call granted: never revoke the lease the key is on.
-                if old_lease != lease_id {
-                    self.revoke(old_lease);
+            let now = Timestamp::now_wall();
+            let (mut writes, mut refusals, mut over) = (Vec::new(), Vec::new(), Vec::new());
+            for (resource, kv) in resources.iter().zip(read) {
+                match judge_acquire(resource, kv, owner, now)? {
+                    Judged::Write(write) => writes.push(write),
+                    Judged::Refused(refusal) => refusals.push(refusal),
+                    Judged::Over(kv) => over.push(kv),
                 }
-                return Ok(AcquireOutcome::Extended(codec::lease(resource.clone(), &kv)?));
             }
+            if !refusals.is_empty() {
+                return Ok(AcquireAllOutcome::Refused(refusals));
+            }
+            if !over.is_empty() {
+                // A new lease must be a new key, whose create revision is the new token:
+                // the old key goes first (etcd takes no put and delete of one key in one
+                // transaction). The watch announces it as a release.
+                for kv in &over {
+                    self.delete_unchanged("clear an expired lock", kv).await?;
+                }
+                read = vec![None; keys.len()];
+                continue;
+            }
+            let mut when = Vec::with_capacity(keys.len());
+            let mut puts = Vec::with_capacity(keys.len());
+            for ((key, write), spare) in keys.iter().zip(&writes).zip(spares.iter_mut()) {
+                let granted = match write {
+                    Write::Create => {
+                        when.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
+                        self.lease_for(spare, terms.ttl, |at| Kept::granted(at, terms))
+                            .await?
+                    }
+                    Write::Rewrite(kv, kept) => {
+                        when.push(Compare::mod_revision(
+                            key.clone(),
+                            CompareOp::Equal,
+                            kv.mod_revision(),
+                        ));
+                        self.lease_for(spare, terms.ttl, |_| *kept).await?
+                    }
+                };
+                let value = codec::encode(owner, granted.asked_at, granted.expires_at, granted.kept)?;
+                puts.push(TxnOp::put(
+                    key.clone(),
+                    value,
+                    Some(PutOptions::new().with_lease(granted.id)),
+                ));
+            }
+            let gets: Vec<TxnOp> = keys.iter().map(|key| TxnOp::get(key.clone(), None)).collect();
+            let txn = Txn::new()
+                .when(when)
+                .and_then(puts.into_iter().chain(gets.clone()).collect::<Vec<_>>())
+                .or_else(gets);
+            let answer = self.txn("acquire", txn).await?;
+            let kvs = codec::gets(&answer).into_iter().map(|kvs| kvs.into_iter().next());
+            if !answer.succeeded() {
+                read = kvs.collect();
+                continue;
+            }
+            let mut granted = Vec::with_capacity(keys.len());
+            for (((resource, write), kv), spare) in
+                resources.iter().zip(writes).zip(kvs).zip(spares.iter_mut())
+            {
+                let kv =
+                    kv.ok_or_else(|| EtcdError::Corrupt(format!("lock {resource} just written is missing")))?;
+                // The key is on it now.
+                spare.take();
+                let lease = codec::lease(resource.clone(), &kv)?;
+                granted.push(match write {
+                    Write::Create => AcquireOutcome::Granted {
+                        lease,
+                        // An expired lease's key was deleted before (by etcd, or above).
+                        expired: None,
+                    },
+                    Write::Rewrite(old, _) => {
+                        // Never the lease the key is on now.
+                        if old.lease() != kv.lease() {
+                            self.revoke(old.lease());
+                        }
+                        AcquireOutcome::Extended(lease)
+                    }
+                });
+            }
+            return Ok(AcquireAllOutcome::Granted(granted));
         }
         Err(EtcdError::Contended { doing: "acquire" }.into())
     }
 
+    /// The etcd lease for one key's write, which keeps `kept(asked_at)`: the one in
+    /// `spare` if it was granted for what this write keeps, or a new one, left in `spare`
+    /// (one granted for other terms is revoked: no key is on it).
+    async fn lease_for(
+        &self,
+        spare: &mut Option<Granted>,
+        ttl: Ttl,
+        kept: impl Fn(Timestamp) -> Kept,
+    ) -> Result<Granted> {
+        match *spare {
+            Some(granted) if granted.kept == kept(granted.asked_at) => Ok(granted),
+            unfit => {
+                if let Some(unfit) = unfit {
+                    self.revoke(unfit.id);
+                }
+                *spare = None;
+                let granted = self.grant(ttl, kept).await?;
+                *spare = Some(granted);
+                Ok(granted)
+            }
+        }
+    }
+
+    /// The key of `resource` and the lease it holds, if that lease is live now.
+    pub(super) async fn read_live(&self, resource: &Resource) -> Result<Option<(KeyValue, Lease)>> {
+        let Some(kv) = self.read(&self.key(resource)).await? else {
+            return Ok(None);
+        };
+        let lease = codec::lease(resource.clone(), &kv)?;
+        Ok(live(&lease, Timestamp::now_wall()).then_some((kv, lease)))
+    }
+
     /// Reads the key, judges the caller on it (rules 5 and 8: absent, then owner, then
-    /// token), and gives the key and the lease it holds if the caller may change it.
+    /// token), and gives the key and the lease it holds if the caller may change it. A lease
+    /// that expired is absent, also while its lock-delay keeps its key.
     async fn judge(
         &self,
         resource: &Resource,
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<Result<(KeyValue, Lease), Refusal>> {
-        // The key exists exactly as long as etcd keeps its lease alive: it is live.
-        let found = match self.read(&self.key(resource)).await? {
-            Some(kv) => Some((codec::lease(resource.clone(), &kv)?, kv)),
-            None => None,
-        };
+        let found = self.read_live(resource).await?.map(|(kv, lease)| (lease, kv));
         Ok(allowed(found, |lease| lease, owner, token))
     }
 
@@ -210,9 +293,9 @@ impl EtcdStore {
         Ok(deleted)
     }
 
-    /// Moves the key `kv`, if it is still that version, onto a new etcd lease of `ttl`, with
-    /// the value `value(expires_at)`, and revokes its old lease. Returns the new `expires_at`,
-    /// or `None` if the key changed meanwhile.
+    /// Moves the key `kv`, if it is still that version, onto a new etcd lease of `ttl` for a
+    /// lease that keeps `kept`, with the value `value(expires_at)`, and revokes its old lease.
+    /// Returns the new `expires_at` (cut at the cap), or `None` if the key changed meanwhile.
     ///
     /// A new etcd lease, not a keep-alive: a keep-alive could only restart the old lease's
     /// original TTL, and a renew may ask for a shorter one.
@@ -221,13 +304,14 @@ impl EtcdStore {
         doing: &'static str,
         kv: &KeyValue,
         ttl: Ttl,
+        kept: Kept,
         value: impl FnOnce(Timestamp) -> Result<Vec<u8>, EtcdError>,
     ) -> Result<Option<Timestamp>> {
-        let (lease_id, _, expires_at) = self.grant(ttl).await?;
+        let granted = self.grant(ttl, |_| kept).await?;
         let put = TxnOp::put(
             kv.key(),
-            value(expires_at)?,
-            Some(PutOptions::new().with_lease(lease_id)),
+            value(granted.expires_at)?,
+            Some(PutOptions::new().with_lease(granted.id)),
         );
         // On an error, the new lease is left to run out rather than revoked: the lost
         // answer may have moved the key onto it, and revoking would delete the key.
@@ -237,9 +321,9 @@ impl EtcdStore {
             .succeeded()
         {
             self.revoke(kv.lease());
-            Ok(Some(expires_at))
+            Ok(Some(granted.expires_at))
         } else {
-            self.revoke(lease_id);
+            self.revoke(granted.id);
             Ok(None)
         }
     }
@@ -265,15 +349,22 @@ impl EtcdStore {
         Ok(deleted)
     }
 
-    /// Ends the lock on `resource`, whoever holds it, in one request: its lease if it had one.
+    /// Ends the live lease on `resource`, whoever holds it: deletes its key if it is still
+    /// the version read, so that it ends exactly what it reports. A lease that expired is
+    /// not there to end, and its lock-delay stays.
     pub(super) async fn force_release_lock(&self, resource: &Resource) -> Result<Option<Lease>> {
-        let deleted = self
-            .delete_range("force-release a lock", &codec::Range::key(self.key(resource)))
-            .await?;
-        Ok(deleted
-            .first()
-            .map(|kv| codec::lease(resource.clone(), kv))
-            .transpose()?)
+        for _ in 0..MAX_ATTEMPTS {
+            let Some((kv, lease)) = self.read_live(resource).await? else {
+                return Ok(None);
+            };
+            if self.delete_unchanged("force-release a lock", &kv).await? {
+                return Ok(Some(lease));
+            }
+        }
+        Err(EtcdError::Contended {
+            doing: "force-release a lock",
+        }
+        .into())
     }
 
     pub(super) async fn try_release(
@@ -306,40 +397,146 @@ impl EtcdStore {
                 Ok(allowed) => allowed,
                 Err(refusal) => return Ok(refusal.into()),
             };
-            let value = |expires_at| codec::encode(owner, lease.acquired_at, expires_at);
-            if let Some(expires_at) = self.move_unchanged("renew", &kv, ttl, value).await? {
+            let kept = Kept::of(&lease);
+            let value = |expires_at| codec::encode(owner, lease.acquired_at, expires_at, kept);
+            if let Some(expires_at) = self.move_unchanged("renew", &kv, ttl, kept, value).await? {
                 return Ok(RenewOutcome::Renewed(Lease { expires_at, ..lease }));
             }
         }
         Err(EtcdError::Contended { doing: "renew" }.into())
     }
 
+    /// Reads the locks in key order (which is the order of the names' bytes), in batches of
+    /// one revision, skipping the keys of leases that are over (kept for their lock-delay, or
+    /// not yet deleted), until one past the page's `query.limit` live leases shows up or the
+    /// range ends.
     pub(super) async fn try_list(&self, query: &ListQuery) -> Result<LeasePage> {
         let limit = query.limit.max(1);
         let prefix = [self.options.prefix.as_bytes(), query.prefix.as_bytes()].concat();
-        let start = match &query.after {
+        let end = codec::prefix_end(&prefix);
+        let mut start = match &query.after {
             // Just after the cursor's key: the key with a zero byte appended.
             Some(after) if after.as_str() >= query.prefix.as_str() => [&self.key(after)[..], &[0]].concat(),
-            _ => prefix.clone(),
+            _ => prefix,
         };
-        // One more than asked, to know whether another page follows. Keys come back in
-        // ascending byte order, which is the order of the names' bytes.
-        let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let options = GetOptions::new()
-            .with_range(codec::prefix_end(&prefix))
-            .with_limit(fetch);
-        let mut answer = self.get("list locks", &start, Some(options)).await?;
-        let leases = answer
-            .take_kvs()
-            .iter()
-            .map(|kv| codec::lease(self.resource_of(kv)?, kv))
-            .collect::<Result<Vec<_>, _>>()?;
+        let now = Timestamp::now_wall();
+        let (mut leases, mut revision) = (Vec::new(), 0);
+        // One more than asked, to know whether another page follows.
+        while leases.len() <= limit {
+            let wanted = limit + 1 - leases.len();
+            let options = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(i64::try_from(wanted).unwrap_or(i64::MAX))
+                // Every batch after the first at the first one's revision: one snapshot.
+                .with_revision(revision);
+            let mut answer = self.get("list locks", &start, Some(options)).await?;
+            if revision == 0 {
+                revision = answer.header().map_or(0, |h| h.revision());
+            }
+            let more = answer.more();
+            let kvs = answer.take_kvs();
+            for kv in &kvs {
+                let lease = codec::lease(self.resource_of(kv)?, kv)?;
+                if live(&lease, now) {
+                    leases.push(lease);
+                }
+            }
+            match kvs.last() {
+                Some(last) if more => start = [last.key(), &[0]].concat(),
+                _ => break,
+            }
+        }
         Ok(crate::page(leases, limit))
     }
 
     fn resource_of(&self, kv: &KeyValue) -> Result<Resource, EtcdError> {
         codec::resource(&self.options.prefix, kv.key())
     }
+}
+
+/// An etcd lease granted for one key ([`EtcdStore::grant`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Granted {
+    pub(super) id: i64,
+    /// The time before it was asked for: the `acquired_at` of a lease put on it.
+    pub(super) asked_at: Timestamp,
+    /// When a lease put on it ends; etcd deletes the key no sooner than this plus `kept`'s
+    /// lock-delay.
+    pub(super) expires_at: Timestamp,
+    /// What a lease put on it keeps: what it was granted for.
+    pub(super) kept: Kept,
+}
+
+/// `duration` in whole seconds, rounded up, as etcd takes a TTL.
+fn whole_seconds(duration: Duration) -> Option<i64> {
+    i64::try_from(duration.as_millis().div_ceil(1000)).ok()
+}
+
+/// Whether the lock `lease`, whose key exists, is live at `now`.
+///
+/// The key of a lease that keeps no terms lives exactly as long as its etcd lease, which
+/// etcd's clock counts down: it is live while it exists, even past its `expires_at` by this
+/// server's clock (etcd deletes it soon). The key of a lease with terms outlives it: its
+/// etcd lease also covers the lock-delay, and the whole seconds of etcd's TTL may pass the
+/// cap. Its `expires_at` decides then, by this server's clock.
+pub(super) fn live(lease: &Lease, now: Timestamp) -> bool {
+    Kept::of(lease) == Kept::NONE || lease.is_live(now)
+}
+
+/// What one key of an acquire should become.
+enum Write {
+    /// The key is absent: create it, with a new create revision, the new token.
+    Create,
+    /// The caller's live lease, on the key `kv` as read: rewrite it (same token), keeping
+    /// its terms.
+    Rewrite(KeyValue, Kept),
+}
+
+/// What an acquire of one lock would do, judged on its key as read.
+enum Judged {
+    Write(Write),
+    /// Another owner's live lease, or a lock-delay: [`AcquireOutcome::Held`] or
+    /// [`AcquireOutcome::Delayed`].
+    Refused(AcquireOutcome),
+    /// The key of a lease that expired and whose lock-delay ended, not yet deleted.
+    Over(KeyValue),
+}
+
+/// Judges an acquire of `resource` by `owner` at `now` on its key `kv` as read.
+fn judge_acquire(
+    resource: &Resource,
+    kv: Option<KeyValue>,
+    owner: &Owner,
+    now: Timestamp,
+) -> Result<Judged, EtcdError> {
+    let Some(kv) = kv else {
+        return Ok(Judged::Write(Write::Create));
+    };
+    let lease = codec::lease(resource.clone(), &kv)?;
+    Ok(if live(&lease, now) {
+        if lease.owner == *owner {
+            let kept = Kept::of(&lease);
+            Judged::Write(Write::Rewrite(kv, kept))
+        } else {
+            let expires_in = lease.expires_in(now);
+            Judged::Refused(AcquireOutcome::Held {
+                holder: lease,
+                // Only a key without terms is live past its expires_at.
+                expires_in: if expires_in.is_zero() {
+                    EXPIRY_RECHECK
+                } else {
+                    expires_in
+                },
+            })
+        }
+    } else if now < lease.closed_until() {
+        Judged::Refused(AcquireOutcome::Delayed {
+            resource: resource.clone(),
+            retry_in: lease.closed_until().since(now),
+        })
+    } else {
+        Judged::Over(kv)
+    })
 }
 
 /// What a release by `owner`, with `token` if given, may do with `found`, the live lease
