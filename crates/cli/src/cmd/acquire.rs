@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock_client::{
-    AcquireError, AcquireOutcome, Claim, Client, HoldOutcome, Kind, Owner, Resource, Ttl,
+    AcquireError, AcquireOutcome, Claim, Client, HoldOutcome, Kind, Owner, Resource, Terms, Ttl,
 };
 use fencelock_wire::outcome;
 
@@ -58,7 +58,7 @@ async fn acquire_lock(
     wait: Duration,
     json: bool,
 ) -> Result<u8, Failure> {
-    let acquiring = client.acquire_lease(resource, owner, ttl, wait);
+    let acquiring = client.acquire_lease(resource, owner, Terms::ttl(ttl), wait);
     match while_waiting(client, Kind::Lock, resource, wait, acquiring).await? {
         AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => {
             common::print_lease(&lease);
