@@ -40,9 +40,10 @@ enum Command {
     Status(cmd::status::Args),
     /// Show every live lease (or, with --kind, permit or hold), ordered by name.
     List(cmd::list::Args),
-    /// Run a command while holding a lock, a semaphore's permit (--limit) or a read-write
-    /// lock (--mode); stop it before the lease could pass to anyone else (exit: the
-    /// command's status; 75 busy; 124 lease lost).
+    /// Run a command while holding a lock (or several, all or none: --lock A --lock B), a
+    /// semaphore's permit (--limit) or a read-write lock (--mode); stop it before the lease
+    /// could pass to anyone else, or before --max-hold (exit: the command's status; 75 busy;
+    /// 124 lease lost or cap reached).
     Run(cmd::run::Args),
     /// Load generator: acquire/release cycles against a server or a store, with latency
     /// percentiles.

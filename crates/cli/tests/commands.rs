@@ -525,3 +525,45 @@ fn permits_and_holds_work_straight_on_an_embedded_store() {
     let free = on_store(&["status", "config", "--kind", "rwlock"]);
     assert_eq!(free.code, Some(1), "released when the command ended: {free:?}");
 }
+
+#[test]
+fn acquire_with_max_hold_prints_the_cap_and_the_first_expiry_cut_at_it() {
+    let shown = run(&[
+        "acquire",
+        "reindex",
+        "--store",
+        "memory://",
+        "--owner",
+        "job",
+        "--ttl",
+        "1m",
+        "--max-hold",
+        "20s",
+    ]);
+    assert_eq!(shown.code, Some(0), "{shown:?}");
+    let lease = shown.json();
+    assert_eq!(ms(&lease["hold_until"]) - ms(&lease["acquired_at"]), 20_000);
+    assert_eq!(
+        lease["expires_at"], lease["hold_until"],
+        "the TTL is cut at the cap"
+    );
+    let uncapped = run(&["acquire", "reindex", "--store", "memory://", "--ttl", "1m"]);
+    assert_eq!(uncapped.code, Some(0), "{uncapped:?}");
+    assert_eq!(uncapped.json().get("hold_until"), None, "no cap, no field");
+    for args in [
+        vec!["acquire", "r", "--store", "memory://", "--max-hold", "0s"],
+        vec![
+            "acquire",
+            "r",
+            "--store",
+            "memory://",
+            "--mode",
+            "write",
+            "--max-hold",
+            "1m",
+        ],
+    ] {
+        let shown = run(&args);
+        assert_eq!(shown.code, Some(2), "{args:?}: {shown:?}");
+    }
+}

@@ -1,7 +1,8 @@
 //! `fencelock run` with real processes: what the child sees, exit statuses, mutual exclusion
-//! between runs (of a lock, of a semaphore's permits, of a read-write lock's modes),
-//! `--no-wait`, signals, and — the point of it all — a lost lease, permit or hold stops the
-//! child and its grandchildren before its expiry.
+//! between runs (of a lock, of several locks at once, of a semaphore's permits, of a
+//! read-write lock's modes), `--no-wait`, signals, and — the point of it all — a lost lease,
+//! permit or hold, or a cap on holding, stops the child and its grandchildren before the
+//! lease could pass on.
 
 mod common;
 
@@ -15,8 +16,15 @@ use nix::unistd::Pid;
 
 /// `fencelock run RESOURCE --server URL ARGS… -- sh -c SCRIPT`, started in `dir`.
 fn spawn_run(server: &Server, resource: &str, args: &[&str], script: &str, dir: &Path) -> Child {
+    let mut all = vec![resource];
+    all.extend(args);
+    spawn_run_with(server, &all, script, dir)
+}
+
+/// `fencelock run --server URL ARGS… -- sh -c SCRIPT`, started in `dir`.
+fn spawn_run_with(server: &Server, args: &[&str], script: &str, dir: &Path) -> Child {
     fencelock()
-        .args(["run", resource, "--server", &server.url])
+        .args(["run", "--server", &server.url])
         .args(args)
         .args(["--", "sh", "-c", script])
         .current_dir(dir)
@@ -578,4 +586,104 @@ fn read_runs_share_and_a_write_run_waits_until_they_are_done() {
         .unwrap();
     assert!(w > tokens[1]);
     assert!(!dir.path().join("ran").exists(), "a refused run ran its command");
+}
+
+#[test]
+fn run_with_several_locks_holds_them_all_while_the_child_runs_and_frees_them_after() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let script = "echo \"$FENCELOCK_COUNT $FENCELOCK_RESOURCE_1 $FENCELOCK_TOKEN_1 $FENCELOCK_RESOURCE_2 \
+                  $FENCELOCK_TOKEN_2 $FENCELOCK_RESOURCE $FENCELOCK_TOKEN $FENCELOCK_KIND\" > tmp; mv tmp started; \
+                  while [ ! -e stop ]; do sleep 0.02; done";
+    let args = [
+        "--lock", "acct:1", "--lock", "acct:2", "--owner", "mover", "--ttl", "3s",
+    ];
+    let run = spawn_run_with(&server, &args, script, dir.path());
+    let _cleanup = KillOnDrop(vec![i32::try_from(run.id()).unwrap()]);
+    let seen = wait_for_file(&dir.path().join("started"));
+    let seen: Vec<&str> = seen.split_whitespace().collect();
+    let [
+        count,
+        first,
+        first_token,
+        second,
+        second_token,
+        resource,
+        token,
+        kind,
+    ] = seen[..]
+    else {
+        panic!("the child saw {seen:?}");
+    };
+    assert_eq!((count, first, second, kind), ("2", "acct:1", "acct:2", "lock"));
+    // The unnumbered variables are the first lock's, as for a run of one lock.
+    assert_eq!((resource, token), (first, first_token));
+    for (name, seen_token) in [(first, first_token), (second, second_token)] {
+        let lease = server.lease(name).expect("held while the child runs");
+        assert_eq!(lease["owner"], "mover");
+        assert_eq!(lease["fencing_token"].to_string(), seen_token, "{name}");
+        let refused = server.run(&["acquire", name, "--owner", "other", "--ttl", "1s"]);
+        assert_eq!(refused.code, Some(1), "{name}: {refused:?}");
+    }
+    // All or none: a run that needs acct:2 and a free lock is refused and takes neither.
+    let other = finish(spawn_run_with(
+        &server,
+        &["--lock", "acct:3", "--lock", "acct:2", "--no-wait"],
+        "touch ran",
+        dir.path(),
+    ));
+    assert_eq!(other.code, Some(75), "{other:?}");
+    assert!(other.stderr.contains("acct:2 is held by mover"), "{other:?}");
+    assert_eq!(server.lease("acct:3"), None);
+    assert!(!dir.path().join("ran").exists(), "a refused run ran its command");
+
+    std::fs::write(dir.path().join("stop"), "").unwrap();
+    let shown = finish(run);
+    assert_eq!(shown.code, Some(0), "{shown:?}");
+    assert_eq!(server.lease("acct:1"), None, "released when the child ended");
+    assert_eq!(server.lease("acct:2"), None, "released when the child ended");
+}
+
+#[test]
+fn max_hold_stops_a_long_running_child_before_the_cap() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    // A child that would run forever: it says it started, and what stopped it.
+    let script = "trap 'echo TERM > got; exit 0' TERM; echo $$ > tmp; mv tmp pid; \
+                  while :; do sleep 0.05; done";
+    let args = ["--ttl", "1s", "--max-hold", "2s", "--owner", "job"];
+    let run = spawn_run(&server, "long-job", &args, script, dir.path());
+    let _cleanup = KillOnDrop(vec![i32::try_from(run.id()).unwrap()]);
+    let pid: i32 = wait_for_file(&dir.path().join("pid")).trim().parse().unwrap();
+    let shown = finish(run);
+    assert_eq!(shown.code, Some(124), "{shown:?}");
+    assert!(shown.stderr.contains("--max-hold"), "{shown:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("got")).unwrap().trim(),
+        "TERM",
+        "the child was stopped"
+    );
+    assert!(!alive(pid), "the child outlived the run");
+    assert_eq!(
+        server.lease("long-job"),
+        None,
+        "given back after the child was stopped"
+    );
+
+    // A cap that leaves no time to stop the child is refused before anything runs.
+    let short = server.run(&[
+        "run",
+        "j",
+        "--ttl",
+        "1s",
+        "--max-hold",
+        "150ms",
+        "--",
+        "touch",
+        "ran",
+    ]);
+    assert_eq!(short.code, Some(2), "{short:?}");
+    assert!(short.stderr.contains("--max-hold"), "{short:?}");
+    let for_a_permit = server.run(&["run", "j", "--limit", "2", "--max-hold", "1m", "--", "true"]);
+    assert_eq!(for_a_permit.code, Some(2), "{for_a_permit:?}");
 }

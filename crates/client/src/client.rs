@@ -6,18 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome, HoldPage, Key,
-    Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Terms,
-    Ttl, Waiters,
+    AcquireAllOutcome, AcquireOutcome, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
+    HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource,
+    Resources, StoreError, Terms, Ttl, Waiters,
 };
 #[cfg(feature = "direct")]
 use fencelock_stores::OpenError;
 use futures_util::FutureExt;
-use tokio::time::{Instant, timeout};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::CaCertificates;
-use crate::guard::{GuardOptions, Held, HoldGuard, InvalidGuardOptions, LeaseGuard, LostReason, Timing};
+use crate::guard::{
+    GuardOptions, HoldGuard, InvalidGuardOptions, Keeper, LeaseGuard, LostReason, MultiGuard, Timing,
+};
 use crate::http::{HttpOptions, HttpStore, InvalidServerAddress};
 
 /// The longest wait the client will count: longer waits are this (some ten years), which
@@ -86,7 +88,7 @@ impl ConnectError {
 pub enum AcquireError {
     /// Another owner holds the lock (and kept it for the whole wait, if there was one).
     /// Contention, not a failure: try again later.
-    #[error("{} is held by {} (fencing token {}) for {:?} more", holder.resource, holder.owner, holder.token, expires_in)]
+    #[error("{}", held_words(holder, *expires_in))]
     Busy {
         /// The other owner's live lease.
         holder: Lease,
@@ -96,9 +98,7 @@ pub enum AcquireError {
     /// Nobody holds the lock, but its last lease expired without a release less than the
     /// lock-delay ago (and the delay outlasted the wait, if there was one): nobody may have
     /// it before `retry_in`. Contention, not a failure: try again then.
-    #[error(
-        "{resource} is closed for {retry_in:?} more: its last lease expired without a release (lock-delay)"
-    )]
+    #[error("{}", delayed_words(resource, *retry_in))]
     Delayed {
         /// The lock.
         resource: Resource,
@@ -129,9 +129,40 @@ pub enum AcquireError {
         /// The limit its live permits carry.
         limit: u32,
     },
+    /// Some of the locks asked for together ([`Client::acquire_all`]) were held by other
+    /// owners or closed by a lock-delay (for the whole wait, if there was one): none was
+    /// acquired. Contention, not a failure: try again later.
+    #[error("none of the locks was acquired: {}", in_the_way_words(in_the_way))]
+    Blocked {
+        /// Every lock in the way, in the order asked for: [`AcquireOutcome::Held`] (with the
+        /// holder's lease) or [`AcquireOutcome::Delayed`].
+        in_the_way: Vec<AcquireOutcome>,
+    },
+    /// Waiting would have closed a cycle of owners that wait for each other, each for a name
+    /// the next one holds: the wait was refused at once (by the server, or by this client on
+    /// a store). Nothing was acquired and nothing the owner holds was released: release what
+    /// it holds and try again, or take all its locks at once with
+    /// [`acquire_all`](Client::acquire_all), which never waits in a cycle.
+    #[error("not waiting: the wait would deadlock ({cycle})")]
+    Deadlock {
+        /// Who waits for what, as the store's refusal says:
+        /// `b waits for lock "x" held by a; a waits for lock "y" held by b`.
+        cycle: String,
+    },
+    /// The cap on holding asked for is no longer than the guard's safety margin: the guard
+    /// would give the lease up as soon as it got it. Nothing was sent.
+    #[error(
+        "a cap on holding of {max_hold:?} leaves nothing to hold: the guard gives a lease up its safety margin ({safety_margin:?}) before the cap"
+    )]
+    CapTooShort {
+        /// The cap asked for.
+        max_hold: Duration,
+        /// The guard's safety margin for the TTL asked for.
+        safety_margin: Duration,
+    },
     /// The store (or server) failed or refused the request.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
     /// The guard options leave no time to renew a lease of this TTL.
     #[error(transparent)]
     Options(#[from] InvalidGuardOptions),
@@ -146,6 +177,55 @@ pub enum AcquireError {
         /// What the store's refusal says happened to it.
         reason: LostReason,
     },
+}
+
+impl From<StoreError> for AcquireError {
+    /// A deadlock is the caller's to handle (as contention is), not a store failure: it has
+    /// a variant of its own.
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Deadlock(cycle) => Self::Deadlock { cycle },
+            other => Self::Store(other),
+        }
+    }
+}
+
+/// The refusal of a cap on holding that leaves nothing to hold: one no longer than the
+/// guard's safety margin, which the guard would give up as soon as it got it.
+fn cap_too_short(terms: Terms, timing: Timing) -> Option<AcquireError> {
+    let max_hold = terms.max_hold?.as_duration();
+    (max_hold <= timing.margin).then_some(AcquireError::CapTooShort {
+        max_hold,
+        safety_margin: timing.margin,
+    })
+}
+
+/// A lock held by another owner, in words.
+fn held_words(holder: &Lease, expires_in: Duration) -> String {
+    format!(
+        "{} is held by {} (fencing token {}) for {expires_in:?} more",
+        holder.resource, holder.owner, holder.token
+    )
+}
+
+/// A lock closed by its lock-delay, in words.
+fn delayed_words(resource: &Resource, retry_in: Duration) -> String {
+    format!(
+        "{resource} is closed for {retry_in:?} more: its last lease expired without a release (lock-delay)"
+    )
+}
+
+/// Every lock in the way of an [`AcquireError::Blocked`], in words, `; ` between them.
+fn in_the_way_words(in_the_way: &[AcquireOutcome]) -> String {
+    let words: Vec<String> = in_the_way
+        .iter()
+        .filter_map(|refusal| match refusal {
+            AcquireOutcome::Held { holder, expires_in } => Some(held_words(holder, *expires_in)),
+            AcquireOutcome::Delayed { resource, retry_in } => Some(delayed_words(resource, *retry_in)),
+            AcquireOutcome::Granted { .. } | AcquireOutcome::Extended(_) => None,
+        })
+        .collect();
+    words.join("; ")
 }
 
 /// Why a hold was not granted, in words: `"jobs" has 3 permits of 3 taken (by a, b, c)`.
@@ -185,7 +265,8 @@ enum Backend {
 }
 
 /// A handle on a fencelock server or a store, cheap to clone: acquire leases as guards
-/// ([`acquire`](Client::acquire), [`try_acquire`](Client::try_acquire)), or make plain
+/// ([`acquire`](Client::acquire), [`try_acquire`](Client::try_acquire),
+/// [`acquire_all`](Client::acquire_all) for several locks at once), or make plain
 /// calls ([`get`](Client::get), [`list`](Client::list), [`release`](Client::release),
 /// [`renew`](Client::renew)).
 ///
@@ -372,7 +453,9 @@ impl Client {
 
     /// Acquires `resource` for `owner` and keeps the lease renewed until the guard is
     /// released or dropped. If another owner holds it, waits up to `wait` — first come,
-    /// first served — and then answers [`AcquireError::Busy`] with the holder.
+    /// first served — and then answers [`AcquireError::Busy`] with the holder (or
+    /// [`AcquireError::Delayed`] if a lock-delay keeps it closed). A wait that would close a
+    /// cycle of owners waiting for each other is refused at once: [`AcquireError::Deadlock`].
     ///
     /// A grant that comes late (more than a tenth of the TTL after the request was sent) is
     /// renewed at once, so that the guard counts from now and not from before the wait. If
@@ -391,11 +474,57 @@ impl Client {
         ttl: Ttl,
         wait: Duration,
     ) -> Result<LeaseGuard, AcquireError> {
-        let timing = self.guard_options.timing(ttl)?;
+        self.acquire_with(resource, owner, Terms::ttl(ttl), wait).await
+    }
+
+    /// [`acquire`](Self::acquire) on `terms`: a TTL and a cap on holding
+    /// ([`Terms::max_hold`]), measured from the grant, which no renewal passes. The guard
+    /// reports the cap ([`LeaseGuard::hold_until`]) and its [`lost`](LeaseGuard::lost) fires
+    /// the safety margin before it ([`LostReason::CapReached`]); a cap no longer than the
+    /// margin is refused before anything is sent ([`AcquireError::CapTooShort`]). An owner
+    /// that already holds the lease extends it and keeps its cap, whatever it asks.
+    ///
+    /// The lock-delay of `terms` is kept by a store straight ([`Capabilities::lock_delays`]
+    /// says which); a server applies its own (`fencelock serve --lock-delay`) and is not sent
+    /// one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use fencelock_client::{Terms, Ttl, connect};
+    ///
+    /// let client = connect("memory://").await?;
+    /// let ttl = Ttl::from_millis(30_000, Ttl::DEFAULT_MAX)?;
+    /// // A job of unknown length: renewed every 10 s, but never held past an hour.
+    /// let terms = Terms::ttl(ttl).max_hold(Some(Ttl::from_millis(3_600_000, Ttl::DEFAULT_MAX)?));
+    /// let guard = client
+    ///     .acquire_with(&"reindex".parse()?, &"job-7".parse()?, terms, Duration::ZERO)
+    ///     .await?;
+    /// let cap = guard.hold_until().expect("the lease has a cap");
+    /// assert!(guard.expires_at() <= cap);
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`Capabilities::lock_delays`]: fencelock_core::Capabilities::lock_delays
+    pub async fn acquire_with(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        terms: Terms,
+        wait: Duration,
+    ) -> Result<LeaseGuard, AcquireError> {
+        let timing = self.guard_options.timing(terms.ttl)?;
+        if let Some(refused) = cap_too_short(terms, timing) {
+            return Err(refused);
+        }
         let sent = Instant::now();
-        match self.acquire_lease(resource, owner, ttl, wait).await? {
+        match self.acquire_lease(resource, owner, terms, wait).await? {
             AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => {
-                self.guard(lease, sent, timing).await
+                let keeper = Keeper::confirm(self.store.clone(), vec![lease], sent, timing, terms.max_hold);
+                Ok(LeaseGuard::new(keeper.await?))
             }
             AcquireOutcome::Held { holder, expires_in } => Err(AcquireError::Busy { holder, expires_in }),
             AcquireOutcome::Delayed { resource, retry_in } => {
@@ -414,22 +543,132 @@ impl Client {
         self.acquire(resource, owner, ttl, Duration::ZERO).await
     }
 
-    /// One acquire, waiting up to `wait` if another owner holds the lock, with no guard:
-    /// nothing renews or releases the lease (for commands that hand a lease to a script).
+    /// One acquire on `terms`, waiting up to `wait` if another owner holds the lock, with no
+    /// guard: nothing renews or releases the lease (for commands that hand a lease to a
+    /// script).
     pub async fn acquire_lease(
         &self,
         resource: &Resource,
         owner: &Owner,
-        ttl: Ttl,
+        terms: Terms,
         wait: Duration,
     ) -> Result<AcquireOutcome, StoreError> {
         let wait = wait.min(FOREVER);
         match &self.backend {
-            Backend::Direct(waiters) => waiters.acquire(resource, owner, ttl, wait).await,
+            Backend::Direct(waiters) => {
+                // Nobody cancels: the caller stops waiting by dropping the future.
+                let never = CancellationToken::new();
+                let acquired = waiters
+                    .acquire_unless(resource, owner, terms, wait, &never)
+                    .await?;
+                Ok(acquired.outcome)
+            }
             Backend::Server(http) => {
                 let busy = |outcome: &AcquireOutcome| outcome.retry_in().is_some();
                 in_server_line(wait, busy, |left| {
-                    http.acquire_waiting(resource, owner, Terms::ttl(ttl), left)
+                    http.acquire_waiting(resource, owner, terms, left)
+                })
+                .await
+            }
+        }
+    }
+
+    /// Acquires every lock of `resources` for `owner`, or none, and keeps all the leases
+    /// renewed together until the guard is released or dropped — Redisson's `MultiLock`, or
+    /// Curator's multi-lock. While some are held by others (or closed by a lock-delay),
+    /// waits up to `wait` for all of them at once, holding none meanwhile; then answers
+    /// [`AcquireError::Blocked`] with every lock in the way. Two callers taking overlapping
+    /// sets never deadlock each other, in whatever order they name them. A lock the owner
+    /// already holds is extended (same token) and is part of the guard.
+    ///
+    /// A grant that comes late is confirmed by a renewal of every lease, as
+    /// [`acquire`](Self::acquire) does for one; if the store refuses any of them, the others
+    /// are released and the answer is [`AcquireError::LostBeforeConfirmed`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use fencelock_client::{AcquireError, Resource, Resources, Ttl, connect};
+    ///
+    /// let client = connect("memory://").await?;
+    /// let ttl = Ttl::from_millis(30_000, Ttl::DEFAULT_MAX)?;
+    /// let (a, b): (Resource, Resource) = ("account:1".parse()?, "account:2".parse()?);
+    /// let other = client.try_acquire(&b, &"audit".parse()?, ttl).await?;
+    /// // b is held: neither is taken, and the refusal names who holds what.
+    /// let both = Resources::new(vec![a.clone(), b.clone()])?;
+    /// match client.acquire_all(&both, &"transfer-9".parse()?, ttl, Duration::ZERO).await {
+    ///     Err(AcquireError::Blocked { in_the_way }) => assert_eq!(in_the_way.len(), 1),
+    ///     other => panic!("expected blocked, got {other:?}"),
+    /// }
+    /// assert_eq!(client.get(&a).await?, None);
+    /// other.release().await?;
+    /// let guard = client.acquire_all(&both, &"transfer-9".parse()?, ttl, Duration::ZERO).await?;
+    /// assert_eq!(guard.leases().len(), 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_all(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<MultiGuard, AcquireError> {
+        self.acquire_all_with(resources, owner, Terms::ttl(ttl), wait)
+            .await
+    }
+
+    /// [`acquire_all`](Self::acquire_all) on `terms`: every lease gets the same TTL and cap
+    /// on holding, as [`acquire_with`](Self::acquire_with) gives one lease.
+    pub async fn acquire_all_with(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+        wait: Duration,
+    ) -> Result<MultiGuard, AcquireError> {
+        let timing = self.guard_options.timing(terms.ttl)?;
+        if let Some(refused) = cap_too_short(terms, timing) {
+            return Err(refused);
+        }
+        let sent = Instant::now();
+        let granted = match self.acquire_all_leases(resources, owner, terms, wait).await? {
+            AcquireAllOutcome::Granted(granted) => granted,
+            AcquireAllOutcome::Refused(in_the_way) => return Err(AcquireError::Blocked { in_the_way }),
+        };
+        let leases: Option<Vec<Lease>> = granted.iter().map(|g| g.lease().cloned()).collect();
+        let leases = leases
+            .filter(|leases| leases.len() == resources.as_slice().len())
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("a grant of every lock lacks some of them: {granted:?}"))
+            })?;
+        let keeper = Keeper::confirm(self.store.clone(), leases, sent, timing, terms.max_hold);
+        Ok(MultiGuard::new(keeper.await?))
+    }
+
+    /// One acquire of every lock of `resources` or none, waiting up to `wait` for all of
+    /// them at once, with no guard.
+    async fn acquire_all_leases(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+        wait: Duration,
+    ) -> Result<AcquireAllOutcome, StoreError> {
+        let wait = wait.min(FOREVER);
+        match &self.backend {
+            Backend::Direct(waiters) => {
+                let never = CancellationToken::new();
+                let acquired = waiters
+                    .acquire_all_unless(resources, owner, terms, wait, &never)
+                    .await?;
+                Ok(acquired.outcome)
+            }
+            Backend::Server(http) => {
+                let busy = |outcome: &AcquireAllOutcome| outcome.retry_in().is_some();
+                in_server_line(wait, busy, |left| {
+                    http.acquire_all_waiting(resources, owner, terms, left)
                 })
                 .await
             }
@@ -544,7 +783,8 @@ impl Client {
         let sent = Instant::now();
         match self.acquire_hold(name, owner, claim, ttl, wait).await? {
             HoldOutcome::Granted { hold, .. } | HoldOutcome::Extended(hold) => {
-                self.guard(hold, sent, timing).await
+                let keeper = Keeper::confirm(self.store.clone(), vec![hold], sent, timing, None);
+                Ok(LeaseGuard::new(keeper.await?))
             }
             HoldOutcome::Busy(busy) => Err(AcquireError::HoldBusy {
                 name: name.clone(),
@@ -592,41 +832,6 @@ impl Client {
                 .await
             }
         }
-    }
-
-    /// A guard over `held`, granted by a request sent at `sent`.
-    async fn guard<T: Held>(
-        &self,
-        held: T,
-        sent: Instant,
-        timing: Timing,
-    ) -> Result<LeaseGuard<T>, AcquireError> {
-        let store = self.store.clone();
-        // After a wait in line, the grant happened somewhere between the send and the
-        // answer, and the guard can only count from the send: it would count the whole
-        // wait against the lease. Renewing at once anchors it to now instead.
-        if sent.elapsed() <= timing.ttl.as_duration() / 10 {
-            return Ok(LeaseGuard::start(store, held, sent, timing, None));
-        }
-        let resent = Instant::now();
-        let renewal = held.renew(&*store, timing.ttl);
-        let failed = match timeout(timing.request_timeout, renewal).await {
-            Ok(Ok(outcome)) => {
-                // A refusal means the lease is not ours any more (whatever the clock says):
-                // a guard over it would hand out the token of another owner's lock.
-                let renewed =
-                    LostReason::of_renewal(outcome).map_err(|reason| AcquireError::LostBeforeConfirmed {
-                        lease: held.lease().clone(),
-                        reason,
-                    })?;
-                return Ok(LeaseGuard::start(store, renewed, resent, timing, None));
-            }
-            Ok(Err(error)) => error.to_string(),
-            Err(_) => format!("no answer within {:?}", timing.request_timeout),
-        };
-        // The lease may still be ours: the guard counts from the send, and renews (or gives
-        // up) at once.
-        Ok(LeaseGuard::start(store, held, sent, timing, Some(failed)))
     }
 
     /// The live permits of a semaphore, or holds of a read-write lock, in token order (empty

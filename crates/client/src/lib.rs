@@ -12,6 +12,13 @@
 //! [`acquire_write`](Client::acquire_write) give a [`HoldGuard`] — the same guard, over a
 //! permit or a hold, each with a fencing token of its own.
 //!
+//! Several locks are taken together, all or none, with
+//! [`acquire_all`](Client::acquire_all): one [`MultiGuard`] renews them in one schedule, is
+//! lost as soon as any of them is, and releases all of them (a two-account transfer is
+//! `examples/transfer.rs`). A lease can carry a cap on holding
+//! ([`acquire_with`](Client::acquire_with) and [`Terms::max_hold`]): no renewal keeps it past
+//! its `hold_until`, and the guard's `lost()` fires before it ([`LostReason::CapReached`]).
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -72,11 +79,12 @@
 //!
 //! # Layout
 //!
-//! - [`client`]: [`connect`], [`Client`] (acquire a lock, a permit or a hold with a guard,
-//!   or plain calls) and [`with_lock`].
+//! - [`client`]: [`connect`], [`Client`] (acquire a lock, several locks at once, a permit or
+//!   a hold with a guard, or plain calls) and [`with_lock`].
 //! - [`guard`]: [`LeaseGuard`] over what it holds ([`Held`]: a lease, or a permit or hold,
-//!   [`HoldGuard`]) — background renewal, [`LeaseState`], [`LostReason`], and how the guard
-//!   counts time ([`GuardOptions`]).
+//!   [`HoldGuard`]) and [`MultiGuard`] over several leases — background renewal,
+//!   [`LeaseState`], [`LostReason`], and how a guard counts time and caps
+//!   ([`GuardOptions`]).
 //! - [`http`]: [`HttpStore`], the [`LockStore`] trait over a server's HTTP API, and its
 //!   [`HttpOptions`].
 //! - [`access`]: what a client shows a server and what it trusts: [`AuthToken`],
@@ -94,9 +102,11 @@ pub use client::{
     AUTH_TOKEN_VAR, AcquireError, CACERT_VAR, Client, ConnectError, connect, connect_with, with_lock,
 };
 pub use fencelock_core::{
-    AcquireOutcome, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome, HoldPage, Key,
-    Kind, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError,
-    Timestamp, Ttl,
+    AcquireAllOutcome, AcquireOutcome, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
+    HoldPage, InvalidResources, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome,
+    RenewOutcome, Resource, Resources, StoreError, Terms, Timestamp, Ttl,
 };
-pub use guard::{GuardOptions, Held, HoldGuard, InvalidGuardOptions, LeaseGuard, LeaseState, LostReason};
+pub use guard::{
+    GuardOptions, Held, HoldGuard, InvalidGuardOptions, LeaseGuard, LeaseState, LostReason, MultiGuard,
+};
 pub use http::{HttpOptions, HttpStore, InvalidServerAddress};

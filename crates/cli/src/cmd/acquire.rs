@@ -1,18 +1,19 @@
-//! `fencelock acquire RESOURCE [--owner O] [--ttl 30s] [--wait 10s] [--limit N | --mode M]`:
-//! acquires a lease — of a lock, or with `--limit N` one permit of the semaphore RESOURCE of
-//! N permits, or with `--mode read|write` a hold of the read-write lock RESOURCE — and prints
+//! `fencelock acquire RESOURCE [--owner O] [--ttl 30s] [--max-hold 1h] [--wait 10s] [--limit N |
+//! --mode M]`: acquires a lease — of a lock (with `--max-hold`, capped: no renewal keeps it
+//! past its `hold_until`), or with `--limit N` one permit of the semaphore RESOURCE of N
+//! permits, or with `--mode read|write` a hold of the read-write lock RESOURCE — and prints
 //! it as JSON. Nothing renews it: renew it with `fencelock renew`, or use `fencelock run` to
 //! hold it for the life of a command.
 //!
 //! Exit 0 if granted (or extended: the owner held it already), 1 if others hold it (for the
-//! whole wait; for a semaphore, also while permits of another limit are live), 2 on bad
-//! input, 3 if the server or store is unreachable.
+//! whole wait; for a semaphore, also while permits of another limit are live; or the wait
+//! would deadlock), 2 on bad input, 3 if the server or store is unreachable.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock_client::{
-    AcquireError, AcquireOutcome, Claim, Client, HoldOutcome, Kind, Owner, Resource, Ttl,
+    AcquireError, AcquireOutcome, Claim, Client, HoldOutcome, Kind, Owner, Resource, Terms, Ttl,
 };
 use fencelock_wire::outcome;
 
@@ -22,6 +23,9 @@ use super::waiting::while_waiting;
 /// Flags of `fencelock acquire`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The resource to lock, e.g. payment:42 (with --limit, the semaphore's name; with
+    /// --mode, the read-write lock's).
+    resource: String,
     #[command(flatten)]
     wanted: Wanted,
     #[command(flatten)]
@@ -42,11 +46,12 @@ pub async fn run(args: Args) -> ExitCode {
 }
 
 async fn acquire(args: Args) -> Result<u8, Failure> {
-    let (resource, owner, ttl) = args.wanted.parse()?;
+    let resource = common::resource(&args.resource)?;
+    let (owner, terms) = args.wanted.parse()?;
     let client = args.target.connect().await?;
     match args.claimed.claim() {
-        None => acquire_lock(&client, &resource, &owner, ttl, args.wait, args.json).await,
-        Some(claim) => acquire_hold(&client, &resource, &owner, claim, ttl, args.wait, args.json).await,
+        None => acquire_lock(&client, &resource, &owner, terms, args.wait, args.json).await,
+        Some(claim) => acquire_hold(&client, &resource, &owner, claim, terms.ttl, args.wait, args.json).await,
     }
 }
 
@@ -54,12 +59,20 @@ async fn acquire_lock(
     client: &Client,
     resource: &Resource,
     owner: &Owner,
-    ttl: Ttl,
+    terms: Terms,
     wait: Duration,
     json: bool,
 ) -> Result<u8, Failure> {
-    let acquiring = client.acquire_lease(resource, owner, ttl, wait);
-    match while_waiting(client, Kind::Lock, resource, wait, acquiring).await? {
+    let acquiring = client.acquire_lease(resource, owner, terms, wait);
+    match while_waiting(
+        client,
+        Kind::Lock,
+        std::slice::from_ref(resource),
+        wait,
+        acquiring,
+    )
+    .await?
+    {
         AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => {
             common::print_lease(&lease);
             Ok(exit::OK)
@@ -98,7 +111,7 @@ async fn acquire_hold(
 ) -> Result<u8, Failure> {
     let kind = claim.kind();
     let acquiring = client.acquire_hold(name, owner, claim, ttl, wait);
-    let answer = while_waiting(client, kind.into(), name, wait, acquiring).await?;
+    let answer = while_waiting(client, kind.into(), std::slice::from_ref(name), wait, acquiring).await?;
     // Told in the client's words, which the guard's acquire uses too.
     let refusal = match answer {
         HoldOutcome::Granted { hold, .. } | HoldOutcome::Extended(hold) => {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fencelock_client::{
     AuthToken, CaCertificates, Claim, Client, ConnectError, FencingToken, Hold, HoldKind, HttpOptions, Key,
-    Kind, Lease, ListQuery, Owner, Resource, StoreError, Timestamp, Ttl,
+    Kind, Lease, ListQuery, Owner, Resource, StoreError, Terms, Timestamp, Ttl,
 };
 use fencelock_wire::{HoldItem, LeaseBody};
 
@@ -15,8 +15,9 @@ use fencelock_wire::{HoldItem, LeaseBody};
 pub mod exit {
     /// Granted, renewed, released, shown.
     pub const OK: u8 = 0;
-    /// Not done, and not an error: held by another owner (acquire); not found, forbidden or
-    /// token conflict (renew, release); no live lease (status).
+    /// Not done, and not an error: held by another owner, or the wait would deadlock
+    /// (acquire); not found, forbidden or token conflict (renew, release); no live lease
+    /// (status).
     pub const REFUSED: u8 = 1;
     /// Bad input: a flag, a name, a duration, or a request the server refused as invalid, or
     /// refused this client (no or an unknown auth token, a right its principal lacks).
@@ -24,11 +25,11 @@ pub mod exit {
     /// The server or the store cannot be reached (or failed).
     pub const UNREACHABLE: u8 = 3;
     /// `run`: the lock was busy (`--no-wait`, or the wait ran out; for a semaphore, also
-    /// permits of another limit were live); CMD did not run. As sysexits' EX_TEMPFAIL: try
-    /// again later.
+    /// permits of another limit were live; or the wait would deadlock); CMD did not run. As
+    /// sysexits' EX_TEMPFAIL: try again later.
     pub const BUSY: u8 = 75;
-    /// `run`: the lease was lost, and CMD was stopped (as `timeout` uses 124 for a command
-    /// it had to stop).
+    /// `run`: the lease was lost (or reached `--max-hold`), and CMD was stopped (as
+    /// `timeout` uses 124 for a command it had to stop).
     pub const LOST: u8 = 124;
     /// `run`: CMD was found but could not be started.
     pub const CANNOT_RUN: u8 = 126;
@@ -110,12 +111,9 @@ impl Target {
     }
 }
 
-/// The lease `acquire` and `run` ask for.
+/// The lease `acquire` and `run` ask for, besides the name: who holds it and on what terms.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Wanted {
-    /// The resource to lock, e.g. payment:42 (with --limit, the semaphore's name; with
-    /// --mode, the read-write lock's).
-    resource: String,
     /// Who holds the lease (default HOSTNAME:PID, as printed in the lease: renew and release
     /// with the same owner).
     #[arg(long, env = "FENCELOCK_OWNER")]
@@ -123,16 +121,30 @@ pub struct Wanted {
     /// How long the lease lasts unless renewed, e.g. 30s, 500ms, 2m.
     #[arg(long, env = "FENCELOCK_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
     ttl: Duration,
+    /// A cap on holding, e.g. 1h: the lease ends this long after its grant at the latest,
+    /// however often it is renewed (the lease shows it as hold_until); `run` stops CMD
+    /// before it, as for a lost lease (exit 124). For locks only.
+    #[arg(
+        long,
+        env = "FENCELOCK_MAX_HOLD",
+        value_parser = humantime::parse_duration,
+        conflicts_with_all = ["limit", "mode"]
+    )]
+    max_hold: Option<Duration>,
 }
 
 impl Wanted {
-    /// The resource, the owner (or `HOSTNAME:PID`) and the TTL, checked.
-    pub fn parse(&self) -> Result<(Resource, Owner, Ttl), Failure> {
-        Ok((
-            resource(&self.resource)?,
-            owner_or_default(self.owner.as_deref())?,
-            ttl(self.ttl)?,
-        ))
+    /// The owner (or `HOSTNAME:PID`) and the terms, checked.
+    pub fn parse(&self) -> Result<(Owner, Terms), Failure> {
+        let max_hold = self
+            .max_hold
+            .map(|cap| {
+                Ttl::from_duration(cap, Ttl::CEILING)
+                    .map_err(|e| Failure::bad_input(format!("invalid --max-hold: {e}")))
+            })
+            .transpose()?;
+        let terms = Terms::ttl(ttl(self.ttl)?).max_hold(max_hold);
+        Ok((owner_or_default(self.owner.as_deref())?, terms))
     }
 }
 
@@ -280,6 +292,8 @@ impl From<StoreError> for Failure {
                 "{error}; give it with --auth-token or FENCELOCK_AUTH_TOKEN"
             )),
             error @ StoreError::NotAllowed(_) => Self::bad_input(error.to_string()),
+            // Contention, not a failure: the wait would have closed a cycle of owners.
+            error @ StoreError::Deadlock(_) => Self::new(exit::REFUSED, error.to_string()),
             other => Self::new(exit::UNREACHABLE, other.to_string()),
         }
     }

@@ -1,25 +1,30 @@
-//! `fencelock run RESOURCE [--ttl 30s] [--wait 1m | --no-wait] [--limit N | --mode M] -- CMD
-//! [ARGS...]`: runs CMD while holding a lease on RESOURCE — a lock's, or with `--limit N` one
-//! permit of the semaphore RESOURCE of N permits, or with `--mode read|write` a hold of the
-//! read-write lock RESOURCE — and makes sure CMD does not outlive the lease. A permit and a
-//! hold are leases with tokens of their own, held exactly as a lock's lease is.
+//! `fencelock run RESOURCE [--ttl 30s] [--max-hold 1h] [--wait 1m | --no-wait] [--limit N |
+//! --mode M] -- CMD [ARGS...]`, or `fencelock run --lock A --lock B … -- CMD`: runs CMD while
+//! holding a lease on RESOURCE — a lock's, or with `--limit N` one permit of the semaphore
+//! RESOURCE of N permits, or with `--mode read|write` a hold of the read-write lock RESOURCE
+//! — or on every lock named with `--lock` (all or none, held together), and makes sure CMD
+//! does not outlive any of them. A permit and a hold are leases with tokens of their own,
+//! held exactly as a lock's lease is.
 //!
-//! 1. Acquire (waiting as long as `--wait`, forever by default; a spinner on a terminal
-//!    says who holds it). Busy (for a semaphore, also: permits of another limit are live)
-//!    → exit 75, CMD does not run. A lease lost before it could be confirmed (the store
+//! 1. Acquire (waiting as long as `--wait`, forever by default, for every lock at once; a
+//!    spinner on a terminal says who holds them). Busy (for several locks: any of them; for
+//!    a semaphore, also: permits of another limit are live; or the wait would deadlock) →
+//!    exit 75, CMD does not run. A lease lost before it could be confirmed (the store
 //!    refused the renewal after a long wait, or too little of it was left) → exit 124, CMD
 //!    does not run.
 //! 2. Start CMD in a process group of its own, with `FENCELOCK_TOKEN`,
-//!    `FENCELOCK_RESOURCE` (the name), `FENCELOCK_KIND` (`lock`, `semaphore` or `rwlock`)
-//!    and `FENCELOCK_EXPIRES_AT` (the first expiry, RFC 3339).
-//! 3. While CMD runs: renew every third of the TTL; forward SIGINT, SIGTERM and SIGHUP to
-//!    CMD's whole group.
+//!    `FENCELOCK_RESOURCE` (the first lock's, or the only one's), `FENCELOCK_KIND`
+//!    (`lock`, `semaphore` or `rwlock`), `FENCELOCK_EXPIRES_AT` (the first expiry, RFC
+//!    3339), `FENCELOCK_COUNT` (how many leases) and, for each lease `I` from 1 in the order
+//!    named, `FENCELOCK_RESOURCE_I` and `FENCELOCK_TOKEN_I`.
+//! 3. While CMD runs: renew every third of the TTL (all the leases at once); forward
+//!    SIGINT, SIGTERM and SIGHUP to CMD's whole group.
 //! 4. When CMD ends: stop whatever it left running in its group (it would otherwise go on
 //!    working without the lock), release, and exit with CMD's status (128+N if signal N
 //!    ended it).
-//! 5. If the lease is lost (the store says it is gone or taken, or renewals failed until
-//!    too little time is left): SIGTERM to the group, SIGKILL after the grace period, and
-//!    exit 124 once every process of the group is gone.
+//! 5. If a lease is lost (the store says it is gone or taken, or renewals failed until too
+//!    little time is left), or the cap of `--max-hold` comes near: SIGTERM to the group,
+//!    SIGKILL after the grace period, and exit 124 once every process of the group is gone.
 //!
 //! # The stop schedule
 //!
@@ -30,7 +35,9 @@
 //! it is sent at least `allowance` (`T/20 + 50 ms`) before that expiry — and the
 //! allowance is the time for SIGKILL to take effect. So the group is gone before the lease
 //! could pass to anyone else. If the store says the lease is already gone (deleted by
-//! force), the same schedule runs at once: there is no better moment.
+//! force), the same schedule runs at once: there is no better moment. A cap of `--max-hold`
+//! is an end no renewal moves: the guard counts it as the lease's expiry, so the same
+//! schedule stops CMD before it.
 //!
 //! # Limits
 //!
@@ -44,7 +51,10 @@ use std::ffi::OsString;
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use fencelock_client::{AcquireError, GuardOptions, Held, Kind, LeaseGuard, LostReason, Ttl};
+use fencelock_client::{
+    AcquireError, GuardOptions, Held, Kind, LostReason, MultiGuard, ReleaseOutcome, Resource, Resources,
+    Terms,
+};
 use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
@@ -60,7 +70,16 @@ const FOREVER: Duration = Duration::from_secs(10 * 365 * 86_400);
 /// Flags of `fencelock run`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The resource, the owner, and the TTL (renewed every third of it).
+    /// The lock to hold, e.g. report:daily (with --limit, the semaphore's name; with --mode,
+    /// the read-write lock's). To hold several locks, name each with --lock instead.
+    // `--` also ends this optional argument, so that `run --lock a -- CMD` gives CMD whole.
+    #[arg(value_name = "RESOURCE", value_terminator = "--")]
+    resource: Option<String>,
+    /// A lock to hold; give it several times to hold several locks at once, all or none
+    /// (waited for together, so two runs naming the same locks in any order never
+    /// deadlock). In place of RESOURCE; put CMD after `--`.
+    #[arg(long = "lock", value_name = "NAME", conflicts_with_all = ["resource", "limit", "mode"])]
+    locks: Vec<String>,
     #[command(flatten)]
     wanted: Wanted,
     #[command(flatten)]
@@ -80,8 +99,21 @@ pub struct Args {
     /// The command to run, and its arguments (after `--`). Everything from CMD on is CMD's,
     /// hyphens included; before it, an unknown flag (a typo such as `--tll`) is bad input,
     /// not a program to run.
-    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+impl Args {
+    /// The names to hold: RESOURCE, or every --lock, checked.
+    fn names(&self) -> Result<Vec<Resource>, Failure> {
+        match (&self.resource, &self.locks[..]) {
+            (Some(name), _) => Ok(vec![common::resource(name)?]),
+            (None, []) => Err(Failure::bad_input(
+                "name what to hold: fencelock run RESOURCE -- CMD, or --lock NAME (several times for several locks) -- CMD",
+            )),
+            (None, locks) => locks.iter().map(|name| common::resource(name)).collect(),
+        }
+    }
 }
 
 /// Runs `fencelock run`.
@@ -97,20 +129,33 @@ struct Schedule {
 }
 
 impl Schedule {
-    fn new(ttl: Ttl, grace: Option<Duration>) -> Result<(Self, GuardOptions), Failure> {
-        let lasts = ttl.as_duration();
+    fn new(terms: Terms, grace: Option<Duration>) -> Result<(Self, GuardOptions), Failure> {
+        let lasts = terms.ttl.as_duration();
         let renew_every = lasts / 3;
         let schedule = Self {
             grace: grace.unwrap_or((lasts / 10).min(Duration::from_secs(10))),
             allowance: lasts / 20 + Duration::from_millis(50),
         };
         let margin = schedule.grace + schedule.allowance;
-        if renew_every + margin >= lasts {
-            return Err(Failure::bad_input(format!(
-                "--ttl {} leaves no time to stop CMD: --grace {} plus {} to see it gone must stay below two thirds of the TTL",
-                humantime::format_duration(lasts),
+        let stops = || {
+            format!(
+                "--grace {} plus {} to see it gone",
                 humantime::format_duration(schedule.grace),
                 humantime::format_duration(schedule.allowance),
+            )
+        };
+        if renew_every + margin >= lasts {
+            return Err(Failure::bad_input(format!(
+                "--ttl {} leaves no time to stop CMD: {} must stay below two thirds of the TTL",
+                humantime::format_duration(lasts),
+                stops(),
+            )));
+        }
+        if let Some(cap) = terms.max_hold.filter(|cap| cap.as_duration() <= margin) {
+            return Err(Failure::bad_input(format!(
+                "--max-hold {} leaves no time to run CMD: it is stopped {} before the cap",
+                humantime::format_duration(cap.as_duration()),
+                stops(),
             )));
         }
         let options = GuardOptions {
@@ -159,32 +204,45 @@ impl Signals {
 }
 
 async fn run_command(args: Args) -> Result<u8, Failure> {
-    let (resource, owner, ttl) = args.wanted.parse()?;
-    let (schedule, options) = Schedule::new(ttl, args.grace)?;
+    let names = args.names()?;
+    let (owner, terms) = args.wanted.parse()?;
+    if args.command.is_empty() {
+        return Err(Failure::bad_input("no CMD given: put it after --"));
+    }
+    let (schedule, options) = Schedule::new(terms, args.grace)?;
     let signals = Signals::listen()?;
     let client = args.target.connect().await?.with_guard_options(options);
     let wait = match (args.no_wait, args.wait) {
         (true, _) => Duration::ZERO,
         (false, wait) => wait.unwrap_or(FOREVER),
     };
-    let (command, resource) = (&args.command, &resource);
-    match args.claimed.claim() {
-        None => {
-            let acquiring = client.acquire(resource, &owner, ttl, wait);
-            let acquiring = while_waiting(&client, Kind::Lock, resource, wait, acquiring);
+    let (command, names) = (&args.command, &names[..]);
+    match (args.claimed.claim(), names) {
+        (None, [one]) => {
+            let acquiring = async { Ok(client.acquire_with(one, &owner, terms, wait).await?.into()) };
+            let acquiring = while_waiting(&client, Kind::Lock, names, wait, acquiring);
             hold_while_running(acquiring, command, schedule, signals).await
         }
-        Some(claim) => {
-            let acquiring = client.acquire_claim(resource, &owner, claim, ttl, wait);
-            let acquiring = while_waiting(&client, claim.kind().into(), resource, wait, acquiring);
+        (None, _) => {
+            let all =
+                Resources::new(names.to_vec()).map_err(|e| Failure::bad_input(format!("--lock: {e}")))?;
+            let acquiring = client.acquire_all_with(&all, &owner, terms, wait);
+            let acquiring = while_waiting(&client, Kind::Lock, names, wait, acquiring);
+            hold_while_running(acquiring, command, schedule, signals).await
+        }
+        (Some(claim), _) => {
+            let acquiring = client.acquire_claim(&names[0], &owner, claim, terms.ttl, wait);
+            let acquiring = async { Ok(acquiring.await?.into()) };
+            let acquiring = while_waiting(&client, claim.kind().into(), names, wait, acquiring);
             hold_while_running(acquiring, command, schedule, signals).await
         }
     }
 }
 
-/// Steps 1 to 5 of the module's list, for a lease of any kind: `acquiring` gives the guard.
+/// Steps 1 to 5 of the module's list, for leases of any kind: `acquiring` gives the guard
+/// (over one lease, or several locks).
 async fn hold_while_running<T: Held>(
-    acquiring: impl Future<Output = Result<LeaseGuard<T>, AcquireError>>,
+    acquiring: impl Future<Output = Result<MultiGuard<T>, AcquireError>>,
     command: &[OsString],
     schedule: Schedule,
     mut signals: Signals,
@@ -196,7 +254,13 @@ async fn hold_while_running<T: Held>(
                 eprintln!("fencelock run: not running: {}", describe(&holder));
                 return Ok(exit::BUSY);
             }
-            Err(busy @ (AcquireError::HoldBusy { .. } | AcquireError::LimitMismatch { .. })) => {
+            Err(
+                busy @ (AcquireError::HoldBusy { .. }
+                | AcquireError::LimitMismatch { .. }
+                | AcquireError::Delayed { .. }
+                | AcquireError::Blocked { .. }
+                | AcquireError::Deadlock { .. }),
+            ) => {
                 eprintln!("fencelock run: not running: {busy}");
                 return Ok(exit::BUSY);
             }
@@ -240,7 +304,7 @@ async fn hold_while_running<T: Held>(
 /// Starts CMD in a process group of its own (so that signals reach everything it starts,
 /// and a terminal's Ctrl-C reaches `fencelock run`, which forwards it). `None` if the lease
 /// was lost before CMD could start.
-fn start<T: Held>(command: &[OsString], guard: &LeaseGuard<T>) -> Result<Option<(Child, Group)>, Failure> {
+fn start<T: Held>(command: &[OsString], guard: &MultiGuard<T>) -> Result<Option<(Child, Group)>, Failure> {
     let (program, arguments) = command
         .split_first()
         .ok_or_else(|| Failure::bad_input("no CMD given"))?;
@@ -248,15 +312,21 @@ fn start<T: Held>(command: &[OsString], guard: &LeaseGuard<T>) -> Result<Option<
         eprintln!("fencelock run: the lease was lost before CMD could start ({reason})");
         return Ok(None);
     }
-    let spawned = Command::new(program)
-        .args(arguments)
-        .env("FENCELOCK_TOKEN", guard.token().to_string())
-        .env("FENCELOCK_RESOURCE", guard.resource().as_str())
+    let leases = guard.leases();
+    let mut cmd = Command::new(program);
+    cmd.args(arguments)
         .env("FENCELOCK_KIND", guard.kind().as_str())
         .env("FENCELOCK_EXPIRES_AT", guard.expires_at().to_rfc3339())
-        .process_group(0)
-        .spawn();
-    let child = spawned.map_err(|error| {
+        .env("FENCELOCK_COUNT", leases.len().to_string());
+    if let Some(first) = leases.first() {
+        cmd.env("FENCELOCK_TOKEN", first.token.to_string())
+            .env("FENCELOCK_RESOURCE", first.resource.as_str());
+    }
+    for (i, lease) in (1..).zip(&leases) {
+        cmd.env(format!("FENCELOCK_RESOURCE_{i}"), lease.resource.as_str())
+            .env(format!("FENCELOCK_TOKEN_{i}"), lease.token.to_string());
+    }
+    let child = cmd.process_group(0).spawn().map_err(|error| {
         let code = match error.kind() {
             std::io::ErrorKind::NotFound => exit::NOT_FOUND,
             _ => exit::CANNOT_RUN,
@@ -271,20 +341,38 @@ fn start<T: Held>(command: &[OsString], guard: &LeaseGuard<T>) -> Result<Option<
     Ok(Some((child, group)))
 }
 
-/// The lease is lost: stop CMD's whole group before the lease's expiry (see the module's
-/// "The stop schedule").
+/// What the guard holds, in words: `the lease on a`, `the leases on a, b`.
+fn what_is_held<T: Held>(guard: &MultiGuard<T>) -> String {
+    let names: Vec<&str> = guard.resources().map(Resource::as_str).collect();
+    match &names[..] {
+        [one] => format!("the lease on {one}"),
+        all => format!("the leases on {}", all.join(", ")),
+    }
+}
+
+/// A lease is lost, or the cap comes near: stop CMD's whole group before the lease's
+/// expiry (see the module's "The stop schedule").
 async fn stop_on_loss<T: Held>(
-    guard: LeaseGuard<T>,
+    guard: MultiGuard<T>,
     child: &mut Child,
     group: Group,
     schedule: Schedule,
     reason: &LostReason,
 ) {
     let held_until = Instant::from_std(guard.held_until());
-    eprintln!(
-        "fencelock run: the lease on {} is lost ({reason}): stopping CMD",
-        guard.resource()
-    );
+    match (reason, guard.lost_on()) {
+        (LostReason::CapReached, _) => eprintln!(
+            "fencelock run: {} reached its cap on holding (--max-hold): stopping CMD",
+            what_is_held(&guard)
+        ),
+        (_, Some(lost_on)) => {
+            eprintln!("fencelock run: the lease on {lost_on} is lost ({reason}): stopping CMD")
+        }
+        (_, None) => eprintln!(
+            "fencelock run: {} is lost ({reason}): stopping CMD",
+            what_is_held(&guard)
+        ),
+    }
     let killed = group.stop(child, schedule.kill_at(held_until)).await;
     let now = Instant::now();
     let how = if killed { "SIGKILL" } else { "SIGTERM" };
@@ -299,34 +387,38 @@ async fn stop_on_loss<T: Held>(
             "CMD was stopped after the lease's last confirmed expiry"
         );
     }
-    // If only renewals failed, the lease may still be ours: give it back (with its token, so
-    // a newer lease is never touched). Otherwise the store already said it is not ours, and
-    // dropping the guard sends nothing.
-    if matches!(reason, LostReason::NotRenewed { .. }) {
-        give_back(guard).await;
-    }
+    // What may still be ours is given back (each lease with its token, so a newer lease is
+    // never touched): all of it if only renewals failed or the cap came, the other locks if
+    // the store said one is lost.
+    give_back(guard).await;
 }
 
-/// Releases the lease before `run` exits without waiting for CMD to end: a release left to
-/// the guard's drop would not get out before the process ends. It carries the token, so it
-/// never frees a newer lease (a lease lost only for want of a renewal may still be ours).
-async fn give_back<T: Held>(guard: LeaseGuard<T>) {
+/// Releases the leases before `run` exits without waiting for CMD to end: a release left to
+/// the guard's drop would not get out before the process ends. Each carries its token, so
+/// it never frees a newer lease (a lease lost only for want of a renewal may still be
+/// ours).
+async fn give_back<T: Held>(guard: MultiGuard<T>) {
     let _ = timeout(Duration::from_secs(1), guard.release()).await;
 }
 
 /// CMD ended: stop what it left in its group, then release.
-async fn finish_run<T: Held>(guard: LeaseGuard<T>, child: &mut Child, group: Group, schedule: Schedule) {
+async fn finish_run<T: Held>(guard: MultiGuard<T>, child: &mut Child, group: Group, schedule: Schedule) {
     if group.alive() {
         eprintln!("fencelock run: CMD ended but left processes in its group: stopping them before releasing");
         group
             .stop(child, schedule.kill_at(Instant::from_std(guard.held_until())))
             .await;
     }
-    let resource = guard.resource().clone();
+    let names: Vec<Resource> = guard.resources().cloned().collect();
     match guard.release().await {
-        Ok(fencelock_client::ReleaseOutcome::Released(_)) => {}
-        Ok(outcome) => tracing::warn!(%resource, ?outcome, "the lease was no longer held when CMD ended"),
-        Err(error) => tracing::warn!(%resource, %error, "releasing failed; the lease ends at its expiry"),
+        Ok(outcomes) => {
+            for (resource, outcome) in names.iter().zip(outcomes) {
+                if !matches!(outcome, ReleaseOutcome::Released(_)) {
+                    tracing::warn!(%resource, ?outcome, "the lease was no longer held when CMD ended");
+                }
+            }
+        }
+        Err(error) => tracing::warn!(%error, "releasing failed; the lease ends at its expiry"),
     }
 }
 

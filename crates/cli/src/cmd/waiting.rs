@@ -15,14 +15,14 @@ use super::common::{describe, describe_hold};
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs `acquiring` (which may wait up to `wait`), showing a spinner that says who holds
-/// `resource` (of `kind`) until it completes.
+/// `names` (of `kind`; several locks are waited for together) until it completes.
 ///
-/// The holder is looked up beside the waiting request rather than by waking it up: a waiter
-/// that asked again would lose its place in the server's line.
+/// The holders are looked up beside the waiting request rather than by waking it up: a
+/// waiter that asked again would lose its place in the server's line.
 pub async fn while_waiting<T>(
     client: &Client,
     kind: Kind,
-    resource: &Resource,
+    names: &[Resource],
     wait: Duration,
     acquiring: impl Future<Output = T>,
 ) -> T {
@@ -30,7 +30,8 @@ pub async fn while_waiting<T>(
         return acquiring.await;
     }
     let spinner = Spinner(ProgressBar::new_spinner());
-    spinner.0.set_message(format!("acquiring {resource}"));
+    let all: Vec<&str> = names.iter().map(Resource::as_str).collect();
+    spinner.0.set_message(format!("acquiring {}", all.join(", ")));
     spinner.0.enable_steady_tick(Duration::from_millis(100));
     let mut acquiring = std::pin::pin!(acquiring);
     let mut next_look = Instant::now();
@@ -42,11 +43,20 @@ pub async fn while_waiting<T>(
         }
         let message = tokio::select! {
             outcome = &mut acquiring => break outcome,
-            message = look(client, kind, resource) => message,
+            message = look_all(client, kind, names) => message,
         };
         spinner.0.set_message(message);
         next_look = Instant::now() + LOOK_EVERY;
     }
+}
+
+/// Who holds each of `names` of `kind` now, in words.
+async fn look_all(client: &Client, kind: Kind, names: &[Resource]) -> String {
+    let mut words = Vec::with_capacity(names.len());
+    for name in names {
+        words.push(look(client, kind, name).await);
+    }
+    words.join("; ")
 }
 
 /// Who holds `resource` of `kind` now, in words.

@@ -63,6 +63,7 @@ impl Drop for TestServer {
     }
 }
 
+#[allow(unused_imports)] // Not every test file uses the fixtures.
 pub use fencelock_testkit::fixtures::{owner, resource, ttl_ms as ttl};
 
 /// Polls `check` every 5 ms until it gives a value, failing the test after `limit`.
