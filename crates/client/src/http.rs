@@ -170,9 +170,11 @@ impl HttpStore {
         &self.options
     }
 
-    /// Acquires `resource` for `owner`; if another owner holds it, the server keeps the
-    /// request in line for up to `wait` (at most [`HttpOptions::max_wait_per_request`] is
-    /// sent; the caller loops for longer waits).
+    /// Acquires `resource` for `owner` on `terms` — its TTL and its cap on holding (as
+    /// `max_hold_ms`); the lock-delay is the server's own (`--lock-delay`), whatever `terms`
+    /// says. If another owner holds it, the server keeps the request in line for up to
+    /// `wait` (at most [`HttpOptions::max_wait_per_request`] is sent; the caller loops for
+    /// longer waits).
     pub async fn acquire_waiting(
         &self,
         resource: &Resource,
@@ -181,11 +183,8 @@ impl HttpStore {
         wait: Duration,
     ) -> Result<AcquireOutcome> {
         let wait = wait.min(self.options.max_wait_per_request);
-        let body = AcquireRequest {
-            owner: owner.to_string(),
-            ttl: TtlFields::ms(terms.ttl.as_millis()),
-            wait_ms: (!wait.is_zero()).then(|| millis(wait)),
-        };
+        // The cap travels; the lock-delay does not: the server applies its own.
+        let body = AcquireRequest::new(owner, terms, wait);
         let request = self
             .http
             .post(self.lock_url(resource))
@@ -516,10 +515,6 @@ impl LockStore for HttpStore {
             principals: false,
         }
     }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn lease(body: LeaseBody) -> Result<Lease> {

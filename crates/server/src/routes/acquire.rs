@@ -3,8 +3,8 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
-use fencelock_core::{AcquireOutcome, Acquired, Kind, Lease, ReleaseOutcome, Terms};
-use fencelock_wire::{AcquireRequest, AcquireResponse, Op, outcome, parse};
+use fencelock_core::{AcquireOutcome, Acquired, Kind, Lease, ReleaseOutcome};
+use fencelock_wire::{Acquire, AcquireRequest, AcquireResponse, Op, outcome, parse};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -38,9 +38,11 @@ pub async fn acquire(
     uri: Uri,
     JsonObject(body): JsonObject,
 ) -> Result<Json<AcquireResponse>, ApiError> {
-    let (resource, mut request) = both(resource(&uri), parse::acquire(&body, &app.config.limits))?;
+    let (resource, request) = both(resource(&uri), parse::acquire(&body, &app.config.limits))?;
     caller.may(Right::Lock, &resource)?;
-    request.owner = caller.owns(request.owner);
+    let terms = request.terms(app.config.lock_delay);
+    let Acquire { owner, wait, .. } = request.acquire;
+    let owner = caller.owns(owner);
     // Cancelled when this future is dropped (the client hung up): the wait ends, but a call
     // to the store under way completes and is logged, and a grant nobody will hear of is
     // given back at once instead of blocking the lock until its TTL.
@@ -50,17 +52,11 @@ pub async fn acquire(
         let started = Instant::now();
         let outcome = app
             .waiters
-            .acquire_unless(
-                &resource,
-                &request.owner,
-                Terms::ttl(request.ttl),
-                request.wait,
-                &gone,
-            )
+            .acquire_unless(&resource, &owner, terms, wait, &gone)
             .await;
         let asked = Asked {
             resource,
-            owner: request.owner,
+            owner,
             token: None,
         };
         observe(&app, Kind::Lock, Op::Acquire, &asked, &outcome, started.elapsed());
