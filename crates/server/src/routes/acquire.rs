@@ -14,20 +14,23 @@ use crate::observe::{Asked, Observed, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, BodyProblems, Denied, detached, hold_kind};
+use super::{AuthProblems, BodyProblems, Deadlocked, Denied, detached, hold_kind};
 
 /// Acquire a lock.
 ///
 /// Grants a free or expired resource with a new fencing token; extends the caller's own live
 /// lease (same token); or, if another owner holds it, answers `acquired: false` — at once,
-/// or after waiting up to `wait_ms` in first-come first-served order. Needs the `lock` right;
-/// the lease is the caller's principal's (the same owner name under another principal is
-/// another owner).
+/// or after waiting up to `wait_ms` in first-come first-served order. After a lease expired
+/// unreleased, the lock stays closed for the server's lock-delay (`acquired: false` with
+/// `retry_after_ms`). `max_hold_ms` caps the new lease (`hold_until`): its first TTL, every
+/// renewal and every extension end there at the latest. Needs the `lock` right; the lease is
+/// the caller's principal's (the same owner name under another principal is another owner).
 #[utoipa::path(post, path = "/locks/{resource}", tag = "locks",
     params(("resource" = String, Path, description = "The resource, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = AcquireRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "Granted (new or extended), or held by another owner", body = AcquireResponse),
+        (status = 200, description = "Granted (new or extended); held by another owner; or closed by a lock-delay", body = AcquireResponse),
+        Deadlocked,
         AuthProblems,
         Denied,
         BodyProblems,
