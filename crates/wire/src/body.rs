@@ -38,8 +38,9 @@ pub struct LeaseBody {
     pub expires_at: String,
     /// The cap on holding the acquire set with `max_hold_ms` (RFC 3339, UTC, milliseconds):
     /// `expires_at` never passes it, however the lease is renewed or extended. Absent for a
-    /// lease without a cap.
+    /// lease without a cap (never `null`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub hold_until: Option<String>,
 }
 
@@ -438,7 +439,8 @@ named_schema!(
     RenewRequest
 );
 
-/// The answer to an acquire: granted, or held by another owner (not an error).
+/// The answer to an acquire: granted, held by another owner, or closed by a lock-delay (not
+/// an error).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum AcquireResponse {
