@@ -28,9 +28,9 @@ use fencelock_core::{
 use fencelock_wire::body::InvalidLease;
 use fencelock_wire::hold::collection;
 use fencelock_wire::{
-    AcquireAllRequest, AcquireAllResponse, AcquireRequest, AcquireResponse, ForceReleaseRequest, HoldAcquireRequest, HoldAcquireResponse,
-    HoldListResponse, HoldsBody, Judged, LeaseBody, ListResponse, Problem, ProblemKind, ReleaseRequest,
-    RenewRequest, TtlFields, outcome, parse,
+    AcquireAllRequest, AcquireAllResponse, AcquireRequest, AcquireResponse, ForceReleaseRequest,
+    HoldAcquireRequest, HoldAcquireResponse, HoldListResponse, HoldsBody, Judged, LeaseBody, ListResponse,
+    Problem, ProblemKind, ReleaseRequest, RenewRequest, TtlFields, outcome, parse,
 };
 use reqwest::header::{AUTHORIZATION, HeaderMap, RETRY_AFTER};
 use reqwest::{Response, StatusCode};
