@@ -302,7 +302,10 @@ impl Waiters {
         let place = match InLine::join(&self.inner, keys, owner) {
             Joined::Full => return attempt(false).await.map(at_once),
             Joined::Deadlock(cycle) => return Err(deadlock(keys, owner, cycle)),
-            Joined::InLine(place) => place,
+            Joined::InLine(place, doubted) => {
+                place.read_again(doubted).await?;
+                place
+            }
         };
         // A wait too long to add to the clock (centuries) is as good as forever; a year will do.
         const FOREVER: Duration = Duration::from_secs(365 * 86_400);
@@ -320,8 +323,9 @@ impl Waiters {
                     () = gone.cancelled() => break,
                 }
             }
+            let since = self.inner.next_id.load(Ordering::SeqCst);
             let tried = attempt(true).await?;
-            place.found(tried.found);
+            place.found(tried.found, since);
             let Some(retry_in) = tried.retry_in else {
                 return Ok(Acquired {
                     outcome: tried.outcome,
@@ -449,7 +453,9 @@ struct InLine<'a> {
 
 /// What joining the lines came to.
 enum Joined<'a> {
-    InLine(InLine<'a>),
+    /// In line, with the names whose holders are to be read again: waiting would close a
+    /// cycle only through owners found holding them before they asked for them.
+    InLine(InLine<'a>, Vec<Key>),
     /// As many callers wait as the limit allows.
     Full,
     /// Waiting would close this cycle.
@@ -467,13 +473,18 @@ impl<'a> InLine<'a> {
         if counted.is_err() {
             return Joined::Full;
         }
-        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        // SeqCst: a try that reads a lower `next_id` read the store before this waiter asked
+        // (see `WaitGraph::observe`).
+        let id = inner.next_id.fetch_add(1, Ordering::SeqCst);
         let wake = Arc::new(Notify::new());
         let mut lines = inner.lines();
-        if let Err(cycle) = lines.graph.join(id, owner, keys) {
-            inner.waiting.fetch_sub(1, Ordering::AcqRel);
-            return Joined::Deadlock(cycle);
-        }
+        let doubted = match lines.graph.join(id, owner, keys) {
+            Ok(doubted) => doubted,
+            Err(cycle) => {
+                inner.waiting.fetch_sub(1, Ordering::AcqRel);
+                return Joined::Deadlock(cycle);
+            }
+        };
         for key in keys {
             lines.queues.entry(key.clone()).or_default().push_back(Place {
                 id,
@@ -481,13 +492,42 @@ impl<'a> InLine<'a> {
             });
         }
         drop(lines);
-        Joined::InLine(Self {
+        let place = Self {
             inner,
             keys: keys.to_vec(),
             owner: owner.clone(),
             id,
             wake,
-        })
+        };
+        Joined::InLine(place, doubted)
+    }
+
+    /// Reads from the store who holds each of `keys` now, for the wait-for graph: if a cycle
+    /// is still there, this caller (the youngest on it) is told to give up.
+    async fn read_again(&self, keys: Vec<Key>) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let since = self.inner.next_id.load(Ordering::SeqCst);
+        let store = &self.inner.store;
+        let mut found = Vec::with_capacity(keys.len());
+        for key in keys {
+            let holders = match key.kind.hold_kind() {
+                None => store
+                    .get(&key.name)
+                    .await?
+                    .map(|lease| lease.owner)
+                    .into_iter()
+                    .collect(),
+                Some(kind) => {
+                    let holds = store.holds(kind, &key.name).await?;
+                    holds.into_iter().map(|hold| hold.lease.owner).collect()
+                }
+            };
+            found.push((key, holders));
+        }
+        self.found(found, since);
+        Ok(())
     }
 
     /// Whether this caller heads every line it is in.
@@ -504,11 +544,11 @@ impl<'a> InLine<'a> {
 
     /// Records who a try found holding each name, and tells the waiters this puts on a
     /// cycle to give up.
-    fn found(&self, found: Vec<(Key, Vec<Owner>)>) {
+    fn found(&self, found: Vec<(Key, Vec<Owner>)>, since: u64) {
         let mut lines = self.inner.lines();
         let mut told = Vec::new();
         for (key, holders) in found {
-            told.extend(lines.graph.observe(&key, holders));
+            told.extend(lines.graph.observe(&key, holders, since));
         }
         for id in told.into_iter().filter(|id| *id != self.id) {
             let wake = lines
