@@ -308,6 +308,57 @@ async fn semaphores_and_rwlocks_close_cycles_too_and_are_refused_alike() {
 }
 
 #[tokio::test]
+async fn two_readers_that_both_wait_to_upgrade_are_a_cycle_and_readers_that_let_go_and_ask_again_are_not() {
+    let s = TestServer::real().await;
+    let mode = |owner: &str, mode: &str, wait_ms: u64| json!({"owner": owner, "mode": mode, "ttl_seconds": 60, "wait_ms": wait_ms});
+    for owner in ["a", "b"] {
+        s.grant_hold("rwlocks", "u", mode(owner, "read", 0)).await;
+    }
+    let a_upgrades = spawn_post(&s, "/rwlocks/u", mode("a", "write", WAIT_MS));
+    let cycle = [
+        r#"b waits for rwlock "u" held by a"#,
+        r#"a waits for rwlock "u" held by b"#,
+    ];
+    refused_as_deadlock(&s, 1, "/rwlocks/u", mode("b", "write", WAIT_MS), &cycle).await;
+    // b keeps its read hold; once it lets go, a is upgraded.
+    s.release_hold("rwlocks", "u", json!({"owner": "b"})).await;
+    let (_, upgraded) = a_upgrades.await.unwrap();
+    assert_eq!(upgraded["hold"]["mode"], "write", "{upgraded}");
+
+    // Readers found holding that let go and ask to write wait like anyone: no cycle.
+    s.release_hold("rwlocks", "u", json!({"owner": "a"})).await;
+    for owner in ["c", "d"] {
+        s.grant_hold("rwlocks", "u", mode(owner, "read", 0)).await;
+    }
+    let e_waits = spawn_post(&s, "/rwlocks/u", mode("e", "write", WAIT_MS));
+    s.until_waiters(1).await;
+    s.release_hold("rwlocks", "u", json!({"owner": "c"})).await;
+    let c_waits = spawn_post(&s, "/rwlocks/u", mode("c", "write", WAIT_MS));
+    s.until_waiters(2).await;
+    // d lets go last: e is granted, while d asks to write behind c.
+    s.release_hold("rwlocks", "u", json!({"owner": "d"})).await;
+    let d_waits = spawn_post(&s, "/rwlocks/u", mode("d", "write", WAIT_MS));
+    let (status, granted) = e_waits.await.unwrap();
+    assert_eq!(
+        (status, &granted["hold"]["owner"]),
+        (StatusCode::OK, &json!("e")),
+        "{granted}"
+    );
+    s.until_waiters(2).await;
+    s.release_hold("rwlocks", "u", json!({"owner": "e"})).await;
+    // Then c, then d: each is granted once the one before lets go.
+    for (turn, owner) in [c_waits, d_waits].into_iter().zip(["c", "d"]) {
+        let (status, granted) = turn.await.unwrap();
+        assert_eq!(
+            (status, &granted["hold"]["owner"]),
+            (StatusCode::OK, &json!(owner)),
+            "{granted}"
+        );
+        s.release_hold("rwlocks", "u", json!({"owner": owner})).await;
+    }
+}
+
+#[tokio::test]
 async fn two_acquires_of_the_same_locks_in_opposite_orders_never_deadlock_nor_both_win() {
     let s = TestServer::real().await;
     for round in 0..20 {
