@@ -308,7 +308,7 @@ mod tests {
         let mut graph = WaitGraph::default();
         let rw = Key::hold(HoldKind::RwLock, &Resource::new("z").unwrap());
         graph.join(1, &o("a"), &[lock("x")]).unwrap();
-        graph.join(2, &o("b"), &[rw.clone()]).unwrap();
+        graph.join(2, &o("b"), std::slice::from_ref(&rw)).unwrap();
         graph.join(3, &o("c"), &[lock("w")]).unwrap();
         assert!(graph.observe(&lock("x"), vec![o("b")], FRESH).is_empty());
         assert!(graph.observe(&lock("w"), vec![o("a")], FRESH).is_empty());

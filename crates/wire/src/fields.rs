@@ -179,7 +179,10 @@ mod tests {
             json!({"owner": "w", "resources": ["b", "a"], "ttl_ms": 5, "wait_ms": 3, "max_hold_ms": 9, "x": 1}),
             acquire_all,
         );
-        round_trips::<AcquireAllRequest, _>(json!({"owner": "w", "resources": ["a"], "ttl_seconds": 5}), acquire_all);
+        round_trips::<AcquireAllRequest, _>(
+            json!({"owner": "w", "resources": ["a"], "ttl_seconds": 5}),
+            acquire_all,
+        );
         round_trips::<ReleaseRequest, _>(json!({"owner": "w"}), release);
         round_trips::<ReleaseRequest, _>(json!({"owner": "\tw", "fencing_token": u64::MAX}), release);
         round_trips::<RenewRequest, _>(
@@ -329,7 +332,10 @@ mod tests {
         let schema = serde_json::to_value(RwLockAcquireRequest::schema()).unwrap();
         assert_eq!(schema["properties"][MODE]["enum"], json!(["read", "write"]));
         assert_eq!(schema["required"], json!([OWNER, MODE]));
-        assert!(schema["properties"].get(MAX_HOLD_MS).is_none(), "holds have no cap");
+        assert!(
+            schema["properties"].get(MAX_HOLD_MS).is_none(),
+            "holds have no cap"
+        );
         let max_hold = |schema: &Value| {
             let field = &schema["properties"][MAX_HOLD_MS];
             (field["minimum"].as_u64(), field["maximum"].as_u64())
@@ -343,7 +349,11 @@ mod tests {
         assert_eq!(all["oneOf"], exactly_one_ttl);
         let resources = &all["properties"][RESOURCES];
         assert_eq!(
-            (&resources["minItems"], &resources["maxItems"], &resources["uniqueItems"]),
+            (
+                &resources["minItems"],
+                &resources["maxItems"],
+                &resources["uniqueItems"]
+            ),
             (&json!(1), &json!(64), &json!(true))
         );
         assert_eq!(resources["items"]["maxLength"], json!(MAX_NAME_BYTES));

@@ -629,7 +629,11 @@ pub fn encode_acquire_all(outcome: &AcquireAllOutcome) -> AcquireAllResponse {
     match outcome {
         AcquireAllOutcome::Granted(granted) => AcquireAllResponse::Granted(AllGranted {
             acquired: true,
-            locks: granted.iter().filter_map(AcquireOutcome::lease).map(LeaseBody::from).collect(),
+            locks: granted
+                .iter()
+                .filter_map(AcquireOutcome::lease)
+                .map(LeaseBody::from)
+                .collect(),
             extended: granted
                 .iter()
                 .filter_map(|outcome| match outcome {
@@ -945,7 +949,10 @@ mod tests {
                 expires_in: Duration::from_millis(3),
             },
         ] {
-            assert_eq!(decode_acquire(through_json(&encode_acquire(&outcome))).unwrap(), outcome);
+            assert_eq!(
+                decode_acquire(through_json(&encode_acquire(&outcome))).unwrap(),
+                outcome
+            );
         }
     }
 
@@ -977,7 +984,10 @@ mod tests {
         }
         let json = serde_json::to_value(encode_acquire_all(&granted)).unwrap();
         assert_eq!(json["acquired"], true);
-        assert_eq!((&json["locks"][0]["resource"], &json["locks"][1]["resource"]), (&"b".into(), &"a".into()));
+        assert_eq!(
+            (&json["locks"][0]["resource"], &json["locks"][1]["resource"]),
+            (&"b".into(), &"a".into())
+        );
         assert_eq!(json["extended"], serde_json::json!(["a"]));
         let json = serde_json::to_value(encode_acquire_all(&refused)).unwrap();
         assert_eq!(json["acquired"], false);
@@ -991,7 +1001,10 @@ mod tests {
             resource: Resource::new("c").unwrap(),
             retry_in: Duration::ZERO,
         }]);
-        assert_eq!((extended.label(), delayed.label()), (Label::Extended, Label::Delayed));
+        assert_eq!(
+            (extended.label(), delayed.label()),
+            (Label::Extended, Label::Delayed)
+        );
     }
 
     #[test]

@@ -571,7 +571,10 @@ mod tests {
             assert_eq!(a.max_hold.map(Ttl::as_millis), Some(ms));
             let terms = a.terms(Duration::from_millis(300));
             assert_eq!(terms.max_hold, a.max_hold);
-            assert_eq!((terms.ttl.as_millis(), terms.lock_delay), (10, Duration::from_millis(300)));
+            assert_eq!(
+                (terms.ttl.as_millis(), terms.lock_delay),
+                (10, Duration::from_millis(300))
+            );
         }
         assert_eq!(Ttl::CEILING.as_millis(), fields::MAX_HOLD_RANGE.max);
         for bad in [
@@ -626,7 +629,10 @@ mod tests {
             (json!(["a", "b", "a"]), "must not name a twice"),
             (json!(["a", ""]), "item 1: must not be empty or blank"),
             (json!(["a\u{7}"]), "item 0: must not contain control characters"),
-            (json!(["a".repeat(256)]), "item 0: must be at most 255 bytes of UTF-8"),
+            (
+                json!(["a".repeat(256)]),
+                "item 0: must be at most 255 bytes of UTF-8",
+            ),
             (json!(["a", 1]), "item 1: must be a JSON string"),
             (json!(["a", null]), "item 1: must be a JSON string"),
             (json!("a"), "must be a JSON array of 1 to 64 resource names"),

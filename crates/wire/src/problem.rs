@@ -212,7 +212,11 @@ mod tests {
 
     #[test]
     fn every_kind_round_trips_through_its_type_and_all_but_three_through_its_status() {
-        let shared = [ProblemKind::LimitMismatch, ProblemKind::Deadlock, ProblemKind::Denied];
+        let shared = [
+            ProblemKind::LimitMismatch,
+            ProblemKind::Deadlock,
+            ProblemKind::Denied,
+        ];
         for kind in ProblemKind::ALL {
             assert_eq!(ProblemKind::from_type_uri(&kind.type_uri()), Some(kind));
             if !shared.contains(&kind) {
@@ -223,7 +227,10 @@ mod tests {
         assert_eq!(ProblemKind::from_status(403), Some(ProblemKind::Forbidden));
         assert!(ProblemKind::LimitMismatch.type_uri().ends_with("limit-mismatch"));
         assert_eq!(ProblemKind::Deadlock.type_uri(), "urn:fencelock:problem:deadlock");
-        assert_eq!((ProblemKind::Deadlock.status(), ProblemKind::Deadlock.title()), (409, "Deadlock"));
+        assert_eq!(
+            (ProblemKind::Deadlock.status(), ProblemKind::Deadlock.title()),
+            (409, "Deadlock")
+        );
         assert_eq!(ProblemKind::from_status(200), None);
         assert_eq!(ProblemKind::from_type_uri("urn:fencelock:problem:nope"), None);
     }
