@@ -13,7 +13,9 @@
 //! unknown token ([`StoreError::Unauthenticated`]), 403 for a right the caller lacks
 //! ([`StoreError::NotAllowed`], told apart from a lease of another owner by the problem's
 //! type) and 429 when the caller sends too much ([`StoreError::RateLimited`], with its
-//! `Retry-After`).
+//! `Retry-After`). An acquire of any kind whose wait would close a cycle of owners waiting for
+//! each other is answered 409 `deadlock`: [`StoreError::Deadlock`], with the cycle the server
+//! names.
 
 use std::time::Duration;
 
@@ -26,9 +28,9 @@ use fencelock_core::{
 use fencelock_wire::body::InvalidLease;
 use fencelock_wire::hold::collection;
 use fencelock_wire::{
-    AcquireRequest, AcquireResponse, ForceReleaseRequest, HoldAcquireRequest, HoldAcquireResponse,
-    HoldListResponse, HoldsBody, Judged, LeaseBody, ListResponse, Problem, ProblemKind, ReleaseRequest,
-    RenewRequest, TtlFields, outcome, parse,
+    AcquireAllRequest, AcquireAllResponse, AcquireRequest, AcquireResponse, ForceReleaseRequest,
+    HoldAcquireRequest, HoldAcquireResponse, HoldListResponse, HoldsBody, Judged, LeaseBody, ListResponse,
+    Problem, ProblemKind, ReleaseRequest, RenewRequest, TtlFields, outcome, parse,
 };
 use reqwest::header::{AUTHORIZATION, HeaderMap, RETRY_AFTER};
 use reqwest::{Response, StatusCode};
@@ -170,9 +172,11 @@ impl HttpStore {
         &self.options
     }
 
-    /// Acquires `resource` for `owner`; if another owner holds it, the server keeps the
-    /// request in line for up to `wait` (at most [`HttpOptions::max_wait_per_request`] is
-    /// sent; the caller loops for longer waits).
+    /// Acquires `resource` for `owner` on `terms` — its TTL and its cap on holding (as
+    /// `max_hold_ms`); the lock-delay is the server's own (`--lock-delay`), whatever `terms`
+    /// says. If another owner holds it, the server keeps the request in line for up to
+    /// `wait` (at most [`HttpOptions::max_wait_per_request`] is sent; the caller loops for
+    /// longer waits).
     pub async fn acquire_waiting(
         &self,
         resource: &Resource,
@@ -181,11 +185,8 @@ impl HttpStore {
         wait: Duration,
     ) -> Result<AcquireOutcome> {
         let wait = wait.min(self.options.max_wait_per_request);
-        let body = AcquireRequest {
-            owner: owner.to_string(),
-            ttl: TtlFields::ms(terms.ttl.as_millis()),
-            wait_ms: (!wait.is_zero()).then(|| millis(wait)),
-        };
+        // The cap travels; the lock-delay does not: the server applies its own.
+        let body = AcquireRequest::new(owner, terms, wait);
         let request = self
             .http
             .post(self.lock_url(resource))
@@ -198,8 +199,10 @@ impl HttpStore {
         outcome::decode_acquire(read_json::<AcquireResponse>(response).await?).map_err(invalid_lease)
     }
 
-    /// Acquires every lock of `resources` for `owner`, or none (`POST /locks`); while some
-    /// are held by others, the server keeps the request in line for up to `wait` (at most
+    /// Acquires every lock of `resources` for `owner` on `terms` (as
+    /// [`acquire_waiting`](Self::acquire_waiting) sends them), or none, in one request
+    /// (`POST /locks`): the server takes them in one step where its store can. While some are
+    /// held by others, the server keeps the request in line for up to `wait` (at most
     /// [`HttpOptions::max_wait_per_request`] is sent; the caller loops for longer waits).
     pub async fn acquire_all_waiting(
         &self,
@@ -208,9 +211,18 @@ impl HttpStore {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireAllOutcome> {
-        // TODO(i12-server): POST /locks with `resources`; one lock at a time until then.
-        let _ = wait;
-        fencelock_core::acquire_in_order(self, resources, owner, terms).await
+        let wait = wait.min(self.options.max_wait_per_request);
+        let body = AcquireAllRequest::new(resources, owner, terms, wait);
+        let request = self
+            .http
+            .post(format!("{}/locks", self.base))
+            .json(&body)
+            .timeout(self.options.request_timeout + wait);
+        let response = self.send(request).await?;
+        if response.status() != StatusCode::OK {
+            return Err(unexpected(response).await);
+        }
+        outcome::decode_acquire_all(read_json::<AcquireAllResponse>(response).await?).map_err(invalid_lease)
     }
 
     /// Acquires a hold of `claim` on `name` for `owner`; while it is busy, the server keeps
@@ -519,10 +531,6 @@ impl LockStore for HttpStore {
     }
 }
 
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 fn lease(body: LeaseBody) -> Result<Lease> {
     Lease::try_from(body).map_err(invalid_lease)
 }
@@ -608,6 +616,11 @@ impl Refused {
 
     /// The error this answer tells of.
     fn error(&self) -> StoreError {
+        if let Some(problem) = &self.problem
+            && ProblemKind::from_type_uri(&problem.type_uri) == Some(ProblemKind::Deadlock)
+        {
+            return StoreError::Deadlock(problem.detail.clone());
+        }
         let detail = match &self.problem {
             Some(problem) => describe(problem),
             None => format!("HTTP {}", self.status),

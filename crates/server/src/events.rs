@@ -1,6 +1,7 @@
 //! One structured log line for every grant, extension, renewal, release, expiry and refusal
-//! of a lock's lease, a semaphore's permit or a read-write lock's hold. Every line has a
-//! `kind` (`lock`, `semaphore`, `rwlock`) and the name as `resource`.
+//! (by a holder, a lock-delay, …) of a lock's lease, a semaphore's permit or a read-write
+//! lock's hold. Every line has a `kind` (`lock`, `semaphore`, `rwlock`) and the name as
+//! `resource`.
 //!
 //! A force-release is written to its own target, [`AUDIT`], one line per lease it ended:
 //! who asked, and whose lease it was.
@@ -77,7 +78,8 @@ pub fn force_released_unknown(by: Option<&Principal>, kind: Kind, resource: &Res
 }
 
 /// A request was refused: `reason` is `held`, `forbidden`, `conflict`, `not_found` or
-/// `limit_mismatch`; `holder` is a lease in the way, if any.
+/// `limit_mismatch`; `holder` is a lease in the way, if any. (A lock-delay's refusal is
+/// [`delayed`]; a deadlock's is logged where it is found, under `fencelock::deadlock`.)
 pub fn refused(
     kind: Kind,
     op: Op,
@@ -89,6 +91,14 @@ pub fn refused(
     tracing::info!(target: TARGET, event = "refuse", kind = kind.as_str(), op = op.as_str(),
         reason = reason.as_str(), resource = %resource, owner = %owner,
         holder = holder.map(|h| h.owner.as_str()), token = holder.map(|h| h.token.0));
+}
+
+/// An acquire of `resource` was refused because a lock-delay keeps it closed for
+/// `retry_in` more: its last lease expired unreleased less than the delay ago.
+pub fn delayed(kind: Kind, op: Op, resource: &Resource, owner: &Owner, retry_in: Duration) {
+    tracing::info!(target: TARGET, event = "refuse", kind = kind.as_str(), op = op.as_str(),
+        reason = Label::Delayed.as_str(), resource = %resource, owner = %owner,
+        retry_after_ms = millis(retry_in));
 }
 
 fn millis(d: Duration) -> u64 {

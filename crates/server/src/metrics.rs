@@ -203,6 +203,8 @@ pub struct Metrics {
     waiting: Gauge,
     turned: Family<By<Turned>, Counter>,
     forced: Family<By<Kind>, Counter>,
+    deadlocks: Family<By<Kind>, Counter>,
+    lock_delays: Counter,
 }
 
 /// Buckets from 100 µs to about 7 minutes: a store call, or an acquire with its wait.
@@ -236,6 +238,8 @@ impl Metrics {
             waiting: Gauge::default(),
             turned: Family::default(),
             forced: Family::default(),
+            deadlocks: Family::default(),
+            lock_delays: Counter::default(),
         };
         m.registry.register(
             "requests",
@@ -307,6 +311,16 @@ impl Metrics {
             "Force-releases by an administrator that freed a name (each ends every lease, permit or hold on it), by kind",
             m.forced.clone(),
         );
+        m.registry.register(
+            "deadlocks",
+            "Acquires refused with 409 deadlock, by kind (lock, semaphore, rwlock): their wait would have closed a cycle of owners waiting for each other on this server",
+            m.deadlocks.clone(),
+        );
+        m.registry.register(
+            "lock_delays",
+            "Acquires of locks answered acquired: false because a lock-delay keeps a lock closed (its last lease expired unreleased less than --lock-delay ago); one per request, however many of its locks are closed",
+            m.lock_delays.clone(),
+        );
         m
     }
 
@@ -347,16 +361,27 @@ impl Metrics {
         self.hold.get_or_create(&By(end)).observe(held.as_secs_f64());
     }
 
-    /// An acquire ended: it `waited` in line or not, and was answered `held` or granted.
-    pub fn contended(&self, waited: bool, held: bool) {
+    /// An acquire ended: it `waited` in line or not, found what it asked for `held` by other
+    /// owners or not, and was `refused` (held, or closed by a lock-delay) or granted.
+    pub fn contended(&self, waited: bool, held: bool, refused: bool) {
         if waited {
             self.contention.get_or_create(&By(Contention::Waited)).inc();
-            if held {
+            if refused {
                 self.timeouts.get_or_create(&By(Timeout::WaitExpired)).inc();
             }
         } else if held {
             self.contention.get_or_create(&By(Contention::Held)).inc();
         }
+    }
+
+    /// An acquire of `kind` was refused: its wait would have closed a cycle.
+    pub fn deadlock(&self, kind: Kind) {
+        self.deadlocks.get_or_create(&By(kind)).inc();
+    }
+
+    /// An acquire was refused because a lock-delay keeps a lock closed.
+    pub fn lock_delayed(&self) {
+        self.lock_delays.inc();
     }
 
     /// One call to the store took `took`, and `failed` or not.

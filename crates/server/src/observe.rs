@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Acquired, FencingToken, ForceOutcome, Hold, HoldOutcome, HoldPage, Kind, Lease,
-    LeasePage, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource, StoreError,
+    AcquireAllOutcome, AcquireOutcome, Acquired, FencingToken, ForceOutcome, Hold, HoldOutcome, HoldPage,
+    Kind, Lease, LeasePage, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource, StoreError,
 };
 use fencelock_wire::{Label, Op, Outcome};
 
@@ -33,7 +33,8 @@ pub trait Observed: Outcome {
     fn record(&self, kind: Kind, op: Op, asked: &Self::Asked, took: Duration, metrics: &Metrics);
 }
 
-/// Counts a call to the store on `kind` and writes its log lines.
+/// Counts a call to the store on `kind` and writes its log lines. A deadlock refused by the
+/// waiters is counted here, and logged where it was found.
 pub fn observe<O: Observed>(
     app: &App,
     kind: Kind,
@@ -46,6 +47,10 @@ pub fn observe<O: Observed>(
         Ok(outcome) => {
             outcome.record(kind, op, asked, took, &app.metrics);
             outcome.label()
+        }
+        Err(StoreError::Deadlock(_)) => {
+            app.metrics.deadlock(kind);
+            Label::Deadlock
         }
         Err(_) => Label::Unavailable,
     };
@@ -66,18 +71,60 @@ impl Observed for AcquireOutcome {
                 metrics.granted(lease);
             }
             Self::Extended(lease) => events::extended(kind, lease),
-            Self::Held { holder, .. } => {
-                events::refused(
-                    kind,
-                    op,
-                    self.label(),
-                    &asked.resource,
-                    &asked.owner,
-                    Some(holder),
-                );
+            Self::Held { .. } | Self::Delayed { .. } => {
+                log_refusal(kind, op, self, &asked.owner);
+                if matches!(self, Self::Delayed { .. }) {
+                    metrics.lock_delayed();
+                }
             }
-            Self::Delayed { .. } => {
-                events::refused(kind, op, self.label(), &asked.resource, &asked.owner, None);
+        }
+    }
+}
+
+/// The log line of a lock refused to `owner`: held by another owner, or closed by a
+/// lock-delay.
+fn log_refusal(kind: Kind, op: Op, refusal: &AcquireOutcome, owner: &Owner) {
+    match refusal {
+        AcquireOutcome::Held { holder, .. } => {
+            events::refused(kind, op, refusal.label(), &holder.resource, owner, Some(holder));
+        }
+        AcquireOutcome::Delayed { resource, retry_in } => {
+            events::delayed(kind, op, resource, owner, *retry_in);
+        }
+        AcquireOutcome::Granted { .. } | AcquireOutcome::Extended(_) => {}
+    }
+}
+
+/// Several locks: each grant or extension as a single acquire's; a refusal, one line per lock
+/// in the way, counted once as delayed if a lock-delay closed any of them.
+impl Observed for AcquireAllOutcome {
+    type Asked = Owner;
+
+    fn record(&self, kind: Kind, op: Op, owner: &Owner, took: Duration, metrics: &Metrics) {
+        match self {
+            Self::Granted(granted) => {
+                for outcome in granted {
+                    let Some(lease) = outcome.lease() else {
+                        continue;
+                    };
+                    let asked = Asked {
+                        resource: lease.resource.clone(),
+                        owner: owner.clone(),
+                        token: None,
+                    };
+                    outcome.record(kind, op, &asked, took, metrics);
+                }
+            }
+            Self::Refused(refusals) => {
+                for refusal in refusals {
+                    log_refusal(kind, op, refusal, owner);
+                }
+                if refusals
+                    .iter()
+                    .any(|r| matches!(r, AcquireOutcome::Delayed { .. }))
+                {
+                    metrics.lock_delayed();
+                }
             }
         }
     }
@@ -110,12 +157,12 @@ impl Observed for HoldOutcome {
 
 /// An acquire through the waiters also counts whether it met another owner's lease, permit
 /// or hold.
-impl<T: Observed<Asked = Asked> + Contended> Observed for Acquired<T> {
-    type Asked = Asked;
+impl<T: Observed + Contended> Observed for Acquired<T> {
+    type Asked = T::Asked;
 
-    fn record(&self, kind: Kind, op: Op, asked: &Asked, took: Duration, metrics: &Metrics) {
+    fn record(&self, kind: Kind, op: Op, asked: &T::Asked, took: Duration, metrics: &Metrics) {
         self.outcome.record(kind, op, asked, took, metrics);
-        metrics.contended(self.waited, self.outcome.is_held());
+        metrics.contended(self.waited, self.outcome.is_held(), self.outcome.is_refused());
     }
 }
 
@@ -123,11 +170,31 @@ impl<T: Observed<Asked = Asked> + Contended> Observed for Acquired<T> {
 pub trait Contended {
     /// Whether another owner held what was asked for (not granted, not an error).
     fn is_held(&self) -> bool;
+
+    /// Whether it was not granted: held by others, or closed by a lock-delay (not an error).
+    fn is_refused(&self) -> bool {
+        self.is_held()
+    }
 }
 
 impl Contended for AcquireOutcome {
     fn is_held(&self) -> bool {
         matches!(self, Self::Held { .. })
+    }
+
+    fn is_refused(&self) -> bool {
+        matches!(self, Self::Held { .. } | Self::Delayed { .. })
+    }
+}
+
+/// Held if another owner holds any of the locks.
+impl Contended for AcquireAllOutcome {
+    fn is_held(&self) -> bool {
+        matches!(self, Self::Refused(refusals) if refusals.iter().any(AcquireOutcome::is_held))
+    }
+
+    fn is_refused(&self) -> bool {
+        matches!(self, Self::Refused(_))
     }
 }
 

@@ -20,7 +20,8 @@ pub enum ApiError {
     /// A problem the wire types built, with its extension members (e.g. a limit mismatch's
     /// `limit`); its `instance` is filled in as every problem's.
     Built(Box<Problem>),
-    /// The store failed: 503, nothing was done.
+    /// The store failed: 503, nothing was done; or its waiters refused a wait that would
+    /// have closed a cycle: 409 `deadlock`, naming it.
     Store(StoreError),
     /// 401: no bearer token (`token_sent` false), or one no principal has.
     Unauthenticated {
@@ -60,6 +61,8 @@ impl IntoResponse for ApiError {
                 problem
             }
             Self::Store(StoreError::Invalid(detail)) => Problem::new(ProblemKind::InvalidFields, detail, ""),
+            // Logged where it was found (target `fencelock::deadlock`), with who waits for what.
+            Self::Store(StoreError::Deadlock(cycle)) => Problem::new(ProblemKind::Deadlock, cycle, ""),
             Self::Store(error) => {
                 tracing::warn!(%error, "store failed");
                 Problem::new(ProblemKind::Unavailable, error.to_string(), "")

@@ -45,6 +45,11 @@ pub struct Config {
     /// HTTPS with this certificate, or plain HTTP (`None`). The handle stays the caller's
     /// too: [`Tls::reload`] on it changes the certificate of new connections.
     pub tls: Option<Tls>,
+    /// How long a lock stays closed to everyone after a lease of it **expires** unreleased
+    /// (its holder presumed crashed or cut off), so that writes it still had in flight drain
+    /// first (whole milliseconds are kept; zero: none). Given to every lock's acquire, and
+    /// kept by the store with the lease; a release ends it at once.
+    pub lock_delay: Duration,
 }
 
 impl Default for Config {
@@ -62,6 +67,7 @@ impl Default for Config {
             auth: None,
             rate_limit: None,
             tls: None,
+            lock_delay: Duration::ZERO,
         }
     }
 }

@@ -589,3 +589,75 @@ async fn health_readiness_metrics_and_openapi_answer() {
         assert!(renew.get(status).is_some(), "renew does not describe {status}");
     }
 }
+
+#[tokio::test]
+async fn the_openapi_description_has_several_locks_at_once_the_cap_the_delay_and_deadlocks() {
+    let s = TestServer::manual().await;
+    let doc = s.send(Method::GET, "/openapi.json", None).await.body;
+    let schemas = &doc["components"]["schemas"];
+    let several = &doc["paths"]["/locks"]["post"];
+    assert_eq!(
+        several["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/AcquireAllRequest",
+        "{several}"
+    );
+    let request = &schemas["AcquireAllRequest"];
+    assert_eq!(request["required"], json!(["owner", "resources"]), "{request}");
+    assert_eq!(request["properties"]["resources"]["maxItems"], 64);
+    for body in [request, &schemas["AcquireRequest"]] {
+        let cap = &body["properties"]["max_hold_ms"];
+        assert_eq!(
+            (cap["type"].as_str(), cap["minimum"].as_f64()),
+            (Some("integer"), Some(1.0)),
+            "{cap}"
+        );
+    }
+    assert_eq!(schemas["LeaseBody"]["properties"]["hold_until"]["type"], "string");
+    assert!(
+        !schemas["LeaseBody"]["required"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("hold_until")),
+        "a lease without a cap has no hold_until"
+    );
+    for (schema, fields) in [
+        ("AllGranted", &["acquired", "locks"][..]),
+        (
+            "AllRefused",
+            &["acquired", "held", "retry_after_ms", "refusals"][..],
+        ),
+        ("Delayed", &["acquired", "resource", "retry_after_ms"][..]),
+    ] {
+        for field in fields {
+            assert!(
+                schemas[schema]["required"]
+                    .as_array()
+                    .is_some_and(|r| r.contains(&json!(field))),
+                "{schema}.{field}: {}",
+                schemas[schema]
+            );
+        }
+    }
+    let answer = serde_json::to_string(&schemas["AcquireResponse"]).unwrap();
+    assert!(answer.contains("#/components/schemas/Delayed"), "{answer}");
+    for (path, method) in [
+        ("/locks", "post"),
+        ("/locks/{resource}", "post"),
+        ("/semaphores/{name}", "post"),
+        ("/rwlocks/{name}", "post"),
+    ] {
+        let conflict = &doc["paths"][path][method]["responses"]["409"];
+        assert!(
+            conflict["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("deadlock")),
+            "{path}: {conflict}"
+        );
+    }
+    for status in ["200", "400", "401", "403", "413", "415", "422", "429", "503"] {
+        assert!(
+            several["responses"].get(status).is_some(),
+            "POST /locks does not describe {status}"
+        );
+    }
+}

@@ -830,3 +830,39 @@ async fn the_description_has_the_bearer_scheme_the_auth_problems_and_the_force_b
         "boolean"
     );
 }
+
+#[tokio::test]
+async fn several_locks_need_the_lock_right_on_every_name_and_belong_to_the_callers_principal() {
+    let s = server().await;
+    let (pay, job) = ("payment:1".to_owned(), "job:1".to_owned());
+    let body = |names: &[&String]| json!({"owner": "w", "resources": names, "ttl_seconds": 60});
+    // billing may lock payment: but not job:.
+    let denied = As(&s, BILLING)
+        .send(Method::POST, "/locks", Some(body(&[&pay, &job])))
+        .await;
+    assert_problem(&denied, 403, "/locks");
+    assert_eq!(denied.body["type"], "urn:fencelock:problem:denied");
+    assert_eq!(
+        As(&s, OPS).get("locks", &pay).await.status,
+        404,
+        "nothing acquired"
+    );
+
+    let other = "payment:2".to_owned();
+    let granted = As(&s, BILLING)
+        .send(Method::POST, "/locks", Some(body(&[&pay, &other])))
+        .await;
+    assert_eq!(granted.body["acquired"], true, "{granted:?}");
+    for lock in granted.body["locks"].as_array().unwrap() {
+        assert_eq!(lock["principal"], "billing", "{lock}");
+    }
+    // The same owner name of another principal is another owner.
+    let rival = As(&s, RIVAL)
+        .send(Method::POST, "/locks", Some(body(&[&pay, &other])))
+        .await;
+    assert_eq!(
+        (&rival.body["acquired"], &rival.body["held"]),
+        (&json!(false), &json!([pay, other])),
+        "{rival:?}"
+    );
+}

@@ -156,6 +156,57 @@ async fn a_wait_that_runs_out_is_a_timeout() {
 }
 
 #[tokio::test]
+async fn several_locks_count_as_leases_and_a_lock_delay_that_outlasts_a_wait_is_a_timeout() {
+    let s = TestServer::manual_with(Config {
+        lock_delay: Duration::from_secs(60),
+        ..Config::default()
+    })
+    .await;
+    let all = s
+        .acquire_all(json!({"owner": "a", "resources": ["x", "y"], "ttl_seconds": 1}))
+        .await;
+    assert_eq!(all.body["acquired"], true, "{all:?}");
+    assert_reads(
+        &s.metrics().await,
+        &[
+            ("fencelock_live_leases", 2.0),
+            ("fencelock_highest_token", 2.0),
+            (
+                r#"fencelock_requests_total{kind="lock",op="acquire_all",outcome="granted"}"#,
+                1.0,
+            ),
+        ],
+    );
+    // Left to expire: both stay closed for the delay, longer than b waits.
+    s.advance(Duration::from_secs(1));
+    let one = s
+        .acquire("x", json!({"owner": "b", "ttl_seconds": 5, "wait_ms": 20}))
+        .await;
+    assert_eq!(one.body["retry_after_ms"], 60_000, "{one:?}");
+    let both = s
+        .acquire_all(json!({"owner": "b", "resources": ["x", "y"], "ttl_seconds": 5}))
+        .await;
+    assert_eq!(both.body["held"], json!(["x", "y"]), "{both:?}");
+    assert_reads(
+        &s.metrics().await,
+        &[
+            ("fencelock_lock_delays_total", 2.0),
+            (r#"fencelock_timeouts_total{kind="wait_expired"}"#, 1.0),
+            (r#"fencelock_contention_total{kind="waited"}"#, 1.0),
+            (r#"fencelock_contention_total{kind="held"}"#, 0.0),
+            (
+                r#"fencelock_requests_total{kind="lock",op="acquire_all",outcome="delayed"}"#,
+                1.0,
+            ),
+            (
+                r#"fencelock_requests_total{kind="lock",op="acquire",outcome="delayed"}"#,
+                1.0,
+            ),
+        ],
+    );
+}
+
+#[tokio::test]
 async fn hold_time_is_recorded_on_release() {
     let s = TestServer::manual().await;
     s.grant("r", "a", 60).await;

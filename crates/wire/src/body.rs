@@ -1,11 +1,16 @@
 //! Requests and answers as they travel over HTTP.
 
+use std::time::Duration;
+
 use fencelock_core::model::MAX_NAME_BYTES;
-use fencelock_core::{FencingToken, InvalidName, Lease, Owner, Principal, Resource, Timestamp};
+use fencelock_core::{
+    FencingToken, InvalidName, Lease, MAX_RESOURCES, Owner, Principal, Resource, Resources, Terms, Timestamp,
+    Ttl,
+};
 
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::extensions::Extensions;
-use utoipa::openapi::schema::Type;
+use utoipa::openapi::schema::{ArrayBuilder, Type};
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
@@ -33,8 +38,9 @@ pub struct LeaseBody {
     pub expires_at: String,
     /// The cap on holding the acquire set with `max_hold_ms` (RFC 3339, UTC, milliseconds):
     /// `expires_at` never passes it, however the lease is renewed or extended. Absent for a
-    /// lease without a cap.
+    /// lease without a cap (never `null`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub hold_until: Option<String>,
 }
 
@@ -97,6 +103,48 @@ pub struct AcquireRequest {
     /// How long to wait in line if another owner holds the lock (default 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
+    /// A cap on holding, from the grant that issues the token (none if absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_hold_ms: Option<u64>,
+}
+
+impl AcquireRequest {
+    /// The request of `owner` for a lease on `terms` (its TTL and cap: the lock-delay is the
+    /// server's), waiting up to `wait` (none if zero).
+    pub fn new(owner: &Owner, terms: Terms, wait: Duration) -> Self {
+        Self {
+            owner: owner.to_string(),
+            ttl: TtlFields::ms(terms.ttl.as_millis()),
+            wait_ms: (!wait.is_zero()).then(|| millis(wait)),
+            max_hold_ms: terms.max_hold.map(Ttl::as_millis),
+        }
+    }
+}
+
+/// `duration` in whole milliseconds, as the API writes durations.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `POST /locks`: acquire every one of several locks, or none. Exactly one of `ttl_seconds`
+/// and `ttl_ms`; the other fields are an acquire's, for every lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireAllRequest {
+    /// The locks, 1 to 64 distinct names, in the order the answer lists them.
+    pub resources: Vec<String>,
+    /// Who asks, on what terms, and how long it waits for all of them.
+    #[serde(flatten)]
+    pub acquire: AcquireRequest,
+}
+
+impl AcquireAllRequest {
+    /// The request of `owner` for every lock of `resources` on `terms`, waiting up to `wait`.
+    pub fn new(resources: &Resources, owner: &Owner, terms: Terms, wait: Duration) -> Self {
+        Self {
+            resources: resources.as_slice().iter().map(Resource::to_string).collect(),
+            acquire: AcquireRequest::new(owner, terms, wait),
+        }
+    }
 }
 
 /// A TTL as a request gives it: exactly one of the two (the parser checks it).
@@ -187,10 +235,55 @@ impl PartialSchema for AcquireRequest {
     fn schema() -> RefOr<Schema> {
         acquire_schema_with(
             "`POST /locks/{resource}`: acquire. Exactly one of `ttl_seconds` and `ttl_ms`.",
-            "If another owner holds the lock",
-            |object| object,
+            "If another owner holds the lock (or a lock-delay keeps it closed)",
+            max_hold,
         )
     }
+}
+
+impl PartialSchema for AcquireAllRequest {
+    fn schema() -> RefOr<Schema> {
+        acquire_schema_with(
+            "`POST /locks`: acquire every one of `resources`, or none. Exactly one of `ttl_seconds` and `ttl_ms`; the TTL, the wait and the cap are every lock's.",
+            "If other owners hold some of the locks (or a lock-delay keeps one closed)",
+            |object| {
+                max_hold(object)
+                    .property(fields::RESOURCES, resources_schema())
+                    .required(fields::RESOURCES)
+            },
+        )
+    }
+}
+
+/// `object` with the optional `max_hold_ms` of a lock's acquire.
+fn max_hold(object: ObjectBuilder) -> ObjectBuilder {
+    object.property(
+        fields::MAX_HOLD_MS,
+        fields::integer_schema(
+            "A cap on holding, in whole milliseconds from the grant that issues the token, 1 to one year: \
+             the lease ends then at the latest, however it is renewed or extended (shown as `hold_until`). \
+             An extension keeps the cap of the lease whatever it sends. Default: no cap.",
+            fields::MAX_HOLD_RANGE,
+        ),
+    )
+}
+
+/// The schema of `resources`: 1 to 64 distinct names.
+fn resources_schema() -> ArrayBuilder {
+    let name = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_NAME_BYTES))
+        .pattern(Some(r"^[^\x00-\x1f\x7f]+$"));
+    ArrayBuilder::new()
+        .description(Some(format!(
+            "The locks to take together, all or none: 1 to {MAX_RESOURCES} distinct resource names \
+             (1 to {MAX_NAME_BYTES} bytes, no control characters), in the order the answer lists them."
+        )))
+        .items(name)
+        .min_items(Some(1))
+        .max_items(Some(MAX_RESOURCES))
+        .unique_items(true)
 }
 
 /// The description of an acquire's body (of any kind): `owner`, the TTL and `wait_ms`
@@ -338,9 +431,16 @@ macro_rules! named_schema {
 }
 pub(crate) use named_schema;
 
-named_schema!(AcquireRequest, ForceReleaseRequest, ReleaseRequest, RenewRequest);
+named_schema!(
+    AcquireRequest,
+    AcquireAllRequest,
+    ForceReleaseRequest,
+    ReleaseRequest,
+    RenewRequest
+);
 
-/// The answer to an acquire: granted, or held by another owner (not an error).
+/// The answer to an acquire: granted, held by another owner, or closed by a lock-delay (not
+/// an error).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum AcquireResponse {
@@ -350,6 +450,55 @@ pub enum AcquireResponse {
     Held(Held),
     /// `{"acquired": false, "resource": "...", "retry_after_ms": N}`: nobody holds it, but
     /// its last lease expired without a release less than the lock-delay ago.
+    Delayed(Delayed),
+}
+
+/// The answer to an acquire of several locks: every one granted, or none (not an error).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum AcquireAllResponse {
+    /// `{"acquired": true, "locks": [LEASE, ...], "extended": [...]}`.
+    Granted(AllGranted),
+    /// `{"acquired": false, "held": ["b", ...], "retry_after_ms": N, "refusals": [...]}`.
+    Refused(AllRefused),
+}
+
+/// Every lock was granted (new, or the caller's own extended).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AllGranted {
+    /// Always `true`.
+    pub acquired: bool,
+    /// The caller's leases, in the order asked. Each is an ordinary lease from now on:
+    /// renewed and released one by one at `/locks/{resource}`.
+    pub locks: Vec<LeaseBody>,
+    /// The resources the caller already held, whose leases this extended (same token); the
+    /// others are new leases with new tokens.
+    #[serde(default)]
+    pub extended: Vec<String>,
+}
+
+/// Some lock was held by another owner or closed by a lock-delay: none was acquired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AllRefused {
+    /// Always `false`.
+    pub acquired: bool,
+    /// Every lock in the way (held by another owner, or closed by a lock-delay), in the
+    /// order asked.
+    pub held: Vec<String>,
+    /// How long, in milliseconds, until the first of what stands in the way ends (unless
+    /// renewed): the soonest asking again may succeed.
+    pub retry_after_ms: u64,
+    /// Why each lock in `held` is in the way, as an acquire of it alone answers.
+    pub refusals: Vec<LockRefusal>,
+}
+
+/// Why one lock of several was not granted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum LockRefusal {
+    /// Held by another owner.
+    Held(Held),
+    /// Closed by a lock-delay.
     Delayed(Delayed),
 }
 

@@ -27,6 +27,10 @@ pub const LIMIT: &str = "limit";
 pub const MODE: &str = "mode";
 /// A release by an administrator, whoever holds the name.
 pub const FORCE: &str = "force";
+/// A cap on holding a lock, in milliseconds from the grant.
+pub const MAX_HOLD_MS: &str = "max_hold_ms";
+/// The locks an acquire of several takes together.
+pub const RESOURCES: &str = "resources";
 
 /// An owner as a client may send it: white space around it is trimmed, what is left is not
 /// blank and has no control characters.
@@ -79,6 +83,13 @@ impl Limits {
     }
 }
 
+/// The bounds of `max_hold_ms`: 1 to one year ([`fencelock_core::Ttl::CEILING`]), whatever the
+/// longest TTL: a cap is meant to outlast many renewals.
+pub const MAX_HOLD_RANGE: Range = Range {
+    min: 1,
+    max: 365 * 86_400_000,
+};
+
 /// The bounds of `fencing_token`: any unsigned 64-bit integer.
 pub const TOKEN_RANGE: Range = Range {
     min: 0,
@@ -120,7 +131,9 @@ mod tests {
     use utoipa::PartialSchema;
 
     use super::*;
-    use crate::body::{AcquireRequest, ForceReleaseRequest, ReleaseRequest, RenewRequest, TtlFields};
+    use crate::body::{
+        AcquireAllRequest, AcquireRequest, ForceReleaseRequest, ReleaseRequest, RenewRequest, TtlFields,
+    };
     use crate::hold::{HoldAcquireRequest, Mode, RwLockAcquireRequest, SemaphoreAcquireRequest};
     use crate::parse;
     use fencelock_core::HoldKind;
@@ -159,6 +172,16 @@ mod tests {
         round_trips::<AcquireRequest, _>(
             json!({"owner": "w", "ttl_seconds": 86_400, "wait_ms": 0}),
             acquire,
+        );
+        round_trips::<AcquireRequest, _>(json!({"owner": "w", "ttl_ms": 5, "max_hold_ms": 9}), acquire);
+        let acquire_all = |body: &Map<String, Value>| parse::acquire_all(body, &limits).unwrap();
+        round_trips::<AcquireAllRequest, _>(
+            json!({"owner": "w", "resources": ["b", "a"], "ttl_ms": 5, "wait_ms": 3, "max_hold_ms": 9, "x": 1}),
+            acquire_all,
+        );
+        round_trips::<AcquireAllRequest, _>(
+            json!({"owner": "w", "resources": ["a"], "ttl_seconds": 5}),
+            acquire_all,
         );
         round_trips::<ReleaseRequest, _>(json!({"owner": "w"}), release);
         round_trips::<ReleaseRequest, _>(json!({"owner": "\tw", "fencing_token": u64::MAX}), release);
@@ -228,8 +251,20 @@ mod tests {
                 ttl_ms: Some(1),
             },
             wait_ms: Some(1),
+            max_hold_ms: Some(1),
         };
-        assert_eq!(keys(acquire), sorted(&[OWNER, TTL_SECONDS, TTL_MS, WAIT_MS]));
+        assert_eq!(
+            keys(&acquire),
+            sorted(&[OWNER, TTL_SECONDS, TTL_MS, WAIT_MS, MAX_HOLD_MS])
+        );
+        let all = AcquireAllRequest {
+            resources: vec!["a".into()],
+            acquire,
+        };
+        assert_eq!(
+            keys(all),
+            sorted(&[OWNER, TTL_SECONDS, TTL_MS, WAIT_MS, MAX_HOLD_MS, RESOURCES])
+        );
         let release = ReleaseRequest {
             owner: "w".into(),
             fencing_token: Some(1),
@@ -297,5 +332,30 @@ mod tests {
         let schema = serde_json::to_value(RwLockAcquireRequest::schema()).unwrap();
         assert_eq!(schema["properties"][MODE]["enum"], json!(["read", "write"]));
         assert_eq!(schema["required"], json!([OWNER, MODE]));
+        assert!(
+            schema["properties"].get(MAX_HOLD_MS).is_none(),
+            "holds have no cap"
+        );
+        let max_hold = |schema: &Value| {
+            let field = &schema["properties"][MAX_HOLD_MS];
+            (field["minimum"].as_u64(), field["maximum"].as_u64())
+        };
+        let lock = serde_json::to_value(AcquireRequest::schema()).unwrap();
+        let year = Some(365 * 86_400_000);
+        assert_eq!(max_hold(&lock), (Some(1), year));
+        let all = serde_json::to_value(AcquireAllRequest::schema()).unwrap();
+        assert_eq!(max_hold(&all), (Some(1), year));
+        assert_eq!(all["required"], json!([OWNER, RESOURCES]));
+        assert_eq!(all["oneOf"], exactly_one_ttl);
+        let resources = &all["properties"][RESOURCES];
+        assert_eq!(
+            (
+                &resources["minItems"],
+                &resources["maxItems"],
+                &resources["uniqueItems"]
+            ),
+            (&json!(1), &json!(64), &json!(true))
+        );
+        assert_eq!(resources["items"]["maxLength"], json!(MAX_NAME_BYTES));
     }
 }

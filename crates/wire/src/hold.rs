@@ -300,7 +300,7 @@ impl HoldAcquireRequest {
     pub fn new(owner: &Owner, claim: Claim, ttl: Ttl, wait: Duration) -> Self {
         let owner = owner.to_string();
         let ttl = TtlFields::ms(ttl.as_millis());
-        let wait_ms = (!wait.is_zero()).then(|| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        let wait_ms = (!wait.is_zero()).then(|| body::millis(wait));
         match claim {
             Claim::Permit { limit } => Self::Semaphore(SemaphoreAcquireRequest {
                 owner,

@@ -24,8 +24,9 @@ pub mod parse;
 pub mod problem;
 
 pub use body::{
-    AcquireRequest, AcquireResponse, Delayed, DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody,
-    ListResponse, ReleaseRequest, RenewRequest, TtlFields,
+    AcquireAllRequest, AcquireAllResponse, AcquireRequest, AcquireResponse, AllGranted, AllRefused, Delayed,
+    DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody, ListResponse, LockRefusal, ReleaseRequest,
+    RenewRequest, TtlFields,
 };
 pub use hold::{
     HoldAcquireRequest, HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldsBody,
@@ -34,5 +35,5 @@ pub use hold::{
     SemaphoreListResponse,
 };
 pub use outcome::{Judged, Label, Op, Outcome};
-pub use parse::{Acquire, AcquireHold, BadBody, Delete, Limits, Release, Renew};
+pub use parse::{Acquire, AcquireAll, AcquireHold, AcquireLock, BadBody, Delete, Limits, Release, Renew};
 pub use problem::{FieldError, Problem, ProblemKind};

@@ -6,11 +6,14 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Acquired, Busy, EndedLease, ForceOutcome, Hold, HoldKind, HoldOutcome, HoldPage, Lease,
-    LeasePage, Owner, Refusal, ReleaseOutcome, RenewOutcome, Resource,
+    AcquireAllOutcome, AcquireOutcome, Acquired, Busy, EndedLease, ForceOutcome, Hold, HoldKind, HoldOutcome,
+    HoldPage, Lease, LeasePage, Owner, Refusal, ReleaseOutcome, RenewOutcome, Resource,
 };
 
-use crate::body::{AcquireResponse, Delayed, Granted, Held, InvalidLease, LeaseBody};
+use crate::body::{
+    AcquireAllResponse, AcquireResponse, AllGranted, AllRefused, Delayed, Granted, Held, InvalidLease,
+    LeaseBody, LockRefusal, millis,
+};
 use crate::hold::{
     HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldsBody, Mode, PermitBody,
     PermitGranted, RwLockAcquireResponse, RwLockBody, RwLockBusy, RwLockListResponse,
@@ -24,6 +27,8 @@ use crate::problem::{Problem, ProblemKind};
 pub enum Op {
     /// `POST /locks/{resource}`.
     Acquire,
+    /// `POST /locks`: several locks, all or none.
+    AcquireAll,
     /// `GET /locks/{resource}`.
     Get,
     /// `DELETE /locks/{resource}`.
@@ -37,11 +42,12 @@ pub enum Op {
 }
 
 impl Op {
-    /// The name in metrics and log lines: `acquire`, `get`, `release`, `renew`, `list`,
-    /// `force_release`.
+    /// The name in metrics and log lines: `acquire`, `acquire_all`, `get`, `release`,
+    /// `renew`, `list`, `force_release`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Acquire => "acquire",
+            Self::AcquireAll => "acquire_all",
             Self::Get => "get",
             Self::Release => "release",
             Self::Renew => "renew",
@@ -78,6 +84,8 @@ pub enum Label {
     LimitMismatch,
     /// Nobody holds the lock, but the lock-delay after its last lease's expiry runs.
     Delayed,
+    /// Waiting would have closed a cycle of owners waiting for each other: refused.
+    Deadlock,
     /// The store failed.
     Unavailable,
 }
@@ -98,6 +106,7 @@ impl Label {
             Self::Conflict => "conflict",
             Self::LimitMismatch => "limit_mismatch",
             Self::Delayed => "delayed",
+            Self::Deadlock => "deadlock",
             Self::Unavailable => "unavailable",
         }
     }
@@ -126,6 +135,20 @@ impl Outcome for AcquireOutcome {
             Self::Extended(_) => Label::Extended,
             Self::Held { .. } => Label::Held,
             Self::Delayed { .. } => Label::Delayed,
+        }
+    }
+}
+
+/// Several locks: `granted` if any lease is new (else `extended`); refused, `held` if another
+/// owner holds any of them (else `delayed`).
+impl Outcome for AcquireAllOutcome {
+    fn label(&self) -> Label {
+        let any = |outcomes: &[AcquireOutcome], label| outcomes.iter().any(|o| o.label() == label);
+        match self {
+            Self::Granted(granted) if any(granted, Label::Granted) => Label::Granted,
+            Self::Granted(_) => Label::Extended,
+            Self::Refused(refusals) if any(refusals, Label::Held) => Label::Held,
+            Self::Refused(_) => Label::Delayed,
         }
     }
 }
@@ -578,10 +601,6 @@ pub fn decode_hold_page(answer: HoldListResponse) -> Result<HoldPage, InvalidLea
     Ok(HoldPage { names, next })
 }
 
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The answer to an acquire.
 pub fn encode_acquire(outcome: &AcquireOutcome) -> AcquireResponse {
     let granted = |lease, extended| {
@@ -603,6 +622,81 @@ pub fn encode_acquire(outcome: &AcquireOutcome) -> AcquireResponse {
             retry_after_ms: millis(*retry_in),
         }),
     }
+}
+
+/// The answer to an acquire of several locks.
+pub fn encode_acquire_all(outcome: &AcquireAllOutcome) -> AcquireAllResponse {
+    match outcome {
+        AcquireAllOutcome::Granted(granted) => AcquireAllResponse::Granted(AllGranted {
+            acquired: true,
+            locks: granted
+                .iter()
+                .filter_map(AcquireOutcome::lease)
+                .map(LeaseBody::from)
+                .collect(),
+            extended: granted
+                .iter()
+                .filter_map(|outcome| match outcome {
+                    AcquireOutcome::Extended(lease) => Some(lease.resource.to_string()),
+                    _ => None,
+                })
+                .collect(),
+        }),
+        AcquireAllOutcome::Refused(refusals) => {
+            let refusals: Vec<LockRefusal> = refusals
+                .iter()
+                .filter_map(|refusal| match encode_acquire(refusal) {
+                    AcquireResponse::Held(held) => Some(LockRefusal::Held(held)),
+                    AcquireResponse::Delayed(delayed) => Some(LockRefusal::Delayed(delayed)),
+                    AcquireResponse::Granted(_) => None,
+                })
+                .collect();
+            AcquireAllResponse::Refused(AllRefused {
+                acquired: false,
+                held: refusals
+                    .iter()
+                    .map(|refusal| match refusal {
+                        LockRefusal::Held(held) => held.resource.clone(),
+                        LockRefusal::Delayed(delayed) => delayed.resource.clone(),
+                    })
+                    .collect(),
+                retry_after_ms: outcome.retry_in().map_or(0, millis),
+                refusals,
+            })
+        }
+    }
+}
+
+/// The outcome an acquire of several locks tells of.
+pub fn decode_acquire_all(answer: AcquireAllResponse) -> Result<AcquireAllOutcome, InvalidLease> {
+    Ok(match answer {
+        AcquireAllResponse::Granted(granted) => AcquireAllOutcome::Granted(
+            granted
+                .locks
+                .into_iter()
+                .map(|lock| {
+                    let extended = granted.extended.contains(&lock.resource);
+                    decode_acquire(AcquireResponse::Granted(Granted {
+                        acquired: true,
+                        extended,
+                        lock,
+                    }))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        AcquireAllResponse::Refused(refused) => AcquireAllOutcome::Refused(
+            refused
+                .refusals
+                .into_iter()
+                .map(|refusal| {
+                    decode_acquire(match refusal {
+                        LockRefusal::Held(held) => AcquireResponse::Held(held),
+                        LockRefusal::Delayed(delayed) => AcquireResponse::Delayed(delayed),
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+    })
 }
 
 /// The answer that another owner holds the lock (its lease names the resource asked for).
@@ -818,6 +912,99 @@ mod tests {
             let read: AcquireResponse = serde_json::from_value(json).unwrap();
             assert_eq!(decode_acquire(read).unwrap(), outcome);
         }
+    }
+
+    fn capped(resource: &str, token: u64) -> Lease {
+        Lease {
+            resource: Resource::new(resource).unwrap(),
+            token: FencingToken(token),
+            hold_until: Some(Timestamp::from_millis(61_000)),
+            ..lease()
+        }
+    }
+
+    #[test]
+    fn a_cap_travels_as_hold_until_and_a_lease_without_one_has_no_such_field() {
+        let answer = serde_json::to_value(encode_acquire(&AcquireOutcome::Granted {
+            lease: capped("r", 7),
+            expired: None,
+        }))
+        .unwrap();
+        assert_eq!(answer["lock"]["hold_until"], "1970-01-01T00:01:01.000Z");
+        let plain = serde_json::to_value(LeaseBody::from(&lease())).unwrap();
+        assert!(plain.get("hold_until").is_none(), "{plain}");
+        let delayed = AcquireOutcome::Delayed {
+            resource: Resource::new("r").unwrap(),
+            retry_in: Duration::from_millis(250),
+        };
+        assert_eq!(
+            serde_json::to_value(encode_acquire(&delayed)).unwrap(),
+            serde_json::json!({"acquired": false, "resource": "r", "retry_after_ms": 250})
+        );
+        for outcome in [
+            delayed,
+            AcquireOutcome::Extended(capped("r", 7)),
+            AcquireOutcome::Held {
+                holder: capped("r", 7),
+                expires_in: Duration::from_millis(3),
+            },
+        ] {
+            assert_eq!(
+                decode_acquire(through_json(&encode_acquire(&outcome))).unwrap(),
+                outcome
+            );
+        }
+    }
+
+    #[test]
+    fn acquires_of_several_locks_round_trip_through_their_answer() {
+        let granted = AcquireAllOutcome::Granted(vec![
+            AcquireOutcome::Granted {
+                lease: capped("b", 9),
+                expired: None,
+            },
+            AcquireOutcome::Extended(Lease {
+                resource: Resource::new("a").unwrap(),
+                ..lease()
+            }),
+        ]);
+        let refused = AcquireAllOutcome::Refused(vec![
+            AcquireOutcome::Held {
+                holder: capped("b", 3),
+                expires_in: Duration::from_millis(900),
+            },
+            AcquireOutcome::Delayed {
+                resource: Resource::new("c").unwrap(),
+                retry_in: Duration::from_millis(400),
+            },
+        ]);
+        for outcome in [&granted, &refused] {
+            let answer = through_json(&encode_acquire_all(outcome));
+            assert_eq!(&decode_acquire_all(answer).unwrap(), outcome);
+        }
+        let json = serde_json::to_value(encode_acquire_all(&granted)).unwrap();
+        assert_eq!(json["acquired"], true);
+        assert_eq!(
+            (&json["locks"][0]["resource"], &json["locks"][1]["resource"]),
+            (&"b".into(), &"a".into())
+        );
+        assert_eq!(json["extended"], serde_json::json!(["a"]));
+        let json = serde_json::to_value(encode_acquire_all(&refused)).unwrap();
+        assert_eq!(json["acquired"], false);
+        assert_eq!(json["held"], serde_json::json!(["b", "c"]));
+        assert_eq!(json["retry_after_ms"], 400, "the soonest of the two");
+        assert_eq!(json["refusals"][0]["holder"]["fencing_token"], 3);
+        assert_eq!(json["refusals"][1]["retry_after_ms"], 400);
+        assert_eq!((granted.label(), refused.label()), (Label::Granted, Label::Held));
+        let extended = AcquireAllOutcome::Granted(vec![AcquireOutcome::Extended(lease())]);
+        let delayed = AcquireAllOutcome::Refused(vec![AcquireOutcome::Delayed {
+            resource: Resource::new("c").unwrap(),
+            retry_in: Duration::ZERO,
+        }]);
+        assert_eq!(
+            (extended.label(), delayed.label()),
+            (Label::Extended, Label::Delayed)
+        );
     }
 
     #[test]

@@ -7,10 +7,15 @@
 
 use std::time::Duration;
 
-use fencelock_core::{Claim, FencingToken, HoldKind, InvalidName, Owner, Resource, Ttl};
+use fencelock_core::{
+    Claim, FencingToken, HoldKind, InvalidName, MAX_RESOURCES, Owner, Resource, Resources, Terms, Ttl,
+};
 use serde_json::{Map, Value};
 
-use crate::fields::{self, FENCING_TOKEN, FORCE, LIMIT, MODE, OWNER, Range, TTL_MS, TTL_SECONDS, WAIT_MS};
+use crate::fields::{
+    self, FENCING_TOKEN, FORCE, LIMIT, MAX_HOLD_MS, MODE, OWNER, RESOURCES, Range, TTL_MS, TTL_SECONDS,
+    WAIT_MS,
+};
 use crate::problem::FieldError;
 
 /// The limits a server enforces (all configurable).
@@ -48,6 +53,34 @@ pub struct Acquire {
     pub ttl: Ttl,
     /// How long to wait if another owner holds the lock.
     pub wait: Duration,
+}
+
+/// A valid acquire of a lock: an acquire's fields, and the cap on holding it may ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireLock {
+    /// Who asks, for how long, and how long it may wait.
+    pub acquire: Acquire,
+    /// The cap on holding (`max_hold_ms`), if asked for.
+    pub max_hold: Option<Ttl>,
+}
+
+impl AcquireLock {
+    /// The terms of the lease asked for, with the server's `lock_delay`: a client does not
+    /// choose how long a lock stays closed after its own lease expires.
+    pub fn terms(&self, lock_delay: Duration) -> Terms {
+        Terms::ttl(self.acquire.ttl)
+            .max_hold(self.max_hold)
+            .lock_delay(lock_delay)
+    }
+}
+
+/// A valid acquire of several locks at once (`POST /locks`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireAll {
+    /// The locks, all or none, in the order given.
+    pub resources: Resources,
+    /// Who asks, on what terms, and how long it may wait for all of them.
+    pub lock: AcquireLock,
 }
 
 /// A valid acquire of a semaphore's permit or of a read-write lock's hold.
@@ -99,12 +132,25 @@ pub fn object(body: &[u8]) -> Result<Map<String, Value>, BadBody> {
     }
 }
 
-/// Checks the body of an acquire.
-pub fn acquire(body: &Map<String, Value>, limits: &Limits) -> Result<Acquire, Vec<FieldError>> {
+/// Checks the body of an acquire of a lock.
+pub fn acquire(body: &Map<String, Value>, limits: &Limits) -> Result<AcquireLock, Vec<FieldError>> {
     let mut fields = Fields::new(body);
-    let acquire = fields.acquire(limits);
+    let lock = fields.acquire_lock(limits);
     fields.finish()?;
-    acquire.ok_or_else(invalid)
+    lock.ok_or_else(invalid)
+}
+
+/// Checks the body of an acquire of several locks: `resources` (1 to 64 distinct names, in
+/// the order given), then an acquire's fields.
+pub fn acquire_all(body: &Map<String, Value>, limits: &Limits) -> Result<AcquireAll, Vec<FieldError>> {
+    let mut fields = Fields::new(body);
+    let resources = fields.resources();
+    let lock = fields.acquire_lock(limits);
+    fields.finish()?;
+    match (resources, lock) {
+        (Some(resources), Some(lock)) => Ok(AcquireAll { resources, lock }),
+        _ => Err(invalid()),
+    }
 }
 
 /// Checks the body of an acquire of `kind`: an acquire's fields, and `limit` (a semaphore's)
@@ -225,6 +271,35 @@ impl<'a> Fields<'a> {
         })
     }
 
+    /// The fields of a lock's acquire: an acquire's, and an optional `max_hold_ms`.
+    fn acquire_lock(&mut self, limits: &Limits) -> Option<AcquireLock> {
+        let acquire = self.acquire(limits);
+        // In range, so a valid TTL below the ceiling.
+        let max_hold = self
+            .integer(MAX_HOLD_MS, fields::MAX_HOLD_RANGE)
+            .map(|ms| ms.and_then(|ms| Ttl::from_millis(ms, Ttl::CEILING).ok()));
+        Some(AcquireLock {
+            acquire: acquire?,
+            max_hold: max_hold?,
+        })
+    }
+
+    /// The `resources` of an acquire of several locks: a JSON array of 1 to 64 distinct
+    /// names, each checked as a path's resource is.
+    fn resources(&mut self) -> Option<Resources> {
+        let message = match self.body.get(RESOURCES) {
+            None => "is required".to_owned(),
+            Some(Value::Null) => "must not be null".to_owned(),
+            Some(Value::Array(items)) => match resource_list(items) {
+                Ok(resources) => return Some(resources),
+                Err(message) => message,
+            },
+            Some(_) => format!("must be a JSON array of 1 to {MAX_RESOURCES} resource names"),
+        };
+        self.errors.push(FieldError::new(RESOURCES, message));
+        None
+    }
+
     /// A semaphore's `limit`: required, 1 to the largest limit.
     fn limit(&mut self, limits: &Limits) -> Option<Claim> {
         match self.integer(LIMIT, limits.limit())? {
@@ -300,6 +375,19 @@ impl<'a> Fields<'a> {
             Err(self.errors)
         }
     }
+}
+
+/// The names of `items`, as [`Resources`]; what is wrong with the first bad one otherwise.
+fn resource_list(items: &[Value]) -> Result<Resources, String> {
+    let names = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::String(name) => Resource::new(name.as_str()).map_err(|e| format!("item {i}: {e}")),
+            _ => Err(format!("item {i}: must be a JSON string")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Resources::new(names).map_err(|e| e.to_string())
 }
 
 /// The resource named by a raw (still percent-encoded) path segment: strict percent
@@ -456,17 +544,112 @@ mod tests {
             &limits,
         )
         .unwrap();
-        assert_eq!(a.owner.as_str(), "w");
-        assert_eq!(a.ttl.as_millis(), 30_000);
-        assert_eq!(a.wait, Duration::ZERO);
+        assert_eq!(a.acquire.owner.as_str(), "w");
+        assert_eq!(a.acquire.ttl.as_millis(), 30_000);
+        assert_eq!((a.acquire.wait, a.max_hold), (Duration::ZERO, None));
         let a = acquire(
             &object(json!({"owner": "w", "ttl_ms": 1, "wait_ms": 300000})),
             &limits,
         )
-        .unwrap();
+        .unwrap()
+        .acquire;
         assert_eq!((a.ttl.as_millis(), a.wait), (1, Duration::from_millis(300_000)));
         let a = acquire(&object(json!({"owner": "w", "ttl_seconds": 86400})), &limits).unwrap();
-        assert_eq!(a.ttl.as_millis(), 86_400_000);
+        assert_eq!(a.acquire.ttl.as_millis(), 86_400_000);
+    }
+
+    #[test]
+    fn a_cap_on_holding_is_a_json_integer_from_one_ms_to_a_year_and_the_delay_is_the_servers() {
+        let limits = Limits::default();
+        let year = 365 * 86_400_000u64;
+        for ms in [1, 30_000, year] {
+            let a = acquire(
+                &object(json!({"owner": "w", "ttl_ms": 10, "max_hold_ms": ms})),
+                &limits,
+            )
+            .unwrap();
+            assert_eq!(a.max_hold.map(Ttl::as_millis), Some(ms));
+            let terms = a.terms(Duration::from_millis(300));
+            assert_eq!(terms.max_hold, a.max_hold);
+            assert_eq!(
+                (terms.ttl.as_millis(), terms.lock_delay),
+                (10, Duration::from_millis(300))
+            );
+        }
+        assert_eq!(Ttl::CEILING.as_millis(), fields::MAX_HOLD_RANGE.max);
+        for bad in [
+            json!(0),
+            json!(year + 1),
+            json!(-1),
+            json!("1000"),
+            json!(1000.0),
+            json!(1e3),
+            json!(true),
+            json!(null),
+            json!([1000]),
+        ] {
+            let errors = acquire(
+                &object(json!({"owner": "w", "ttl_ms": 10, "max_hold_ms": bad})),
+                &limits,
+            )
+            .unwrap_err();
+            assert_eq!(fields(&errors), ["max_hold_ms"], "{bad}");
+        }
+        let errors = acquire(&object(json!({"ttl_ms": 0, "max_hold_ms": 0})), &limits).unwrap_err();
+        assert_eq!(fields(&errors), ["owner", "ttl_ms", "max_hold_ms"]);
+    }
+
+    #[test]
+    fn an_acquire_of_several_locks_reads_its_names_in_the_order_given() {
+        let limits = Limits::default();
+        let all = acquire_all(
+            &object(json!({"owner": "w", "resources": ["b", "a", "c/d"], "ttl_ms": 5, "max_hold_ms": 9})),
+            &limits,
+        )
+        .unwrap();
+        let names: Vec<&str> = all.resources.as_slice().iter().map(Resource::as_str).collect();
+        assert_eq!(names, ["b", "a", "c/d"]);
+        assert_eq!(all.lock.max_hold.map(Ttl::as_millis), Some(9));
+        assert_eq!(all.lock.acquire.owner.as_str(), "w");
+        let many: Vec<String> = (0..64).map(|i| format!("r{i}")).collect();
+        let all = acquire_all(
+            &object(json!({"owner": "w", "resources": many, "ttl_ms": 5})),
+            &limits,
+        );
+        assert_eq!(all.unwrap().resources.as_slice().len(), 64);
+    }
+
+    #[test]
+    fn every_bad_list_of_names_is_a_422_on_resources() {
+        let limits = Limits::default();
+        let too_many: Vec<String> = (0..65).map(|i| format!("r{i}")).collect();
+        for (bad, message) in [
+            (json!([]), "must name 1 to 64 resources"),
+            (json!(too_many), "must name 1 to 64 resources"),
+            (json!(["a", "b", "a"]), "must not name a twice"),
+            (json!(["a", ""]), "item 1: must not be empty or blank"),
+            (json!(["a\u{7}"]), "item 0: must not contain control characters"),
+            (
+                json!(["a".repeat(256)]),
+                "item 0: must be at most 255 bytes of UTF-8",
+            ),
+            (json!(["a", 1]), "item 1: must be a JSON string"),
+            (json!(["a", null]), "item 1: must be a JSON string"),
+            (json!("a"), "must be a JSON array of 1 to 64 resource names"),
+            (json!({"a": 1}), "must be a JSON array of 1 to 64 resource names"),
+            (json!(null), "must not be null"),
+        ] {
+            let errors = acquire_all(
+                &object(json!({"owner": "w", "resources": bad, "ttl_ms": 5})),
+                &limits,
+            )
+            .unwrap_err();
+            assert_eq!(errors, [FieldError::new("resources", message)], "{bad}");
+        }
+        let missing = acquire_all(&object(json!({"owner": "w", "ttl_ms": 5})), &limits).unwrap_err();
+        assert_eq!(missing, [FieldError::new("resources", "is required")]);
+        let errors = acquire_all(&object(json!({"resources": [], "wait_ms": -1})), &limits).unwrap_err();
+        assert_eq!(fields(&errors), ["resources", "owner", "ttl_seconds", "wait_ms"]);
     }
 
     #[test]

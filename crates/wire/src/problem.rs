@@ -27,6 +27,9 @@ pub enum ProblemKind {
     /// 409: a semaphore's live permits carry another limit than the one asked for; the
     /// problem's `limit` member gives theirs.
     LimitMismatch,
+    /// 409: waiting for this would close a cycle of owners that wait for each other; the
+    /// `detail` names the cycle. Nothing was acquired, and nothing the caller held released.
+    Deadlock,
     /// 413: the body is over the limit.
     PayloadTooLarge,
     /// 415: the body is not `application/json`.
@@ -46,7 +49,7 @@ pub enum ProblemKind {
 impl ProblemKind {
     /// Every kind; where two share a status, the first is the one [`Self::from_status`]
     /// reads.
-    const ALL: [ProblemKind; 15] = [
+    const ALL: [ProblemKind; 16] = [
         Self::BadRequest,
         Self::Unauthorized,
         Self::Forbidden,
@@ -56,6 +59,7 @@ impl ProblemKind {
         Self::RequestTimeout,
         Self::Conflict,
         Self::LimitMismatch,
+        Self::Deadlock,
         Self::PayloadTooLarge,
         Self::UnsupportedMediaType,
         Self::InvalidFields,
@@ -73,7 +77,7 @@ impl ProblemKind {
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::RequestTimeout => 408,
-            Self::Conflict | Self::LimitMismatch => 409,
+            Self::Conflict | Self::LimitMismatch | Self::Deadlock => 409,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
             Self::InvalidFields => 422,
@@ -84,8 +88,8 @@ impl ProblemKind {
     }
 
     /// The kind for a status code, as a client reads it. 409 reads as [`Self::Conflict`]:
-    /// only a semaphore's acquire answers [`Self::LimitMismatch`], which a client tells by
-    /// the problem's type ([`Self::from_type_uri`]). 403 reads as [`Self::Forbidden`]; a
+    /// only acquires answer [`Self::LimitMismatch`] (a semaphore's) and [`Self::Deadlock`],
+    /// which a client tells by the problem's type ([`Self::from_type_uri`]). 403 reads as [`Self::Forbidden`]; a
     /// missing right ([`Self::Denied`]) is told by its type likewise.
     pub fn from_status(status: u16) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| kind.status() == status)
@@ -112,6 +116,7 @@ impl ProblemKind {
             Self::RequestTimeout => "request-timeout",
             Self::Conflict => "conflict",
             Self::LimitMismatch => "limit-mismatch",
+            Self::Deadlock => "deadlock",
             Self::PayloadTooLarge => "payload-too-large",
             Self::UnsupportedMediaType => "unsupported-media-type",
             Self::InvalidFields => "invalid-fields",
@@ -133,6 +138,7 @@ impl ProblemKind {
             Self::RequestTimeout => "The request was not received in time.",
             Self::Conflict => "The fencing token is not the current lease's.",
             Self::LimitMismatch => "The semaphore's live permits have another limit.",
+            Self::Deadlock => "Deadlock",
             Self::PayloadTooLarge => "The body is too large.",
             Self::UnsupportedMediaType => "The body must be application/json.",
             Self::InvalidFields => "Invalid fields.",
@@ -205,16 +211,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_kind_round_trips_through_its_type_and_all_but_two_through_its_status() {
+    fn every_kind_round_trips_through_its_type_and_all_but_three_through_its_status() {
+        let shared = [
+            ProblemKind::LimitMismatch,
+            ProblemKind::Deadlock,
+            ProblemKind::Denied,
+        ];
         for kind in ProblemKind::ALL {
             assert_eq!(ProblemKind::from_type_uri(&kind.type_uri()), Some(kind));
-            if ![ProblemKind::LimitMismatch, ProblemKind::Denied].contains(&kind) {
+            if !shared.contains(&kind) {
                 assert_eq!(ProblemKind::from_status(kind.status()), Some(kind));
             }
         }
         assert_eq!(ProblemKind::from_status(409), Some(ProblemKind::Conflict));
         assert_eq!(ProblemKind::from_status(403), Some(ProblemKind::Forbidden));
         assert!(ProblemKind::LimitMismatch.type_uri().ends_with("limit-mismatch"));
+        assert_eq!(ProblemKind::Deadlock.type_uri(), "urn:fencelock:problem:deadlock");
+        assert_eq!(
+            (ProblemKind::Deadlock.status(), ProblemKind::Deadlock.title()),
+            (409, "Deadlock")
+        );
         assert_eq!(ProblemKind::from_status(200), None);
         assert_eq!(ProblemKind::from_type_uri("urn:fencelock:problem:nope"), None);
     }

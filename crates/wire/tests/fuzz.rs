@@ -148,6 +148,8 @@ struct Meant {
     wait_ms: Option<u64>,
     claim: Option<Claim>,
     token: Option<u64>,
+    /// A lock's cap on holding.
+    max_hold_ms: Option<u64>,
 }
 
 /// The SPEC's rules for the body of `op`, written out plainly: what it means, or the set of
@@ -218,6 +220,12 @@ fn model(op: Op, body: &BTreeMap<String, Seen>, limits: &Limits) -> Result<Meant
     } else {
         Ok(None)
     };
+    // A cap is a lock's only: semaphores and read-write locks ignore it as an unknown field.
+    let max_hold = if matches!(op, Op::Acquire) {
+        integer("max_hold_ms", 1, Ttl::CEILING.as_millis())
+    } else {
+        Ok(None)
+    };
     let owner = match body.get("owner") {
         // Trimmed as Rust's `str::trim` trims (the SPEC says so), then a name.
         Some(Seen::Text(owner)) if name_faults(owner.trim()).is_empty() => Some(owner.trim().to_owned()),
@@ -229,15 +237,18 @@ fn model(op: Op, body: &BTreeMap<String, Seen>, limits: &Limits) -> Result<Meant
     for names in [ttl.as_ref().err(), claim.as_ref().err()].into_iter().flatten() {
         bad.extend(names);
     }
-    match (owner, ttl, wait, claim, token) {
-        (Some(owner), Ok(ttl_ms), Ok(wait_ms), Ok(claim), Ok(token)) if bad.is_empty() => Ok(Meant {
-            force: false,
-            owner,
-            ttl_ms,
-            wait_ms,
-            claim,
-            token,
-        }),
+    match (owner, ttl, wait, claim, token, max_hold) {
+        (Some(owner), Ok(ttl_ms), Ok(wait_ms), Ok(claim), Ok(token), Ok(max_hold_ms)) if bad.is_empty() => {
+            Ok(Meant {
+                force: false,
+                owner,
+                ttl_ms,
+                wait_ms,
+                claim,
+                token,
+                max_hold_ms,
+            })
+        }
         _ => Err(bad),
     }
 }
@@ -258,7 +269,10 @@ fn decode(op: Op, body: &Map<String, Value>, limits: &Limits) -> Result<Meant, V
     };
     let hold = |kind| parse::acquire_hold(body, limits, kind).map(|h| acquired(h.acquire, Some(h.claim)));
     match op {
-        Op::Acquire => parse::acquire(body, limits).map(|a| acquired(a, None)),
+        Op::Acquire => parse::acquire(body, limits).map(|a| Meant {
+            max_hold_ms: a.max_hold.map(Ttl::as_millis),
+            ..acquired(a.acquire, None)
+        }),
         Op::Semaphore => hold(HoldKind::Semaphore),
         Op::RwLock => hold(HoldKind::RwLock),
         Op::Release => parse::release(body).map(released),
@@ -296,6 +310,7 @@ fn encode(op: Op, meant: &Meant) -> Value {
             owner: owner.to_string(),
             ttl: TtlFields::ms(ttl_ms),
             wait_ms: meant.wait_ms.filter(|&w| w > 0),
+            max_hold_ms: meant.max_hold_ms,
         }),
         Op::Semaphore | Op::RwLock => serde_json::to_value(HoldAcquireRequest::new(
             &owner,
@@ -453,7 +468,7 @@ fn json() -> impl Strategy<Value = Json> {
     })
 }
 
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 9] = [
     "owner",
     "ttl_seconds",
     "ttl_ms",
@@ -462,6 +477,7 @@ const FIELDS: [&str; 8] = [
     "limit",
     "mode",
     "force",
+    "max_hold_ms",
 ];
 
 /// A value for the member `key`: most often one of the kind the field takes, near its
@@ -478,7 +494,7 @@ fn value_of(key: &str) -> BoxedStrategy<Json> {
             .prop_map(|m| Json::Str(m.to_owned()))
             .boxed(),
         "ttl_seconds" => prop_oneof![1..=100i128, integer()].prop_map(Json::Int).boxed(),
-        "ttl_ms" | "wait_ms" => prop_oneof![0..=100_000i128, integer()]
+        "ttl_ms" | "wait_ms" | "max_hold_ms" => prop_oneof![0..=100_000i128, integer()]
             .prop_map(Json::Int)
             .boxed(),
         "limit" => prop_oneof![1..=20i128, integer()].prop_map(Json::Int).boxed(),

@@ -53,6 +53,11 @@ pub struct Args {
     /// How often expired leases are purged and logged.
     #[arg(long, env = "FENCELOCK_PURGE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     purge_interval: Duration,
+    /// After a lock's lease expires unreleased (its holder presumed crashed or cut off),
+    /// nobody is granted the lock for this long, so that writes the holder still had in
+    /// flight drain first; a release ends it at once. Whole milliseconds.
+    #[arg(long, env = "FENCELOCK_LOCK_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
+    lock_delay: Duration,
     /// The authentication file (TOML): principals, the SHA-256 of their tokens, and their
     /// rights per name prefix; read again on SIGHUP. Without it every caller may do
     /// anything, so the server listens on loopback only.
@@ -94,6 +99,9 @@ impl Args {
                 "--max-header-bytes must be at least {MIN_HEADER_BYTES}, the smallest buffer the HTTP server reads with"
             ));
         }
+        if !self.lock_delay.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err("--lock-delay must be a whole number of milliseconds".into());
+        }
         if self.max_waiters.is_some_and(|w| w >= self.max_connections) {
             return Err(
                 "--max-waiters must be below --max-connections: waiters hold connections, and \
@@ -118,6 +126,7 @@ impl Args {
             max_connections: self.max_connections,
             max_waiters: self.max_waiters,
             purge_interval: self.purge_interval,
+            lock_delay: self.lock_delay,
             tls: self.tls()?,
             ..Config::default()
         })
@@ -324,5 +333,19 @@ mod tests {
         assert_eq!(config(&[]).unwrap().max_header_bytes, 16_384);
         let small = config(&["--max-header-bytes", "8191"]).unwrap_err();
         assert!(small.contains("at least 8192"), "{small}");
+    }
+
+    #[test]
+    fn the_lock_delay_is_a_duration_of_whole_milliseconds_and_none_by_default() {
+        let delay = |flags: &[&str]| {
+            let serve = Serve::try_parse_from(["serve"].iter().chain(flags)).map_err(|e| e.to_string())?;
+            serve.args.config().map(|config| config.lock_delay)
+        };
+        assert_eq!(delay(&[]), Ok(Duration::ZERO));
+        assert_eq!(delay(&["--lock-delay", "15s"]), Ok(Duration::from_secs(15)));
+        assert_eq!(delay(&["--lock-delay", "300ms"]), Ok(Duration::from_millis(300)));
+        assert!(delay(&["--lock-delay", "soon"]).is_err());
+        let fraction = delay(&["--lock-delay", "1500us"]).unwrap_err();
+        assert!(fraction.contains("whole number of milliseconds"), "{fraction}");
     }
 }

@@ -3,8 +3,8 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
-use fencelock_core::{AcquireOutcome, Acquired, Kind, Lease, ReleaseOutcome, Terms};
-use fencelock_wire::{AcquireRequest, AcquireResponse, Op, outcome, parse};
+use fencelock_core::{AcquireOutcome, Acquired, Kind, Lease, ReleaseOutcome};
+use fencelock_wire::{Acquire, AcquireRequest, AcquireResponse, Op, outcome, parse};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -14,20 +14,23 @@ use crate::observe::{Asked, Observed, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, BodyProblems, Denied, detached, hold_kind};
+use super::{AuthProblems, BodyProblems, Deadlocked, Denied, detached, hold_kind};
 
 /// Acquire a lock.
 ///
 /// Grants a free or expired resource with a new fencing token; extends the caller's own live
 /// lease (same token); or, if another owner holds it, answers `acquired: false` — at once,
-/// or after waiting up to `wait_ms` in first-come first-served order. Needs the `lock` right;
-/// the lease is the caller's principal's (the same owner name under another principal is
-/// another owner).
+/// or after waiting up to `wait_ms` in first-come first-served order. After a lease expired
+/// unreleased, the lock stays closed for the server's lock-delay (`acquired: false` with
+/// `retry_after_ms`). `max_hold_ms` caps the new lease (`hold_until`): its first TTL, every
+/// renewal and every extension end there at the latest. Needs the `lock` right; the lease is
+/// the caller's principal's (the same owner name under another principal is another owner).
 #[utoipa::path(post, path = "/locks/{resource}", tag = "locks",
     params(("resource" = String, Path, description = "The resource, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = AcquireRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "Granted (new or extended), or held by another owner", body = AcquireResponse),
+        (status = 200, description = "Granted (new or extended); held by another owner; or closed by a lock-delay", body = AcquireResponse),
+        Deadlocked,
         AuthProblems,
         Denied,
         BodyProblems,
@@ -38,9 +41,11 @@ pub async fn acquire(
     uri: Uri,
     JsonObject(body): JsonObject,
 ) -> Result<Json<AcquireResponse>, ApiError> {
-    let (resource, mut request) = both(resource(&uri), parse::acquire(&body, &app.config.limits))?;
+    let (resource, request) = both(resource(&uri), parse::acquire(&body, &app.config.limits))?;
     caller.may(Right::Lock, &resource)?;
-    request.owner = caller.owns(request.owner);
+    let terms = request.terms(app.config.lock_delay);
+    let Acquire { owner, wait, .. } = request.acquire;
+    let owner = caller.owns(owner);
     // Cancelled when this future is dropped (the client hung up): the wait ends, but a call
     // to the store under way completes and is logged, and a grant nobody will hear of is
     // given back at once instead of blocking the lock until its TTL.
@@ -50,17 +55,11 @@ pub async fn acquire(
         let started = Instant::now();
         let outcome = app
             .waiters
-            .acquire_unless(
-                &resource,
-                &request.owner,
-                Terms::ttl(request.ttl),
-                request.wait,
-                &gone,
-            )
+            .acquire_unless(&resource, &owner, terms, wait, &gone)
             .await;
         let asked = Asked {
             resource,
-            owner: request.owner,
+            owner,
             token: None,
         };
         observe(&app, Kind::Lock, Op::Acquire, &asked, &outcome, started.elapsed());

@@ -1,18 +1,22 @@
 //! `POST /semaphores/{name}`, `POST /rwlocks/{name}`: acquire a permit or a hold, waiting up
 //! to `wait_ms` in line if it is busy.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
 use fencelock_core::{Acquired, Claim, HoldKind, HoldOutcome};
 use fencelock_wire::{
-    AcquireHold, Op, Problem, RwLockAcquireRequest, RwLockAcquireResponse, SemaphoreAcquireRequest,
+    AcquireHold, Op, ProblemKind, RwLockAcquireRequest, RwLockAcquireResponse, SemaphoreAcquireRequest,
     SemaphoreAcquireResponse, outcome, parse,
 };
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::response::Response as Described;
 
 use crate::auth::{Caller, Right};
 use crate::extract::{JsonObject, both, hold_name};
@@ -21,7 +25,19 @@ use crate::problem::ApiError;
 use crate::state::App;
 
 use super::acquire::give_back;
-use super::{AuthProblems, BodyProblems, Denied, detached};
+use super::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, detached, problems};
+
+/// In the OpenAPI description: the two 409s of a semaphore's acquire.
+struct SemaphoreConflicts;
+
+impl utoipa::IntoResponses for SemaphoreConflicts {
+    fn responses() -> BTreeMap<String, RefOr<Described>> {
+        let description = format!(
+            "The live permits have another limit (problem type ending in limit-mismatch; `limit` is theirs); or: {DEADLOCK}"
+        );
+        problems(&[(ProblemKind::LimitMismatch, &description)])
+    }
+}
 
 /// Acquire a permit of a semaphore.
 ///
@@ -36,7 +52,7 @@ use super::{AuthProblems, BodyProblems, Denied, detached};
     request_body(content = SemaphoreAcquireRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Granted (new or extended), or every permit held by others", body = SemaphoreAcquireResponse),
-        (status = 409, description = "The live permits have another limit (problem type ending in limit-mismatch; `limit` is theirs)", body = Problem, content_type = "application/problem+json"),
+        SemaphoreConflicts,
         AuthProblems,
         Denied,
         BodyProblems,
@@ -63,6 +79,7 @@ pub async fn acquire_semaphore(
     request_body(content = RwLockAcquireRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Granted (new, replaced or extended), or held against this mode", body = RwLockAcquireResponse),
+        Deadlocked,
         AuthProblems,
         Denied,
         BodyProblems,

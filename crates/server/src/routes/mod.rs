@@ -1,6 +1,7 @@
 //! The routes: one file per endpoint (parse, validate, call the store, map the answer).
 
 mod acquire;
+mod acquire_all;
 mod force;
 mod get;
 mod health;
@@ -44,6 +45,7 @@ use crate::state::App;
     ),
     paths(
         acquire::acquire,
+        acquire_all::acquire_all,
         get::get,
         release::release,
         renew::renew,
@@ -67,6 +69,10 @@ use crate::state::App;
         fencelock_wire::ForceReleaseRequest,
         fencelock_wire::Granted,
         fencelock_wire::Held,
+        fencelock_wire::Delayed,
+        fencelock_wire::AllGranted,
+        fencelock_wire::AllRefused,
+        fencelock_wire::LockRefusal,
         fencelock_wire::FieldError,
         fencelock_wire::PermitGranted,
         fencelock_wire::SemaphoreBusy,
@@ -139,6 +145,18 @@ impl utoipa::IntoResponses for Denied {
         )])
     }
 }
+
+/// In the OpenAPI description: the 409 of an acquire whose wait would close a cycle.
+struct Deadlocked;
+
+impl utoipa::IntoResponses for Deadlocked {
+    fn responses() -> BTreeMap<String, RefOr<Described>> {
+        problems(&[(ProblemKind::Deadlock, DEADLOCK)])
+    }
+}
+
+/// What the 409 `deadlock` of an acquire means, for the OpenAPI description.
+const DEADLOCK: &str = "Waiting would close a cycle of owners that wait for each other on this server (problem type ending in deadlock; detail names the cycle, e.g. `b waits for lock \"x\" held by a; a waits for lock \"y\" held by b`). Answered at once; nothing was acquired, and nothing the caller held was released";
 
 /// In the OpenAPI description: the bearer token scheme, required by every route behind
 /// [`authenticate`] (not by health, readiness and metrics).
@@ -294,7 +312,10 @@ impl Route {
 /// behind [`authenticate`], the operations' routes open to all.
 pub fn router(app: App) -> Router {
     Router::new()
-        .route(Route::Locks.template(), get(list::list))
+        .route(
+            Route::Locks.template(),
+            get(list::list).post(acquire_all::acquire_all),
+        )
         .route(
             Route::Lock.template(),
             post(acquire::acquire).get(get::get).delete(release::release),

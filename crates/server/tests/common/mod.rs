@@ -41,12 +41,13 @@ pub struct Answer {
 impl TestServer {
     /// A server on an in-memory store whose clock the test moves.
     pub async fn manual() -> Self {
+        Self::manual_with(Config::default()).await
+    }
+
+    /// [`manual`](Self::manual) with `config`.
+    pub async fn manual_with(config: Config) -> Self {
         let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_795_933_800_000)));
-        let mut server = Self::start(
-            Arc::new(MemoryStore::with_clock(clock.clone())),
-            Config::default(),
-        )
-        .await;
+        let mut server = Self::start(Arc::new(MemoryStore::with_clock(clock.clone())), config).await;
         server.clock = Some(clock);
         server
     }
@@ -131,6 +132,11 @@ impl TestServer {
             request = request.header("content-type", content_type);
         }
         answer(request.send().await.expect("request")).await
+    }
+
+    /// `POST /locks`: acquire several locks, all or none.
+    pub async fn acquire_all(&self, body: Value) -> Answer {
+        self.send(Method::POST, "/locks", Some(body)).await
     }
 
     pub async fn acquire(&self, resource: &str, body: Value) -> Answer {

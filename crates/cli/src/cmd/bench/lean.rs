@@ -114,6 +114,7 @@ impl Session for LeanSession {
                 owner: self.owner.to_string(),
                 ttl: TtlFields::ms(self.ttl.as_millis()),
                 wait_ms: None,
+                max_hold_ms: None,
             }),
         }?;
         let paths = self.paths.clone();
