@@ -1538,3 +1538,199 @@ async fn names_that_share_lock_keys_crosswise_never_deadlock() {
         }
     }
 }
+
+// Servers of version 3, before the terms.
+
+/// What version 4 of the schema added, taken away again: a database of version 3 (but for
+/// version 3's `fencelock_force_release`, which version 4 made call its successor, dropped
+/// here; migrating puts both back).
+const UNDO_VERSION_4: &str = "
+    DROP TRIGGER fencelock_leases_keep_terms ON fencelock_leases;
+    DROP FUNCTION fencelock_keep_terms();
+    DROP FUNCTION fencelock_acquire_locks(text[], text, text, bigint, bigint, bigint);
+    DROP FUNCTION fencelock_force_release_with_terms(text, text);
+    DROP FUNCTION fencelock_lock_resources(text[]);
+    ALTER TABLE fencelock_leases DROP COLUMN hold_until, DROP COLUMN lock_delay;
+    DELETE FROM fencelock_schema_version WHERE version = 4;
+";
+
+/// A database of version 3 is migrated with its leases, which have no cap and no lock-delay
+/// and are served as before: refused to others (a namesake too), extended on their own terms
+/// whatever the extension asks, renewed, released; its semaphores still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_version_3_is_migrated_keeping_its_leases_with_no_terms() {
+    let url = new_database("version_3").await;
+    drop(store(&url).await);
+    let db = connected(&url).await;
+    db.batch_execute(UNDO_VERSION_4).await.unwrap();
+    assert_eq!(schema_versions(&url).await, [1, 2, 3]);
+    // A lease as version 3 writes one, of billing's principal.
+    db.execute(
+        "INSERT INTO fencelock_leases (resource, owner, principal, token, acquired_at, expires_at)
+        VALUES ('kept', 'a', 'billing', nextval('fencelock_tokens'),
+                date_trunc('milliseconds', now()), date_trunc('milliseconds', now()) + interval '1 hour')",
+        &[],
+    )
+    .await
+    .unwrap();
+
+    let store = store(&url).await;
+    assert_eq!(schema_versions(&url).await, [1, 2, 3, 4]);
+    let kept = resource("kept");
+    let lease = store.get(&kept).await.unwrap().expect("the lease is kept");
+    assert_eq!(
+        (&lease.owner, lease.hold_until, lease.lock_delay),
+        (&owner_of("billing", "a"), None, Duration::ZERO)
+    );
+    for other in [owner("b"), owner("a")] {
+        let held = store.acquire(&kept, &other, ttl(LONG)).await.unwrap();
+        assert!(
+            matches!(&held, AcquireOutcome::Held { holder, .. } if *holder == lease),
+            "{other:?}: {held:?}"
+        );
+    }
+    let terms = Terms::ttl(ttl(LONG))
+        .max_hold(Some(ttl(Duration::from_secs(5))))
+        .lock_delay(Duration::from_secs(60));
+    match store.acquire_with(&kept, &lease.owner, terms).await.unwrap() {
+        AcquireOutcome::Extended(extended) => assert_eq!(
+            (extended.token, extended.hold_until, extended.lock_delay),
+            (lease.token, None, Duration::ZERO)
+        ),
+        other => panic!("extension: {other:?}"),
+    }
+    assert!(matches!(
+        store
+            .renew(&kept, &lease.owner, ttl(LONG), Some(lease.token))
+            .await
+            .unwrap(),
+        RenewOutcome::Renewed(_)
+    ));
+    assert!(matches!(
+        store
+            .release(&kept, &lease.owner, Some(lease.token))
+            .await
+            .unwrap(),
+        ReleaseOutcome::Released(_)
+    ));
+    let next = granted(store.acquire(&kept, &owner("b"), ttl(LONG)).await.unwrap());
+    assert!(next.token > lease.token);
+    granted_hold(
+        store
+            .acquire_hold(&kept, &owner("b"), Claim::Permit { limit: 1 }, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+}
+
+/// Version 3's acquire, as its servers send it: `$1` resource, `$2` owner, `$3` principal,
+/// `$4` TTL in ms. Columns: owner, principal, token, acquired_at and expires_at in ms,
+/// granted, expires_in_ms, announced.
+const VERSION_3_ACQUIRE: &str = "
+    WITH locked AS MATERIALIZED (
+        SELECT pg_advisory_xact_lock(1718381312, hashtext($1::text))
+    ), clock AS MATERIALIZED (
+        SELECT clock_timestamp() AS now FROM locked
+    ), fresh AS MATERIALIZED (
+        SELECT nextval('fencelock_tokens') AS token,
+               date_trunc('milliseconds', now + interval '999 microseconds') AS stamp
+        FROM clock
+    ), upserted AS (
+        INSERT INTO fencelock_leases AS l (resource, owner, principal, token, acquired_at, expires_at)
+        SELECT $1::text, $2::text, $3::text, token, stamp, stamp + $4::bigint * interval '1 millisecond'
+        FROM fresh
+        ON CONFLICT (resource) DO UPDATE SET
+            owner = CASE WHEN l.expires_at <= (SELECT now FROM clock)
+                OR (l.owner, l.principal) IS NOT DISTINCT FROM ($2::text, $3::text)
+                THEN EXCLUDED.owner ELSE l.owner END,
+            principal = CASE WHEN l.expires_at <= (SELECT now FROM clock)
+                OR (l.owner, l.principal) IS NOT DISTINCT FROM ($2::text, $3::text)
+                THEN EXCLUDED.principal ELSE l.principal END,
+            token = CASE WHEN l.expires_at <= (SELECT now FROM clock)
+                THEN EXCLUDED.token ELSE l.token END,
+            acquired_at = CASE WHEN l.expires_at <= (SELECT now FROM clock)
+                OR (l.owner, l.principal) IS NOT DISTINCT FROM ($2::text, $3::text)
+                THEN EXCLUDED.acquired_at ELSE l.acquired_at END,
+            expires_at = CASE WHEN l.expires_at <= (SELECT now FROM clock)
+                OR (l.owner, l.principal) IS NOT DISTINCT FROM ($2::text, $3::text)
+                THEN EXCLUDED.expires_at ELSE l.expires_at END
+        RETURNING l.owner, l.principal, l.token, l.acquired_at, l.expires_at,
+            l.token = (SELECT token FROM fresh) AS granted
+    ), announced AS (
+        SELECT pg_notify('fencelock_released', $1::text) FROM upserted l
+        WHERE NOT granted AND (l.owner, l.principal) IS NOT DISTINCT FROM ($2::text, $3::text)
+    )
+    SELECT owner, principal, token, (extract(epoch FROM acquired_at) * 1000)::bigint,
+        (extract(epoch FROM expires_at) * 1000)::bigint, granted,
+        greatest(0, floor(extract(epoch FROM expires_at - (SELECT now FROM clock)) * 1000))::bigint
+            AS expires_in_ms,
+        (SELECT count(*) FROM announced) AS announced
+    FROM upserted";
+
+/// A server of version 3, still running beside newer ones, knows no terms: its grant over an
+/// expired lease leaves none of that lease's terms to the new one (and, as documented, it
+/// does not wait out a lock-delay); its extension of a capped lease is cut at the cap, and
+/// its answer says so; its force-release still ends a lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_version_3_leaves_no_stale_terms_and_is_cut_at_the_cap() {
+    let url = shared_url().await;
+    let (store, old) = (store(&url).await, connected(&url).await);
+    // Token, expires_at and whether it granted.
+    let acquire = |name: Resource, owner: &'static str, ttl_ms: i64| {
+        let old = &old;
+        async move {
+            let row = old
+                .query_one(
+                    VERSION_3_ACQUIRE,
+                    &[&name.as_str(), &owner, &None::<&str>, &ttl_ms],
+                )
+                .await
+                .unwrap();
+            let (token, expires_at, granted): (i64, i64, bool) = (row.get(2), row.get(4), row.get(5));
+            let expires_at = Timestamp::from_millis(u64::try_from(expires_at).unwrap());
+            (FencingToken(u64::try_from(token).unwrap()), expires_at, granted)
+        }
+    };
+
+    let name = shared::unique("version-3-grant");
+    let first = granted(
+        store
+            .acquire_with(&name, &owner("new"), with_terms(Duration::from_millis(50)))
+            .await
+            .unwrap(),
+    );
+    until_expired(&*store, &name).await;
+    let (token, _, was_granted) = acquire(name.clone(), "old", 60_000).await;
+    assert!(was_granted && token > first.token, "within the lock-delay");
+    let lease = store.get(&name).await.unwrap().expect("granted");
+    assert_eq!(
+        (&lease.owner, lease.token, lease.hold_until, lease.lock_delay),
+        (&owner("old"), token, None, Duration::ZERO)
+    );
+
+    let capped = shared::unique("version-3-extend");
+    let terms = Terms::ttl(ttl(LONG)).max_hold(Some(ttl(Duration::from_secs(120))));
+    let lease = granted(store.acquire_with(&capped, &owner("a"), terms).await.unwrap());
+    assert!(Some(lease.expires_at) < lease.hold_until);
+    let (token, expires_at, was_granted) = acquire(capped.clone(), "a", 3_600_000).await;
+    assert_eq!((token, was_granted), (lease.token, false), "extended");
+    assert_eq!(Some(expires_at), lease.hold_until, "cut at the cap");
+    let now = store.get(&capped).await.unwrap().expect("live");
+    assert_eq!(
+        (Some(now.expires_at), now.hold_until),
+        (lease.hold_until, lease.hold_until)
+    );
+
+    let ended: Vec<i64> = old
+        .query(
+            "SELECT token FROM fencelock_force_release('lock', $1::text)",
+            &[&capped.as_str()],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(ended, [i64::try_from(lease.token.0).unwrap()]);
+    assert_eq!(store.get(&capped).await.unwrap(), None);
+}
