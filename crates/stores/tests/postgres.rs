@@ -8,14 +8,15 @@ use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::{
-    AcquireOutcome, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome, Key, Kind,
-    Lease, ListQuery, LockStore, MemoryStore, Owner, Principal, ReleaseNotice, ReleaseOutcome, RenewOutcome,
-    Resource, StoreError, Timestamp,
+    AcquireAllOutcome, AcquireOutcome, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind,
+    HoldOutcome, Key, Kind, Lease, ListQuery, LockStore, MemoryStore, Owner, Principal, ReleaseNotice,
+    ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Timestamp,
 };
 use fencelock_stores::Deadline;
 use fencelock_stores::postgres::{PostgresOptions, PostgresStore};
 use fencelock_testkit::fixtures::{owner_of, resource, unique_prefix};
 use fencelock_testkit::{Postgres, Proxy, shared_postgres};
+use shared::granted;
 use tokio::sync::broadcast;
 
 /// The shared server's address; starting it blocks, so not on the async worker.
@@ -141,7 +142,7 @@ async fn servers_starting_together_migrate_once() {
     for start in starts {
         start.await.unwrap().expect("a server starting alongside others");
     }
-    assert_eq!(schema_versions(&fresh).await, [1, 2, 3]);
+    assert_eq!(schema_versions(&fresh).await, [1, 2, 3, 4]);
 }
 
 #[tokio::test]
@@ -881,6 +882,11 @@ async fn a_database_of_version_1_is_migrated_keeping_its_leases() {
         owner("a"),
         "a lease written before belongs to no principal"
     );
+    assert_eq!(
+        (lease.hold_until, lease.lock_delay),
+        (None, Duration::ZERO),
+        "nor has it a cap or a lock-delay"
+    );
     for other in [owner("b"), owner_of("billing", "a")] {
         let held = store.acquire(&kept, &other, ttl(LONG)).await.unwrap();
         assert!(
@@ -896,7 +902,7 @@ async fn a_database_of_version_1_is_migrated_keeping_its_leases() {
             .unwrap(),
     );
     assert!(permit.lease.token > FencingToken(41), "{permit:?}");
-    assert_eq!(schema_versions(&old).await, [1, 2, 3]);
+    assert_eq!(schema_versions(&old).await, [1, 2, 3, 4]);
 }
 
 /// A server of version 2, still running beside newer ones while they are rolled out, calls
@@ -1256,4 +1262,475 @@ async fn a_purge_forgets_a_batch_at_a_time_the_first_expired_first() {
         );
     }
     assert_eq!(store.purge_expired().await.unwrap(), [], "nothing left");
+}
+
+// The terms a lease keeps, and several locks at once.
+
+/// Waits until the lease on `resource` has expired, by `store`'s answers.
+async fn until_expired(store: &dyn LockStore, resource: &Resource) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.get(resource).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "{resource} did not expire");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Terms with a cap and a lock-delay, both far from the test's TTLs.
+fn with_terms(ttl_of: Duration) -> Terms {
+    Terms::ttl(ttl(ttl_of))
+        .max_hold(Some(ttl(Duration::from_secs(3600))))
+        .lock_delay(Duration::from_secs(60))
+}
+
+/// Every statement that answers with a lease reads its terms, also through another store
+/// than the one that granted it (a server restarted, or a second one): get, list, renew,
+/// release, force-release, and the purge of one whose lock-delay has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_statement_reads_a_lease_with_its_terms_through_a_new_store() {
+    let url = shared_url().await;
+    let prefix = unique_prefix();
+    let name = |n: &str| resource(&format!("{prefix}{n}"));
+    let granting = store(&url).await;
+    let kept = granted(
+        granting
+            .acquire_with(&name("kept"), &owner("a"), with_terms(LONG))
+            .await
+            .unwrap(),
+    );
+    let forced = granted(
+        granting
+            .acquire_with(&name("forced"), &owner("a"), with_terms(LONG))
+            .await
+            .unwrap(),
+    );
+    drop(granting);
+
+    let store = store(&url).await;
+    assert_eq!(store.get(&kept.resource).await.unwrap().as_ref(), Some(&kept));
+    let query = ListQuery {
+        prefix: prefix.clone(),
+        after: None,
+        limit: 10,
+    };
+    let listed = store.list(&query).await.unwrap().leases;
+    assert_eq!(
+        listed,
+        [forced.clone(), kept.clone()],
+        "by name, with their terms"
+    );
+    let renewed = store
+        .renew(&kept.resource, &kept.owner, ttl(LONG), None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&renewed, RenewOutcome::Renewed(l)
+            if (l.hold_until, l.lock_delay) == (kept.hold_until, kept.lock_delay)),
+        "{renewed:?}"
+    );
+    match store.release(&kept.resource, &kept.owner, None).await.unwrap() {
+        ReleaseOutcome::Released(Some(ended)) => {
+            assert_eq!(
+                (ended.lease.hold_until, ended.lease.lock_delay),
+                (kept.hold_until, kept.lock_delay)
+            );
+        }
+        other => panic!("release: {other:?}"),
+    }
+    match store.force_release(&Key::lock(&forced.resource)).await.unwrap() {
+        ForceOutcome::Released(ended) => assert_eq!(ended[0].lease, forced),
+        other => panic!("force-release: {other:?}"),
+    }
+
+    let brief = Terms::ttl(ttl(Duration::from_millis(50))).lock_delay(Duration::from_millis(200));
+    let purged = granted(
+        store
+            .acquire_with(&name("purged"), &owner("a"), brief)
+            .await
+            .unwrap(),
+    );
+    // Purges by others may come first: what matters is that none forgets the lease before
+    // its delay has ended (by the database's clock), and that the one that does reports it
+    // with its terms.
+    until_expired(&*store, &purged.resource).await;
+    let db = connected(&url).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let forgotten = store.purge_expired().await.unwrap();
+        let row = db
+            .query_one(
+                "SELECT count(*), (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+                FROM fencelock_leases WHERE resource = $1",
+                &[&purged.resource.as_str()],
+            )
+            .await
+            .unwrap();
+        let (rows, at): (i64, i64) = (row.get(0), row.get(1));
+        let at = Timestamp::from_millis(u64::try_from(at).unwrap());
+        assert!(
+            rows == 1 || at >= purged.closed_until(),
+            "forgotten within its lock-delay"
+        );
+        if let Some(ours) = forgotten.iter().find(|e| e.lease.resource == purged.resource) {
+            assert_eq!(ours.lease, purged);
+        }
+        if rows == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the lease was never forgotten");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A lock-delay set through one server closes the lock to the other until it ends, however
+/// often that one purges; then the other is granted it. A multi-acquire through one server is
+/// refused whole while the other holds one of its names, and nothing of it is left held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_and_an_all_or_none_hold_across_two_servers() {
+    let url = shared_url().await;
+    let (a, b) = (store(&url).await, store(&url).await);
+    let name = shared::unique("delayed");
+    let delay = Duration::from_millis(700);
+    let terms = Terms::ttl(ttl(Duration::from_millis(100))).lock_delay(delay);
+    let lease = granted(a.acquire_with(&name, &owner("crashed"), terms).await.unwrap());
+    until_expired(&*b, &name).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut refused = 0;
+    let next = loop {
+        b.purge_expired().await.unwrap();
+        match b.acquire(&name, &owner("next"), ttl(LONG)).await.unwrap() {
+            AcquireOutcome::Delayed { resource, retry_in } => {
+                assert_eq!(resource, name);
+                assert!(retry_in > Duration::ZERO && retry_in <= delay, "{retry_in:?}");
+                refused += 1;
+                tokio::time::sleep(retry_in.min(Duration::from_millis(100))).await;
+            }
+            AcquireOutcome::Granted { lease: next, expired } => {
+                assert!(expired.as_ref().is_none_or(|e| *e == lease), "{expired:?}");
+                break next;
+            }
+            other => panic!("within the lock-delay: {other:?}"),
+        }
+        assert!(Instant::now() < deadline, "the lock-delay never ended");
+    };
+    assert!(refused > 0, "the other server was never refused");
+    assert!(
+        next.acquired_at >= lease.closed_until() && next.token > lease.token,
+        "{next:?} after {lease:?}"
+    );
+
+    let prefix = unique_prefix();
+    let names: Vec<Resource> = ["x", "y", "z"]
+        .iter()
+        .map(|n| resource(&format!("{prefix}{n}")))
+        .collect();
+    let theirs = granted(b.acquire(&names[1], &owner("b"), ttl(LONG)).await.unwrap());
+    let all = Resources::new(names.clone()).unwrap();
+    let mine = owner("a");
+    match a.acquire_all(&all, &mine, Terms::ttl(ttl(LONG))).await.unwrap() {
+        AcquireAllOutcome::Refused(refusals) => assert!(
+            matches!(refusals.as_slice(), [AcquireOutcome::Held { holder, .. }] if *holder == theirs),
+            "{refusals:?}"
+        ),
+        granted => panic!("y is held on the other server, yet {granted:?}"),
+    }
+    for free in [&names[0], &names[2]] {
+        assert_eq!(b.get(free).await.unwrap(), None, "{free} left held");
+    }
+    b.release(&names[1], &owner("b"), None).await.unwrap();
+    let AcquireAllOutcome::Granted(outcomes) =
+        a.acquire_all(&all, &mine, Terms::ttl(ttl(LONG))).await.unwrap()
+    else {
+        panic!("all free");
+    };
+    for (asked, outcome) in names.iter().zip(&outcomes) {
+        let lease = outcome.lease().expect("granted");
+        assert_eq!(b.get(asked).await.unwrap().as_ref(), Some(lease));
+    }
+}
+
+/// Two servers take the same two locks at once in opposite orders, 20 times: never both win,
+/// neither fails (PostgreSQL would abort one of two transactions waiting for each other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opposite_orders_on_two_servers_never_both_win_nor_fail() {
+    let url = shared_url().await;
+    let (a, b) = (store(&url).await, store(&url).await);
+    let (p, q) = (owner("p"), owner("q"));
+    for round in 0..20 {
+        let (x, y) = (shared::unique("x"), shared::unique("y"));
+        let forward = Resources::new(vec![x.clone(), y.clone()]).unwrap();
+        let backward = Resources::new(vec![y.clone(), x.clone()]).unwrap();
+        let terms = Terms::ttl(ttl(LONG));
+        let (first, second) = tokio::join!(
+            a.acquire_all(&forward, &p, terms),
+            b.acquire_all(&backward, &q, terms),
+        );
+        let (first, second) = (first.unwrap(), second.unwrap());
+        let winner = match (&first, &second) {
+            (AcquireAllOutcome::Granted(_), AcquireAllOutcome::Refused(_)) => &p,
+            (AcquireAllOutcome::Refused(_), AcquireAllOutcome::Granted(_)) => &q,
+            _ => panic!("round {round}: one winner, got {first:?} and {second:?}"),
+        };
+        for name in [&x, &y] {
+            let holder = a.get(name).await.unwrap().map(|l| l.owner);
+            assert_eq!(holder.as_ref(), Some(winner), "round {round}");
+        }
+    }
+}
+
+/// Names of the test's prefix whose resource locks share a key (`hashtext` of the name): two
+/// pairs `(a1, a2)`, `(b1, b2)`, each of one key, ordered so that `[a1, b1]` and `[a2, b2]`
+/// put their keys in opposite orders by their names' bytes (`a1 < b1`, `b2 < a2`).
+async fn crossed_namesakes(url: &str, prefix: &str) -> [Resource; 4] {
+    let pairs: Vec<(String, String)> = connected(url)
+        .await
+        .query(
+            "SELECT min(n), max(n) FROM (
+                SELECT $1::text || i AS n FROM generate_series(1, 400000) i
+            ) names GROUP BY hashtext(n) HAVING count(*) = 2",
+            &[&prefix],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let two = pairs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| pairs[i + 1..].iter().map(move |b| (a, b)));
+    for (a, b) in two {
+        for (a1, a2) in [(&a.0, &a.1), (&a.1, &a.0)] {
+            for (b1, b2) in [(&b.0, &b.1), (&b.1, &b.0)] {
+                if a1 < b1 && b2 < a2 {
+                    return [a1, a2, b1, b2].map(|n| resource(n));
+                }
+            }
+        }
+    }
+    panic!("no crossed pairs among {pairs:?}");
+}
+
+/// Two multi-acquires of different names never wait for each other in a circle, even when
+/// their names share keys of the resource locks crosswise (`[a1, b1]` and `[a2, b2]`, where
+/// a1 shares a2's key and b1 b2's, and byte order puts the keys in opposite orders): the keys
+/// are taken in their own order, not the names'. 20 rounds from two servers: both are granted
+/// every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_share_lock_keys_crosswise_never_deadlock() {
+    let url = shared_url().await;
+    let [a1, a2, b1, b2] = crossed_namesakes(&url, &unique_prefix()).await;
+    let (a, b) = (store(&url).await, store(&url).await);
+    let one = Resources::new(vec![a1.clone(), b1.clone()]).unwrap();
+    let other = Resources::new(vec![a2.clone(), b2.clone()]).unwrap();
+    let (p, q) = (owner("p"), owner("q"));
+    let terms = Terms::ttl(ttl(LONG));
+    for round in 0..20 {
+        let (first, second) = tokio::join!(a.acquire_all(&one, &p, terms), b.acquire_all(&other, &q, terms));
+        for (outcome, who, names) in [(first, &p, &one), (second, &q, &other)] {
+            let outcome = outcome.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert!(
+                matches!(outcome, AcquireAllOutcome::Granted(_)),
+                "round {round}: {outcome:?}"
+            );
+            for name in names.as_slice() {
+                a.release(name, who, None).await.unwrap();
+            }
+        }
+    }
+}
+
+// Servers of version 3, before the terms.
+
+/// What version 4 of the schema added, taken away again: a database of version 3 (but for
+/// version 3's `fencelock_force_release`, which version 4 made call its successor, dropped
+/// here; migrating puts both back).
+const UNDO_VERSION_4: &str = "
+    DROP TRIGGER fencelock_leases_keep_terms ON fencelock_leases;
+    DROP FUNCTION fencelock_keep_terms();
+    DROP FUNCTION fencelock_acquire_locks(text[], text, text, bigint, bigint, bigint);
+    DROP FUNCTION fencelock_force_release_with_terms(text, text);
+    DROP FUNCTION fencelock_lock_resources(text[]);
+    ALTER TABLE fencelock_leases DROP COLUMN hold_until, DROP COLUMN lock_delay;
+    DELETE FROM fencelock_schema_version WHERE version = 4;
+";
+
+/// A database of version 3 is migrated with its leases, which have no cap and no lock-delay
+/// and are served as before: refused to others (a namesake too), extended on their own terms
+/// whatever the extension asks, renewed, released; its semaphores still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_version_3_is_migrated_keeping_its_leases_with_no_terms() {
+    let url = new_database("version_3").await;
+    drop(store(&url).await);
+    let db = connected(&url).await;
+    db.batch_execute(UNDO_VERSION_4).await.unwrap();
+    assert_eq!(schema_versions(&url).await, [1, 2, 3]);
+    // A lease as version 3 writes one, of billing's principal.
+    db.execute(
+        "INSERT INTO fencelock_leases (resource, owner, principal, token, acquired_at, expires_at)
+        VALUES ('kept', 'a', 'billing', nextval('fencelock_tokens'),
+                date_trunc('milliseconds', now()), date_trunc('milliseconds', now()) + interval '1 hour')",
+        &[],
+    )
+    .await
+    .unwrap();
+
+    let store = store(&url).await;
+    assert_eq!(schema_versions(&url).await, [1, 2, 3, 4]);
+    let kept = resource("kept");
+    let lease = store.get(&kept).await.unwrap().expect("the lease is kept");
+    assert_eq!(
+        (&lease.owner, lease.hold_until, lease.lock_delay),
+        (&owner_of("billing", "a"), None, Duration::ZERO)
+    );
+    for other in [owner("b"), owner("a")] {
+        let held = store.acquire(&kept, &other, ttl(LONG)).await.unwrap();
+        assert!(
+            matches!(&held, AcquireOutcome::Held { holder, .. } if *holder == lease),
+            "{other:?}: {held:?}"
+        );
+    }
+    let terms = Terms::ttl(ttl(LONG))
+        .max_hold(Some(ttl(Duration::from_secs(5))))
+        .lock_delay(Duration::from_secs(60));
+    match store.acquire_with(&kept, &lease.owner, terms).await.unwrap() {
+        AcquireOutcome::Extended(extended) => assert_eq!(
+            (extended.token, extended.hold_until, extended.lock_delay),
+            (lease.token, None, Duration::ZERO)
+        ),
+        other => panic!("extension: {other:?}"),
+    }
+    assert!(matches!(
+        store
+            .renew(&kept, &lease.owner, ttl(LONG), Some(lease.token))
+            .await
+            .unwrap(),
+        RenewOutcome::Renewed(_)
+    ));
+    assert!(matches!(
+        store
+            .release(&kept, &lease.owner, Some(lease.token))
+            .await
+            .unwrap(),
+        ReleaseOutcome::Released(_)
+    ));
+    let next = granted(store.acquire(&kept, &owner("b"), ttl(LONG)).await.unwrap());
+    assert!(next.token > lease.token);
+    granted_hold(
+        store
+            .acquire_hold(&kept, &owner("b"), Claim::Permit { limit: 1 }, ttl(LONG), None)
+            .await
+            .unwrap(),
+    );
+}
+
+/// Version 3's acquire, as its servers send it: `$1` resource, `$2` owner, `$3` principal,
+/// `$4` TTL in ms. Columns: owner, principal, token, acquired_at and expires_at in ms,
+/// granted, expires_in_ms, announced.
+const VERSION_3_ACQUIRE: &str = "
+    WITH locked AS MATERIALIZED (
+        SELECT pg_advisory_xact_lock(1718381312, hashtext($1::text))
+    ), clock AS MATERIALIZED (
+        SELECT clock_timestamp() AS now FROM locked
+    ), fresh AS MATERIALIZED (
+        SELECT nextval('fencelock_tokens') AS token,
+               date_trunc('milliseconds', now + interval '999 microseconds') AS stamp
+        FROM clock
+    ), upserted AS (
+        INSERT INTO fencelock_leases AS l (resource, owner, principal, token, acquired_at, expires_at)
+        SELECT $1::text, $2::text, $3::text, token, stamp, stamp + $4::bigint * interval '1 millisecond'
+        FROM fresh
+        ON CONFLICT (resource) DO UPDATE SET
+            owner = CASE WHEN l.expires_at <= (SELECT now FROM clock)
+                OR (l.owner, l.principal) IS NOT DISTINCT FROM ($2::text, $3::text)
+                THEN EXCLUDED.owner ELSE l.owner END,
+            principal = CASE WHEN l.expires_at <= (SELECT now FROM clock)
+                OR (l.owner, l.principal) IS NOT DISTINCT FROM ($2::text, $3::text)
+                THEN EXCLUDED.principal ELSE l.principal END,
+            token = CASE WHEN l.expires_at <= (SELECT now FROM clock)
+                THEN EXCLUDED.token ELSE l.token END,
+            acquired_at = CASE WHEN l.expires_at <= (SELECT now FROM clock)
+                OR (l.owner, l.principal) IS NOT DISTINCT FROM ($2::text, $3::text)
+                THEN EXCLUDED.acquired_at ELSE l.acquired_at END,
+            expires_at = CASE WHEN l.expires_at <= (SELECT now FROM clock)
+                OR (l.owner, l.principal) IS NOT DISTINCT FROM ($2::text, $3::text)
+                THEN EXCLUDED.expires_at ELSE l.expires_at END
+        RETURNING l.owner, l.principal, l.token, l.acquired_at, l.expires_at,
+            l.token = (SELECT token FROM fresh) AS granted
+    ), announced AS (
+        SELECT pg_notify('fencelock_released', $1::text) FROM upserted l
+        WHERE NOT granted AND (l.owner, l.principal) IS NOT DISTINCT FROM ($2::text, $3::text)
+    )
+    SELECT owner, principal, token, (extract(epoch FROM acquired_at) * 1000)::bigint,
+        (extract(epoch FROM expires_at) * 1000)::bigint, granted,
+        greatest(0, floor(extract(epoch FROM expires_at - (SELECT now FROM clock)) * 1000))::bigint
+            AS expires_in_ms,
+        (SELECT count(*) FROM announced) AS announced
+    FROM upserted";
+
+/// A server of version 3, still running beside newer ones, knows no terms: its grant over an
+/// expired lease leaves none of that lease's terms to the new one (and, as documented, it
+/// does not wait out a lock-delay); its extension of a capped lease is cut at the cap, and
+/// its answer says so; its force-release still ends a lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_version_3_leaves_no_stale_terms_and_is_cut_at_the_cap() {
+    let url = shared_url().await;
+    let (store, old) = (store(&url).await, connected(&url).await);
+    // Token, expires_at and whether it granted.
+    let acquire = |name: Resource, owner: &'static str, ttl_ms: i64| {
+        let old = &old;
+        async move {
+            let row = old
+                .query_one(
+                    VERSION_3_ACQUIRE,
+                    &[&name.as_str(), &owner, &None::<&str>, &ttl_ms],
+                )
+                .await
+                .unwrap();
+            let (token, expires_at, granted): (i64, i64, bool) = (row.get(2), row.get(4), row.get(5));
+            let expires_at = Timestamp::from_millis(u64::try_from(expires_at).unwrap());
+            (FencingToken(u64::try_from(token).unwrap()), expires_at, granted)
+        }
+    };
+
+    let name = shared::unique("version-3-grant");
+    let first = granted(
+        store
+            .acquire_with(&name, &owner("new"), with_terms(Duration::from_millis(50)))
+            .await
+            .unwrap(),
+    );
+    until_expired(&*store, &name).await;
+    let (token, _, was_granted) = acquire(name.clone(), "old", 60_000).await;
+    assert!(was_granted && token > first.token, "within the lock-delay");
+    let lease = store.get(&name).await.unwrap().expect("granted");
+    assert_eq!(
+        (&lease.owner, lease.token, lease.hold_until, lease.lock_delay),
+        (&owner("old"), token, None, Duration::ZERO)
+    );
+
+    let capped = shared::unique("version-3-extend");
+    let terms = Terms::ttl(ttl(LONG)).max_hold(Some(ttl(Duration::from_secs(120))));
+    let lease = granted(store.acquire_with(&capped, &owner("a"), terms).await.unwrap());
+    assert!(Some(lease.expires_at) < lease.hold_until);
+    let (token, expires_at, was_granted) = acquire(capped.clone(), "a", 3_600_000).await;
+    assert_eq!((token, was_granted), (lease.token, false), "extended");
+    assert_eq!(Some(expires_at), lease.hold_until, "cut at the cap");
+    let now = store.get(&capped).await.unwrap().expect("live");
+    assert_eq!(
+        (Some(now.expires_at), now.hold_until),
+        (lease.hold_until, lease.hold_until)
+    );
+
+    let ended: Vec<i64> = old
+        .query(
+            "SELECT token FROM fencelock_force_release('lock', $1::text)",
+            &[&capped.as_str()],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(ended, [i64::try_from(lease.token.0).unwrap()]);
+    assert_eq!(store.get(&capped).await.unwrap(), None);
 }

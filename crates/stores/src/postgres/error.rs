@@ -1,6 +1,8 @@
 //! [`PgError`]: what goes wrong with PostgreSQL, and the one place it becomes a
 //! [`StoreError`].
 
+use std::time::Duration;
+
 use deadpool_postgres::PoolError;
 use fencelock_core::{StoreError, Ttl};
 use tokio_postgres::error::SqlState;
@@ -44,6 +46,9 @@ pub(super) enum PgError {
     /// A TTL longer than a `bigint` of milliseconds.
     #[error("TTL {0:?} is too long")]
     TtlTooLong(Ttl),
+    /// A lock-delay longer than a `bigint` of milliseconds.
+    #[error("lock-delay {0:?} is too long")]
+    DelayTooLong(Duration),
 }
 
 impl PgError {
@@ -78,9 +83,10 @@ impl From<PgError> for StoreError {
             // Not the caller's input (that would read as a bad address): data this build
             // cannot read, as the embedded store says of a file of a newer schema.
             PgError::Row(_) | PgError::Data(_) | PgError::NewerSchema { .. } => StoreError::Corrupt(message),
-            PgError::Address(_) | PgError::PoolConfig(_) | PgError::TtlTooLong(_) => {
-                StoreError::Invalid(message)
-            }
+            PgError::Address(_)
+            | PgError::PoolConfig(_)
+            | PgError::TtlTooLong(_)
+            | PgError::DelayTooLong(_) => StoreError::Invalid(message),
         }
     }
 }

@@ -6,7 +6,10 @@
 //! # How the rules are kept
 //!
 //! Every operation is one SQL statement sent by the client; none reads a row and then
-//! writes it in a second statement, so no other server can change the row in between.
+//! writes it in a second statement, so no other server can change the row in between. Some
+//! statements call a PL/pgSQL function of the schema, which reads and writes only once it
+//! has the locks it needs (why a single statement cannot: see
+//! [below](#semaphores-and-read-write-locks)).
 //!
 //! - Every statement that changes a resource first takes a transaction-level advisory lock
 //!   on that resource (`pg_advisory_xact_lock`), and only then reads the clock and draws a
@@ -17,11 +20,28 @@
 //! - Fencing tokens come from the sequence `fencelock_tokens`, which lives apart from the
 //!   lease rows, so a token outlives the release or purge of its lease. Sequences never hand
 //!   out a value twice, even for rolled-back transactions. Tokens are strictly increasing
-//!   per resource (and across resources) but not consecutive: every acquire draws one, and
-//!   only a grant keeps it.
-//! - Acquire is `INSERT … ON CONFLICT (resource) DO UPDATE`, which sees the latest committed
-//!   row whatever the statement's snapshot: the update keeps the row as it is when another
-//!   owner holds a live lease, so that `RETURNING` reports the holder in the same statement.
+//!   per resource (and across resources) but not always consecutive: only a grant draws one,
+//!   but a transaction that fails after drawing it loses it.
+//! - Acquire, of one lock ([`LockStore::acquire_with`]) or of several all or none
+//!   ([`LockStore::acquire_all`], so in one transaction), is one call of
+//!   `fencelock_acquire_locks(resources, owner, principal, ttl_ms, max_hold_ms,
+//!   lock_delay_ms)`. It takes the advisory locks of every name in the order of their keys
+//!   (not of the names: two names may share a key, and only one order of the keys themselves
+//!   keeps two multi-acquires from waiting for each other in a circle, which PostgreSQL would
+//!   end by aborting one), locks the rows in the order of the names' bytes, reads the clock,
+//!   and only then reads the leases, so it sees everything committed before it had the locks.
+//!   It decides as [`fencelock_core::LockTable::acquire_all`] does: if another owner (a
+//!   namesake too) holds a live lease of a name, or a lease expired without a release less
+//!   than its lock-delay ago, it answers every such refusal, in the order given, and changes
+//!   nothing; else it extends the caller's live leases and grants the others, in the order
+//!   given, drawing their tokens in that order. A grant replaces the expired lease it finds
+//!   and reports it (`Granted { expired }`).
+//! - Each lease row keeps the lease's terms: `hold_until` (the cap, from the grant's time plus
+//!   `max_hold`; NULL: none) and `lock_delay` (ms). The first TTL, every extension and every
+//!   renewal are cut at `hold_until`; an extension keeps the row's terms whatever it asks. A
+//!   release deletes the row, so no lock-delay follows it; an expired row stays until it is
+//!   purged or replaced, and keeps the resource closed (`Delayed`) until `expires_at +
+//!   lock_delay`, by the database's clock.
 //! - Release and renew lock the row (`FOR UPDATE`, which also reads its latest version),
 //!   decide not found / forbidden / conflict from it, and delete or update it only if allowed.
 //! - Every lease row keeps its owner's principal (NULL: none). The caller is the holder
@@ -34,12 +54,12 @@
 //!   releases made while that connection is down are not heard, and waiters then fall back
 //!   on the expiry of the lease they wait for.
 //! - An expired lease stays in its row until it is purged or replaced by a grant.
-//!   [`LockStore::purge_expired`] deletes expired rows, at most
-//!   [`PURGE_BATCH`](fencelock_core::store::PURGE_BATCH) leases and as
-//!   many holds at a time, those that expired first, and returns them; one server purges at
-//!   a time (a try-lock), and the others purge nothing meanwhile. A grant that
-//!   replaces an expired lease does not report it (`Granted { expired: None }`): the
-//!   statement only returns the row as it is now.
+//!   [`LockStore::purge_expired`] deletes expired rows whose lock-delay has ended too, at
+//!   most [`PURGE_BATCH`](fencelock_core::store::PURGE_BATCH) leases and as many holds at a
+//!   time, those that expired first, and returns them; one server purges at a time (a
+//!   try-lock), and the others purge nothing meanwhile.
+//! - An extension or a renewal that shortens a lease is announced on `fencelock_released`
+//!   too, as a release is, so that waiters ask again.
 //!
 //! # Semaphores and read-write locks
 //!
@@ -72,11 +92,13 @@
 //!   database's clock.
 //! - [`LockStore::withdraw_intent`] calls `fencelock_withdraw_intent(name, owner,
 //!   principal)`.
-//! - [`LockStore::force_release`] calls `fencelock_force_release(kind, name)`, which takes
-//!   the lock the other calls on the name take (a resource's for a lock, the name's for a
-//!   hold), deletes every live lease or hold of it in one transaction, announces it as a
-//!   release does, and returns what it ended in token order, with the database's time. The
-//!   token sequence lives apart from the rows, so the next grant's token is greater.
+//! - [`LockStore::force_release`] calls `fencelock_force_release_with_terms(kind, name)`,
+//!   which takes the lock the other calls on the name take (a resource's for a lock, the
+//!   name's for a hold), deletes every live lease or hold of it in one transaction,
+//!   announces it as a release does, and returns what it ended in token order (a lease with
+//!   its terms), with the database's time. The token sequence lives apart from the rows, so
+//!   the next grant's token is greater. A lease that has expired is not live: its lock-delay
+//!   still runs.
 //! - [`LockStore::holds`] and [`LockStore::list_holds`] are plain reads of one snapshot;
 //!   the list pages by name (`query.limit` counts names), names by their bytes.
 //! - [`LockStore::purge_expired`] deletes expired holds and ended intents with the expired
@@ -84,16 +106,28 @@
 //!   never waits for one.
 //! - Whatever may let a waiter in — a release or force-release, a purge, an upgrade or
 //!   downgrade replacing a hold, a renew or extension that shortens one, a withdrawn or
-//!   granted writer's intent — notifies the channel `fencelock_hold_released` with `kind:name` when it commits; the
-//!   listening connection listens on it too. Lock notices keep their own channel and
-//!   payload, which servers of the previous version read.
+//!   granted writer's intent — notifies the channel `fencelock_hold_released` with
+//!   `kind:name` when it commits; the listening connection listens on it too. Lock notices
+//!   keep their own channel and payload, which servers of the previous version read.
 //! - The hold functions of schema version 2 stay, for servers of that version still running
 //!   while newer ones are rolled out: they call the new ones for an owner of no principal.
+//!
+//! # Schema and upgrades
 //!
 //! The schema is created and upgraded at start by numbered migrations, recorded in
 //! `fencelock_schema_version`, under an advisory lock so that servers starting together
 //! apply each migration once. It needs PostgreSQL 12 or newer (tested with 15), and a user
 //! that may create tables in the database's default schema.
+//!
+//! While servers are rolled out, those of the previous version keep working on a migrated
+//! database: the functions of each version stay (calling their successors), and the columns
+//! a version adds have defaults. Servers of schema version 3 (before the terms) write leases
+//! with their own statements; a trigger (`fencelock_keep_terms`) keeps what they write true
+//! to the terms: their grant over an expired row leaves the new lease no cap and no
+//! lock-delay (this version's grants insert a new row, so an update that changes a token is
+//! always theirs), and their renewals and extensions are cut at the cap. They know no
+//! lock-delay, though, and grant within one, and their own grants have no cap: upgrade every
+//! server sharing the database before turning `--lock-delay` on or relying on `max_hold_ms`.
 //!
 //! # Failure
 //!
@@ -113,9 +147,9 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
-    HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
-    RenewOutcome, Resource, Terms, Ttl,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
+    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, Terms, Ttl,
 };
 use tokio::sync::broadcast;
 use tokio_postgres::{NoTls, Row};
@@ -242,6 +276,24 @@ impl PostgresStore {
         Ok(Deadline::new(store, Within::new(STORE, deadline)))
     }
 
+    /// Runs [`sql::ACQUIRE`] on `names` (distinct) for `owner` on `terms`.
+    async fn acquire_locks(&self, names: &[&str], owner: &Owner, terms: Terms) -> Result<Vec<Row>, PgError> {
+        let max_hold = terms.max_hold.map(row::ttl_param).transpose()?;
+        self.query(
+            "acquire",
+            sql::ACQUIRE,
+            &[
+                &names,
+                &owner.as_str(),
+                &row::principal_param(owner),
+                &row::ttl_param(terms.ttl)?,
+                &max_hold,
+                &row::delay_param(terms.lock_delay)?,
+            ],
+        )
+        .await
+    }
+
     /// Runs `statement` with `params` on a pooled connection.
     async fn query(
         &self,
@@ -261,21 +313,20 @@ impl PostgresStore {
 #[async_trait]
 impl LockStore for PostgresStore {
     async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
-        let ttl = terms.ttl;
-        let params = (
-            resource.as_str(),
-            owner.as_str(),
-            row::principal_param(owner),
-            row::ttl_param(ttl)?,
-        );
-        let rows = self
-            .query(
-                "acquire",
-                sql::ACQUIRE,
-                &[&params.0, &params.1, &params.2, &params.3],
-            )
-            .await?;
-        Ok(row::acquired(resource, owner, rows)?)
+        let rows = self.acquire_locks(&[resource.as_str()], owner, terms).await?;
+        Ok(row::acquired(resource, &rows)?)
+    }
+
+    /// In one transaction (one call of `fencelock_acquire_locks`): every lock or none.
+    async fn acquire_all(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome> {
+        let names: Vec<&str> = resources.as_slice().iter().map(Resource::as_str).collect();
+        let rows = self.acquire_locks(&names, owner, terms).await?;
+        Ok(row::acquired_all(resources.as_slice(), &rows)?)
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
@@ -404,7 +455,7 @@ impl LockStore for PostgresStore {
                 &[&params.0, &params.1, &params.2, &params.3, &params.4],
             )
             .await?;
-        Ok(row::released(name, &rows)?)
+        Ok(row::hold_released(name, &rows)?)
     }
 
     async fn renew_hold(

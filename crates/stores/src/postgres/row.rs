@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Busy, Claim, EndedLease, Expired, FencingToken, ForceOutcome, Hold, HoldKind,
-    HoldOutcome, HoldPage, Kind, Lease, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource, Timestamp,
-    Ttl,
+    AcquireAllOutcome, AcquireOutcome, Busy, Claim, EndedLease, Expired, FencingToken, ForceOutcome, Hold,
+    HoldKind, HoldOutcome, HoldPage, Kind, Lease, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource,
+    Timestamp, Ttl,
 };
 use tokio_postgres::Row;
 
@@ -13,49 +13,123 @@ use super::error::PgError;
 
 type Result<T, E = PgError> = std::result::Result<T, E>;
 
-/// The answer of [`super::sql::ACQUIRE`] for `owner`.
-pub(super) fn acquired(resource: &Resource, owner: &Owner, rows: Vec<Row>) -> Result<AcquireOutcome> {
-    let row = rows
-        .into_iter()
-        .next()
-        .ok_or_else(|| PgError::Data("acquire returned no row".into()))?;
-    let lease = lease(resource.clone(), &row, 0)?;
-    let granted: bool = row.try_get(LEASE_COLUMNS).map_err(PgError::Row)?;
-    let expires_in = millis(row.try_get(LEASE_COLUMNS + 1).map_err(PgError::Row)?)?;
-    Ok(if granted {
-        // The replaced expired lease is not reported: the statement only returns the row as
-        // it is now.
-        AcquireOutcome::Granted { lease, expired: None }
-    } else if lease.owner == *owner {
-        // Owners are equal only of the same principal: a namesake's lease was not extended.
-        AcquireOutcome::Extended(lease)
-    } else {
-        AcquireOutcome::Held {
-            holder: lease,
-            expires_in: Duration::from_millis(expires_in),
-        }
-    })
+/// The answer of [`super::sql::ACQUIRE`] for the one resource asked.
+pub(super) fn acquired(resource: &Resource, rows: &[Row]) -> Result<AcquireOutcome> {
+    let mut outcomes = match acquired_all(std::slice::from_ref(resource), rows)? {
+        AcquireAllOutcome::Granted(outcomes) | AcquireAllOutcome::Refused(outcomes) => outcomes,
+    };
+    outcomes
+        .pop()
+        .ok_or_else(|| PgError::Data("acquire returned no row".into()))
 }
 
-/// The answer of [`super::sql::RELEASE`] or [`super::sql::RELEASE_HOLD`].
+/// The answer of [`super::sql::ACQUIRE`] for `resources`, in the order asked: each row says
+/// which name it is of by its place (from 1), then its role.
+pub(super) fn acquired_all(resources: &[Resource], rows: &[Row]) -> Result<AcquireAllOutcome> {
+    // The lock's columns follow the place, the role and `retry_in_ms`.
+    const LOCK: usize = 3;
+    let mut granted: Vec<Option<AcquireOutcome>> = vec![None; resources.len()];
+    let mut expired: Vec<Option<Lease>> = vec![None; resources.len()];
+    let mut refused = Vec::new();
+    for row in rows {
+        let at: i32 = row.try_get(0).map_err(PgError::Row)?;
+        let (at, resource) = usize::try_from(at)
+            .ok()
+            .and_then(|at| at.checked_sub(1))
+            .and_then(|at| Some((at, resources.get(at)?)))
+            .ok_or_else(|| PgError::Data(format!("acquire: no resource at {at}")))?;
+        let role: &str = row.try_get(1).map_err(PgError::Row)?;
+        let retry_in = || -> Result<Duration> {
+            Ok(Duration::from_millis(millis(
+                row.try_get(2).map_err(PgError::Row)?,
+            )?))
+        };
+        let lease = || lock(resource.clone(), row, LOCK);
+        match role {
+            "held" => refused.push((
+                at,
+                AcquireOutcome::Held {
+                    holder: lease()?,
+                    expires_in: retry_in()?,
+                },
+            )),
+            "delayed" => refused.push((
+                at,
+                AcquireOutcome::Delayed {
+                    resource: resource.clone(),
+                    retry_in: retry_in()?,
+                },
+            )),
+            "expired" => expired[at] = Some(lease()?),
+            "granted" => {
+                granted[at] = Some(AcquireOutcome::Granted {
+                    lease: lease()?,
+                    expired: None,
+                });
+            }
+            "extended" => granted[at] = Some(AcquireOutcome::Extended(lease()?)),
+            other => return Err(PgError::Data(format!("acquire: unknown row {other:?}"))),
+        }
+    }
+    if !refused.is_empty() {
+        refused.sort_by_key(|(at, _)| *at);
+        return Ok(AcquireAllOutcome::Refused(
+            refused.into_iter().map(|(_, refusal)| refusal).collect(),
+        ));
+    }
+    granted
+        .into_iter()
+        .zip(expired)
+        .map(|(outcome, replaced)| match outcome {
+            Some(AcquireOutcome::Granted { lease, .. }) => Ok(AcquireOutcome::Granted {
+                lease,
+                expired: replaced,
+            }),
+            Some(outcome) => Ok(outcome),
+            None => Err(PgError::Data(
+                "acquire answered neither a grant nor a refusal for a lock".into(),
+            )),
+        })
+        .collect::<Result<_>>()
+        .map(AcquireAllOutcome::Granted)
+}
+
+/// The answer of [`super::sql::RELEASE`].
 pub(super) fn released(resource: &Resource, rows: &[Row]) -> Result<ReleaseOutcome> {
+    release(rows, LOCK_COLUMNS, |row| lock(resource.clone(), row, 0))
+}
+
+/// The answer of [`super::sql::RELEASE_HOLD`].
+pub(super) fn hold_released(name: &Resource, rows: &[Row]) -> Result<ReleaseOutcome> {
+    release(rows, LEASE_COLUMNS, |row| lease(name.clone(), row, 0))
+}
+
+/// A release's answer: no row, or one whose column `verdict_at` is the verdict, followed by
+/// the time the lease or hold (which `read` reads) ended.
+fn release(
+    rows: &[Row],
+    verdict_at: usize,
+    read: impl FnOnce(&Row) -> Result<Lease>,
+) -> Result<ReleaseOutcome> {
     let Some(row) = rows.first() else {
         return Ok(ReleaseOutcome::NotFound);
     };
-    Ok(match verdict(row, LEASE_COLUMNS)? {
+    Ok(match verdict(row, verdict_at)? {
         Verdict::NotFound => ReleaseOutcome::NotFound,
         Verdict::Forbidden => ReleaseOutcome::Forbidden,
         Verdict::Conflict => ReleaseOutcome::Conflict,
-        Verdict::Allowed => ReleaseOutcome::Released(Some(ended(resource, row, LEASE_COLUMNS + 1)?)),
+        Verdict::Allowed => ReleaseOutcome::Released(Some(EndedLease {
+            lease: read(row)?,
+            ended_at: ended_at(row, verdict_at + 1)?,
+        })),
     })
 }
 
-/// The lease in `row` from column 0 on, ended at the time in milliseconds in column `at`.
-fn ended(resource: &Resource, row: &Row, at: usize) -> Result<EndedLease> {
-    Ok(EndedLease {
-        lease: lease(resource.clone(), row, 0)?,
-        ended_at: Timestamp::from_millis(millis(row.try_get(at).map_err(PgError::Row)?)?),
-    })
+/// The time in milliseconds in column `at`.
+fn ended_at(row: &Row, at: usize) -> Result<Timestamp> {
+    Ok(Timestamp::from_millis(millis(
+        row.try_get(at).map_err(PgError::Row)?,
+    )?))
 }
 
 /// The answer of [`super::sql::FORCE_RELEASE`] on `name`: what it ended, in token order.
@@ -63,13 +137,18 @@ pub(super) fn forced(name: &Resource, rows: &[Row]) -> Result<ForceOutcome> {
     if rows.is_empty() {
         return Ok(ForceOutcome::NotFound);
     }
-    let ended = rows.iter().map(|row| ended(name, row, LEASE_COLUMNS));
+    let ended = rows.iter().map(|row| {
+        Ok(EndedLease {
+            lease: lock(name.clone(), row, 0)?,
+            ended_at: ended_at(row, LOCK_COLUMNS)?,
+        })
+    });
     Ok(ForceOutcome::Released(ended.collect::<Result<_>>()?))
 }
 
 /// The answer of [`super::sql::RENEW`].
 pub(super) fn renewed(resource: &Resource, rows: &[Row]) -> Result<RenewOutcome> {
-    renewal(rows, LEASE_COLUMNS, |row| lease(resource.clone(), row, 0))
+    renewal(rows, LOCK_COLUMNS, |row| lock(resource.clone(), row, 0))
 }
 
 /// The answer of [`super::sql::RENEW_HOLD`].
@@ -163,7 +242,7 @@ pub(super) fn hold_page(rows: &[Row], limit: usize) -> Result<HoldPage> {
     Ok(HoldPage { names, next })
 }
 
-/// What [`super::sql::PURGE`] forgot: rows of a kind, a name, and the lease's columns.
+/// What [`super::sql::PURGE`] forgot: rows of a kind, a name, and a lock's columns.
 pub(super) fn expired(rows: &[Row]) -> Result<Vec<Expired>> {
     rows.iter()
         .map(|row| {
@@ -178,7 +257,7 @@ pub(super) fn expired(rows: &[Row]) -> Result<Vec<Expired>> {
             let name = Resource::new(name).map_err(|e| PgError::Data(format!("name {name:?}: {e}")))?;
             Ok(Expired {
                 kind,
-                lease: lease(name, row, 2)?,
+                lease: lock(name, row, 2)?,
             })
         })
         .collect()
@@ -186,15 +265,13 @@ pub(super) fn expired(rows: &[Row]) -> Result<Vec<Expired>> {
 
 /// The lease of [`super::sql::GET`]'s answer, if any.
 pub(super) fn found(resource: &Resource, rows: &[Row]) -> Result<Option<Lease>> {
-    rows.first()
-        .map(|row| lease(resource.clone(), row, 0))
-        .transpose()
+    rows.first().map(|row| lock(resource.clone(), row, 0)).transpose()
 }
 
-/// The leases of rows whose first column is the resource, then the lease's columns (as
-/// [`super::sql::LIST`] and [`super::sql::PURGE`] return them).
+/// The leases of rows whose first column is the resource, then a lock's columns (as
+/// [`super::sql::LIST`] returns them).
 pub(super) fn leases(rows: &[Row]) -> Result<Vec<Lease>> {
-    rows.iter().map(|row| lease(resource(row)?, row, 1)).collect()
+    rows.iter().map(|row| lock(resource(row)?, row, 1)).collect()
 }
 
 /// Release and renew's judgement of the caller (the `verdict` column): `Forbidden` is
@@ -219,11 +296,15 @@ fn verdict(row: &Row, column: usize) -> Result<Verdict> {
 /// How many columns a lease takes in a row: see [`lease`].
 const LEASE_COLUMNS: usize = 5;
 
+/// How many columns a lock's lease takes in a row: see [`lock`].
+const LOCK_COLUMNS: usize = LEASE_COLUMNS + 2;
+
 /// How many columns a hold takes in a row: see [`hold`].
 const HOLD_COLUMNS: usize = LEASE_COLUMNS + 2;
 
 /// The lease in `row`, whose columns from `first` on are owner, principal (NULL: none),
-/// token, acquired_at and expires_at (the last two in milliseconds).
+/// token, acquired_at and expires_at (the last two in milliseconds); with no terms, as a
+/// hold's lease has none (a lock's are read by [`lock`]).
 fn lease(resource: Resource, row: &Row, first: usize) -> Result<Lease> {
     let owner: &str = row.try_get(first).map_err(PgError::Row)?;
     let principal: Option<&str> = row.try_get(first + 1).map_err(PgError::Row)?;
@@ -242,7 +323,20 @@ fn lease(resource: Resource, row: &Row, first: usize) -> Result<Lease> {
         acquired_at: Timestamp::from_millis(millis(acquired_at)?),
         expires_at: Timestamp::from_millis(millis(expires_at)?),
         hold_until: None,
-        lock_delay: std::time::Duration::ZERO,
+        lock_delay: Duration::ZERO,
+    })
+}
+
+/// The lease of a lock in `row`: the lease's columns from `first` on (see [`lease`]), then
+/// its terms: hold_until in milliseconds (NULL: no cap) and lock_delay in milliseconds.
+fn lock(resource: Resource, row: &Row, first: usize) -> Result<Lease> {
+    let lease = lease(resource, row, first)?;
+    let hold_until: Option<i64> = row.try_get(first + LEASE_COLUMNS).map_err(PgError::Row)?;
+    let lock_delay: i64 = row.try_get(first + LEASE_COLUMNS + 1).map_err(PgError::Row)?;
+    Ok(Lease {
+        hold_until: hold_until.map(millis).transpose()?.map(Timestamp::from_millis),
+        lock_delay: Duration::from_millis(millis(lock_delay)?),
+        ..lease
     })
 }
 
@@ -285,6 +379,11 @@ pub(super) fn principal_param(owner: &Owner) -> Option<&str> {
 /// The `$…` parameter of a TTL, in milliseconds.
 pub(super) fn ttl_param(ttl: Ttl) -> Result<i64> {
     i64::try_from(ttl.as_millis()).map_err(|_| PgError::TtlTooLong(ttl))
+}
+
+/// The `$…` parameter of a lock-delay, in milliseconds.
+pub(super) fn delay_param(delay: Duration) -> Result<i64> {
+    i64::try_from(delay.as_millis()).map_err(|_| PgError::DelayTooLong(delay))
 }
 
 /// A token that does not fit PostgreSQL's `bigint` was never issued by this store: compared

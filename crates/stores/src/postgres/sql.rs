@@ -634,6 +634,204 @@ const MIGRATIONS: &[&str] = &[
         SELECT fencelock_withdraw_intent(p_name, p_owner, NULL)
     $$;
     "#,
+    // 4: the terms a lease keeps for its whole life, the cap on holding (`hold_until`) and the
+    // lock-delay after an expiry (`lock_delay`, in ms); rows written before have neither. An
+    // acquire is now a function, of one lock or of several all or none: it reads the lease
+    // before it decides (a delay is decided by the expired lease), which a single statement
+    // cannot do safely (see "Semaphores and read-write locks" in the module docs). Servers of
+    // version 3 still running beside newer ones write leases with the statements of their
+    // version; the trigger below keeps the terms true for them too.
+    r#"
+    ALTER TABLE fencelock_leases
+        ADD COLUMN hold_until timestamptz,
+        ADD COLUMN lock_delay bigint NOT NULL DEFAULT 0 CHECK (lock_delay >= 0);
+
+    -- Servers of version 3 know no terms. Their grant over an expired lease updates its row
+    -- with a new token and leaves the old lease's terms in it: the new lease has none (this
+    -- version's grants insert a new row instead, so an update that changes the token is
+    -- always theirs). Their renewals and extensions do not cut `expires_at` at the cap: it is
+    -- cut here, and what they answer shows it cut. Their grants still ignore a lock-delay.
+    CREATE FUNCTION fencelock_keep_terms() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.token <> OLD.token THEN
+            NEW.hold_until := NULL;
+            NEW.lock_delay := 0;
+        END IF;
+        NEW.expires_at := least(NEW.expires_at, NEW.hold_until);
+        RETURN NEW;
+    END
+    $$;
+    CREATE TRIGGER fencelock_leases_keep_terms BEFORE UPDATE ON fencelock_leases
+    FOR EACH ROW WHEN (NEW.token <> OLD.token OR NEW.expires_at > NEW.hold_until)
+    EXECUTE FUNCTION fencelock_keep_terms();
+
+    -- Takes the advisory locks of the resources `p_resources` (those the statements on
+    -- leases take: `lock_resource!` in the store's code) until the transaction ends, then
+    -- locks their rows, and returns the database's time once it has them (`clock`), and that
+    -- time rounded up to a whole millisecond (`stamp`, what new times are counted from). The
+    -- advisory locks are taken in the order of their keys, not of the names: two names may
+    -- share a key, and only callers that take shared keys in one order never wait for each
+    -- other in a circle. The rows are locked in the order of their names' bytes (the column's
+    -- "C" collation), so that a purge skips them rather than forgetting a lease this call is
+    -- about to replace. As `fencelock_lock_name`, it refuses to run but in READ COMMITTED.
+    CREATE FUNCTION fencelock_lock_resources(
+        p_resources text[], OUT clock timestamptz, OUT stamp timestamptz
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    DECLARE
+        v_key integer;
+    BEGIN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'fencelock needs the READ COMMITTED isolation level, not %',
+                current_setting('transaction_isolation');
+        END IF;
+        FOR v_key IN SELECT DISTINCT hashtext(r) FROM unnest(p_resources) r ORDER BY 1 LOOP
+            PERFORM pg_advisory_xact_lock(1718381312, v_key);
+        END LOOP;
+        PERFORM 1 FROM fencelock_leases l WHERE l.resource = ANY (p_resources)
+        ORDER BY l.resource FOR UPDATE;
+        clock := clock_timestamp();
+        stamp := date_trunc('milliseconds', clock + interval '999 microseconds');
+    END
+    $$;
+
+    -- Acquire of every lock of `p_resources` (distinct names) for `p_owner` of `p_principal`
+    -- (NULL: none) on the terms `p_ttl_ms`, `p_max_hold_ms` (NULL: no cap) and
+    -- `p_lock_delay_ms`, or of none, as `fencelock_core::LockTable::acquire_all` decides.
+    -- Rows, by `at` (the name's place in `p_resources`, from 1) and `role`: when a lock is in
+    -- the way, only the refusals, in the order given — 'held' (the live lease of another
+    -- owner or of a namesake; `retry_in_ms` its time left) or 'delayed' (a lease that expired
+    -- without a release less than its lock-delay ago; `retry_in_ms` until the delay ends) —
+    -- and nothing is changed. Else one row per lock, in the order given: 'extended' (the
+    -- caller's live lease, on its own terms whatever these say, cut at its cap), or
+    -- 'granted' (a new token, tokens drawn in the order given), after the 'expired' lease it
+    -- replaced, if any. An extension that shortens a lease is announced on
+    -- `fencelock_released`, as a release is.
+    CREATE FUNCTION fencelock_acquire_locks(
+        p_resources text[], p_owner text, p_principal text,
+        p_ttl_ms bigint, p_max_hold_ms bigint, p_lock_delay_ms bigint
+    ) RETURNS TABLE (
+        at integer, role text, retry_in_ms bigint,
+        owner text, principal text, token bigint, acquired_at timestamptz,
+        expires_at timestamptz, hold_until timestamptz, lock_delay bigint
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_ttl interval := p_ttl_ms * interval '1 millisecond';
+        v_now timestamptz;
+        v_stamp timestamptz;
+        v_cap timestamptz;
+        v_name text;
+        v_at integer;
+        v_found boolean;
+        v_role text;
+        v_old fencelock_leases%ROWTYPE;
+        v_new fencelock_leases%ROWTYPE;
+    BEGIN
+        SELECT l.clock, l.stamp INTO v_now, v_stamp FROM fencelock_lock_resources(p_resources) l;
+        v_cap := v_stamp + p_max_hold_ms * interval '1 millisecond';
+
+        RETURN QUERY
+        SELECT n.at::integer,
+            CASE WHEN l.expires_at > v_now THEN 'held' ELSE 'delayed' END,
+            CASE WHEN l.expires_at > v_now
+                 THEN greatest(0, floor(extract(epoch FROM l.expires_at - v_now) * 1000))::bigint
+                 ELSE ceil(extract(epoch FROM
+                          l.expires_at + l.lock_delay * interval '1 millisecond' - v_now) * 1000)::bigint
+            END,
+            l.owner, l.principal, l.token, l.acquired_at, l.expires_at, l.hold_until, l.lock_delay
+        FROM unnest(p_resources) WITH ORDINALITY n(name, at)
+        JOIN fencelock_leases l ON l.resource = n.name
+        WHERE CASE WHEN l.expires_at > v_now
+                   THEN (l.owner, l.principal) IS DISTINCT FROM (p_owner, p_principal)
+                   ELSE v_now < l.expires_at + l.lock_delay * interval '1 millisecond'
+              END
+        ORDER BY n.at;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+
+        FOR v_name, v_at IN
+            SELECT n.name, n.at FROM unnest(p_resources) WITH ORDINALITY n(name, at) ORDER BY n.at
+        LOOP
+            SELECT l.* INTO v_old FROM fencelock_leases l WHERE l.resource = v_name;
+            v_found := FOUND;
+            IF v_found AND v_old.expires_at > v_now THEN
+                v_role := 'extended';
+                UPDATE fencelock_leases l
+                SET acquired_at = v_stamp, expires_at = least(v_stamp + v_ttl, l.hold_until)
+                WHERE l.resource = v_name
+                RETURNING l.* INTO v_new;
+                IF v_new.expires_at < v_old.expires_at THEN
+                    PERFORM pg_notify('fencelock_released', v_name);
+                END IF;
+            ELSE
+                v_role := 'granted';
+                IF v_found THEN
+                    -- Deleted, not updated with a new token: see `fencelock_keep_terms`.
+                    DELETE FROM fencelock_leases l WHERE l.resource = v_name;
+                    RETURN QUERY SELECT v_at, 'expired', NULL::bigint, v_old.owner,
+                        v_old.principal, v_old.token, v_old.acquired_at, v_old.expires_at,
+                        v_old.hold_until, v_old.lock_delay;
+                END IF;
+                INSERT INTO fencelock_leases AS l
+                    (resource, owner, principal, token, acquired_at, expires_at, hold_until, lock_delay)
+                VALUES (v_name, p_owner, p_principal, nextval('fencelock_tokens'), v_stamp,
+                        least(v_stamp + v_ttl, v_cap), v_cap, p_lock_delay_ms)
+                RETURNING l.* INTO v_new;
+            END IF;
+            RETURN QUERY SELECT v_at, v_role, NULL::bigint, v_new.owner, v_new.principal,
+                v_new.token, v_new.acquired_at, v_new.expires_at, v_new.hold_until, v_new.lock_delay;
+        END LOOP;
+    END
+    $$;
+
+    -- As version 3's `fencelock_force_release`, with each lease's terms (a hold has none:
+    -- NULL and 0). A lease that expired is not live: its lock-delay, if any, still runs.
+    CREATE FUNCTION fencelock_force_release_with_terms(p_kind text, p_name text) RETURNS TABLE (
+        owner text, principal text, token bigint, acquired_at timestamptz,
+        expires_at timestamptz, hold_until timestamptz, lock_delay bigint, ended_at timestamptz
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_now timestamptz;
+        v_stamp timestamptz;
+    BEGIN
+        IF p_kind = 'lock' THEN
+            SELECT l.clock, l.stamp INTO v_now, v_stamp FROM fencelock_lock_resources(ARRAY[p_name]) l;
+            RETURN QUERY WITH ended AS (
+                DELETE FROM fencelock_leases l WHERE l.resource = p_name AND l.expires_at > v_now
+                RETURNING l.*
+            ) SELECT e.owner, e.principal, e.token, e.acquired_at, e.expires_at, e.hold_until,
+                e.lock_delay, v_stamp
+            FROM ended e;
+            IF FOUND THEN
+                PERFORM pg_notify('fencelock_released', p_name);
+            END IF;
+        ELSE
+            SELECT l.clock, l.stamp INTO v_now, v_stamp FROM fencelock_lock_name(p_kind, p_name) l;
+            RETURN QUERY WITH ended AS (
+                DELETE FROM fencelock_holds h
+                WHERE h.kind = p_kind AND h.name = p_name AND h.expires_at > v_now
+                RETURNING h.owner, h.principal, h.token, h.acquired_at, h.expires_at
+            ) SELECT e.owner, e.principal, e.token, e.acquired_at, e.expires_at,
+                NULL::timestamptz, 0::bigint, v_stamp
+            FROM ended e ORDER BY e.token;
+            IF FOUND THEN
+                PERFORM pg_notify('fencelock_hold_released', p_kind || ':' || p_name);
+            END IF;
+        END IF;
+    END
+    $$;
+
+    -- Version 3's, for its servers.
+    CREATE OR REPLACE FUNCTION fencelock_force_release(p_kind text, p_name text) RETURNS TABLE (
+        owner text, principal text, token bigint, acquired_at timestamptz,
+        expires_at timestamptz, ended_at timestamptz
+    ) LANGUAGE sql VOLATILE AS $$
+        SELECT f.owner, f.principal, f.token, f.acquired_at, f.expires_at, f.ended_at
+        FROM fencelock_force_release_with_terms(p_kind, p_name) f
+    $$;
+    "#,
 ];
 
 /// Takes fencelock's advisory lock on the resource `$1` until the transaction ends. The
@@ -673,6 +871,14 @@ macro_rules! hold_columns {
     };
 }
 
+/// A lock's columns, as `row::lock` reads them: the lease's (see [`lease_columns!`]), then
+/// its terms: hold_until in ms (NULL: no cap) and lock_delay in ms.
+macro_rules! lock_columns {
+    () => {
+        concat!(lease_columns!(), ", ", ms!("hold_until"), ", lock_delay")
+    };
+}
+
 /// Whether the row `l` of a lease is the caller's: its owner is `$2` of the principal `$3`
 /// (NULL, no principal, is one of them). Another owner name is another owner; so is the same
 /// name of another principal, a namesake, who may neither extend, renew nor release it.
@@ -697,6 +903,7 @@ macro_rules! judge_holder {
                 SELECT clock_timestamp() AS now FROM locked
             ), holder AS MATERIALIZED (
                 SELECT l.resource, l.owner, l.principal, l.token, l.acquired_at, l.expires_at,
+                    l.hold_until, l.lock_delay,
                     CASE WHEN l.expires_at <= clock.now THEN 0
                          WHEN NOT ",
             callers!(),
@@ -710,69 +917,21 @@ macro_rules! judge_holder {
     };
 }
 
-/// In [`ACQUIRE`]'s upsert: whether the lease `l` in the row gives way to the new one
-/// (`EXCLUDED`), as it has expired, or is extended, as it is the caller's.
-macro_rules! gives_way {
-    () => {
-        concat!("l.expires_at <= (SELECT now FROM clock) OR ", callers!())
-    };
-}
-
-/// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` TTL in ms. One row: the lease
-/// as it now is, whether this statement granted it (its token is the one drawn here), and
-/// how long it has left. An extension is announced to waiters, as it may have shortened the
-/// lease (the statement cannot see the lease it replaced; a spurious notice only makes a
-/// waiter ask again).
+/// `$1` the resources (distinct names), `$2` owner, `$3` its principal or NULL, `$4` TTL in
+/// ms, `$5` the cap on holding in ms or NULL, `$6` the lock-delay in ms. Rows: the name's
+/// place in `$1` (from 1), the role, `retry_in_ms`, then a lock's columns (see
+/// [`lock_columns!`]), as `fencelock_acquire_locks` in the migrations returns them: the
+/// refusals alone if any lock is in the way, else every lock granted or extended.
 pub(super) const ACQUIRE: &str = concat!(
-    "WITH locked AS MATERIALIZED (
-        SELECT ",
-    lock_resource!(),
-    "
-    ), clock AS MATERIALIZED (
-        SELECT clock_timestamp() AS now FROM locked
-    ), fresh AS MATERIALIZED (
-        SELECT nextval('fencelock_tokens') AS token,
-               date_trunc('milliseconds', now + interval '999 microseconds') AS stamp
-        FROM clock
-    ), upserted AS (
-        INSERT INTO fencelock_leases AS l (resource, owner, principal, token, acquired_at, expires_at)
-        SELECT $1::text, $2::text, $3::text, token, stamp, stamp + $4::bigint * interval '1 millisecond'
-        FROM fresh
-        ON CONFLICT (resource) DO UPDATE SET
-            owner = CASE WHEN ",
-    gives_way!(),
-    " THEN EXCLUDED.owner ELSE l.owner END,
-            principal = CASE WHEN ",
-    gives_way!(),
-    " THEN EXCLUDED.principal ELSE l.principal END,
-            token = CASE WHEN l.expires_at <= (SELECT now FROM clock)
-                         THEN EXCLUDED.token ELSE l.token END,
-            acquired_at = CASE WHEN ",
-    gives_way!(),
-    " THEN EXCLUDED.acquired_at ELSE l.acquired_at END,
-            expires_at = CASE WHEN ",
-    gives_way!(),
-    " THEN EXCLUDED.expires_at ELSE l.expires_at END
-        RETURNING l.owner, l.principal, l.token, l.acquired_at, l.expires_at,
-            l.token = (SELECT token FROM fresh) AS granted
-    ), announced AS (
-        SELECT pg_notify('fencelock_released', $1::text) FROM upserted l
-        WHERE NOT granted AND ",
-    callers!(),
-    "
-    )
-    SELECT ",
-    lease_columns!(),
-    ", granted,
-        greatest(0, floor(extract(epoch FROM expires_at - (SELECT now FROM clock)) * 1000))::bigint
-            AS expires_in_ms,
-        (SELECT count(*) FROM announced) AS announced
-    FROM upserted"
+    "SELECT at, role, retry_in_ms, ",
+    lock_columns!(),
+    " FROM fencelock_acquire_locks($1::text[], $2::text, $3::text, $4::bigint, $5::bigint,
+        $6::bigint)"
 );
 
 /// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` token or NULL. No row: no
-/// lease at all. The columns after the lease: the verdict, and the database's time of the
-/// release in ms.
+/// lease at all. The columns after the lock's: the verdict, and the database's time of the
+/// release in ms. A release deletes the row, so no lock-delay follows it.
 pub(super) const RELEASE: &str = concat!(
     judge_holder!(),
     ", released AS (
@@ -783,7 +942,7 @@ pub(super) const RELEASE: &str = concat!(
         SELECT pg_notify('fencelock_released', resource) FROM released
     )
     SELECT ",
-    lease_columns!(),
+    lock_columns!(),
     ", verdict, ",
     // Rounded up to whole milliseconds like the other stamps, so it is never before acquired_at.
     ms!("date_trunc('milliseconds', (SELECT now FROM clock) + interval '999 microseconds')"),
@@ -792,13 +951,14 @@ pub(super) const RELEASE: &str = concat!(
 );
 
 /// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` token or NULL, `$5` TTL in ms.
-/// No row: no lease at all. A renewal that shortens the lease is announced to waiters.
+/// No row: no lease at all. Else a lock's columns, then the verdict. The renewal is cut at
+/// the lease's cap; one that shortens the lease is announced to waiters.
 pub(super) const RENEW: &str = concat!(
     judge_holder!(),
     ", renewed AS (
         UPDATE fencelock_leases l
-        SET expires_at = date_trunc('milliseconds', clock.now + interval '999 microseconds')
-                         + $5::bigint * interval '1 millisecond'
+        SET expires_at = least(date_trunc('milliseconds', clock.now + interval '999 microseconds')
+                               + $5::bigint * interval '1 millisecond', l.hold_until)
         FROM holder h, clock
         WHERE l.resource = h.resource AND h.verdict = 3
         RETURNING l.expires_at
@@ -812,21 +972,23 @@ pub(super) const RENEW: &str = concat!(
     ms!("expires_at"),
     " FROM renewed), ",
     ms!("h.expires_at"),
-    "), h.verdict, (SELECT count(*) FROM announced) AS announced
+    "), ",
+    ms!("h.hold_until"),
+    ", h.lock_delay, h.verdict, (SELECT count(*) FROM announced) AS announced
     FROM holder h"
 );
 
 /// `$1` resource.
 pub(super) const GET: &str = concat!(
     "SELECT ",
-    lease_columns!(),
+    lock_columns!(),
     " FROM fencelock_leases WHERE resource = $1::text AND expires_at > statement_timestamp()"
 );
 
 /// `$1` prefix, `$2` resource to start after or NULL, `$3` how many rows.
 pub(super) const LIST: &str = concat!(
     "SELECT resource, ",
-    lease_columns!(),
+    lock_columns!(),
     " FROM fencelock_leases
     WHERE resource >= $1::text AND starts_with(resource, $1::text)
       AND ($2::text IS NULL OR resource > $2::text)
@@ -842,8 +1004,10 @@ pub(super) const LIST: &str = concat!(
 /// those that expired first, so that a backlog (after an outage) is a series of short
 /// transactions rather than one long one; the server asks again while a batch is full. Each
 /// purged lease and hold is announced to waiters on every server; an ended intent held
-/// nobody back any more. Rows: the kind (`lock`, `semaphore` or `rwlock`), the name, then
-/// the lease's columns.
+/// nobody back any more. A lease is forgotten only once its lock-delay has ended too
+/// (`expires_at + lock_delay`): until then its row is what keeps the resource closed. Rows:
+/// the kind (`lock`, `semaphore` or `rwlock`), the name, then a lock's columns (see
+/// [`lock_columns!`]; a hold has no terms).
 pub(super) const PURGE: &str = concat!(
     "WITH turn AS MATERIALIZED (
         SELECT pg_try_advisory_xact_lock(1718381314, 0) AS ours
@@ -851,12 +1015,14 @@ pub(super) const PURGE: &str = concat!(
         DELETE FROM fencelock_leases
         WHERE resource IN (
             SELECT resource FROM fencelock_leases
-            WHERE expires_at <= now() AND (SELECT ours FROM turn)
+            WHERE expires_at <= now() AND expires_at + lock_delay * interval '1 millisecond' <= now()
+              AND (SELECT ours FROM turn)
             ORDER BY expires_at
             LIMIT $1::bigint
             FOR UPDATE SKIP LOCKED
         )
-        RETURNING 'lock' AS kind, resource AS name, owner, principal, token, acquired_at, expires_at
+        RETURNING 'lock' AS kind, resource AS name, owner, principal, token, acquired_at, expires_at,
+            hold_until, lock_delay
     ), purged_holds AS (
         DELETE FROM fencelock_holds
         WHERE (kind, name, owner) IN (
@@ -866,7 +1032,8 @@ pub(super) const PURGE: &str = concat!(
             LIMIT $1::bigint
             FOR UPDATE SKIP LOCKED
         )
-        RETURNING kind, name, owner, principal, token, acquired_at, expires_at
+        RETURNING kind, name, owner, principal, token, acquired_at, expires_at,
+            NULL::timestamptz AS hold_until, 0::bigint AS lock_delay
     ), ended_intents AS (
         DELETE FROM fencelock_intents
         WHERE (name, owner) IN (
@@ -882,7 +1049,7 @@ pub(super) const PURGE: &str = concat!(
         SELECT * FROM purged UNION ALL SELECT * FROM purged_holds
     )
     SELECT kind, name, ",
-    lease_columns!(),
+    lock_columns!(),
     ", (SELECT count(*) FROM announced) AS announced
     FROM expired"
 );
@@ -927,8 +1094,8 @@ pub(super) const LIST_HOLDS: &str = concat!(
 );
 
 /// `$1` kind, `$2` name, `$3` owner, `$4` its principal or NULL, `$5` token or NULL. No row:
-/// no live hold under the owner's name. Else the columns of [`RELEASE`]'s rows (the hold's
-/// lease, the verdict, the time it ended).
+/// no live hold under the owner's name. Else the hold's lease (see [`lease_columns!`]; no
+/// terms), the verdict and the time it ended, as [`RELEASE`]'s rows.
 pub(super) const RELEASE_HOLD: &str = concat!(
     "SELECT ",
     lease_columns!(),
@@ -950,13 +1117,14 @@ pub(super) const RENEW_HOLD: &str = concat!(
 pub(super) const WITHDRAW_INTENT: &str = "SELECT fencelock_withdraw_intent($1::text, $2::text, $3::text)";
 
 /// `$1` kind (`lock`, `semaphore` or `rwlock`), `$2` name. Rows: each lease or hold it
-/// ended, in token order: the lease's columns, then the database's time it ended in ms.
+/// ended, in token order: a lock's columns (see [`lock_columns!`]; a hold has no terms),
+/// then the database's time it ended in ms.
 pub(super) const FORCE_RELEASE: &str = concat!(
     "SELECT ",
-    lease_columns!(),
+    lock_columns!(),
     ", ",
     ms!("ended_at"),
-    " FROM fencelock_force_release($1::text, $2::text)"
+    " FROM fencelock_force_release_with_terms($1::text, $2::text)"
 );
 
 /// Brings the schema up to the newest version, in one transaction, under an advisory lock so
