@@ -28,8 +28,8 @@
 //!   lock_delay_ms)`. It takes the advisory locks of every name in the order of their keys
 //!   (not of the names: two names may share a key, and only one order of the keys themselves
 //!   keeps two multi-acquires from waiting for each other in a circle, which PostgreSQL would
-//!   end by aborting one), locks the rows in the order of the names' bytes, reads the clock,
-//!   and only then reads the leases, so it sees everything committed before it had the locks.
+//!   end by aborting one), reads the clock, and only then reads the leases (locking each row,
+//!   so that a purge skips it), so it sees everything committed before it had the locks.
 //!   It decides as [`fencelock_core::LockTable::acquire_all`] does: if another owner (a
 //!   namesake too) holds a live lease of a name, or a lease expired without a release less
 //!   than its lock-delay ago, it answers every such refusal, in the order given, and changes

@@ -666,14 +666,12 @@ const MIGRATIONS: &[&str] = &[
     EXECUTE FUNCTION fencelock_keep_terms();
 
     -- Takes the advisory locks of the resources `p_resources` (those the statements on
-    -- leases take: `lock_resource!` in the store's code) until the transaction ends, then
-    -- locks their rows, and returns the database's time once it has them (`clock`), and that
-    -- time rounded up to a whole millisecond (`stamp`, what new times are counted from). The
-    -- advisory locks are taken in the order of their keys, not of the names: two names may
-    -- share a key, and only callers that take shared keys in one order never wait for each
-    -- other in a circle. The rows are locked in the order of their names' bytes (the column's
-    -- "C" collation), so that a purge skips them rather than forgetting a lease this call is
-    -- about to replace. As `fencelock_lock_name`, it refuses to run but in READ COMMITTED.
+    -- leases take: `lock_resource!` in the store's code) until the transaction ends, and
+    -- returns the database's time once it has them (`clock`), and that time rounded up to a
+    -- whole millisecond (`stamp`, what new times are counted from). The locks are taken in the
+    -- order of their keys, not of the names: two names may share a key, and only callers that
+    -- take shared keys in one order never wait for each other in a circle. As
+    -- `fencelock_lock_name`, it refuses to run but in READ COMMITTED.
     CREATE FUNCTION fencelock_lock_resources(
         p_resources text[], OUT clock timestamptz, OUT stamp timestamptz
     ) LANGUAGE plpgsql VOLATILE AS $$
@@ -684,11 +682,13 @@ const MIGRATIONS: &[&str] = &[
             RAISE EXCEPTION 'fencelock needs the READ COMMITTED isolation level, not %',
                 current_setting('transaction_isolation');
         END IF;
-        FOR v_key IN SELECT DISTINCT hashtext(r) FROM unnest(p_resources) r ORDER BY 1 LOOP
-            PERFORM pg_advisory_xact_lock(1718381312, v_key);
-        END LOOP;
-        PERFORM 1 FROM fencelock_leases l WHERE l.resource = ANY (p_resources)
-        ORDER BY l.resource FOR UPDATE;
+        IF cardinality(p_resources) = 1 THEN
+            PERFORM pg_advisory_xact_lock(1718381312, hashtext(p_resources[1]));
+        ELSE
+            FOR v_key IN SELECT DISTINCT hashtext(r) FROM unnest(p_resources) r ORDER BY 1 LOOP
+                PERFORM pg_advisory_xact_lock(1718381312, v_key);
+            END LOOP;
+        END IF;
         clock := clock_timestamp();
         stamp := date_trunc('milliseconds', clock + interval '999 microseconds');
     END
@@ -697,90 +697,92 @@ const MIGRATIONS: &[&str] = &[
     -- Acquire of every lock of `p_resources` (distinct names) for `p_owner` of `p_principal`
     -- (NULL: none) on the terms `p_ttl_ms`, `p_max_hold_ms` (NULL: no cap) and
     -- `p_lock_delay_ms`, or of none, as `fencelock_core::LockTable::acquire_all` decides.
-    -- Rows, by `at` (the name's place in `p_resources`, from 1) and `role`: when a lock is in
-    -- the way, only the refusals, in the order given — 'held' (the live lease of another
-    -- owner or of a namesake; `retry_in_ms` its time left) or 'delayed' (a lease that expired
-    -- without a release less than its lock-delay ago; `retry_in_ms` until the delay ends) —
-    -- and nothing is changed. Else one row per lock, in the order given: 'extended' (the
-    -- caller's live lease, on its own terms whatever these say, cut at its cap), or
-    -- 'granted' (a new token, tokens drawn in the order given), after the 'expired' lease it
-    -- replaced, if any. An extension that shortens a lease is announced on
-    -- `fencelock_released`, as a release is.
+    -- Rows: `at` (the name's place in `p_resources`, from 1), `role`, `retry_in_ms` and the
+    -- `lease`. When a lock is in the way, only the refusals, in the order given — 'held' (the
+    -- live lease of another owner or of a namesake; `retry_in_ms` its time left) or
+    -- 'delayed' (the lease that expired without a release less than its lock-delay ago;
+    -- `retry_in_ms` until the delay ends) — and nothing is changed. Else one row per lock, in
+    -- the order given: 'extended' (the caller's live lease, on its own terms whatever these
+    -- say, cut at its cap), or 'granted' (a new token, tokens drawn in the order given),
+    -- after the 'expired' lease it replaced, if any. An extension that shortens a lease is
+    -- announced on `fencelock_released`, as a release is.
+    --
+    -- Each lease row is read once, after the advisory locks, and locked as it is read: only
+    -- the holders of those locks write lease rows, so these row locks wait for nobody but a
+    -- purge that is deleting the row (which never waits itself: it skips locked rows), and
+    -- once taken they keep a purge from forgetting a lease this call is about to replace.
     CREATE FUNCTION fencelock_acquire_locks(
         p_resources text[], p_owner text, p_principal text,
         p_ttl_ms bigint, p_max_hold_ms bigint, p_lock_delay_ms bigint
-    ) RETURNS TABLE (
-        at integer, role text, retry_in_ms bigint,
-        owner text, principal text, token bigint, acquired_at timestamptz,
-        expires_at timestamptz, hold_until timestamptz, lock_delay bigint
-    ) LANGUAGE plpgsql VOLATILE AS $$
+    ) RETURNS TABLE (at integer, role text, retry_in_ms bigint, lease fencelock_leases)
+    LANGUAGE plpgsql VOLATILE AS $$
     #variable_conflict use_column
     DECLARE
         v_ttl interval := p_ttl_ms * interval '1 millisecond';
         v_now timestamptz;
         v_stamp timestamptz;
         v_cap timestamptz;
-        v_name text;
-        v_at integer;
-        v_found boolean;
-        v_role text;
-        v_old fencelock_leases%ROWTYPE;
-        v_new fencelock_leases%ROWTYPE;
+        v_closed timestamptz;
+        v_old fencelock_leases;
+        v_olds fencelock_leases[] := '{}';
+        v_refused boolean := false;
     BEGIN
         SELECT l.clock, l.stamp INTO v_now, v_stamp FROM fencelock_lock_resources(p_resources) l;
         v_cap := v_stamp + p_max_hold_ms * interval '1 millisecond';
-
-        RETURN QUERY
-        SELECT n.at::integer,
-            CASE WHEN l.expires_at > v_now THEN 'held' ELSE 'delayed' END,
-            CASE WHEN l.expires_at > v_now
-                 THEN greatest(0, floor(extract(epoch FROM l.expires_at - v_now) * 1000))::bigint
-                 ELSE ceil(extract(epoch FROM
-                          l.expires_at + l.lock_delay * interval '1 millisecond' - v_now) * 1000)::bigint
-            END,
-            l.owner, l.principal, l.token, l.acquired_at, l.expires_at, l.hold_until, l.lock_delay
-        FROM unnest(p_resources) WITH ORDINALITY n(name, at)
-        JOIN fencelock_leases l ON l.resource = n.name
-        WHERE CASE WHEN l.expires_at > v_now
-                   THEN (l.owner, l.principal) IS DISTINCT FROM (p_owner, p_principal)
-                   ELSE v_now < l.expires_at + l.lock_delay * interval '1 millisecond'
-              END
-        ORDER BY n.at;
-        IF FOUND THEN
+        FOR i IN 1 .. cardinality(p_resources) LOOP
+            -- No row: every field NULL, and neither refusal below.
+            SELECT l.* INTO v_old FROM fencelock_leases l WHERE l.resource = p_resources[i]
+            FOR UPDATE;
+            v_olds := v_olds || v_old;
+            at := i;
+            lease := v_old;
+            v_closed := v_old.expires_at + v_old.lock_delay * interval '1 millisecond';
+            IF v_old.expires_at > v_now
+               AND (v_old.owner, v_old.principal) IS DISTINCT FROM (p_owner, p_principal) THEN
+                role := 'held';
+                retry_in_ms := greatest(0, floor(extract(epoch FROM v_old.expires_at - v_now) * 1000));
+                RETURN NEXT;
+                v_refused := true;
+            ELSIF v_old.expires_at <= v_now AND v_now < v_closed THEN
+                role := 'delayed';
+                retry_in_ms := ceil(extract(epoch FROM v_closed - v_now) * 1000);
+                RETURN NEXT;
+                v_refused := true;
+            END IF;
+        END LOOP;
+        IF v_refused THEN
             RETURN;
         END IF;
 
-        FOR v_name, v_at IN
-            SELECT n.name, n.at FROM unnest(p_resources) WITH ORDINALITY n(name, at) ORDER BY n.at
-        LOOP
-            SELECT l.* INTO v_old FROM fencelock_leases l WHERE l.resource = v_name;
-            v_found := FOUND;
-            IF v_found AND v_old.expires_at > v_now THEN
-                v_role := 'extended';
+        retry_in_ms := NULL;
+        FOR i IN 1 .. cardinality(p_resources) LOOP
+            at := i;
+            v_old := v_olds[i];
+            IF v_old.expires_at > v_now THEN
+                role := 'extended';
                 UPDATE fencelock_leases l
                 SET acquired_at = v_stamp, expires_at = least(v_stamp + v_ttl, l.hold_until)
-                WHERE l.resource = v_name
-                RETURNING l.* INTO v_new;
-                IF v_new.expires_at < v_old.expires_at THEN
-                    PERFORM pg_notify('fencelock_released', v_name);
+                WHERE l.resource = p_resources[i]
+                RETURNING l.* INTO lease;
+                IF (lease).expires_at < v_old.expires_at THEN
+                    PERFORM pg_notify('fencelock_released', p_resources[i]);
                 END IF;
             ELSE
-                v_role := 'granted';
-                IF v_found THEN
+                IF v_old.resource IS NOT NULL THEN
                     -- Deleted, not updated with a new token: see `fencelock_keep_terms`.
-                    DELETE FROM fencelock_leases l WHERE l.resource = v_name;
-                    RETURN QUERY SELECT v_at, 'expired', NULL::bigint, v_old.owner,
-                        v_old.principal, v_old.token, v_old.acquired_at, v_old.expires_at,
-                        v_old.hold_until, v_old.lock_delay;
+                    DELETE FROM fencelock_leases l WHERE l.resource = p_resources[i];
+                    role := 'expired';
+                    lease := v_old;
+                    RETURN NEXT;
                 END IF;
+                role := 'granted';
                 INSERT INTO fencelock_leases AS l
                     (resource, owner, principal, token, acquired_at, expires_at, hold_until, lock_delay)
-                VALUES (v_name, p_owner, p_principal, nextval('fencelock_tokens'), v_stamp,
+                VALUES (p_resources[i], p_owner, p_principal, nextval('fencelock_tokens'), v_stamp,
                         least(v_stamp + v_ttl, v_cap), v_cap, p_lock_delay_ms)
-                RETURNING l.* INTO v_new;
+                RETURNING l.* INTO lease;
             END IF;
-            RETURN QUERY SELECT v_at, v_role, NULL::bigint, v_new.owner, v_new.principal,
-                v_new.token, v_new.acquired_at, v_new.expires_at, v_new.hold_until, v_new.lock_delay;
+            RETURN NEXT;
         END LOOP;
     END
     $$;
@@ -920,13 +922,16 @@ macro_rules! judge_holder {
 /// `$1` the resources (distinct names), `$2` owner, `$3` its principal or NULL, `$4` TTL in
 /// ms, `$5` the cap on holding in ms or NULL, `$6` the lock-delay in ms. Rows: the name's
 /// place in `$1` (from 1), the role, `retry_in_ms`, then a lock's columns (see
-/// [`lock_columns!`]), as `fencelock_acquire_locks` in the migrations returns them: the
+/// [`lock_columns!`]) of the lease `fencelock_acquire_locks` in the migrations returns: the
 /// refusals alone if any lock is in the way, else every lock granted or extended.
 pub(super) const ACQUIRE: &str = concat!(
     "SELECT at, role, retry_in_ms, ",
     lock_columns!(),
-    " FROM fencelock_acquire_locks($1::text[], $2::text, $3::text, $4::bigint, $5::bigint,
-        $6::bigint)"
+    " FROM (
+        SELECT at, role, retry_in_ms, (lease).*
+        FROM fencelock_acquire_locks($1::text[], $2::text, $3::text, $4::bigint, $5::bigint,
+            $6::bigint)
+    ) acquired"
 );
 
 /// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` token or NULL. No row: no
