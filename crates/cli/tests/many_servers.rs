@@ -1,20 +1,23 @@
-//! Many `fencelock serve` processes on one shared store (PostgreSQL, etcd), and what the
-//! API says when that store fails and comes back. Real processes, real servers, real HTTP.
+//! Many `fencelock serve` processes on one shared store (PostgreSQL, etcd, Redis, Redlock),
+//! and what the API says when that store fails and comes back. Real processes, real servers,
+//! real HTTP.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::Server;
-use fencelock_testkit::Postgres;
 #[cfg(feature = "etcd")]
 use fencelock_testkit::{EtcdCluster, shared_etcd};
+use fencelock_testkit::{Postgres, RedisNodes, shared_redis};
 use serde_json::{Value, json};
 
 /// An answer: status and JSON body.
 struct Answer {
     status: u16,
     content_type: String,
+    /// The `Retry-After` header, if the server sent one.
+    retry_after: Option<String>,
     body: Value,
 }
 
@@ -25,15 +28,19 @@ async fn call(client: &reqwest::Client, method: reqwest::Method, url: String, bo
     }
     let response = request.send().await.expect("the server answers");
     let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let content_type = header("content-type").unwrap_or_default();
+    let retry_after = header("retry-after");
     let body = response.json().await.unwrap_or(Value::Null);
     Answer {
         status,
         content_type,
+        retry_after,
         body,
     }
 }
@@ -140,7 +147,6 @@ async fn two_servers_share_one_store(store: &str) {
         assert!(Instant::now() < deadline, "the waiter never queued");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let released_at = Instant::now();
     assert_eq!(
         release(&client, &servers[0].url, &resource, "a", &token)
             .await
@@ -150,8 +156,26 @@ async fn two_servers_share_one_store(store: &str) {
     let answer = waiter.await.unwrap();
     assert_eq!(answer.body["acquired"], true, "{}", answer.body);
     assert!(answer.body["lock"]["fencing_token"].as_u64() > token.as_u64());
-    // Handed over on the release, not on the expiry 600 s away.
-    assert!(released_at.elapsed() < Duration::from_secs(30));
+    // Handed over on the release, not on the expiry: a waiter does not poll, it sleeps until
+    // the holder's expiry unless the store's release feed wakes it, and here the new lease
+    // began with more than nine of the old one's ten minutes left.
+    let granted_at = common::ms(&answer.body["lock"]["acquired_at"]);
+    let old_expiry = common::ms(&held.body["lock"]["expires_at"]);
+    assert!(
+        granted_at < old_expiry - 540_000,
+        "granted at {granted_at}, the released lease ran to {old_expiry}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_one_redis() {
+    two_servers_share_one_store(&shared_redis().url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_one_redlock_of_three() {
+    let nodes = RedisNodes::start(3);
+    two_servers_share_one_store(&nodes.url()).await;
 }
 
 /// The acquires waiting on `server` now, from its /metrics.
@@ -246,6 +270,168 @@ async fn a_lock_delay_holds_across_two_servers_on_etcd() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_holds_across_two_servers_on_redis() {
+    a_lock_delay_holds_across_servers(&shared_redis().url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_holds_across_two_servers_on_redlock() {
+    let nodes = RedisNodes::start(3);
+    a_lock_delay_holds_across_servers(&nodes.url()).await;
+}
+
+/// POSTs `body` to `base/path`: an acquire of a permit (`semaphores/NAME`) or a hold
+/// (`rwlocks/NAME`).
+async fn hold(client: &reqwest::Client, base: &str, path: &str, body: Value) -> Answer {
+    call(
+        client,
+        reqwest::Method::POST,
+        format!("{base}/{path}"),
+        Some(body),
+    )
+    .await
+}
+
+/// Semaphores and read-write locks over two servers sharing `store`: a semaphore's limit
+/// holds over both, a waiter for a permit on one server is handed the permit released on the
+/// other, and a writer waiting on one server holds back new readers on the other until the
+/// readers there let go — all woken by the release, not by an expiry.
+async fn holds_span_two_servers(store: &str) {
+    let servers = [Server::on(store), Server::on(store)];
+    let client = reqwest::Client::new();
+
+    // 40 racers for a semaphore of 3, spread over both servers: 3 permits, 3 tokens.
+    let pool = format!("semaphores/{}", unique("pool"));
+    let attempts: Vec<_> = (0..40)
+        .map(|i| {
+            let (client, base, pool) = (client.clone(), servers[i % 2].url.clone(), pool.clone());
+            tokio::spawn(async move {
+                let body = json!({"owner": format!("w{i}"), "limit": 3, "ttl_seconds": 600});
+                hold(&client, &base, &pool, body).await
+            })
+        })
+        .collect();
+    let mut permits = Vec::new();
+    for attempt in attempts {
+        let answer = attempt.await.unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        if answer.body["acquired"] == true {
+            permits.push(answer.body["permit"].clone());
+        }
+    }
+    let mut tokens: Vec<u64> = permits
+        .iter()
+        .map(|p| p["fencing_token"].as_u64().unwrap())
+        .collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 3, "{permits:?}");
+
+    let waiter = {
+        let (client, base, pool) = (client.clone(), servers[1].url.clone(), pool.clone());
+        tokio::spawn(async move {
+            let body = json!({"owner": "next", "limit": 3, "ttl_seconds": 60, "wait_ms": 60_000});
+            hold(&client, &base, &pool, body).await
+        })
+    };
+    wait_for_waiters(&client, &servers[1], 1).await;
+    let freed = &permits[0];
+    let body = json!({"owner": freed["owner"], "fencing_token": freed["fencing_token"]});
+    let url = format!("{}/{pool}", servers[0].url);
+    let released = call(&client, reqwest::Method::DELETE, url, Some(body)).await;
+    assert_eq!(released.status, 204, "{}", released.body);
+    let next = waiter.await.unwrap();
+    assert_eq!(next.body["acquired"], true, "{}", next.body);
+    assert!(next.body["permit"]["fencing_token"].as_u64().unwrap() > tokens[2]);
+    woken_before_expiry(&next.body["permit"], freed);
+
+    // A reader on server 0; a writer waits on server 1, and its intent holds back a reader
+    // that comes after it on server 0.
+    let config = format!("rwlocks/{}", unique("config"));
+    let read = json!({"owner": "reader", "mode": "read", "ttl_seconds": 600});
+    let reader = hold(&client, &servers[0].url, &config, read).await;
+    assert_eq!(reader.body["acquired"], true, "{}", reader.body);
+    let writer = {
+        let (client, base, config) = (client.clone(), servers[1].url.clone(), config.clone());
+        tokio::spawn(async move {
+            let body = json!({"owner": "writer", "mode": "write", "ttl_seconds": 60, "wait_ms": 60_000});
+            hold(&client, &base, &config, body).await
+        })
+    };
+    wait_for_waiters(&client, &servers[1], 1).await;
+    // The writer queues before its first try has left its intent in the store: a late reader
+    // granted in between is let go, and tried again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let late = json!({"owner": "late", "mode": "read", "ttl_seconds": 60});
+        let late = hold(&client, &servers[0].url, &config, late).await;
+        if late.body["acquired"] == false {
+            assert_eq!(late.body["writer_waits"], true, "{}", late.body);
+            break;
+        }
+        let url = format!("{}/{config}", servers[0].url);
+        let gone = call(
+            &client,
+            reqwest::Method::DELETE,
+            url,
+            Some(json!({"owner": "late"})),
+        )
+        .await;
+        assert_eq!(gone.status, 204, "{}", gone.body);
+        assert!(
+            Instant::now() < deadline,
+            "the writer's intent never showed: {}",
+            late.body
+        );
+    }
+    let url = format!("{}/{config}", servers[0].url);
+    let gone = call(
+        &client,
+        reqwest::Method::DELETE,
+        url,
+        Some(json!({"owner": "reader"})),
+    )
+    .await;
+    assert_eq!(gone.status, 204, "{}", gone.body);
+    let written = writer.await.unwrap();
+    assert_eq!(written.body["acquired"], true, "{}", written.body);
+    assert_eq!(written.body["hold"]["mode"], "write");
+    assert!(written.body["hold"]["fencing_token"].as_u64() > reader.body["hold"]["fencing_token"].as_u64());
+    woken_before_expiry(&written.body["hold"], &reader.body["hold"]);
+}
+
+/// Polls `server`'s /metrics until `count` acquires wait there.
+async fn wait_for_waiters(client: &reqwest::Client, server: &Server, count: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiters(client, server).await != count {
+        assert!(Instant::now() < deadline, "{count} waiters never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Asserts that `granted` began while the ten-minute lease `released` had more than nine
+/// minutes left: a waiter does not poll, so only the release's notice can have woken it.
+fn woken_before_expiry(granted: &Value, released: &Value) {
+    let granted_at = common::ms(&granted["acquired_at"]);
+    let expiry = common::ms(&released["expires_at"]);
+    assert!(
+        granted_at < expiry - 540_000,
+        "granted at {granted_at}, the released lease ran to {expiry}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_rwlocks_span_two_servers_on_redis() {
+    holds_span_two_servers(&shared_redis().url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_rwlocks_span_two_servers_on_redlock() {
+    let nodes = RedisNodes::start(3);
+    holds_span_two_servers(&nodes.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself() {
     let mut postgres = Postgres::start();
     let server = Server::on(&postgres.url());
@@ -319,8 +505,8 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
     assert!(next.body["lock"]["fencing_token"].as_u64() > held.body["lock"]["fencing_token"].as_u64());
 }
 
-/// Acquires until it works (an election may be under way), failing after `limit`.
-#[cfg(feature = "etcd")]
+/// Acquires until it works (an election may be under way, a store reconnecting), failing
+/// after 30 s.
 async fn acquire_eventually(client: &reqwest::Client, base: &str, resource: &str, owner: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -368,4 +554,100 @@ async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
     assert!(third["lock"]["fencing_token"].as_u64().unwrap() > highest);
     let kept = get(&client, format!("{}/locks/b", server.url)).await;
     assert_eq!(kept.body, second["lock"]);
+}
+
+/// Polls `server`'s /readyz until it answers 200, failing after 30 s.
+async fn wait_until_ready(client: &reqwest::Client, server: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(client, format!("{}/readyz", server.url)).await.status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "not ready 30 s after the store came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_of_three_needs_a_majority_and_leaves_nothing_half_held() {
+    let mut nodes = RedisNodes::start(3);
+    let server = Server::on(&nodes.url());
+    // A one-node server on node 0, which stays up: it sees the keys Redlock left there.
+    let survivor = Server::on(&nodes.node_url(0));
+    let client = reqwest::Client::new();
+    let first = acquire_eventually(&client, &server.url, "a", "o").await;
+    let mut highest = first["lock"]["fencing_token"].as_u64().unwrap();
+
+    // One node down: locks keep working, and tokens grow.
+    nodes.stop(2);
+    let second = take(&client, &server.url, "b", "o", 600).await;
+    assert_eq!(second.body["acquired"], true, "{}", second.body);
+    assert!(second.body["lock"]["fencing_token"].as_u64().unwrap() > highest);
+    highest = second.body["lock"]["fencing_token"].as_u64().unwrap();
+
+    // Two down: no majority, so acquire, renew and release answer 503 problems.
+    nodes.stop(1);
+    for _ in 0..3 {
+        let refused = take(&client, &server.url, "c", "o", 600).await;
+        assert_eq!(
+            refused.status, 503,
+            "granted without a majority: {}",
+            refused.body
+        );
+        assert_eq!(refused.content_type, "application/problem+json");
+        assert_eq!(refused.body["status"], 503);
+        if let Some(retry_after) = &refused.retry_after {
+            assert!(
+                retry_after.parse::<u64>().is_ok_and(|s| s > 0),
+                "Retry-After: {retry_after}"
+            );
+        }
+    }
+    let lease = &second.body["lock"];
+    let body = json!({"owner": "o", "fencing_token": lease["fencing_token"], "ttl_seconds": 600});
+    let url = format!("{}/locks/b/renew", server.url);
+    let renewed = call(&client, reqwest::Method::POST, url, Some(body)).await;
+    assert_eq!(
+        renewed.status, 503,
+        "renewed without a majority: {}",
+        renewed.body
+    );
+    let released = release(&client, &server.url, "b", "o", &lease["fencing_token"]).await;
+    assert_eq!(
+        released.status, 503,
+        "released without a majority: {}",
+        released.body
+    );
+    assert_eq!(get(&client, format!("{}/readyz", server.url)).await.status, 503);
+    assert_eq!(get(&client, format!("{}/healthz", server.url)).await.status, 200);
+    // What node 0 granted to the refused acquires is undone there, long before their TTL.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = get(&client, format!("{}/locks/c", survivor.url)).await;
+        if left.status == 404 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "half-held on node 0: {}", left.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Node 1 back, empty: with node 0 it is a majority, and the only one, so every grant
+    // reads node 0's counter and tokens keep growing. Then node 2, empty too: every majority
+    // now holds a node that has the highest token.
+    nodes.start_again(1);
+    wait_until_ready(&client, &server).await;
+    let third = acquire_eventually(&client, &server.url, "c", "p").await;
+    assert_eq!(third["acquired"], true, "{third}");
+    assert!(third["lock"]["fencing_token"].as_u64().unwrap() > highest);
+    highest = third["lock"]["fencing_token"].as_u64().unwrap();
+    nodes.start_again(2);
+    for i in 0..10 {
+        let next = take(&client, &server.url, "d", &format!("q{i}"), 60).await;
+        assert_eq!(next.body["acquired"], true, "{}", next.body);
+        let token = next.body["lock"]["fencing_token"].clone();
+        assert!(token.as_u64().unwrap() > highest, "{} after {highest}", next.body);
+        highest = token.as_u64().unwrap();
+        let released = release(&client, &server.url, "d", &format!("q{i}"), &token).await;
+        assert_eq!(released.status, 204, "{}", released.body);
+    }
 }
