@@ -527,6 +527,7 @@ impl LockStore for HttpStore {
             writer_intents: false,
             principals: false,
             lock_delays: false,
+            drift: fencelock_core::Drift::NONE,
         }
     }
 }

@@ -52,6 +52,7 @@ fn through_a_server(ttl_granularity: Duration) -> Capabilities {
         writer_intents: false,
         principals: false,
         lock_delays: false,
+        drift: fencelock_core::Drift::NONE,
     }
 }
 

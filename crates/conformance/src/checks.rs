@@ -4,8 +4,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, FencingToken, Key, Kind, Lease, ListQuery, ReleaseNotice, ReleaseOutcome, RenewOutcome,
-    Resource,
+    AcquireOutcome, Capabilities, FencingToken, Key, Kind, Lease, ListQuery, ReleaseNotice, ReleaseOutcome,
+    RenewOutcome, Resource,
 };
 
 use crate::{Harness, owner, ttl};
@@ -49,11 +49,15 @@ pub(crate) fn assert_released(h: &Harness, outcome: ReleaseOutcome, lease: &Leas
 
 fn assert_ttl(h: &Harness, lease: &Lease, ttl: fencelock_core::Ttl) {
     let lasts = lease.expires_at.since(lease.acquired_at);
-    let granularity = h.capabilities().ttl_granularity;
+    let Capabilities {
+        ttl_granularity: granularity,
+        drift,
+        ..
+    } = h.capabilities();
+    let asked = ttl.as_duration();
     assert!(
-        lasts >= ttl.as_duration() && lasts <= ttl.as_duration() + granularity,
-        "lease lasts {lasts:?}, asked {:?} (granularity {granularity:?}): {lease:?}",
-        ttl.as_duration()
+        lasts >= asked - drift.of(asked) && lasts <= asked + granularity,
+        "lease lasts {lasts:?}, asked {asked:?} (granularity {granularity:?}, drift {drift:?}): {lease:?}"
     );
 }
 
@@ -306,10 +310,14 @@ pub async fn renew_moves_only_the_expiry(h: &Harness) {
         assert_eq!(renewed.token, lease.token);
         assert_eq!(renewed.acquired_at, lease.acquired_at);
         let lasts = renewed.expires_at.since(lease.acquired_at);
-        let granularity = h.capabilities().ttl_granularity;
+        let Capabilities {
+            ttl_granularity: granularity,
+            drift,
+            ..
+        } = h.capabilities();
         assert!(
-            lasts >= asked.as_duration() + Duration::from_millis(20),
-            "{lasts:?} for {asked:?}"
+            lasts + drift.of(asked.as_duration()) >= asked.as_duration() + Duration::from_millis(20),
+            "{lasts:?} for {asked:?} (drift {drift:?})"
         );
         assert!(lasts <= asked.as_duration() + granularity + Duration::from_secs(5));
         assert_eq!(h.store.get(&lease.resource).await.unwrap(), Some(renewed));

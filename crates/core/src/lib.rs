@@ -40,7 +40,7 @@ pub use model::{
     Resource, Resources, Terms, Timestamp, Ttl,
 };
 pub use store::{
-    AcquireAllOutcome, AcquireOutcome, Capabilities, EndedLease, ForceOutcome, LeasePage, ListQuery,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, Drift, EndedLease, ForceOutcome, LeasePage, ListQuery,
     LockStore, Refusal, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError,
     acquire_in_order,
 };

@@ -178,6 +178,7 @@ impl LockStore for MemoryStore {
             writer_intents: true,
             principals: true,
             lock_delays: true,
+            drift: crate::Drift::NONE,
         }
     }
 }

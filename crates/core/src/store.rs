@@ -356,6 +356,39 @@ pub struct Capabilities {
     /// not send one: the server applies its own (`fencelock serve --lock-delay`) to every
     /// lease it grants.
     pub lock_delays: bool,
+    /// How much sooner than its TTL the store may say a lease ends: [`Drift::NONE`] for
+    /// most; a Redlock store reports what is left of the TTL after its allowance for the
+    /// clocks of its nodes drifting apart, so that no node's copy outlives what it reports.
+    pub drift: Drift,
+}
+
+/// An allowance for clock drift: a part of the TTL and a fixed margin
+/// ([`Capabilities::drift`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drift {
+    /// Thousandths of the TTL.
+    pub per_mille: u32,
+    /// Added whatever the TTL.
+    pub fixed: Duration,
+}
+
+impl Drift {
+    /// No allowance: a lease lasts its whole TTL.
+    pub const NONE: Self = Self {
+        per_mille: 0,
+        fixed: Duration::ZERO,
+    };
+
+    /// Redlock's: 1 % of the TTL and 2 ms.
+    pub const REDLOCK: Self = Self {
+        per_mille: 10,
+        fixed: Duration::from_millis(2),
+    };
+
+    /// The allowance for a lease of `ttl`.
+    pub fn of(self, ttl: Duration) -> Duration {
+        ttl * self.per_mille / 1000 + self.fixed
+    }
 }
 
 /// Why a store could not answer. Contention is not an error: see [`AcquireOutcome::Held`].

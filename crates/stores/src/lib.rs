@@ -62,7 +62,9 @@ mod deadline;
 pub mod etcd;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg(any(feature = "postgres", feature = "etcd"))]
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(any(feature = "postgres", feature = "etcd", feature = "redis"))]
 mod remote;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
@@ -127,6 +129,16 @@ pub const SCHEMES: &[Scheme] = &[
         #[cfg(feature = "postgres")]
         open: Some(postgres::open),
         #[cfg(not(feature = "postgres"))]
+        open: None,
+    },
+    Scheme {
+        names: &["redis"],
+        feature: Some("redis"),
+        example: "redis://HOST:PORT[,HOST:PORT,HOST:PORT...]",
+        build_needs: None,
+        #[cfg(feature = "redis")]
+        open: Some(redis::open),
+        #[cfg(not(feature = "redis"))]
         open: None,
     },
     Scheme {
@@ -237,7 +249,7 @@ fn open_memory<'a>(address: &'a str, rest: &'a str) -> Opening<'a> {
 
 /// What [`open`] answers for a store that `opening` gave: the store, or why not. A store's
 /// [`StoreError::Invalid`] at open is the address's fault.
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "etcd"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "etcd", feature = "redis"))]
 fn opened<S: LockStore>(
     address: &str,
     opening: Result<S, StoreError>,

@@ -600,6 +600,7 @@ impl LockStore for SqliteStore {
             writer_intents: true,
             principals: true,
             lock_delays: true,
+            drift: fencelock_core::Drift::NONE,
         }
     }
 }

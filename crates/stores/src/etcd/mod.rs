@@ -439,6 +439,7 @@ impl LockStore for EtcdStore {
             writer_intents: true,
             principals: true,
             lock_delays: true,
+            drift: fencelock_core::Drift::NONE,
         }
     }
 }

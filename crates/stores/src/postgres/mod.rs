@@ -538,6 +538,7 @@ impl LockStore for PostgresStore {
             writer_intents: true,
             principals: true,
             lock_delays: true,
+            drift: fencelock_core::Drift::NONE,
         }
     }
 }
