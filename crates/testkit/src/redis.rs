@@ -1,8 +1,9 @@
 //! [`Redis`]: a throwaway Redis server, in memory only, on a loopback port; and
 //! [`RedisNodes`]: several independent ones, for Redlock, that can be stopped and started again.
 
+use std::collections::BTreeMap;
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::process::{Proc, find_binary, free_port, log_tail, port_answers, scratch_dir, wait_until};
@@ -90,6 +91,18 @@ impl Redis {
 pub fn shared_redis() -> &'static Redis {
     static SHARED: OnceLock<Redis> = OnceLock::new();
     SHARED.get_or_init(Redis::start)
+}
+
+/// The [`RedisNodes`] of `n` nodes of this test binary, started on first use and shared by its
+/// tests (one set for each `n`). Shared nodes are never stopped: a test that stops nodes
+/// starts its own.
+pub fn shared_redis_nodes(n: usize) -> &'static RedisNodes {
+    static SHARED: Mutex<BTreeMap<usize, &'static RedisNodes>> = Mutex::new(BTreeMap::new());
+    let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    // Kept until the process ends, as a `static` would be (the servers die with it).
+    shared
+        .entry(n)
+        .or_insert_with(|| Box::leak(Box::new(RedisNodes::start(n))))
 }
 
 /// N independent Redis masters (no replication between them), each a [`Redis`] on a port of

@@ -4,7 +4,7 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 
 use fencelock_testkit::{
-    Etcd, EtcdCluster, Postgres, RedisNodes, shared_etcd, shared_postgres, shared_redis,
+    Etcd, EtcdCluster, Postgres, RedisNodes, shared_etcd, shared_postgres, shared_redis, shared_redis_nodes,
 };
 
 fn answers(port: u16) -> bool {
@@ -44,6 +44,9 @@ fn shared_servers_are_started_once() {
     assert!(answers(port_of(&shared_etcd().endpoint())));
     assert_eq!(shared_redis().url(), shared_redis().url());
     assert!(answers(shared_redis().port()));
+    assert_eq!(shared_redis_nodes(3).url(), shared_redis_nodes(3).url());
+    assert_ne!(shared_redis_nodes(3).url(), shared_redis_nodes(5).url());
+    assert_eq!(shared_redis_nodes(5).len(), 5);
 }
 
 #[test]
