@@ -56,6 +56,19 @@
 //!   `expires_at`, can see two holders at once. Redlock does not solve the pause problem:
 //!   only a protected resource that checks fencing tokens does.
 //!
+//! # Restarts and failover
+//!
+//! A node keeps what its configuration keeps (`--save ""` and no AOF: nothing). A node that
+//! comes back empty has forgotten the leases it held: on one node, every lock is then free
+//! while its holders may still be working; under Redlock, a lease that was kept by a bare
+//! majority is then on a minority, and can be granted again. Fencing tokens stay in order
+//! either way (on one node because they are at least the node's time in microseconds, as long
+//! as its clock did not go back; under Redlock while a majority kept its counters), so a
+//! protected resource that checks them rejects the old holder. To keep exclusion too, keep
+//! an empty node out for longer than the longest TTL before it takes calls again (Redlock's
+//! "delayed restart"), or turn on `appendonly yes` with `appendfsync always`. A failover to
+//! an asynchronous replica is the same: it may lack the last grants and releases.
+//!
 //! Several locks at once take the locks one by one in the order of their names' bytes, and
 //! give back what they took when one is refused ([`fencelock_core::acquire_in_order`]).
 //!
@@ -74,9 +87,9 @@ use async_trait::async_trait;
 use fencelock_core::hold::{Busy, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind};
 use fencelock_core::store::{PURGE_BATCH, Result};
 use fencelock_core::{
-    AcquireAllOutcome, AcquireOutcome, Capabilities, Drift, EndedLease, ForceOutcome, LeasePage, ListQuery,
-    LockStore, Owner, Refusal, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources,
-    StoreError, Terms, Timestamp, Ttl, acquire_in_order,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, Drift, EndedLease, FencingToken, ForceOutcome,
+    LeasePage, ListQuery, LockStore, Owner, Refusal, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
+    RenewOutcome, Resource, Resources, StoreError, Terms, Timestamp, Ttl, acquire_in_order,
 };
 use futures_util::StreamExt;
 use futures_util::future::join_all;
@@ -244,16 +257,27 @@ impl RedisStore {
         answered(self.each(|node| node.call(op, args)).await, self.quorum, op)
     }
 
-    /// A release or renew (`op`) on every node: the record a majority released or renewed,
-    /// with the time it was done, or the refusal most nodes gave.
+    /// A release (`ttl` none) or renewal (`op`) of `owner`'s lease or hold named by `head`
+    /// (the name, or the kind and the name), with `token` if given, on every node: the record
+    /// a majority released or renewed, with when that was done, or the refusal most nodes gave.
     async fn judged(
         &self,
         op: &'static str,
-        args: &[Arg<'_>],
+        head: &[Arg<'_>],
+        owner: &Owner,
+        ttl: Option<Ttl>,
+        token: Option<FencingToken>,
     ) -> Result<Result<(Record, Timestamp), Refusal>> {
+        let mut args = head.to_vec();
+        args.extend(owner_args(owner));
+        args.extend(ttl.map(|ttl| Arg::Number(ttl.as_millis())));
+        args.push(Arg::Number(token.map_or(0, |t| t.0)));
+        if ttl.is_some() {
+            args.extend(self.shown(Timestamp::now_wall()));
+        }
         let mut done = Vec::new();
         let mut refusals = Vec::new();
-        for mut reply in self.on_majority(op, args).await? {
+        for mut reply in self.on_majority(op, &args).await? {
             let now = reply.now;
             match reply.text()?.as_str() {
                 "released" | "renewed" => done.push((reply.some_record()?, now)),
@@ -785,16 +809,10 @@ impl LockStore for RedisStore {
         &self,
         resource: &Resource,
         owner: &Owner,
-        token: Option<fencelock_core::FencingToken>,
+        token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        let [owner_name, principal] = owner_args(owner);
-        let args = [
-            Arg::Text(resource.as_str()),
-            owner_name,
-            principal,
-            Arg::Number(token.map_or(0, |t| t.0)),
-        ];
-        Ok(match self.judged("release", &args).await? {
+        let name = [Arg::Text(resource.as_str())];
+        Ok(match self.judged("release", &name, owner, None, token).await? {
             Ok((record, ended_at)) => ReleaseOutcome::Released(Some(EndedLease {
                 lease: record.lease(resource)?,
                 ended_at,
@@ -808,24 +826,15 @@ impl LockStore for RedisStore {
         resource: &Resource,
         owner: &Owner,
         ttl: Ttl,
-        token: Option<fencelock_core::FencingToken>,
+        token: Option<FencingToken>,
     ) -> Result<RenewOutcome> {
-        let [owner_name, principal] = owner_args(owner);
-        let [from, per_mille, fixed] = self.shown(Timestamp::now_wall());
-        let args = [
-            Arg::Text(resource.as_str()),
-            owner_name,
-            principal,
-            Arg::Number(ttl.as_millis()),
-            Arg::Number(token.map_or(0, |t| t.0)),
-            from,
-            per_mille,
-            fixed,
-        ];
-        Ok(match self.judged("renew", &args).await? {
-            Ok((record, _)) => RenewOutcome::Renewed(record.lease(resource)?),
-            Err(refusal) => refusal.into(),
-        })
+        let name = [Arg::Text(resource.as_str())];
+        Ok(
+            match self.judged("renew", &name, owner, Some(ttl), token).await? {
+                Ok((record, _)) => RenewOutcome::Renewed(record.lease(resource)?),
+                Err(refusal) => refusal.into(),
+            },
+        )
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
@@ -958,23 +967,18 @@ impl LockStore for RedisStore {
         kind: HoldKind,
         name: &Resource,
         owner: &Owner,
-        token: Option<fencelock_core::FencingToken>,
+        token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        let [owner_name, principal] = owner_args(owner);
-        let args = [
-            Arg::Text(hold_letter(kind)),
-            Arg::Text(name.as_str()),
-            owner_name,
-            principal,
-            Arg::Number(token.map_or(0, |t| t.0)),
-        ];
-        Ok(match self.judged("release_hold", &args).await? {
-            Ok((record, ended_at)) => ReleaseOutcome::Released(Some(EndedLease {
-                lease: record.hold(name)?.lease,
-                ended_at,
-            })),
-            Err(refusal) => refusal.into(),
-        })
+        let head = [Arg::Text(hold_letter(kind)), Arg::Text(name.as_str())];
+        Ok(
+            match self.judged("release_hold", &head, owner, None, token).await? {
+                Ok((record, ended_at)) => ReleaseOutcome::Released(Some(EndedLease {
+                    lease: record.hold(name)?.lease,
+                    ended_at,
+                })),
+                Err(refusal) => refusal.into(),
+            },
+        )
     }
 
     async fn renew_hold(
@@ -983,25 +987,15 @@ impl LockStore for RedisStore {
         name: &Resource,
         owner: &Owner,
         ttl: Ttl,
-        token: Option<fencelock_core::FencingToken>,
+        token: Option<FencingToken>,
     ) -> Result<RenewOutcome<Hold>> {
-        let [owner_name, principal] = owner_args(owner);
-        let [from, per_mille, fixed] = self.shown(Timestamp::now_wall());
-        let args = [
-            Arg::Text(hold_letter(kind)),
-            Arg::Text(name.as_str()),
-            owner_name,
-            principal,
-            Arg::Number(ttl.as_millis()),
-            Arg::Number(token.map_or(0, |t| t.0)),
-            from,
-            per_mille,
-            fixed,
-        ];
-        Ok(match self.judged("renew_hold", &args).await? {
-            Ok((record, _)) => RenewOutcome::Renewed(record.hold(name)?),
-            Err(refusal) => refusal.into(),
-        })
+        let head = [Arg::Text(hold_letter(kind)), Arg::Text(name.as_str())];
+        Ok(
+            match self.judged("renew_hold", &head, owner, Some(ttl), token).await? {
+                Ok((record, _)) => RenewOutcome::Renewed(record.hold(name)?),
+                Err(refusal) => refusal.into(),
+            },
+        )
     }
 
     async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
