@@ -23,6 +23,9 @@
 //! - [`EtcdCluster`]: N members, with [`EtcdCluster::kill`], [`EtcdCluster::restart`] and
 //!   [`EtcdCluster::leader`].
 //! - [`Redis`]: in memory only; [`shared_redis`] for one per test binary.
+//! - [`RedisNodes`]: N independent Redis masters for Redlock, with [`RedisNodes::stop`] and
+//!   [`RedisNodes::start_again`] (empty: a restart without persistence);
+//!   [`shared_redis_nodes`] for one set of each size per test binary.
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
 //! - [`fuzz`]: the bounded configuration, strategies and naming model of the fuzz targets.
 //! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
@@ -46,5 +49,5 @@ pub use canned::Canned;
 pub use etcd::{Etcd, EtcdCluster, shared_etcd};
 pub use postgres::{Postgres, shared_postgres};
 pub use proxy::Proxy;
-pub use redis::{Redis, shared_redis};
+pub use redis::{Redis, RedisNodes, shared_redis, shared_redis_nodes};
 pub use tls::{ServerCert, TestCa};

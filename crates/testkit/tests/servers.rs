@@ -3,7 +3,9 @@
 use std::net::TcpStream;
 use std::path::PathBuf;
 
-use fencelock_testkit::{Etcd, EtcdCluster, Postgres, shared_etcd, shared_postgres};
+use fencelock_testkit::{
+    Etcd, EtcdCluster, Postgres, RedisNodes, shared_etcd, shared_postgres, shared_redis, shared_redis_nodes,
+};
 
 fn answers(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).is_ok()
@@ -40,6 +42,11 @@ fn shared_servers_are_started_once() {
     assert!(answers(shared_postgres().port()));
     assert_eq!(shared_etcd().url(), shared_etcd().url());
     assert!(answers(port_of(&shared_etcd().endpoint())));
+    assert_eq!(shared_redis().url(), shared_redis().url());
+    assert!(answers(shared_redis().port()));
+    assert_eq!(shared_redis_nodes(3).url(), shared_redis_nodes(3).url());
+    assert_ne!(shared_redis_nodes(3).url(), shared_redis_nodes(5).url());
+    assert_eq!(shared_redis_nodes(5).len(), 5);
 }
 
 #[test]
@@ -110,4 +117,47 @@ fn a_cut_proxy_holds_traffic_back_until_restored() {
     conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     conn.read_exact(&mut answer).unwrap();
     assert_eq!(&answer, b"held");
+}
+
+/// Sends one inline command to the Redis on `port` and returns its one-line answer.
+fn redis_says(port: u16, command: &str) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    conn.write_all(format!("{command}\r\n").as_bytes()).unwrap();
+    let mut answer = String::new();
+    BufReader::new(conn).read_line(&mut answer).unwrap();
+    answer.trim_end().to_owned()
+}
+
+#[test]
+fn redis_nodes_are_independent_and_a_node_started_again_is_empty() {
+    let mut nodes = RedisNodes::start(3);
+    assert_eq!(nodes.len(), 3);
+    let ports: Vec<u16> = (0..3).map(|i| nodes.port(i)).collect();
+    assert_eq!(
+        nodes.url(),
+        format!(
+            "redis://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+            ports[0], ports[1], ports[2]
+        )
+    );
+    assert_eq!(nodes.node_url(1), format!("redis://127.0.0.1:{}", ports[1]));
+    for &port in &ports {
+        assert_eq!(redis_says(port, "SET kept here"), "+OK");
+    }
+    nodes.stop(1);
+    assert!(!nodes.is_running(1));
+    assert!(!answers(ports[1]));
+    assert_eq!(redis_says(ports[0], "GET kept"), "$4", "the others keep theirs");
+    nodes.start_again(1);
+    assert!(nodes.is_running(1));
+    assert_eq!(redis_says(ports[1], "GET kept"), "$-1", "started again empty");
+    assert_eq!(nodes.port(1), ports[1]);
+    drop(nodes);
+    assert!(
+        ports.iter().all(|&port| !answers(port)),
+        "a node outlived the set"
+    );
 }

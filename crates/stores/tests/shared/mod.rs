@@ -1,4 +1,4 @@
-//! What the tests of stores that many servers share (PostgreSQL, etcd) have in common; the
+//! What the tests of stores that many servers share (PostgreSQL, etcd, Redis) have in common; the
 //! many-servers checks themselves are in the conformance suite.
 
 use std::sync::Arc;
