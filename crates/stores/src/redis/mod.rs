@@ -328,17 +328,19 @@ impl RedisStore {
         let micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX));
-        let slot = taken
-            .iter()
-            .position(|count| answered - count >= self.quorum)
-            .or_else(|| {
-                taken
-                    .iter()
-                    .enumerate()
-                    .min_by_key(|(_, count)| **count)
-                    .map(|(at, _)| at)
-            })
-            .map_or(0, |at| to_u64(at + 1));
+        // Racers spread over the free slots rather than all ask for the first.
+        let free: Vec<usize> = (0..taken.len())
+            .filter(|at| answered - taken[*at] >= self.quorum)
+            .collect();
+        let slot = match free.len() {
+            0 => taken
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, count)| **count)
+                .map(|(at, _)| at),
+            n => free.get(usize::try_from(random()).unwrap_or(0) % n).copied(),
+        }
+        .map_or(0, |at| to_u64(at + 1));
         Ok(Proposal {
             token: (last + 1).max(micros),
             slot,
@@ -356,7 +358,7 @@ impl RedisStore {
         grant: impl Fn(&'a Node, Timestamp, Proposal) -> NodeCall<'a, T>,
     ) -> Result<Decided<T>> {
         let doing = "acquire";
-        for _attempt in 0..ATTEMPTS {
+        for attempt in 0..ATTEMPTS {
             let start = Timestamp::now_wall();
             let proposal = self.propose(key, owner, slots).await?;
             let answers = join_all(self.nodes.iter().map(|node| grant(node, start, proposal))).await;
@@ -426,7 +428,7 @@ impl RedisStore {
                     .map(|(at, token, _)| (*at, (*token, String::new()))),
             )
             .await;
-            tokio::time::sleep(Duration::from_millis(u64::from(jitter()) % 20 + 1)).await;
+            pause(attempt).await;
         }
         Err(contended(doing, &key.name))
     }
@@ -484,7 +486,7 @@ impl RedisStore {
         terms: Terms,
     ) -> Result<AcquireOutcome> {
         let names = std::slice::from_ref(resource);
-        for _attempt in 0..ATTEMPTS {
+        for attempt in 0..ATTEMPTS {
             let decided = self
                 .grant(
                     &Key::lock(resource),
@@ -538,6 +540,7 @@ impl RedisStore {
             if let Some(delayed) = refusals.iter().find(|t| matches!(t.how, How::Delayed(_))) {
                 return delayed.outcome(resource);
             }
+            pause(attempt).await;
         }
         Err(contended("acquire", resource))
     }
@@ -627,8 +630,14 @@ impl RedisStore {
                 _ => None,
             })
             .collect();
+        // A namesake of another principal is refused whatever the room.
+        let namesake = busy
+            .iter()
+            .any(|(holders, ..)| holders.iter().any(|r| r.owner == owner.as_str()));
         let room = match claim {
-            Claim::Permit { limit } => busy.iter().any(|(holders, ..)| holders.len() < to_usize(limit)),
+            Claim::Permit { limit } => {
+                !namesake && busy.iter().any(|(holders, ..)| holders.len() < to_usize(limit))
+            }
             Claim::Read | Claim::Write => false,
         };
         let agreed: Vec<Hold> = self
@@ -1032,7 +1041,7 @@ impl LockStore for RedisStore {
             Claim::Permit { limit } => limit,
             Claim::Read | Claim::Write => 0,
         };
-        for _attempt in 0..ATTEMPTS {
+        for attempt in 0..ATTEMPTS {
             let decided = self
                 .grant(&key, owner, (ttl, slots), |node, start, proposal| {
                     Box::pin(Self::acquire_hold_on(node, ask, proposal, self.shown(start)))
@@ -1051,6 +1060,7 @@ impl LockStore for RedisStore {
             if let Some(busy) = self.busy(claim, owner, name, &refusals).await? {
                 return Ok(HoldOutcome::Busy(busy));
             }
+            pause(attempt).await;
         }
         Err(contended("acquire_hold", name))
     }
@@ -1360,11 +1370,19 @@ fn to_u64(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-/// A few random bits, to spread the retries of racing acquirers.
-fn jitter() -> u32 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.subsec_nanos())
+/// Random bits, to spread racing acquirers.
+fn random() -> u32 {
+    getrandom::u32().unwrap_or_else(|_| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.subsec_nanos())
+    })
+}
+
+/// A random pause before try `attempt` + 1 of racing acquirers: up to 10 ms more each time.
+async fn pause(attempt: usize) {
+    let most = 10 * (to_u64(attempt) + 1);
+    tokio::time::sleep(Duration::from_millis(u64::from(random()) % most + 1)).await;
 }
 
 #[cfg(test)]
