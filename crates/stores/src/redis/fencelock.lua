@@ -19,9 +19,10 @@
 --   P released              the channel where freed names are announced: KIND US NAME
 --
 -- A record is "token US acquired_at US expires_at US hold_until US lock_delay US claim US
--- limit US principal US owner US until US cap": times in milliseconds since the epoch
--- (hold_until and cap 0: no cap), lock_delay in milliseconds, claim one of lock, permit, read,
--- write, limit 0 but for permits, principal empty for none.
+-- limit US principal US owner US until US cap US slot": times in milliseconds since the
+-- epoch (hold_until and cap 0: no cap), lock_delay in milliseconds, claim one of lock, permit,
+-- read, write, limit 0 but for permits, principal empty for none, slot 0 but for a permit
+-- granted under Redlock.
 --
 -- `until` and `cap` are the end and the cap by this node's clock: they decide whether the
 -- lease is live here. `acquired_at`, `expires_at` and `hold_until` are what the store
@@ -64,13 +65,14 @@ local function decode(s)
     token = tonumber(f[1]), acquired = tonumber(f[2]), expires = tonumber(f[3]),
     hold_until = tonumber(f[4]), delay = tonumber(f[5]), claim = f[6],
     limit = tonumber(f[7]), principal = f[8], owner = f[9], ['until'] = tonumber(f[10]),
-    cap = tonumber(f[11]), raw = s,
+    cap = tonumber(f[11]), slot = tonumber(f[12]), raw = s,
   }
 end
 
 local function encode(r)
   r.raw = table.concat({ num(r.token), num(r.acquired), num(r.expires), num(r.hold_until),
-    num(r.delay), r.claim, num(r.limit), r.principal, r.owner, num(r['until']), num(r.cap) }, US)
+    num(r.delay), r.claim, num(r.limit), r.principal, r.owner, num(r['until']), num(r.cap),
+    num(r.slot or 0) }, US)
   return r.raw
 end
 
@@ -343,16 +345,20 @@ local function settle(kind, name)
   end
 end
 
--- acquire_hold KIND NAME OWNER PRINCIPAL CLAIM LIMIT TTL INTENT PROPOSAL SHOWN_FROM
--- SHOWN_PER_MILLE SHOWN_FIXED: as
--- fencelock_core::hold::judge decides. Reply: NOW, STATUS, RECORD, REPLACED, WRITER_WAITS,
+-- acquire_hold KIND NAME OWNER PRINCIPAL CLAIM LIMIT TTL INTENT PROPOSAL SLOT SHOWN_FROM
+-- SHOWN_PER_MILLE SHOWN_FIXED: as fencelock_core::hold::judge decides; and, for a permit with
+-- a SLOT (1 to LIMIT, under Redlock), only if no other live permit has that slot here: a
+-- permit under Redlock is an exclusive lock on one of LIMIT slots, so that permits granted by
+-- different majorities can never add up to more than the limit (a count per node could:
+-- three nodes, limit 2, permits on nodes 1+2, 2+3 and 1+3). Reply: NOW, STATUS, RECORD, REPLACED, WRITER_WAITS,
 -- RETRY_IN, LIMIT, then every other owner's live hold (busy only). STATUS: granted (the new
 -- hold, the owner's hold it replaced or ''), extended, busy, limit (the live permits' limit),
 -- stale (RECORD: the node's last token).
 local function acquire_hold(a)
   local kind, name, owner, principal, claim = a[2], a[3], a[4], a[5], a[6]
   local limit, ttl, intent, proposal = tonumber(a[7]), tonumber(a[8]), tonumber(a[9]), tonumber(a[10])
-  local at, ends = shown(a, 11)
+  local slot = tonumber(a[11])
+  local at, ends = shown(a, 12)
   local live = live_holds(kind, name)
   local own, others = nil, {}
   for _, h in ipairs(live) do
@@ -382,9 +388,13 @@ local function acquire_hold(a)
         return { NOW, 'limit', '', '', 0, 0, h.limit }
       end
     end
+    local taken = false
+    for _, h in ipairs(others) do
+      if slot > 0 and h.slot == slot then taken = true end
+    end
     if own then
       verdict = 'extend'
-    elseif #others < limit then
+    elseif #others < limit and not taken then
       verdict = 'grant'
     else
       verdict = busy(others, {})
@@ -435,7 +445,7 @@ local function acquire_hold(a)
   if not token then return { NOW, 'stale', num(last), '', 0, 0, 0 } end
   local h = { token = token, acquired = at, expires = ends(ttl, 0), hold_until = 0, delay = 0,
     claim = claim, limit = claim == 'permit' and limit or 0, principal = principal, owner = owner,
-    ['until'] = NOW + ttl, cap = 0 }
+    ['until'] = NOW + ttl, cap = 0, slot = slot }
   redis.call('HSET', key, owner, encode(h))
   if claim == 'write' then
     local i = redis.call('HGET', intents_key(name), owner)
@@ -580,9 +590,16 @@ end
 
 -- Redlock ----------------------------------------------------------------------------------
 
--- last KIND NAME: the last token the node issued for the name. Reply: NOW, TOKEN.
+-- last KIND NAME OWNER PRINCIPAL: the last token the node issued for the name. Reply: NOW,
+-- TOKEN, then the slots of the live permits of other owners.
 local function last(a)
-  return { NOW, redis.call('GET', token_key(a[2], a[3])) or '0' }
+  local reply = { NOW, redis.call('GET', token_key(a[2], a[3])) or '0' }
+  if a[2] == 'S' then
+    for _, h in ipairs(live_holds('S', a[3])) do
+      if not (h.owner == a[4] and h.principal == a[5]) then reply[#reply + 1] = h.slot end
+    end
+  end
+  return reply
 end
 
 -- undo KIND NAME OWNER TOKEN REPLACED: takes back a grant of TOKEN that did not win a

@@ -84,7 +84,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use fencelock_core::hold::{Busy, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind};
+use fencelock_core::hold::{Busy, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
 use fencelock_core::store::{PURGE_BATCH, Result};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Drift, EndedLease, FencingToken, ForceOutcome,
@@ -299,18 +299,52 @@ impl RedisStore {
         Ok(Err(most_common(&refusals).unwrap_or(Refusal::NotFound)))
     }
 
-    /// Phase one of a Redlock grant: one more than the greatest token a majority of nodes
-    /// issued for the name, and at least the time in microseconds.
-    async fn propose(&self, kind: Kind, name: &Resource) -> Result<u64> {
-        let args = [Arg::Text(letter(kind)), Arg::Text(name.as_str())];
+    /// Phase one of a Redlock grant to `owner`: one more than the greatest token a majority
+    /// of nodes issued for the name, and at least the time in microseconds; and for a permit
+    /// of a semaphore of `slots` permits, the first slot that a majority has free (or, if
+    /// none has, the one most have free, which will be refused with the holders).
+    async fn propose(&self, key: &Key, owner: &Owner, slots: u32) -> Result<Proposal> {
+        let [owner_name, principal] = owner_args(owner);
+        let args = [
+            Arg::Text(letter(key.kind)),
+            Arg::Text(key.name.as_str()),
+            owner_name,
+            principal,
+        ];
+        let replies = self.on_majority("last", &args).await?;
+        let answered = replies.len();
         let mut last = 0;
-        for mut reply in self.on_majority("last", &args).await? {
+        let mut taken = vec![0_usize; usize::try_from(slots).unwrap_or(0)];
+        for mut reply in replies {
             last = last.max(reply.number()?);
+            while !reply.is_empty() {
+                let slot = reply.number()?;
+                let at = usize::try_from(slot).ok().and_then(|slot| slot.checked_sub(1));
+                if let Some(count) = at.and_then(|at| taken.get_mut(at)) {
+                    *count += 1;
+                }
+            }
         }
         let micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX));
-        Ok((last + 1).max(micros))
+        // Racers spread over the free slots rather than all ask for the first.
+        let free: Vec<usize> = (0..taken.len())
+            .filter(|at| answered - taken[*at] >= self.quorum)
+            .collect();
+        let slot = match free.len() {
+            0 => taken
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, count)| **count)
+                .map(|(at, _)| at),
+            n => free.get(usize::try_from(random()).unwrap_or(0) % n).copied(),
+        }
+        .map_or(0, |at| to_u64(at + 1));
+        Ok(Proposal {
+            token: (last + 1).max(micros),
+            slot,
+        })
     }
 
     /// A grant under Redlock (see the module docs): proposes a token, sends `grant` with it to
@@ -320,13 +354,13 @@ impl RedisStore {
         &'a self,
         key: &Key,
         owner: &Owner,
-        ttl: Ttl,
-        grant: impl Fn(&'a Node, Timestamp, u64) -> NodeCall<'a, T>,
+        (ttl, slots): (Ttl, u32),
+        grant: impl Fn(&'a Node, Timestamp, Proposal) -> NodeCall<'a, T>,
     ) -> Result<Decided<T>> {
         let doing = "acquire";
-        for _attempt in 0..ATTEMPTS {
+        for attempt in 0..ATTEMPTS {
             let start = Timestamp::now_wall();
-            let proposal = self.propose(key.kind, &key.name).await?;
+            let proposal = self.propose(key, owner, slots).await?;
             let answers = join_all(self.nodes.iter().map(|node| grant(node, start, proposal))).await;
             let valid =
                 Timestamp::now_wall().since(start) + self.drift().of(ttl.as_duration()) < ttl.as_duration();
@@ -394,7 +428,7 @@ impl RedisStore {
                     .map(|(at, token, _)| (*at, (*token, String::new()))),
             )
             .await;
-            tokio::time::sleep(Duration::from_millis(u64::from(jitter()) % 20 + 1)).await;
+            pause(attempt).await;
         }
         Err(contended(doing, &key.name))
     }
@@ -452,24 +486,30 @@ impl RedisStore {
         terms: Terms,
     ) -> Result<AcquireOutcome> {
         let names = std::slice::from_ref(resource);
-        for _attempt in 0..ATTEMPTS {
+        for attempt in 0..ATTEMPTS {
             let decided = self
-                .grant(&Key::lock(resource), owner, terms.ttl, |node, start, proposal| {
-                    Box::pin(async move {
-                        let args = acquire_args(owner, terms, proposal, self.shown(start), names);
-                        let reply = node.call("acquire", &args).await?;
-                        took(reply, names)?
-                            .pop()
-                            .ok_or_else(|| odd("acquire", "no answer"))
-                    })
-                })
+                .grant(
+                    &Key::lock(resource),
+                    owner,
+                    (terms.ttl, 0),
+                    |node, start, proposal| {
+                        Box::pin(async move {
+                            let args = acquire_args(owner, terms, proposal.token, self.shown(start), names);
+                            let reply = node.call("acquire", &args).await?;
+                            took(reply, names)?
+                                .pop()
+                                .ok_or_else(|| odd("acquire", "no answer"))
+                        })
+                    },
+                )
                 .await?;
             let refusals = match decided {
                 Decided::Granted(took) | Decided::Extended(took) => return took.outcome(resource),
                 Decided::Refused(refusals) => refusals,
             };
             // Report the holder a majority keeps, not a racer's grant on a few nodes that is
-            // being undone; if there is none, nothing but racers stood in the way.
+            // being undone: the lease a majority agrees on, or else the owner whose leases
+            // refused on a majority of nodes.
             if let Some(holder) = self.get(resource).await?
                 && holder.owner != *owner
             {
@@ -482,15 +522,36 @@ impl RedisStore {
                     .unwrap_or_else(|| holder.expires_at.since(Timestamp::now_wall()));
                 return Ok(AcquireOutcome::Held { holder, expires_in });
             }
+            let held: Vec<(&str, &str)> = refusals
+                .iter()
+                .filter_map(|t| match &t.how {
+                    How::Held(r) => Some((r.owner.as_str(), r.principal.as_str())),
+                    _ => None,
+                })
+                .collect();
+            if held.len() >= self.quorum
+                && let Some(holder) = most_common(&held)
+                && let Some(refusal) = refusals.iter().find(
+                    |t| matches!(&t.how, How::Held(r) if (r.owner.as_str(), r.principal.as_str()) == holder),
+                )
+            {
+                return refusal.outcome(resource);
+            }
             if let Some(delayed) = refusals.iter().find(|t| matches!(t.how, How::Delayed(_))) {
                 return delayed.outcome(resource);
             }
+            pause(attempt).await;
         }
         Err(contended("acquire", resource))
     }
 
     /// `ask` on `node`, with `proposal` (0: the node's next token) and `shown` times.
-    async fn acquire_hold_on(node: &Node, ask: HoldAsk<'_>, proposal: u64, shown: Shown) -> Result<HoldTook> {
+    async fn acquire_hold_on(
+        node: &Node,
+        ask: HoldAsk<'_>,
+        proposal: Proposal,
+        shown: Shown,
+    ) -> Result<HoldTook> {
         let HoldAsk {
             name,
             owner,
@@ -512,7 +573,8 @@ impl RedisStore {
             Arg::Number(limit),
             Arg::Number(ttl.as_millis()),
             Arg::Number(intent.map_or(0, Ttl::as_millis)),
-            Arg::Number(proposal),
+            Arg::Number(proposal.token),
+            Arg::Number(proposal.slot),
             shown[0],
             shown[1],
             shown[2],
@@ -543,6 +605,69 @@ impl RedisStore {
             (other, _) => return Err(odd("acquire_hold", other)),
         };
         Ok(HoldTook { how })
+    }
+
+    /// The refusal of a hold under Redlock that stands, from the nodes' `refusals`, or `None`
+    /// if the acquire should try again: a permit refused for a slot a racer took while the
+    /// semaphore has room, or a hold refused only by racers' grants on a few nodes, which
+    /// are being undone. The holders reported are those a majority keeps, else those of a
+    /// node that refused.
+    async fn busy(
+        &self,
+        claim: Claim,
+        owner: &Owner,
+        name: &Resource,
+        refusals: &[HoldTook],
+    ) -> Result<Option<Busy>> {
+        let busy: Vec<(&Vec<Record>, bool, Duration)> = refusals
+            .iter()
+            .filter_map(|t| match &t.how {
+                HoldHow::Busy {
+                    holders,
+                    writer_waits,
+                    retry_in,
+                } => Some((holders, *writer_waits, *retry_in)),
+                _ => None,
+            })
+            .collect();
+        // A namesake of another principal is refused whatever the room.
+        let namesake = busy
+            .iter()
+            .any(|(holders, ..)| holders.iter().any(|r| r.owner == owner.as_str()));
+        let room = match claim {
+            Claim::Permit { limit } => {
+                !namesake && busy.iter().any(|(holders, ..)| holders.len() < to_usize(limit))
+            }
+            Claim::Read | Claim::Write => false,
+        };
+        let agreed: Vec<Hold> = self
+            .holds_of(claim.kind(), name)
+            .await?
+            .into_iter()
+            .filter(|h| h.lease.owner != *owner)
+            .collect();
+        let writer_waits = busy.iter().any(|(_, waits, _)| *waits);
+        if room || (agreed.is_empty() && !writer_waits && busy.len() < self.quorum) {
+            return Ok(None);
+        }
+        let holders = match agreed.is_empty() {
+            false => agreed,
+            true => busy
+                .iter()
+                .max_by_key(|(holders, ..)| holders.len())
+                .map(|(holders, ..)| holders.iter().map(|r| r.hold(name)).collect::<Result<Vec<_>>>())
+                .transpose()?
+                .unwrap_or_default(),
+        };
+        Ok(Some(Busy {
+            holders,
+            writer_waits,
+            retry_in: busy
+                .iter()
+                .map(|(_, _, retry_in)| *retry_in)
+                .min()
+                .unwrap_or_default(),
+        }))
     }
 
     /// The live holds of `kind` on `name` that a majority keeps alike.
@@ -907,14 +1032,18 @@ impl LockStore for RedisStore {
             intent,
         };
         if !self.redlock() {
-            return Self::acquire_hold_on(&self.nodes[0], ask, 0, ON_ONE_NODE)
+            return Self::acquire_hold_on(&self.nodes[0], ask, Proposal::NONE, ON_ONE_NODE)
                 .await?
                 .outcome(name);
         }
         let key = Key::hold(claim.kind(), name);
-        for _attempt in 0..ATTEMPTS {
+        let slots = match claim {
+            Claim::Permit { limit } => limit,
+            Claim::Read | Claim::Write => 0,
+        };
+        for attempt in 0..ATTEMPTS {
             let decided = self
-                .grant(&key, owner, ttl, |node, start, proposal| {
+                .grant(&key, owner, (ttl, slots), |node, start, proposal| {
                     Box::pin(Self::acquire_hold_on(node, ask, proposal, self.shown(start)))
                 })
                 .await?;
@@ -928,32 +1057,10 @@ impl LockStore for RedisStore {
             }) {
                 return Ok(HoldOutcome::LimitMismatch { limit });
             }
-            // The holders a majority keeps, not racers' grants on a few nodes being undone.
-            let holders: Vec<Hold> = self
-                .holds_of(claim.kind(), name)
-                .await?
-                .into_iter()
-                .filter(|h| h.lease.owner != *owner)
-                .collect();
-            let (mut writer_waits, mut retry_in) = (false, None::<Duration>);
-            for took in &refusals {
-                if let HoldHow::Busy {
-                    writer_waits: waits,
-                    retry_in: until,
-                    ..
-                } = took.how
-                {
-                    writer_waits |= waits;
-                    retry_in = Some(retry_in.map_or(until, |r| r.min(until)));
-                }
+            if let Some(busy) = self.busy(claim, owner, name, &refusals).await? {
+                return Ok(HoldOutcome::Busy(busy));
             }
-            if !holders.is_empty() || writer_waits {
-                return Ok(HoldOutcome::Busy(Busy {
-                    holders,
-                    writer_waits,
-                    retry_in: retry_in.unwrap_or_default(),
-                }));
-            }
+            pause(attempt).await;
         }
         Err(contended("acquire_hold", name))
     }
@@ -1089,6 +1196,19 @@ impl LockStore for RedisStore {
             drift: self.drift(),
         }
     }
+}
+
+/// What a Redlock acquire proposes to every node: a token, and for a permit, a slot (1 to
+/// the limit).
+#[derive(Debug, Clone, Copy)]
+struct Proposal {
+    token: u64,
+    slot: u64,
+}
+
+impl Proposal {
+    /// On one node: its next token, and no slot (permits are counted).
+    const NONE: Self = Self { token: 0, slot: 0 };
 }
 
 /// The SHOWN_FROM, SHOWN_PER_MILLE and SHOWN_FIXED arguments of the script.
@@ -1242,15 +1362,27 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+fn to_usize(n: u32) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
 fn to_u64(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-/// A few random bits, to spread the retries of racing acquirers.
-fn jitter() -> u32 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.subsec_nanos())
+/// Random bits, to spread racing acquirers.
+fn random() -> u32 {
+    getrandom::u32().unwrap_or_else(|_| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.subsec_nanos())
+    })
+}
+
+/// A random pause before try `attempt` + 1 of racing acquirers: up to 10 ms more each time.
+async fn pause(attempt: usize) {
+    let most = 10 * (to_u64(attempt) + 1);
+    tokio::time::sleep(Duration::from_millis(u64::from(random()) % most + 1)).await;
 }
 
 #[cfg(test)]

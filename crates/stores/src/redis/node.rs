@@ -258,9 +258,10 @@ impl Record {
             owner,
             until,
             _cap,
+            _slot,
         ] = fields[..]
         else {
-            return Err(format!("{} fields, not 11", fields.len()));
+            return Err(format!("{} fields, not 12", fields.len()));
         };
         let number = |field: &str| {
             field
