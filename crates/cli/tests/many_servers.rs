@@ -658,7 +658,8 @@ async fn a_redlock_of_three_needs_a_majority_and_leaves_nothing_half_held() {
 /// permits p1 on {A, B}, p2 on {B, C} and p3 on {A, C} would each have a majority, and no
 /// node more than 2 — three holders. Here the node left out of each grant is made to refuse
 /// it by permits of another owner taken there straight (a one-node server on that node),
-/// then let go.
+/// then let go. p1 and p2 are granted; p3 is told the two holders (200, not granted), as any
+/// try on a full semaphore is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_semaphore_on_redlock_has_no_more_holders_than_its_limit() {
     let nodes = RedisNodes::start(3);
@@ -689,18 +690,35 @@ async fn a_semaphore_on_redlock_has_no_more_holders_than_its_limit() {
         }
     };
 
-    let mut granted = 0;
+    let mut answers = Vec::new();
     for (owner, left_out) in [("p1", 2), ("p2", 0), ("p3", 1)] {
         let taken = fill(left_out).await;
         let answer = hold(&client, &redlock.url, pool, permit(owner)).await;
-        assert_eq!(answer.status, 200, "{}", answer.body);
-        granted += usize::from(answer.body["acquired"] == true);
         give_back(left_out, taken).await;
+        answers.push(answer);
     }
     let shown = get(&client, format!("{}/{pool}", redlock.url)).await;
+    let granted = answers.iter().filter(|a| a.body["acquired"] == true).count();
     assert!(
         granted <= 2,
         "{granted} permits granted of a semaphore of 2; it shows {}",
         shown.body
     );
+    for answer in &answers[..2] {
+        assert_eq!(answer.body["acquired"], true, "{} {}", answer.status, answer.body);
+    }
+    let third = &answers[2];
+    assert_eq!(
+        third.status, 200,
+        "a full semaphore is not an outage: {}",
+        third.body
+    );
+    assert_eq!(third.body["acquired"], false, "{}", third.body);
+    let holders: Vec<&Value> = third.body["permits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["owner"])
+        .collect();
+    assert_eq!(holders, [&json!("p1"), &json!("p2")], "{}", third.body);
 }
