@@ -609,7 +609,7 @@ impl RedisStore {
 
     /// The refusal of a hold under Redlock that stands, from the nodes' `refusals`, or `None`
     /// if the acquire should try again: a permit refused for a slot a racer took while the
-    /// semaphore has room, or a hold refused only by racers' grants on a few nodes, which
+    /// semaphore has room (fewer permits than its limit on a majority), or a hold refused only by racers' grants on a few nodes, which
     /// are being undone. The holders reported are those a majority keeps, else those of a
     /// node that refused.
     async fn busy(
@@ -634,18 +634,22 @@ impl RedisStore {
         let namesake = busy
             .iter()
             .any(|(holders, ..)| holders.iter().any(|r| r.owner == owner.as_str()));
-        let room = match claim {
-            Claim::Permit { limit } => {
-                !namesake && busy.iter().any(|(holders, ..)| holders.len() < to_usize(limit))
-            }
-            Claim::Read | Claim::Write => false,
-        };
         let agreed: Vec<Hold> = self
             .holds_of(claim.kind(), name)
             .await?
             .into_iter()
             .filter(|h| h.lease.owner != *owner)
             .collect();
+        // Room is left when fewer permits than the limit are held on a majority and some
+        // node that refused was not full: a racer took the slot asked for.
+        let room = match claim {
+            Claim::Permit { limit } => {
+                !namesake
+                    && agreed.len() < to_usize(limit)
+                    && busy.iter().any(|(holders, ..)| holders.len() < to_usize(limit))
+            }
+            Claim::Read | Claim::Write => false,
+        };
         let writer_waits = busy.iter().any(|(_, waits, _)| *waits);
         if room || (agreed.is_empty() && !writer_waits && busy.len() < self.quorum) {
             return Ok(None);
