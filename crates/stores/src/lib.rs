@@ -49,6 +49,9 @@
 //!   PostgreSQL database shared by many servers.
 //! - [`etcd`] (feature `etcd`, off by default: its build needs `protoc`):
 //!   [`etcd::EtcdStore`], an etcd cluster shared by many servers.
+//! - [`redis`] (feature `redis`, on by default): [`redis::RedisStore`], one Redis node, or
+//!   Redlock over three or more independent ones, shared by many servers; every operation is
+//!   one Lua script (`redis/fencelock.lua`) on each node.
 //! - The in-memory store is [`fencelock_core::MemoryStore`]; it lives in the core crate as
 //!   the reference every store is tested against.
 //!
