@@ -515,6 +515,52 @@ async fn one_node_started_again_empty_still_grants_a_greater_token() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_stopped_answers_unavailable_and_serves_again_when_back() {
+    let nodes = own_nodes(1).await;
+    let store = open(&nodes.node_url(0)).await;
+    let name = shared::unique("one-down");
+    let who = owner("a");
+    let held = match store
+        .acquire(&name, &who, ttl(Duration::from_secs(60)))
+        .await
+        .unwrap()
+    {
+        AcquireOutcome::Granted { lease, .. } => lease,
+        other => panic!("a free lock: {other:?}"),
+    };
+    let nodes = with_nodes(nodes, |nodes| nodes.stop(0)).await;
+    let down = |e: StoreError| assert!(matches!(e, StoreError::Unavailable { .. }), "{e}");
+    down(
+        answered(
+            "acquire",
+            store.acquire(&name, &owner("b"), ttl(Duration::from_secs(60))),
+        )
+        .await
+        .unwrap_err(),
+    );
+    down(answered("get", store.get(&name)).await.unwrap_err());
+    down(
+        answered(
+            "renew",
+            store.renew(&name, &who, ttl(Duration::from_secs(60)), Some(held.token)),
+        )
+        .await
+        .unwrap_err(),
+    );
+    down(
+        answered("release", store.release(&name, &who, Some(held.token)))
+            .await
+            .unwrap_err(),
+    );
+    down(answered("ping", store.ping()).await.unwrap_err());
+    let _nodes = with_nodes(nodes, |nodes| nodes.start_again(0)).await;
+    // Back, and empty: the lock is free, and its next token is still greater.
+    let token = grant_and_release_until_it_works(store.as_ref(), &name, Duration::from_secs(30)).await;
+    assert!(token > held.token, "token {token} after {}", held.token);
+    store.ping().await.unwrap();
+}
+
 /// The racers' shared record of the lock: whether someone holds it, and the last token
 /// granted.
 #[derive(Debug, Default)]
