@@ -1,8 +1,8 @@
 //! # fencelock-stores
 //!
 //! The stores behind a store address, and [`open`], which reads the address and opens the
-//! right one: `memory://` for tests, `sqlite://PATH` for the embedded store, `postgres://…`
-//! and `etcd://…` for stores shared by many servers.
+//! right one: `memory://` for tests, `sqlite://PATH` for the embedded store, `postgres://…`,
+//! `etcd://…` and `zookeeper://…` for stores shared by many servers.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), fencelock_stores::OpenError> {
@@ -31,6 +31,7 @@
 //! | embedded ([`sqlite`], the default) | `sqlite://PATH` | the server's: the wall clock read at start, then monotonic, so a clock jump moves no lease; the time the server is stopped is not counted, so a clock stepped while it is down cannot shorten a lease (downtime prolongs them instead) | 1 ms | yes: committed and fsynced before the answer (group commit) | no failover: one server owns the file | one server; correctness with fencing tokens |
 //! | [`postgres`] | `postgres://user@host:port/db` | the database's (`clock_timestamp()` of the primary): the servers' clocks do not matter, but expiry follows the database host's wall clock, so a step of that clock (forward or back) ends or prolongs every lease by the step: keep it synchronised, and slewed rather than stepped | 1 ms: a lease is stamped at the database's time rounded *up* to a whole millisecond, and lasts `ttl` from there, so never less than asked | yes: committed and flushed before the answer; the store's sessions set `synchronous_commit = on` whatever the server's default (an address's own `options` may set it otherwise), and a commit is as durable as the server's `fsync` makes it | with asynchronous replication, the commits the new primary had not received: answered grants and releases, and the fencing tokens issued with them, so a later grant may reuse a token. With synchronous replication (`synchronous_commit = on` or `remote_apply` and a synchronous standby) nothing answered is lost. Either way the new primary's clock takes over, so leases end early or late by the difference between the two hosts' clocks | correctness with fencing tokens on one primary or with synchronous replication; efficiency only with asynchronous replication. Tokens live in the database: a new, empty database starts them again at 1, so never move the locks of resources that remember tokens to one |
 //! | [`etcd`] v3 (cargo feature `etcd`) | `etcd://host:port[,host:port…]` | etcd's: a lock, a permit or a hold is one key attached to an etcd lease, which the leader's clock counts down; the servers' clocks decide nothing — except for a lock with terms (a cap or a lock-delay), whose key outlives it: its `expires_at` and the end of its delay are read on the clock of the server that judges, so keep the servers' clocks synchronised when you use terms | whole seconds, rounded **up**, and etcd may raise a short TTL to its minimum (about 1.5 × the election timeout): a lease never lasts less than asked. `expires_at` is the granting server's time before it asked plus the TTL etcd granted, and etcd frees the lock then or a little later (it looks for expired leases about every half second); until it deletes the key, `get` and `list` still show the lease. A cap cuts `expires_at` to the millisecond, inside etcd's whole seconds | yes: a quorum of members has committed it (Raft) before the answer | nothing answered; a new leader restarts lease countdowns, so a lock may outlive its `expires_at` by up to a TTL (never end sooner) | correctness with fencing tokens: tokens are etcd revisions, which the cluster never reuses (a restore from a snapshot keeps them; only a new, empty cluster starts again at 1) |
+//! | [`zookeeper`] (cargo feature `zookeeper`) | `zookeeper://host:port[,host:port…]` | the fencelock servers': a name's state (its leases, holds, intents) is one node's data, changed by compare-and-set, and a lease is live while `now < expires_at` by the clock of the server that judges the call: keep the servers' clocks synchronised. ZooKeeper's sessions decide nothing: a server whose session expires keeps its leases until their `expires_at` | 1 ms: a lease lasts exactly its TTL | yes: a quorum has logged it before the answer (`forceSync=yes`, ZooKeeper's default) | nothing answered | correctness with fencing tokens: a token is above the name's node's last zxid, so it never goes back while the ensemble keeps its data (only a new, empty ensemble starts again low). Holders have no ephemeral nodes, so ZooKeeper's own tools do not show them |
 //! | in-memory ([`MemoryStore`]) | `memory://` | the server's, as the embedded store's while it runs | 1 ms | no | everything: nothing survives the process | tests, one process |
 //!
 //! # Layout
@@ -46,6 +47,8 @@
 //!   PostgreSQL database shared by many servers.
 //! - [`etcd`] (feature `etcd`, off by default: its build needs `protoc`):
 //!   [`etcd::EtcdStore`], an etcd cluster shared by many servers.
+//! - [`zookeeper`] (feature `zookeeper`, off by default: its client adds about a hundred
+//!   crates): [`zookeeper::ZooKeeperStore`], a ZooKeeper ensemble shared by many servers.
 //! - The in-memory store is [`fencelock_core::MemoryStore`]; it lives in the core crate as
 //!   the reference every store is tested against.
 //!
@@ -64,10 +67,17 @@ pub mod etcd;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(any(feature = "postgres", feature = "etcd", feature = "redis"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "etcd",
+    feature = "redis",
+    feature = "zookeeper"
+))]
 mod remote;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use deadline::Deadline;
 
@@ -151,6 +161,16 @@ pub const SCHEMES: &[Scheme] = &[
         #[cfg(not(feature = "etcd"))]
         open: None,
     },
+    Scheme {
+        names: &["zookeeper"],
+        feature: Some("zookeeper"),
+        example: "zookeeper://HOST:PORT[,HOST:PORT...]",
+        build_needs: None,
+        #[cfg(feature = "zookeeper")]
+        open: Some(zookeeper::open),
+        #[cfg(not(feature = "zookeeper"))]
+        open: None,
+    },
 ];
 
 /// Why a store address could not be opened.
@@ -215,6 +235,8 @@ pub fn supported_schemes() -> Vec<&'static str> {
 ///   that many servers may share; see [`postgres`]. The schema is created or upgraded.
 /// - `etcd://HOST:PORT[,HOST:PORT…]`: an etcd cluster that many servers may share, given by
 ///   the client addresses of its members; see [`etcd`].
+/// - `zookeeper://HOST:PORT[,HOST:PORT…]`: a ZooKeeper ensemble that many servers may share,
+///   given by the client addresses of its members; see [`zookeeper`].
 ///
 /// Schemes are case-insensitive.
 pub async fn open(address: &str) -> Result<Arc<dyn LockStore>, OpenError> {
@@ -249,7 +271,13 @@ fn open_memory<'a>(address: &'a str, rest: &'a str) -> Opening<'a> {
 
 /// What [`open`] answers for a store that `opening` gave: the store, or why not. A store's
 /// [`StoreError::Invalid`] at open is the address's fault.
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "etcd", feature = "redis"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "etcd",
+    feature = "redis",
+    feature = "zookeeper"
+))]
 fn opened<S: LockStore>(
     address: &str,
     opening: Result<S, StoreError>,
@@ -265,7 +293,7 @@ fn opened<S: LockStore>(
 }
 
 /// A page of `leases`, fetched one past `limit` to know whether another page follows.
-#[cfg(any(feature = "postgres", feature = "etcd"))]
+#[cfg(any(feature = "postgres", feature = "etcd", feature = "zookeeper"))]
 fn page(mut leases: Vec<fencelock_core::Lease>, limit: usize) -> fencelock_core::LeasePage {
     let next = if leases.len() > limit {
         leases.truncate(limit);
