@@ -6,10 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
-use fencelock_core::{LockStore, StoreError};
+use fencelock_core::{
+    AcquireOutcome, FencingToken, LockStore, ReleaseOutcome, Resource, StoreError, Terms, Timestamp, Waiters,
+};
 use fencelock_stores::Deadline;
 use fencelock_stores::zookeeper::{ZooKeeperOptions, ZooKeeperStore};
-use fencelock_testkit::shared_zookeeper;
+use fencelock_testkit::{Proxy, ZooKeeper, ZooKeeperEnsemble, shared_zookeeper};
+use tokio_util::sync::CancellationToken;
 
 mod shared;
 
@@ -34,3 +37,369 @@ async fn harness() -> Harness {
 }
 
 fencelock_conformance::suite!(harness);
+
+/// Short timeouts, so that calls without a quorum fail quickly; a session that outlives the
+/// loss of a member (the client moves to another one within it).
+fn impatient() -> ZooKeeperOptions {
+    ZooKeeperOptions {
+        session_timeout: Duration::from_secs(4),
+        connect_timeout: Duration::from_secs(1),
+        call_timeout: Duration::from_secs(2),
+        ..ZooKeeperOptions::default()
+    }
+}
+
+async fn store_with(url: &str, options: ZooKeeperOptions) -> Arc<Deadline<ZooKeeperStore>> {
+    Arc::new(
+        ZooKeeperStore::connect_with(url, options)
+            .await
+            .expect("connect to ZooKeeper"),
+    )
+}
+
+/// Starts an ensemble of `size` (blocking, so not on the async worker).
+async fn ensemble(size: usize) -> ZooKeeperEnsemble {
+    tokio::task::spawn_blocking(move || ZooKeeperEnsemble::start(size))
+        .await
+        .expect("start a ZooKeeper ensemble")
+}
+
+/// Runs `change` on the ensemble off the async worker (stopping and starting members blocks).
+async fn with_ensemble(
+    ensemble: ZooKeeperEnsemble,
+    change: impl FnOnce(&mut ZooKeeperEnsemble) + Send + 'static,
+) -> ZooKeeperEnsemble {
+    tokio::task::spawn_blocking(move || {
+        let mut ensemble = ensemble;
+        change(&mut ensemble);
+        ensemble
+    })
+    .await
+    .expect("change the ensemble")
+}
+
+/// Acquires and releases `resource` until both succeed or `within` runs out (after a member
+/// is lost the client moves to another one, and a new leader may be elected); returns the
+/// token granted.
+async fn acquire_and_release_until_it_works(
+    store: &dyn LockStore,
+    resource: &Resource,
+    within: Duration,
+) -> FencingToken {
+    let deadline = Instant::now() + within;
+    let who = owner("cycler");
+    loop {
+        let attempt = async {
+            // An earlier attempt whose answer was lost may have left the lock to us: then
+            // this extends it, with that attempt's token.
+            let lease = match store
+                .acquire(resource, &who, ttl(Duration::from_secs(30)))
+                .await?
+            {
+                AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => lease,
+                refused => panic!("nobody else uses it: {refused:?}"),
+            };
+            let renewed = store
+                .renew(resource, &who, ttl(Duration::from_secs(30)), Some(lease.token))
+                .await?;
+            assert!(
+                matches!(renewed, fencelock_core::RenewOutcome::Renewed(_)),
+                "{renewed:?}"
+            );
+            match store.release(resource, &who, Some(lease.token)).await? {
+                ReleaseOutcome::Released(_) => Ok::<_, StoreError>(lease.token),
+                other => panic!("release after a grant: {other:?}"),
+            }
+        };
+        match attempt.await {
+            Ok(token) => return token,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "locks did not work again: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ensemble_serves_with_one_member_down_and_refuses_without_a_quorum() {
+    let ensemble = ensemble(3).await;
+    let store = store_with(&ensemble.url(), impatient()).await;
+    let resource = shared::unique("quorum");
+    let mut last =
+        acquire_and_release_until_it_works(store.as_ref(), &resource, Duration::from_secs(10)).await;
+    // A lock held through it all: no member lost may take it.
+    let kept = shared::unique("kept");
+    let kept_lease = shared::granted(
+        store
+            .acquire(&kept, &owner("keeper"), ttl(Duration::from_secs(600)))
+            .await
+            .unwrap(),
+    );
+
+    // The leader down (the harsh case: an election, and requests in flight lost).
+    let stopped_at = Instant::now();
+    let leader = ensemble.wait_for_leader();
+    let ensemble = with_ensemble(ensemble, move |e| e.stop(leader)).await;
+    let token = acquire_and_release_until_it_works(store.as_ref(), &resource, Duration::from_secs(20)).await;
+    eprintln!(
+        "with the leader stopped, locks worked again after {:?}",
+        stopped_at.elapsed()
+    );
+    assert!(token > last, "token {token:?} after {last:?}");
+    last = token;
+    for _ in 0..5 {
+        let token =
+            acquire_and_release_until_it_works(store.as_ref(), &resource, Duration::from_secs(2)).await;
+        assert!(token > last, "token {token:?} after {last:?}");
+        last = token;
+    }
+
+    // Two members down: no quorum, so acquire fails within its deadline and grants nothing.
+    let second = (leader + 1) % 3;
+    let ensemble = with_ensemble(ensemble, move |e| {
+        e.stop(second);
+        assert!(e.wait_no_quorum(), "the last member still serves");
+    })
+    .await;
+    let refused = shared::unique("no-quorum");
+    for _ in 0..3 {
+        let started = Instant::now();
+        let outcome = store
+            .acquire(&refused, &owner("hopeful"), ttl(Duration::from_secs(60)))
+            .await;
+        let took = started.elapsed();
+        assert!(
+            matches!(outcome, Err(StoreError::Unavailable { .. })),
+            "acquire without a quorum: {outcome:?}"
+        );
+        assert!(took < Duration::from_secs(5), "acquire took {took:?} to fail");
+        eprintln!("without a quorum, acquire failed after {took:?}");
+    }
+    let renew = store
+        .renew(&kept, &owner("keeper"), ttl(Duration::from_secs(600)), None)
+        .await;
+    assert!(matches!(renew, Err(StoreError::Unavailable { .. })), "{renew:?}");
+    assert!(store.ping().await.is_err(), "ping without a quorum");
+
+    // Both back: service resumes, the refused acquire left nothing, tokens only grow.
+    let restarted_at = Instant::now();
+    let ensemble = with_ensemble(ensemble, move |e| {
+        e.start_again(leader);
+        e.start_again(second);
+    })
+    .await;
+    let token = acquire_and_release_until_it_works(store.as_ref(), &resource, Duration::from_secs(30)).await;
+    eprintln!(
+        "after the restarts, locks worked again after {:?}",
+        restarted_at.elapsed()
+    );
+    assert!(token > last, "token {token:?} after {last:?}");
+    assert_eq!(
+        store.get(&refused).await.unwrap(),
+        None,
+        "an acquire without a quorum granted"
+    );
+    assert_eq!(store.get(&kept).await.unwrap(), Some(kept_lease));
+    drop(ensemble);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_ensemble_have_one_winner_and_hand_over_by_watch() {
+    const RACERS: usize = 100;
+    let ensemble = ensemble(3).await;
+    let servers: [Arc<dyn LockStore>; 2] = [
+        store_with(&ensemble.url(), impatient()).await,
+        store_with(&ensemble.url(), impatient()).await,
+    ];
+    let resource = shared::unique("race");
+    let long = ttl(Duration::from_secs(60));
+    let mut last = FencingToken(0);
+    for round in 0..5 {
+        let racers: Vec<_> = (0..RACERS)
+            .map(|i| {
+                let (store, resource) = (servers[i % 2].clone(), resource.clone());
+                tokio::spawn(async move {
+                    let who = owner(&format!("round{round}-{i}"));
+                    let outcome = store.acquire(&resource, &who, long).await.expect("acquire");
+                    (i, who, outcome)
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for racer in racers {
+            match racer.await.unwrap() {
+                (i, who, AcquireOutcome::Granted { lease, .. }) => winners.push((i, who, lease)),
+                (_, _, AcquireOutcome::Held { .. }) => {}
+                (_, who, odd) => panic!("round {round}, {who}: {odd:?}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let (i, who, lease) = winners.pop().unwrap();
+        assert!(lease.token > last, "round {round}: {lease:?} after {last:?}");
+        last = lease.token;
+        // Handed over: released through the other server.
+        let released = servers[(i + 1) % 2]
+            .release(&resource, &who, Some(lease.token))
+            .await
+            .unwrap();
+        assert!(matches!(released, ReleaseOutcome::Released(_)), "{released:?}");
+    }
+
+    // A waiter on one server is woken by a release through the other, long before the
+    // holder's TTL would have ended.
+    let holder = shared::granted(
+        servers[0]
+            .acquire(&resource, &owner("holder"), long)
+            .await
+            .unwrap(),
+    );
+    let waiters = Waiters::new(servers[1].clone());
+    let waiting = tokio::spawn({
+        let resource = resource.clone();
+        async move {
+            waiters
+                .acquire_unless(
+                    &resource,
+                    &owner("waiter"),
+                    Terms::ttl(long),
+                    Duration::from_secs(50),
+                    &CancellationToken::new(),
+                )
+                .await
+        }
+    });
+    // The waiter has asked once and been told to wait when the holder's lease is all it
+    // knows; give it that first refusal before releasing.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !waiting.is_finished() && servers[1].get(&resource).await.unwrap().as_ref() != Some(&holder) {
+        assert!(Instant::now() < deadline, "the holder's lease is not seen");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let released_at = Instant::now();
+    servers[0]
+        .release(&resource, &owner("holder"), Some(holder.token))
+        .await
+        .unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter was not woken by the release")
+        .unwrap()
+        .unwrap();
+    let lease = shared::granted(woken.outcome);
+    eprintln!(
+        "the waiter got the lock {:?} after the release",
+        released_at.elapsed()
+    );
+    assert_eq!(lease.owner, owner("waiter"));
+    assert!(lease.token > holder.token);
+    assert!(released_at.elapsed() < Duration::from_secs(10));
+    drop(ensemble);
+}
+
+/// The number of sessions a standalone server keeps, from its `dump` four-letter word
+/// (`Session Sets (N)/M:` counts buckets, then one line per session id).
+fn sessions(zookeeper: &ZooKeeper) -> Option<usize> {
+    let dump = zookeeper.four_letter_word("dump")?;
+    Some(
+        dump.lines()
+            .filter(|line| line.trim_start().starts_with("0x"))
+            .count(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
+    let zookeeper = Arc::new(tokio::task::spawn_blocking(ZooKeeper::start).await.unwrap());
+    let proxy = Proxy::start(zookeeper.port());
+    let cut_off = ZooKeeperOptions {
+        // The server's floor (two ticks): the session expires soon after the cut.
+        session_timeout: Duration::from_millis(400),
+        connect_timeout: Duration::from_millis(500),
+        call_timeout: Duration::from_secs(1),
+        ..ZooKeeperOptions::default()
+    };
+    let one = store_with(&format!("zookeeper://127.0.0.1:{}", proxy.port()), cut_off).await;
+    let other = store_with(&zookeeper.url(), impatient()).await;
+    let resource = shared::unique("expiring-session");
+    let lease = shared::granted(
+        one.acquire(&resource, &owner("a"), ttl(Duration::from_secs(4)))
+            .await
+            .unwrap(),
+    );
+    let before = sessions(&zookeeper).expect("dump");
+    proxy.cut();
+    let outcome = one
+        .acquire(&shared::unique("cut"), &owner("a"), ttl(Duration::from_secs(4)))
+        .await;
+    assert!(
+        matches!(outcome, Err(StoreError::Unavailable { .. })),
+        "{outcome:?}"
+    );
+    let renew = one
+        .renew(&resource, &owner("a"), ttl(Duration::from_secs(4)), None)
+        .await;
+    assert!(matches!(renew, Err(StoreError::Unavailable { .. })), "{renew:?}");
+
+    // The server expires the cut-off session; the lease stays, seen by the other server.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sessions(&zookeeper).is_none_or(|now| now >= before) {
+        assert!(
+            Instant::now() < deadline,
+            "the session did not expire: {before} before, now {:?}",
+            zookeeper.four_letter_word("dump")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "session expired {:?} before the lease",
+        lease.expires_at.since(Timestamp::now_wall())
+    );
+    assert!(Timestamp::now_wall() < lease.expires_at, "the test was too slow");
+    assert_eq!(other.get(&resource).await.unwrap(), Some(lease.clone()));
+    let refused = other
+        .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(matches!(refused, AcquireOutcome::Held { .. }), "{refused:?}");
+
+    // Until its expiry, and not a moment longer.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let next = loop {
+        match other
+            .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
+            .await
+            .unwrap()
+        {
+            AcquireOutcome::Granted { lease, .. } => break lease,
+            AcquireOutcome::Held { holder, .. } => assert_eq!(holder, lease),
+            odd => panic!("{odd:?}"),
+        }
+        assert!(Instant::now() < deadline, "the lease did not expire");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        next.acquired_at >= lease.expires_at,
+        "{next:?} before {lease:?} ended"
+    );
+    assert!(next.token > lease.token);
+
+    // Back on the network, the cut-off server opens a new session and serves again.
+    proxy.restore();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match one.get(&resource).await {
+            Ok(seen) => {
+                assert_eq!(seen, Some(next));
+                break;
+            }
+            Err(e) => assert!(Instant::now() < deadline, "no new session: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let released = one
+        .release(&resource, &owner("a"), Some(lease.token))
+        .await
+        .unwrap();
+    assert_eq!(released, ReleaseOutcome::Forbidden, "b holds it now");
+}
