@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::{
-    AcquireOutcome, FencingToken, LockStore, ReleaseOutcome, Resource, StoreError, Terms, Timestamp, Waiters,
+    AcquireAllOutcome, AcquireOutcome, Claim, FencingToken, HoldKind, HoldOutcome, Key, LockStore,
+    ReleaseNotice, ReleaseOutcome, Resource, Resources, StoreError, Terms, Timestamp, Waiters,
 };
 use fencelock_stores::Deadline;
 use fencelock_stores::zookeeper::{ZooKeeperOptions, ZooKeeperStore};
 use fencelock_testkit::{Proxy, ZooKeeper, ZooKeeperEnsemble, shared_zookeeper};
 use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
 
 mod shared;
 
@@ -327,6 +329,14 @@ async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
             .await
             .unwrap(),
     );
+    let raw = zk::Client::connect(&zookeeper.endpoint()).await.unwrap();
+    let node = node("locks", &resource);
+    assert_eq!(
+        raw.list_children(&node).await.unwrap(),
+        [holder(lease.token)],
+        "the holder's node, of the session of the server that granted the lease"
+    );
+    let mut heard = one.releases().unwrap();
     let before = sessions(&zookeeper).expect("dump");
     proxy.cut();
     let outcome = one
@@ -357,6 +367,11 @@ async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
     );
     assert!(Timestamp::now_wall() < lease.expires_at, "the test was too slow");
     assert_eq!(other.get(&resource).await.unwrap(), Some(lease.clone()));
+    assert_eq!(
+        raw.list_children(&node).await.unwrap(),
+        Vec::<String>::new(),
+        "the holder's node went with the session, the lease did not"
+    );
     let refused = other
         .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
         .await
@@ -402,4 +417,145 @@ async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
         .await
         .unwrap();
     assert_eq!(released, ReleaseOutcome::Forbidden, "b holds it now");
+    // Its watch is set anew on the new session: waiters are told they may have missed
+    // notices, and hear the other server's releases again.
+    let missed = tokio::time::timeout(Duration::from_secs(10), async {
+        while heard.recv().await != Ok(ReleaseNotice::Missed) {}
+    })
+    .await;
+    assert!(missed.is_ok(), "no Missed after the session was lost");
+    other.release(&resource, &owner("b"), None).await.unwrap();
+    shared::wait_for_release(&mut heard, &resource, Duration::from_secs(10))
+        .await
+        .expect("the other server's release was not heard after the new session");
+}
+
+/// The path of the node of `name` in `folder`, as the store names it.
+fn node(folder: &str, name: &Resource) -> String {
+    let hex: String = name.as_str().bytes().map(|b| format!("{b:02x}")).collect();
+    format!("/fencelock/{folder}/{hex}")
+}
+
+/// The name of the node of the holder of `token`.
+fn holder(token: FencingToken) -> String {
+    format!("lease-{:020}", token.0)
+}
+
+/// Purges until the node at `path` is gone; panics after a while.
+async fn purge_until_gone(store: &dyn LockStore, raw: &zk::Client, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while raw.check_stat(path).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "{path} was not purged");
+        store.purge_expired().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_growing() {
+    let url = shared_url().await;
+    let [one, other] = [store(&url).await, store(&url).await];
+    let mut heard = other.releases().unwrap();
+    let raw = zk::Client::connect(url.strip_prefix("zookeeper://").unwrap())
+        .await
+        .unwrap();
+    let long = ttl(Duration::from_secs(60));
+
+    // A semaphore's permits: one node per holder, the owner's name as its data.
+    let name = shared::unique("seen");
+    let path = node("semaphores", &name);
+    let mut permits = Vec::new();
+    for who in ["a", "b"] {
+        match one
+            .acquire_hold(&name, &owner(who), Claim::Permit { limit: 3 }, long, None)
+            .await
+            .unwrap()
+        {
+            HoldOutcome::Granted { hold, .. } => permits.push(hold.lease),
+            odd => panic!("{odd:?}"),
+        }
+    }
+    let mut children = raw.list_children(&path).await.unwrap();
+    children.sort();
+    assert_eq!(
+        children,
+        permits.iter().map(|p| holder(p.token)).collect::<Vec<_>>()
+    );
+    let (data, stat) = raw
+        .get_data(&format!("{path}/{}", holder(permits[0].token)))
+        .await
+        .unwrap();
+    assert_eq!(data, b"a");
+    assert_ne!(stat.ephemeral_owner, 0, "ephemeral");
+    // A release by the other server deletes the node of the hold it ends, and only that one.
+    other
+        .release_hold(HoldKind::Semaphore, &name, &owner("a"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        raw.list_children(&path).await.unwrap(),
+        [holder(permits[1].token)]
+    );
+    other
+        .force_release(&Key::hold(HoldKind::Semaphore, &name))
+        .await
+        .unwrap();
+    assert_eq!(raw.list_children(&path).await.unwrap(), Vec::<String>::new());
+
+    // A lock released, its node deleted by a purge: the name's next token is still greater.
+    let resource = shared::unique("forgotten");
+    let first = shared::granted(one.acquire(&resource, &owner("a"), long).await.unwrap());
+    one.release(&resource, &owner("a"), None).await.unwrap();
+    purge_until_gone(one.as_ref(), &raw, &node("locks", &resource)).await;
+    let second = shared::granted(other.acquire(&resource, &owner("b"), long).await.unwrap());
+    assert!(second.token > first.token, "{second:?} after {first:?}");
+
+    // Several locks at once share one write, and tokens above its zxid: their nodes go too,
+    // and their next tokens are greater still.
+    let names: Vec<Resource> = (0..5)
+        .map(|i| shared::unique(&format!("forgotten-{i}")))
+        .collect();
+    let all = Resources::new(names.clone()).unwrap();
+    let AcquireAllOutcome::Granted(outcomes) = one
+        .acquire_all(&all, &owner("a"), Terms::ttl(long))
+        .await
+        .unwrap()
+    else {
+        panic!("free names");
+    };
+    let granted: Vec<_> = outcomes.into_iter().map(shared::granted).collect();
+    for lease in &granted {
+        one.release(&lease.resource, &owner("a"), None).await.unwrap();
+    }
+    for name in &names {
+        purge_until_gone(other.as_ref(), &raw, &node("locks", name)).await;
+    }
+    let highest = granted.iter().map(|l| l.token).max().unwrap();
+    for name in &names {
+        let again = shared::granted(one.acquire(name, &owner("b"), long).await.unwrap());
+        assert!(again.token > highest, "{again:?} after {highest:?}");
+    }
+
+    // An expiry forgotten by a purge on one server is announced on the other.
+    let expiring = shared::unique("purged");
+    shared::granted(
+        one.acquire(&expiring, &owner("a"), ttl(Duration::from_millis(50)))
+            .await
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let purged = loop {
+        let purged = one.purge_expired().await.unwrap();
+        if purged.iter().any(|e| e.lease.resource == expiring) {
+            break purged;
+        }
+        assert!(Instant::now() < deadline, "the expired lease was not purged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        purged.iter().all(|e| e.lease.expires_at <= Timestamp::now_wall()),
+        "{purged:?}"
+    );
+    shared::wait_for_key(&mut heard, &Key::lock(&expiring), Duration::from_secs(10))
+        .await
+        .expect("the purge was not announced on the other server");
 }

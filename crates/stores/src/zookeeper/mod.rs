@@ -59,18 +59,24 @@
 //!   such a parent empty rewrites it unchanged (a new, greater `mzxid`) instead of deleting
 //!   it, until the rule above lets it go.
 //!
-//! # Sessions
+//! # Holders' nodes and sessions
 //!
-//! A lease lives in its parent's data until its `expires_at`, not in an ephemeral node, so a
-//! fencelock server's session that expires frees no lease before its `expires_at`. A guard
-//! that cannot renew its lease (its server cut off, or that server's session gone) reports
-//! `lost()` by the lease's `expires_at` at the latest, so `lost()` always comes first: no
-//! other owner is granted the name while the holder may still believe it holds it. The
-//! session only bounds how soon the store notices that it was cut off. An expired session's
-//! client is dead; the next call (or the watch) opens a new session.
+//! Each lease and hold also has an **ephemeral node** under its parent, `lease-` and its
+//! token (zero-padded, so they list in token order), with the owner's name as data, made in
+//! the `multi` that grants it by the session of the server that grants it, and deleted in
+//! the `multi` that ends it (a release, a purge, a replacement, a force-release). So `ls` in
+//! ZooKeeper shows who holds what, and which server's session granted it. The name is the
+//! token rather than a sequence number so that it is known before the `multi` that makes it,
+//! and found again when the lease ends.
 //!
-//! The issue also asked for ephemeral nodes that show the holders in ZooKeeper itself; they
-//! are not kept (see the crate's guarantee table): nothing in the rules needs them.
+//! That node is only a sign: the lease itself lives in its parent's data until its
+//! `expires_at`. A fencelock server whose session expires loses its holders' nodes, never a
+//! lease before its `expires_at`. And a guard whose server is cut off (or whose server's
+//! session is gone) cannot renew, so its `lost()` fires by the lease's `expires_at` at the
+//! latest: `lost()` always comes before any other owner can be granted the name. The session
+//! only bounds how soon a server notices that it was cut off. An expired session's client is
+//! dead; the next call (or the watch) opens a new session, whose later grants have nodes
+//! again (the leases granted before keep none).
 //!
 //! # Release notices
 //!
@@ -121,7 +127,7 @@ mod state;
 
 use error::ZkError;
 use session::Session;
-use state::{Read, Versioned};
+use state::{Holder, Read, Versioned};
 
 /// The store's name in error messages.
 const STORE: &str = "ZooKeeper";
@@ -135,6 +141,9 @@ const READ_BATCH: usize = 64;
 
 /// Persistent nodes anyone may read and write (fencelock's servers are its only clients).
 const FOLDER: zk::CreateOptions<'static> = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+
+/// A holder's node: ephemeral, of the session of the server that granted the lease.
+const HOLDER: zk::CreateOptions<'static> = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
 
 /// How a [`ZooKeeperStore`] connects and how long it waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,20 +328,32 @@ impl ZooKeeperStore {
                 }
                 continue;
             }
+            let holders = try_join_all(reads.iter().map(|read| holders(&client, read))).await?;
             let now = Timestamp::now_wall();
             let mut table = state::table(&reads, now);
             let loaded = table.last_token();
             let outcome = apply(&mut table, now)?;
             let mut multi = client.new_multi_writer();
-            for read in &reads {
+            for (read, present) in reads.iter().zip(&holders) {
                 let version = read.stat.map_or(-1, |s| s.version);
-                let data = state::encode(&state::after(read, &table, loaded))?;
+                let after = state::after(read, &table, loaded);
+                let data = state::encode(&after)?;
                 let added = if data == read.data {
                     multi.add_check_version(&read.path, version)
                 } else {
                     multi.add_set_data(&read.path, &data, Some(version))
                 };
                 added.map_err(ZkError::request(doing))?;
+                for (node, change) in state::holder_changes(&read.state, &after) {
+                    let path = format!("{}/{node}", read.path);
+                    let added = match change {
+                        Holder::Began(owner) => multi.add_create(&path, owner.as_bytes(), &HOLDER),
+                        // Gone already if the session that made it has ended.
+                        Holder::Ended if present.contains(&node) => multi.add_delete(&path, None),
+                        Holder::Ended => continue,
+                    };
+                    added.map_err(ZkError::request(doing))?;
+                }
             }
             match multi.commit().await {
                 Ok(_) => {
@@ -341,8 +362,9 @@ impl ZooKeeperStore {
                     }
                     return Ok(outcome);
                 }
+                // The name changed, a purge deleted its node, or a holder's node came or went.
                 Err(MultiWriteError::OperationFailed {
-                    source: zk::Error::BadVersion | zk::Error::NoNode,
+                    source: zk::Error::BadVersion | zk::Error::NoNode | zk::Error::NodeExists,
                     ..
                 }) => continue,
                 Err(e) => return Err(ZkError::request(doing)(e.into()).into()),
@@ -467,6 +489,15 @@ impl ZooKeeperStore {
             Ok(()) | Err(zk::Error::BadVersion | zk::Error::NoNode | zk::Error::NotEmpty) => Ok(Vec::new()),
             Err(e) => Err(ZkError::request("purge")(e).into()),
         }
+    }
+}
+
+/// The holders' nodes under the node of `read`.
+async fn holders(client: &zk::Client, read: &Read) -> Result<Vec<String>, ZkError> {
+    match client.list_children(&read.path).await {
+        Ok(children) => Ok(children),
+        Err(zk::Error::NoNode) => Ok(Vec::new()),
+        Err(e) => Err(ZkError::request("list the holders")(e)),
     }
 }
 

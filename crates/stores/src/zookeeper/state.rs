@@ -128,6 +128,40 @@ pub(super) fn after(read: &Read, table: &LockTable, loaded: u64) -> State {
     state
 }
 
+/// A holder's node that a change makes or deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Holder {
+    /// A new lease or hold (a new token): its node is made, with the owner's name as data.
+    Began(String),
+    /// A lease or hold that is no more: its node is deleted.
+    Ended,
+}
+
+/// The holders' nodes that going from `before` to `after` makes and deletes, by node name
+/// (`lease-` and the token, so that the node of a lease is known before it is made, in the
+/// same `multi` as the grant, and found again to be deleted when the lease ends).
+pub(super) fn holder_changes(before: &State, after: &State) -> Vec<(String, Holder)> {
+    let has = |state: &State, token: FencingToken| leases(state).any(|l| l.token == token);
+    let began = leases(after)
+        .filter(|l| !has(before, l.token))
+        .map(|l| (holder(l.token), Holder::Began(l.owner.as_str().to_owned())));
+    let ended = leases(before)
+        .filter(|l| !has(after, l.token))
+        .map(|l| (holder(l.token), Holder::Ended));
+    began.chain(ended).collect()
+}
+
+/// The node name of the holder of the lease or hold with `token`; zero-padded, so that the
+/// holders list in token order.
+fn holder(token: FencingToken) -> String {
+    format!("lease-{:020}", token.0)
+}
+
+/// Every lease and hold in `state`, live or not.
+fn leases(state: &State) -> impl Iterator<Item = &Lease> {
+    state.lease.iter().chain(state.holds.iter().map(|h| &h.lease))
+}
+
 /// Whether nothing is left of the name but its last token: a purge may delete its node.
 pub(super) fn is_empty(state: &State) -> bool {
     state.lease.is_none() && state.holds.is_empty() && state.intents.is_empty()
