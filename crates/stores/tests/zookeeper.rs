@@ -559,3 +559,37 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
         .await
         .expect("the purge was not announced on the other server");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnection_tells_waiters_they_may_have_missed_notices() {
+    let zookeeper = ensemble(1).await;
+    let options = ZooKeeperOptions {
+        // Long enough that the session outlives the restart: only the connection is lost.
+        session_timeout: Duration::from_secs(30),
+        call_timeout: Duration::from_secs(2),
+        ..ZooKeeperOptions::default()
+    };
+    let store = store_with(&zookeeper.url(), options).await;
+    let resource = shared::unique("restarted");
+    let lease = shared::granted(
+        store
+            .acquire(&resource, &owner("a"), ttl(Duration::from_secs(60)))
+            .await
+            .unwrap(),
+    );
+    let mut heard = store.releases().unwrap();
+    // The server restarted: the client is refused, so it knows at once it is disconnected.
+    let zookeeper = with_ensemble(zookeeper, |z| {
+        z.stop(0);
+        z.start_again(0);
+        assert!(z.wait_healthy(), "the server did not serve again");
+    })
+    .await;
+    let missed = tokio::time::timeout(Duration::from_secs(20), async {
+        while heard.recv().await != Ok(ReleaseNotice::Missed) {}
+    })
+    .await;
+    assert!(missed.is_ok(), "no Missed after the connection was lost");
+    assert_eq!(store.get(&resource).await.unwrap(), Some(lease));
+    drop(zookeeper);
+}

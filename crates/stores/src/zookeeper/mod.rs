@@ -127,7 +127,7 @@ mod state;
 
 use error::ZkError;
 use session::Session;
-use state::{Holder, Read, Versioned};
+use state::{Forget, Holder, Read, Versioned};
 
 /// The store's name in error messages.
 const STORE: &str = "ZooKeeper";
@@ -471,19 +471,14 @@ impl ZooKeeperStore {
                 })
                 .await;
         }
-        if !state::is_empty(&read.state) {
-            return Ok(Vec::new());
-        }
-        // Empty: delete it if it is still this version. Tokens issued by a multi-acquire may
-        // be above the node's mzxid; then the node is rewritten (a new, greater mzxid) and
-        // deleted by a later purge: see the module docs.
-        let done = if read.state.last_token <= stat.mzxid {
-            client.delete(&read.path, Some(stat.version)).await
-        } else {
-            client
+        // Deleted or rewritten only if still this version: see the module docs.
+        let done = match state::forget(&read.state, stat.mzxid) {
+            None => return Ok(Vec::new()),
+            Some(Forget::Delete) => client.delete(&read.path, Some(stat.version)).await,
+            Some(Forget::Rewrite) => client
                 .set_data(&read.path, &read.data, Some(stat.version))
                 .await
-                .map(drop)
+                .map(drop),
         };
         match done {
             Ok(()) | Err(zk::Error::BadVersion | zk::Error::NoNode | zk::Error::NotEmpty) => Ok(Vec::new()),

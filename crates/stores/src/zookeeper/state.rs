@@ -162,9 +162,27 @@ fn leases(state: &State) -> impl Iterator<Item = &Lease> {
     state.lease.iter().chain(state.holds.iter().map(|h| &h.lease))
 }
 
-/// Whether nothing is left of the name but its last token: a purge may delete its node.
-pub(super) fn is_empty(state: &State) -> bool {
-    state.lease.is_none() && state.holds.is_empty() && state.intents.is_empty()
+/// What a purge does with the node of a name of which nothing is left but its last token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Forget {
+    /// Delete it: a node made again later has a `czxid` above this deletion's zxid, which is
+    /// above the node's `mzxid`, which is at least the last token.
+    Delete,
+    /// Rewrite it as it is, for a new `mzxid`: its last token is above its `mzxid` (tokens of
+    /// a multi-acquire), so a node made again could start below it. A later purge deletes
+    /// it once the `mzxid` has caught up.
+    Rewrite,
+}
+
+/// What a purge does with the node of `state`, last changed at `mzxid`: `None` while
+/// anything is left in it.
+pub(super) fn forget(state: &State, mzxid: u64) -> Option<Forget> {
+    let empty = state.lease.is_none() && state.holds.is_empty() && state.intents.is_empty();
+    match (empty, state.last_token <= mzxid) {
+        (false, _) => None,
+        (true, true) => Some(Forget::Delete),
+        (true, false) => Some(Forget::Rewrite),
+    }
 }
 
 /// Whether anything in `state` is over at `now`: a lease past its lock-delay, a hold past
@@ -354,8 +372,86 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_purge_deletes_a_node_only_when_it_is_empty_and_no_token_is_above_its_mzxid() {
+        let used = State {
+            last_token: 40,
+            ..State::default()
+        };
+        assert_eq!(forget(&used, 40), Some(Forget::Delete));
+        assert_eq!(forget(&used, 90), Some(Forget::Delete));
+        assert_eq!(
+            forget(&used, 39),
+            Some(Forget::Rewrite),
+            "a multi-acquire's tokens"
+        );
+        let intent = Intent {
+            owner: Owner::new("w").unwrap(),
+            expires_at: Timestamp::from_millis(1),
+        };
+        let waiting = State {
+            intents: vec![intent],
+            ..used
+        };
+        assert_eq!(forget(&waiting, 90), None, "anything left keeps the node");
+        assert_eq!(forget(&State::default(), 0), Some(Forget::Delete));
+    }
+
+    fn lock_read(last_token: u64, mzxid: u64, lease: Option<Lease>) -> Read {
+        let key = Key::lock(&Resource::new("l").unwrap());
+        let state = State {
+            last_token,
+            lease,
+            ..State::default()
+        };
+        let data = encode(&state).unwrap();
+        Read::new(
+            key,
+            "/fencelock/locks/6c".into(),
+            Some((data, Versioned { version: 3, mzxid })),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_grant_is_above_the_mzxid_read_and_its_token_is_kept_as_the_last() {
+        let now = Timestamp::from_millis(1_000);
+        let read = lock_read(5, 100, None);
+        let mut table = super::table(std::slice::from_ref(&read), now);
+        let loaded = table.last_token();
+        let ttl = Ttl::from_millis(50, Ttl::DEFAULT_MAX).unwrap();
+        let outcome = table
+            .acquire(
+                now,
+                &read.key.name,
+                &Owner::new("a").unwrap(),
+                fencelock_core::Terms::ttl(ttl),
+            )
+            .unwrap();
+        let lease = outcome.lease().unwrap().clone();
+        assert_eq!(lease.token, FencingToken(101));
+        let granted = after(&read, &table, loaded);
+        assert_eq!((granted.last_token, granted.lease.as_ref()), (101, Some(&lease)));
+        assert_eq!(
+            holder_changes(&read.state, &granted),
+            [("lease-00000000000000000101".to_owned(), Holder::Began("a".into()))]
+        );
+
+        // Released on a later read: the last token stays, the holder's node goes.
+        let read = lock_read(101, 120, Some(lease));
+        let mut table = super::table(std::slice::from_ref(&read), now);
+        let loaded = table.last_token();
+        table.release(now, &read.key.name, &Owner::new("a").unwrap(), None);
+        let released = after(&read, &table, loaded);
+        assert_eq!((released.last_token, &released.lease), (101, &None));
+        assert_eq!(
+            holder_changes(&read.state, &released),
+            [("lease-00000000000000000101".to_owned(), Holder::Ended)]
+        );
+    }
+
+    #[test]
     fn names_round_trip_through_hex_in_byte_order() {
-        let names = ["a", "a b", "a/b", "b", "ü", "💥", "z:1"];
+        let names = ["a", "a b", "a/b", "b", "z:1", "ü", "💥"]; // in byte order
         let mut hexed: Vec<String> = names.iter().map(|n| hex(&Resource::new(*n).unwrap())).collect();
         let before = hexed.clone();
         hexed.sort();
