@@ -704,24 +704,9 @@ impl LockStore for ZooKeeperStore {
 
 /// The connect string of `zookeeper://host:port[,host:port…]`: `host:port,host:port`.
 fn cluster(url: &str) -> Result<String, StoreError> {
-    let invalid = |why: &str| ZkError::Invalid(format!("{url:?} is not a ZooKeeper address: {why}"));
-    let (scheme, members) = url
-        .split_once("://")
-        .ok_or_else(|| invalid("expected zookeeper://host:port[,host:port...]"))?;
-    if !scheme.eq_ignore_ascii_case("zookeeper") {
-        return Err(invalid("the scheme must be zookeeper://").into());
-    }
-    for member in members.split(',') {
-        let (host, port) = member
-            .rsplit_once(':')
-            .ok_or_else(|| invalid(&format!("member {member:?} has no port")))?;
-        if host.is_empty() || host.contains('/') {
-            return Err(invalid(&format!("member {member:?} has no host")).into());
-        }
-        port.parse::<u16>()
-            .map_err(|_| invalid(&format!("member {member:?} has no valid port")))?;
-    }
-    Ok(members.to_owned())
+    let members = crate::remote::members(url, "zookeeper")
+        .map_err(|why| ZkError::Invalid(format!("{url:?} is not a ZooKeeper address: {why}")))?;
+    Ok(members.join(","))
 }
 
 #[cfg(test)]

@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    Claim, FencingToken, Hold, HoldKind, Intent, Key, Kind, Lease, LockTable, Owner, Principal, Resource,
-    Timestamp, Ttl,
+    Claim, FencingToken, Hold, HoldKind, Intent, Key, Kind, Lease, LockTable, Resource, Timestamp, Ttl,
 };
 use serde::{Deserialize, Serialize};
 
 use super::error::ZkError;
+use crate::remote::{owner, principal_of};
 
 /// The state of one name: of a lock, its lease (live, or expired and kept for its lock-delay);
 /// of a semaphore or read-write lock, its holds and writers' intents; and the last token
@@ -336,19 +336,6 @@ fn stored_lease(lease: &Lease, claim: Option<Claim>) -> StoredLease {
     }
 }
 
-fn principal_of(owner: &Owner) -> Option<String> {
-    owner.principal().map(|p| p.as_str().to_owned())
-}
-
-fn owner(name: &str, principal: Option<&str>) -> Result<Owner, String> {
-    let principal = principal
-        .map(|p| Principal::new(p).map_err(|e| format!("principal {p:?}: {e}")))
-        .transpose()?;
-    Ok(Owner::new(name)
-        .map_err(|e| format!("owner {name:?}: {e}"))?
-        .of(principal))
-}
-
 /// The last part of a name's node path: the hex of the name's bytes, so that sorted
 /// children list in the names' byte order and no name can break a path.
 pub(super) fn hex(name: &Resource) -> String {
@@ -370,6 +357,7 @@ pub(super) fn unhex(child: &str) -> Option<Resource> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fencelock_core::{Owner, Principal};
 
     #[test]
     fn a_purge_deletes_a_node_only_when_it_is_empty_and_no_token_is_above_its_mzxid() {
