@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock_conformance::{Harness, owner, ttl};
+use fencelock_conformance::{Harness, checks, owner, ttl};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Claim, FencingToken, HoldKind, HoldOutcome, Key, LockStore,
     ReleaseNotice, ReleaseOutcome, Resource, Resources, StoreError, Terms, Timestamp, Waiters,
@@ -80,56 +80,12 @@ async fn with_ensemble(
     .expect("change the ensemble")
 }
 
-/// Acquires and releases `resource` until both succeed or `within` runs out (after a member
-/// is lost the client moves to another one, and a new leader may be elected); returns the
-/// token granted.
-async fn acquire_and_release_until_it_works(
-    store: &dyn LockStore,
-    resource: &Resource,
-    within: Duration,
-) -> FencingToken {
-    let deadline = Instant::now() + within;
-    let who = owner("cycler");
-    loop {
-        let attempt = async {
-            // An earlier attempt whose answer was lost may have left the lock to us: then
-            // this extends it, with that attempt's token.
-            let lease = match store
-                .acquire(resource, &who, ttl(Duration::from_secs(30)))
-                .await?
-            {
-                AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => lease,
-                refused => panic!("nobody else uses it: {refused:?}"),
-            };
-            let renewed = store
-                .renew(resource, &who, ttl(Duration::from_secs(30)), Some(lease.token))
-                .await?;
-            assert!(
-                matches!(renewed, fencelock_core::RenewOutcome::Renewed(_)),
-                "{renewed:?}"
-            );
-            match store.release(resource, &who, Some(lease.token)).await? {
-                ReleaseOutcome::Released(_) => Ok::<_, StoreError>(lease.token),
-                other => panic!("release after a grant: {other:?}"),
-            }
-        };
-        match attempt.await {
-            Ok(token) => return token,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "locks did not work again: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ensemble_serves_with_one_member_down_and_refuses_without_a_quorum() {
     let ensemble = ensemble(3).await;
     let store = store_with(&ensemble.url(), impatient()).await;
     let resource = shared::unique("quorum");
-    let mut last =
-        acquire_and_release_until_it_works(store.as_ref(), &resource, Duration::from_secs(10)).await;
+    let mut last = checks::cycle_until_it_works(store.as_ref(), &resource, Duration::from_secs(10)).await;
     // A lock held through it all: no member lost may take it.
     let kept = shared::unique("kept");
     let kept_lease = shared::granted(
@@ -143,7 +99,7 @@ async fn an_ensemble_serves_with_one_member_down_and_refuses_without_a_quorum() 
     let stopped_at = Instant::now();
     let leader = ensemble.wait_for_leader();
     let ensemble = with_ensemble(ensemble, move |e| e.stop(leader)).await;
-    let token = acquire_and_release_until_it_works(store.as_ref(), &resource, Duration::from_secs(20)).await;
+    let token = checks::cycle_until_it_works(store.as_ref(), &resource, Duration::from_secs(20)).await;
     eprintln!(
         "with the leader stopped, locks worked again after {:?}",
         stopped_at.elapsed()
@@ -151,8 +107,7 @@ async fn an_ensemble_serves_with_one_member_down_and_refuses_without_a_quorum() 
     assert!(token > last, "token {token:?} after {last:?}");
     last = token;
     for _ in 0..5 {
-        let token =
-            acquire_and_release_until_it_works(store.as_ref(), &resource, Duration::from_secs(2)).await;
+        let token = checks::cycle_until_it_works(store.as_ref(), &resource, Duration::from_secs(2)).await;
         assert!(token > last, "token {token:?} after {last:?}");
         last = token;
     }
@@ -191,7 +146,7 @@ async fn an_ensemble_serves_with_one_member_down_and_refuses_without_a_quorum() 
         e.start_again(second);
     })
     .await;
-    let token = acquire_and_release_until_it_works(store.as_ref(), &resource, Duration::from_secs(30)).await;
+    let token = checks::cycle_until_it_works(store.as_ref(), &resource, Duration::from_secs(30)).await;
     eprintln!(
         "after the restarts, locks worked again after {:?}",
         restarted_at.elapsed()
