@@ -50,14 +50,17 @@
 //!   counter`, and a new leader starts a greater epoch), so a write at the version read has a
 //!   zxid greater than the `mzxid` read. A grant of one name (`mzxid + 1` when the stored
 //!   last token is older) issues a token no greater than its own write's zxid, which becomes
-//!   the node's `mzxid`: the stored last token never exceeds the `mzxid` for single-name
-//!   calls. A purge deletes an empty parent only while that holds (last token ≤ `mzxid`), and
+//!   the node's `mzxid`: for a name only ever granted alone, the stored last token never
+//!   exceeds its node's `mzxid`. A purge deletes an empty parent only while that holds (last token ≤ `mzxid`), and
 //!   a parent made again later has a `czxid` greater than the deletion's zxid, so a name
 //!   forgotten and used again still gets tokens above every earlier one.
 //! - Several locks at once share one write (one zxid) and take the tokens `M + 1 … M + k`,
 //!   which may pass that zxid. Their parents keep those last tokens, and a purge that finds
 //!   such a parent empty rewrites it unchanged (a new, greater `mzxid`) instead of deleting
 //!   it, until the rule above lets it go.
+//!
+//! Tokens are not consecutive: between two grants of a name they jump by every change the
+//! ensemble made meanwhile, to any name.
 //!
 //! # Holders' nodes and sessions
 //!
@@ -85,6 +88,12 @@
 //! call that frees a name also announces it at once on its own server. When the watch is
 //! disconnected (events of that time may be lost: ZOOKEEPER-4698) or its session ends, it is
 //! set anew and waiters are told that notices may have been missed.
+//!
+//! So a change wakes each fencelock server once, not each waiter: a server's own waiters
+//! then ask again first come, first served ([`fencelock_core::Waiters`]), and only the first
+//! in line for a name that is free gets it. ZooKeeper's session timeout is no floor on a TTL
+//! here, since no lease rests on a session: the capabilities differ from the in-memory
+//! store's in nothing.
 //!
 //! # Purge
 //!
