@@ -21,7 +21,7 @@
 //!   to the table, and write the new state with `setData` at the version read, in one `multi`
 //!   with every other parent the call touches (a `check` for those it left unchanged). On
 //!   `BadVersion` (or `NoNode`: a purge deleted an empty parent) another call changed the
-//!   name in between: read again and judge again, up to [`MAX_ATTEMPTS`] times. Several
+//!   name in between: read again and judge again, up to 32 times. Several
 //!   locks at once ([`LockStore::acquire_all`]) are one `multi` over every parent, so all are
 //!   granted or none. A refusal writes nothing, but its `multi` still checks the version it
 //!   was judged on: writes go through the leader, so the refusal is of the name as it is, not
