@@ -548,3 +548,32 @@ async fn a_disconnection_tells_waiters_they_may_have_missed_notices() {
     assert_eq!(store.get(&resource).await.unwrap(), Some(lease));
     drop(zookeeper);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_address_parser_opens_zookeeper() {
+    let url = shared_url().await;
+    let store = fencelock_stores::open(&url).await.expect(&url);
+    store.ping().await.unwrap();
+    assert!(store.capabilities().durable && store.capabilities().shared);
+    for bad in [
+        "zookeeper://",
+        "zookeeper://127.0.0.1",
+        "zookeeper://127.0.0.1:x",
+        "zookeeper://:2181",
+        "zookeeper://127.0.0.1:2181/chroot",
+    ] {
+        let error = fencelock_stores::open(bad).await.expect_err(bad);
+        assert!(
+            matches!(error, fencelock_stores::OpenError::InvalidAddress { .. }),
+            "{bad}: {error}"
+        );
+    }
+    for root in ["fencelock", "/fencelock/", ""] {
+        let options = ZooKeeperOptions {
+            root: root.into(),
+            ..ZooKeeperOptions::default()
+        };
+        let error = ZooKeeperStore::connect_with(&url, options).await.expect_err(root);
+        assert!(matches!(error, StoreError::Invalid(_)), "{root:?}: {error}");
+    }
+}
