@@ -28,6 +28,11 @@
 //!   of a member's lagging copy. Reads (`get`, `holds`, `list`) `sync` the member with the
 //!   leader first. Parents are made on demand (`mkdir`, persistent; one already there is
 //!   fine).
+//! - **A name's state fits in one node**: ZooKeeper keeps at most about 1 MiB in one
+//!   (`jute.maxbuffer`), a few thousand holds. A grant that would write more is refused
+//!   ([`StoreError::Invalid`]) and changes nothing, so a semaphore of a very high limit may
+//!   refuse permits before its limit is reached. Each change of a name also rewrites its
+//!   whole state, so one name with many holders is slower to change than one with few.
 //! - **Whose clock**: a lease is live while `now < expires_at` by the clock of the fencelock
 //!   server that judges the call (`Timestamp::now_wall`), as etcd's store does for leases
 //!   with terms. ZooKeeper keeps no time of its own for us: keep the servers' clocks
@@ -110,6 +115,7 @@
 //! is back). Without a quorum nothing is granted. Tested with ZooKeeper 3.8.
 //!
 //! [`StoreError::Unavailable`]: fencelock_core::StoreError::Unavailable
+//! [`StoreError::Invalid`]: fencelock_core::StoreError::Invalid
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -144,6 +150,10 @@ const STORE: &str = "ZooKeeper";
 /// How often a call reads and writes again when the name's node changed between the two,
 /// before it gives up: each retry means another caller changed it meanwhile.
 pub(super) const MAX_ATTEMPTS: usize = 32;
+
+/// The most data the store writes into one node: a little under ZooKeeper's default limit on
+/// a request (`jute.maxbuffer`, 1 MiB), which a write of more would break the connection on.
+const MAX_DATA: usize = 1_000_000;
 
 /// How many parents a list reads at once.
 const READ_BATCH: usize = 64;
@@ -347,6 +357,15 @@ impl ZooKeeperStore {
                 let version = read.stat.map_or(-1, |s| s.version);
                 let after = state::after(read, &table, loaded);
                 let data = state::encode(&after)?;
+                if data.len() > MAX_DATA {
+                    return Err(ZkError::Invalid(format!(
+                        "ZooKeeper: the state of {} {} would take {} bytes, more than one node keeps",
+                        read.key.kind,
+                        read.key.name,
+                        data.len()
+                    ))
+                    .into());
+                }
                 let added = if data == read.data {
                     multi.add_check_version(&read.path, version)
                 } else {
