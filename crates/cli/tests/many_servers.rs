@@ -1,6 +1,6 @@
-//! Many `fencelock serve` processes on one shared store (PostgreSQL, etcd, Redis, Redlock),
-//! and what the API says when that store fails and comes back. Real processes, real servers,
-//! real HTTP.
+//! Many `fencelock serve` processes on one shared store (PostgreSQL, etcd, ZooKeeper, Redis,
+//! Redlock), and what the API says when that store fails and comes back. Real processes, real
+//! servers, real HTTP.
 
 mod common;
 
@@ -10,6 +10,8 @@ use common::Server;
 #[cfg(feature = "etcd")]
 use fencelock_testkit::{EtcdCluster, shared_etcd};
 use fencelock_testkit::{Postgres, RedisNodes, shared_redis};
+#[cfg(feature = "zookeeper")]
+use fencelock_testkit::{ZooKeeperEnsemble, shared_zookeeper};
 use serde_json::{Value, json};
 
 /// An answer: status and JSON body.
@@ -200,6 +202,12 @@ async fn two_servers_share_one_etcd() {
     two_servers_share_one_store(&shared_etcd().url()).await;
 }
 
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_one_zookeeper() {
+    two_servers_share_one_store(&shared_zookeeper().url()).await;
+}
+
 /// A lease granted by a server with `--lock-delay` keeps its lock closed after its expiry on
 /// every server sharing the store — here one started without the flag: the delay is the
 /// lease's, kept by the store — and a waiter there is granted once the delay ends. A release
@@ -263,6 +271,12 @@ async fn a_lock_delay_holds_across_two_servers_on_postgresql() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_delay_holds_across_two_servers_on_etcd() {
     a_lock_delay_holds_across_servers(&shared_etcd().url()).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_holds_across_two_servers_on_zookeeper() {
+    a_lock_delay_holds_across_servers(&shared_zookeeper().url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -525,14 +539,52 @@ async fn acquire_eventually(client: &reqwest::Client, base: &str, resource: &str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
     let mut cluster = EtcdCluster::start(3);
-    let server = Server::on(&cluster.url());
+    let leader = cluster.wait_for_leader();
+    let url = cluster.url();
+    a_cluster_needs_a_quorum(
+        &mut cluster,
+        &url,
+        leader,
+        EtcdCluster::kill,
+        EtcdCluster::restart,
+    )
+    .await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_ensemble_needs_a_quorum_and_tokens_only_grow() {
+    let mut ensemble = ZooKeeperEnsemble::start(3);
+    let leader = ensemble.wait_for_leader();
+    let url = ensemble.url();
+    a_cluster_needs_a_quorum(
+        &mut ensemble,
+        &url,
+        leader,
+        ZooKeeperEnsemble::stop,
+        ZooKeeperEnsemble::start_again,
+    )
+    .await;
+}
+
+/// A server on the three members of `cluster` at `url`: with `leader` stopped (the harder
+/// case), locks keep working; with another stopped too, acquires fail with 503 and nothing
+/// is granted; with both started again, service resumes and tokens only grew.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn a_cluster_needs_a_quorum<C>(
+    cluster: &mut C,
+    url: &str,
+    leader: usize,
+    stop: fn(&mut C, usize),
+    start: fn(&mut C, usize),
+) {
+    let server = Server::on(url);
     let client = reqwest::Client::new();
     let first = acquire_eventually(&client, &server.url, "a", "o").await;
     let mut highest = first["lock"]["fencing_token"].as_u64().unwrap();
 
     // One member down (the leader, the harder case): locks keep working.
-    let leader = cluster.wait_for_leader();
-    cluster.kill(leader);
+    stop(cluster, leader);
     let second = acquire_eventually(&client, &server.url, "b", "o").await;
     assert_eq!(second["acquired"], true);
     assert!(second["lock"]["fencing_token"].as_u64().unwrap() > highest);
@@ -540,7 +592,7 @@ async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
 
     // Two down: no quorum, so acquires fail with 503 and nothing is granted.
     let other = (0..3).find(|i| *i != leader).unwrap();
-    cluster.kill(other);
+    stop(cluster, other);
     for _ in 0..3 {
         let refused = take(&client, &server.url, "c", "o", 60).await;
         assert_eq!(refused.status, 503, "granted without a quorum: {}", refused.body);
@@ -548,8 +600,8 @@ async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
     }
 
     // Members back: service resumes, "c" was never granted, and tokens only grew.
-    cluster.restart(leader);
-    cluster.restart(other);
+    start(cluster, leader);
+    start(cluster, other);
     let third = acquire_eventually(&client, &server.url, "c", "p").await;
     assert_eq!(third["acquired"], true, "{third}");
     assert!(third["lock"]["fencing_token"].as_u64().unwrap() > highest);

@@ -4,8 +4,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Key, Kind, Lease, ListQuery, ReleaseNotice, ReleaseOutcome,
-    RenewOutcome, Resource,
+    AcquireOutcome, Capabilities, FencingToken, Key, Kind, Lease, ListQuery, LockStore, ReleaseNotice,
+    ReleaseOutcome, RenewOutcome, Resource, StoreError,
 };
 
 use crate::{Harness, owner, ttl};
@@ -26,6 +26,50 @@ pub fn granted(outcome: AcquireOutcome) -> Lease {
     match outcome {
         AcquireOutcome::Granted { lease, .. } => lease,
         other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+/// Acquires, renews and releases `resource` on `store` until all three succeed or `within`
+/// runs out, and returns the token granted: for the fault tests of stores with several
+/// members, which serve again a moment after one is lost (a new leader, a client moving to
+/// another member). Nobody else may use `resource`.
+pub async fn cycle_until_it_works(
+    store: &dyn LockStore,
+    resource: &Resource,
+    within: Duration,
+) -> FencingToken {
+    let deadline = std::time::Instant::now() + within;
+    let who = owner("cycler");
+    let long = ttl(Duration::from_secs(30));
+    loop {
+        let attempt = async {
+            // An earlier attempt whose answer was lost may have left the lock to us: then
+            // this extends it, with that attempt's token.
+            let lease = match store.acquire(resource, &who, long).await? {
+                AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => lease,
+                refused => panic!("nobody else uses it: {refused:?}"),
+            };
+            let renewed = store.renew(resource, &who, long, Some(lease.token)).await?;
+            assert!(matches!(renewed, RenewOutcome::Renewed(_)), "{renewed:?}");
+            match store.release(resource, &who, Some(lease.token)).await? {
+                ReleaseOutcome::Released(_) => Ok::<_, StoreError>(lease.token),
+                other => panic!("release after a grant: {other:?}"),
+            }
+        };
+        match attempt.await {
+            Ok(token) => return token,
+            Err(e) => {
+                eprintln!(
+                    "  {e}: {:?}",
+                    std::error::Error::source(&e).map(ToString::to_string)
+                );
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "locks did not work again: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 }
 

@@ -395,6 +395,13 @@ impl LockTable {
             .unwrap_or_default()
     }
 
+    /// The writers waiting for `name` (as recorded, ended or not): for a store that keeps a
+    /// name's whole state itself between calls and loads it into a table for each one
+    /// (ZooKeeper), so that it can write back what the table decided.
+    pub fn intents(&self, name: &Resource) -> &[Intent] {
+        self.intents.get(name).map_or(&[], Vec::as_slice)
+    }
+
     /// Release of a hold: `NotFound` without a live hold of `owner`, `Conflict` on another
     /// token.
     pub fn release_hold(

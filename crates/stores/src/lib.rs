@@ -2,8 +2,8 @@
 //!
 //! The stores behind a store address, and [`open`], which reads the address and opens the
 //! right one: `memory://` for tests, `sqlite://PATH` for the embedded store, `postgres://…`,
-//! `etcd://…` and `redis://…` (one node, or Redlock over several) for stores shared by many
-//! servers.
+//! `etcd://…`, `zookeeper://…` and `redis://…` (one node, or Redlock over several) for
+//! stores shared by many servers.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), fencelock_stores::OpenError> {
@@ -34,6 +34,7 @@
 //! | [`etcd`] v3 (cargo feature `etcd`) | `etcd://host:port[,host:port…]` | etcd's: a lock, a permit or a hold is one key attached to an etcd lease, which the leader's clock counts down; the servers' clocks decide nothing — except for a lock with terms (a cap or a lock-delay), whose key outlives it: its `expires_at` and the end of its delay are read on the clock of the server that judges, so keep the servers' clocks synchronised when you use terms | whole seconds, rounded **up**, and etcd may raise a short TTL to its minimum (about 1.5 × the election timeout): a lease never lasts less than asked. `expires_at` is the granting server's time before it asked plus the TTL etcd granted, and etcd frees the lock then or a little later (it looks for expired leases about every half second); until it deletes the key, `get` and `list` still show the lease. A cap cuts `expires_at` to the millisecond, inside etcd's whole seconds | yes: a quorum of members has committed it (Raft) before the answer | nothing answered; a new leader restarts lease countdowns, so a lock may outlive its `expires_at` by up to a TTL (never end sooner) | correctness with fencing tokens: tokens are etcd revisions, which the cluster never reuses (a restore from a snapshot keeps them; only a new, empty cluster starts again at 1) |
 //! | [`redis`], one node | `redis://host:port` | Redis's: every operation is one Lua script that reads Redis's `TIME` and judges expiry by it, and every key also carries `PX` as a backstop, so the servers' clocks decide nothing; a step of the Redis host's clock ends or prolongs every lease by the step | 1 ms | as the node is configured: with `--save ""` and no AOF, nothing survives a restart, and a lock may then be granted again while its old holder still works; with `appendonly yes` and `appendfsync always`, what was answered survives one. Fencing tokens come from a per-name counter key that never expires and is at least Redis's time in microseconds, so even a restart that lost the data does not reuse a token unless Redis's clock went back | with an asynchronous replica promoted (Sentinel, a managed failover), the grants and releases it had not received: a lock answered as granted may be granted again to another owner. The new primary's tokens are at least its own time in microseconds, so they stay above the lost ones unless its clock is behind the old primary's | efficiency (work done once, most of the time); correctness only when the protected resource checks the fencing token |
 //! | Redlock ([`redis`]) | `redis://h1:p1,h2:p2,h3:p3[,…]`: N ≥ 3 independent masters (no replication between them; two are refused) | each node's, for its own copy (the one-node script, `TIME` and `PX`); the lease's `expires_at` is its validity on the fencelock server's clock: when the server sent the call plus `ttl` less the drift allowance (`ttl` × 0.01 + 2 ms), so it ends for its holder before any node frees it, as long as no clock runs more than 1% fast or slow against the server's | 1 ms; `expires_at` is the drift allowance short of `ttl` after the call was sent, and a grant that took longer than `ttl` less the allowance is not granted | as each node is configured; a node restarted empty has forgotten its copies, so keep it out for the longest TTL in use before it rejoins (else a lock may be granted twice: the restarted node and the nodes that missed the grant make a majority). Tokens are a max-register written to a majority, so they keep increasing while a majority of nodes keep their data, whatever the clocks | no failover: the nodes are independent. With a majority up, locks keep working; with fewer, every call answers 503, and what a minority granted is undone (or expires by its TTL). A lost node's leases live on in the majority that granted them | efficiency; correctness only when the protected resource checks the fencing token: Redlock's exclusion rests on bounded clock drift and bounded pauses (a holder paused past its validity still believes it holds the lock: Redlock does not solve the pause problem), the tokens' order does not |
+//! | [`zookeeper`] (cargo feature `zookeeper`) | `zookeeper://host:port[,host:port…]` | the fencelock servers': a name's state (its leases, holds, intents) is one node's data, changed by compare-and-set, and a lease is live while `now < expires_at` by the clock of the server that judges the call: keep the servers' clocks synchronised. ZooKeeper's sessions decide nothing: a server whose session expires keeps its leases until their `expires_at` | 1 ms: a lease lasts exactly its TTL | yes: a quorum has logged it before the answer (`forceSync=yes`, ZooKeeper's default) | nothing answered | correctness with fencing tokens: a token is above the name's node's last zxid, so it never goes back while the ensemble keeps its data (only a new, empty ensemble starts again low). Each holder also has an ephemeral node (`lease-TOKEN`, the owner as data) under its name's node, so `ls` shows who holds what; it goes with its server's session, the lease does not |
 //! | in-memory ([`MemoryStore`]) | `memory://` | the server's, as the embedded store's while it runs | 1 ms | no | everything: nothing survives the process | tests, one process |
 //!
 //! # Layout
@@ -52,6 +53,8 @@
 //! - [`redis`] (feature `redis`, on by default): [`redis::RedisStore`], one Redis node, or
 //!   Redlock over three or more independent ones, shared by many servers; every operation is
 //!   one Lua script (`redis/fencelock.lua`) on each node.
+//! - [`zookeeper`] (feature `zookeeper`, off by default: its client adds about a hundred
+//!   crates): [`zookeeper::ZooKeeperStore`], a ZooKeeper ensemble shared by many servers.
 //! - The in-memory store is [`fencelock_core::MemoryStore`]; it lives in the core crate as
 //!   the reference every store is tested against.
 //!
@@ -70,10 +73,17 @@ pub mod etcd;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(any(feature = "postgres", feature = "etcd", feature = "redis"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "etcd",
+    feature = "redis",
+    feature = "zookeeper"
+))]
 mod remote;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use deadline::Deadline;
 
@@ -157,6 +167,16 @@ pub const SCHEMES: &[Scheme] = &[
         #[cfg(not(feature = "etcd"))]
         open: None,
     },
+    Scheme {
+        names: &["zookeeper"],
+        feature: Some("zookeeper"),
+        example: "zookeeper://HOST:PORT[,HOST:PORT...]",
+        build_needs: None,
+        #[cfg(feature = "zookeeper")]
+        open: Some(zookeeper::open),
+        #[cfg(not(feature = "zookeeper"))]
+        open: None,
+    },
 ];
 
 /// Why a store address could not be opened.
@@ -221,6 +241,8 @@ pub fn supported_schemes() -> Vec<&'static str> {
 ///   that many servers may share; see [`postgres`]. The schema is created or upgraded.
 /// - `etcd://HOST:PORT[,HOST:PORT…]`: an etcd cluster that many servers may share, given by
 ///   the client addresses of its members; see [`etcd`].
+/// - `zookeeper://HOST:PORT[,HOST:PORT…]`: a ZooKeeper ensemble that many servers may share,
+///   given by the client addresses of its members; see [`zookeeper`].
 ///
 /// Schemes are case-insensitive.
 pub async fn open(address: &str) -> Result<Arc<dyn LockStore>, OpenError> {
@@ -255,7 +277,13 @@ fn open_memory<'a>(address: &'a str, rest: &'a str) -> Opening<'a> {
 
 /// What [`open`] answers for a store that `opening` gave: the store, or why not. A store's
 /// [`StoreError::Invalid`] at open is the address's fault.
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "etcd", feature = "redis"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "etcd",
+    feature = "redis",
+    feature = "zookeeper"
+))]
 fn opened<S: LockStore>(
     address: &str,
     opening: Result<S, StoreError>,
@@ -271,7 +299,7 @@ fn opened<S: LockStore>(
 }
 
 /// A page of `leases`, fetched one past `limit` to know whether another page follows.
-#[cfg(any(feature = "postgres", feature = "etcd"))]
+#[cfg(any(feature = "postgres", feature = "etcd", feature = "zookeeper"))]
 fn page(mut leases: Vec<fencelock_core::Lease>, limit: usize) -> fencelock_core::LeasePage {
     let next = if leases.len() > limit {
         leases.truncate(limit);

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock_conformance::{Harness, owner, ttl};
+use fencelock_conformance::{Harness, checks, owner, ttl};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Claim, FencingToken, ForceOutcome, HoldKind, HoldOutcome, Key,
     LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Waiters,
@@ -122,45 +122,6 @@ fn impatient() -> EtcdOptions {
     }
 }
 
-/// Acquires and releases `resource` until both succeed or `within` runs out (a leader
-/// election after a kill takes a moment); returns the token granted.
-async fn acquire_and_release_until_it_works(
-    store: &Deadline<EtcdStore>,
-    resource: &Resource,
-    within: Duration,
-) -> FencingToken {
-    let deadline = Instant::now() + within;
-    let who = owner("cycler");
-    loop {
-        let attempt = async {
-            // An earlier attempt whose answer was lost may have left the lock to us: then
-            // this extends it, with that attempt's token.
-            let lease = match store
-                .acquire(resource, &who, ttl(Duration::from_secs(30)))
-                .await?
-            {
-                AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => lease,
-                refused => panic!("nobody else uses it: {refused:?}"),
-            };
-            match store.release(resource, &who, Some(lease.token)).await? {
-                ReleaseOutcome::Released(_) => Ok::<_, StoreError>(lease.token),
-                other => panic!("release after a grant: {other:?}"),
-            }
-        };
-        match attempt.await {
-            Ok(token) => return token,
-            Err(e) => {
-                eprintln!(
-                    "  {e}: {:?}",
-                    std::error::Error::source(&e).map(ToString::to_string)
-                );
-                assert!(Instant::now() < deadline, "locks did not work again: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_serves_with_one_member_down_and_refuses_without_a_quorum() {
     let mut cluster = tokio::task::spawn_blocking(|| EtcdCluster::start(3))
@@ -170,7 +131,7 @@ async fn a_cluster_serves_with_one_member_down_and_refuses_without_a_quorum() {
         .await
         .unwrap();
     let resource = shared::unique("quorum");
-    let mut last = acquire_and_release_until_it_works(&store, &resource, Duration::from_secs(10)).await;
+    let mut last = checks::cycle_until_it_works(&store, &resource, Duration::from_secs(10)).await;
     // A lock held through it all: no member loss may take it.
     let kept = shared::unique("kept");
     let kept_lease = shared::granted(
@@ -190,7 +151,7 @@ async fn a_cluster_serves_with_one_member_down_and_refuses_without_a_quorum() {
     })
     .await
     .unwrap();
-    let token = acquire_and_release_until_it_works(&store, &resource, Duration::from_secs(20)).await;
+    let token = checks::cycle_until_it_works(&store, &resource, Duration::from_secs(20)).await;
     eprintln!(
         "with the leader killed, locks worked again after {:?}",
         killed_at.elapsed()
@@ -198,7 +159,7 @@ async fn a_cluster_serves_with_one_member_down_and_refuses_without_a_quorum() {
     assert!(token > last);
     last = token;
     for _ in 0..5 {
-        let token = acquire_and_release_until_it_works(&store, &resource, Duration::from_secs(1)).await;
+        let token = checks::cycle_until_it_works(&store, &resource, Duration::from_secs(1)).await;
         assert!(token > last);
         last = token;
     }
@@ -236,7 +197,7 @@ async fn a_cluster_serves_with_one_member_down_and_refuses_without_a_quorum() {
     })
     .await
     .unwrap();
-    let token = acquire_and_release_until_it_works(&store, &resource, Duration::from_secs(30)).await;
+    let token = checks::cycle_until_it_works(&store, &resource, Duration::from_secs(30)).await;
     eprintln!(
         "after the restarts, locks worked again after {:?}",
         restarted_at.elapsed()

@@ -1,8 +1,8 @@
 //! # fencelock-testkit
 //!
-//! Test fixtures for fencelock: names, owners and TTLs, and throwaway servers — PostgreSQL, etcd and Redis, each on free loopback ports
-//! with its data in a temporary folder, started by the test itself and stopped after it.
-//! Used only as a dev-dependency.
+//! Test fixtures for fencelock: names, owners and TTLs, and throwaway servers — PostgreSQL,
+//! etcd, Redis and ZooKeeper, each on free loopback ports with its data in a temporary folder,
+//! started by the test itself and stopped after it. Used only as a dev-dependency.
 //!
 //! These are test fixtures: every failure (a server that will not start, a binary that is
 //! missing) panics, failing the test that asked. A server that is not installed is a
@@ -26,6 +26,11 @@
 //! - [`RedisNodes`]: N independent Redis masters for Redlock, with [`RedisNodes::stop`] and
 //!   [`RedisNodes::start_again`] (empty: a restart without persistence);
 //!   [`shared_redis_nodes`] for one set of each size per test binary.
+//! - [`ZooKeeper`]: one standalone server; [`shared_zookeeper`] for one per test binary.
+//! - [`ZooKeeperEnsemble`]: N members, with [`ZooKeeperEnsemble::stop`],
+//!   [`ZooKeeperEnsemble::start_again`], [`ZooKeeperEnsemble::wait_healthy`] (a quorum
+//!   serves) and [`ZooKeeperEnsemble::wait_no_quorum`]; [`Mode`] is a member's role as its
+//!   `srvr` four-letter word reports it.
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
 //! - [`fuzz`]: the bounded configuration, strategies and naming model of the fuzz targets.
 //! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
@@ -44,6 +49,7 @@ mod process;
 mod proxy;
 mod redis;
 pub mod tls;
+mod zookeeper;
 
 pub use canned::Canned;
 pub use etcd::{Etcd, EtcdCluster, shared_etcd};
@@ -51,3 +57,4 @@ pub use postgres::{Postgres, shared_postgres};
 pub use proxy::Proxy;
 pub use redis::{Redis, RedisNodes, shared_redis, shared_redis_nodes};
 pub use tls::{ServerCert, TestCa};
+pub use zookeeper::{Mode, ZooKeeper, ZooKeeperEnsemble, shared_zookeeper};

@@ -1,5 +1,5 @@
 //! Child processes that die with the test binary, free ports, polling with a deadline, and
-//! finding a server's binary.
+//! finding a server's binary (or jar).
 //!
 //! # Why children cannot outlive the test binary
 //!
@@ -205,13 +205,23 @@ pub(crate) fn find_binary(name: &str, dirs: &[PathBuf], package: &str) -> PathBu
         .chain(dirs.iter().cloned())
         .map(|dir| dir.join(name))
         .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "`{name}` is not installed (looked on PATH and in {dirs:?}): install Debian's \
-                 `{package}` package (`apt-get install -y {package}`); tests that need it fail \
-                 without it"
-            )
-        })
+        .unwrap_or_else(|| not_installed(name, &format!("on PATH and in {dirs:?}"), package))
+}
+
+/// The path of the file `name` (a jar, say) in one of `dirs`; panics like [`find_binary`] if
+/// it is in none of them.
+pub(crate) fn find_file(name: &str, dirs: &[PathBuf], package: &str) -> PathBuf {
+    dirs.iter()
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| not_installed(name, &format!("in {dirs:?}"), package))
+}
+
+fn not_installed(name: &str, looked: &str, package: &str) -> ! {
+    panic!(
+        "`{name}` is not installed (looked {looked}): install Debian's `{package}` package \
+         (`apt-get install -y {package}`); tests that need it fail without it"
+    )
 }
 
 /// A fresh temporary folder for one server, named after this process so that folders left

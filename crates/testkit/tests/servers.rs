@@ -3,8 +3,11 @@
 use std::net::TcpStream;
 use std::path::PathBuf;
 
+use std::time::Instant;
+
 use fencelock_testkit::{
-    Etcd, EtcdCluster, Postgres, RedisNodes, shared_etcd, shared_postgres, shared_redis, shared_redis_nodes,
+    Etcd, EtcdCluster, Mode, Postgres, RedisNodes, ZooKeeper, ZooKeeperEnsemble, shared_etcd,
+    shared_postgres, shared_redis, shared_redis_nodes, shared_zookeeper,
 };
 
 fn answers(port: u16) -> bool {
@@ -47,6 +50,8 @@ fn shared_servers_are_started_once() {
     assert_eq!(shared_redis_nodes(3).url(), shared_redis_nodes(3).url());
     assert_ne!(shared_redis_nodes(3).url(), shared_redis_nodes(5).url());
     assert_eq!(shared_redis_nodes(5).len(), 5);
+    assert_eq!(shared_zookeeper().url(), shared_zookeeper().url());
+    assert_eq!(shared_zookeeper().mode(), Some(Mode::Standalone));
 }
 
 #[test]
@@ -78,6 +83,104 @@ fn the_etcd_leader_can_be_found_and_replaced() {
     assert_ne!(next, leader);
     cluster.restart(leader);
     assert!(cluster.wait_healthy());
+}
+
+#[test]
+fn a_standalone_zookeeper_is_ok_and_serves() {
+    let zk = ZooKeeper::start();
+    assert_eq!(zk.url(), format!("zookeeper://{}", zk.endpoint()));
+    assert_eq!(port_of(&zk.endpoint()), zk.port());
+    assert_eq!(zk.four_letter_word("ruok").as_deref(), Some("imok"));
+    let srvr = zk.four_letter_word("srvr").expect("srvr answers");
+    assert!(srvr.contains("Mode: standalone"), "{srvr}");
+    assert_eq!(zk.mode(), Some(Mode::Standalone));
+    let conf = zk.four_letter_word("conf").expect("conf answers");
+    assert!(conf.contains("tickTime=200"), "{conf}");
+    assert!(conf.contains("minSessionTimeout=400"), "{conf}");
+}
+
+#[test]
+fn a_zookeeper_ensemble_keeps_serving_with_a_quorum_and_stops_without_one() {
+    let started = Instant::now();
+    let mut zk = ZooKeeperEnsemble::start(3);
+    eprintln!(
+        "a 3-member ZooKeeper ensemble served after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(zk.len(), 3);
+    assert_eq!(zk.url().matches("127.0.0.1:").count(), 3);
+    assert!(zk.url().starts_with("zookeeper://127.0.0.1:"));
+    let modes: Vec<Option<Mode>> = (0..3).map(|i| zk.mode(i)).collect();
+    assert_eq!(
+        modes.iter().filter(|m| **m == Some(Mode::Leader)).count(),
+        1,
+        "{modes:?}"
+    );
+    assert_eq!(
+        modes.iter().filter(|m| **m == Some(Mode::Follower)).count(),
+        2,
+        "{modes:?}"
+    );
+    for i in 0..3 {
+        assert_eq!(zk.four_letter_word(i, "ruok").as_deref(), Some("imok"));
+    }
+
+    // One down, the leader itself: the other two elect one of them.
+    let leader = zk.wait_for_leader();
+    zk.stop(leader);
+    assert!(!zk.is_running(leader));
+    assert_eq!(zk.mode(leader), None);
+    assert!(zk.wait_healthy(), "two of three members keep a quorum");
+    let next = zk.wait_for_leader();
+    assert_ne!(next, leader);
+
+    // Two down: the last one runs, answers, and serves nothing.
+    let last = (0..3).find(|&i| i != leader && i != next).expect("a third");
+    zk.stop(next);
+    assert!(!zk.wait_healthy(), "one of three is no quorum");
+    assert!(zk.wait_no_quorum(), "the last member notices it has no quorum");
+    let srvr = zk.four_letter_word(last, "srvr").expect("srvr answers");
+    assert!(
+        srvr.contains("This ZooKeeper instance is not currently serving requests"),
+        "{srvr}"
+    );
+    assert_eq!(zk.four_letter_word(last, "ruok").as_deref(), Some("imok"));
+    assert_eq!(zk.leader(), None);
+
+    // Both back, on their ports and data: all three serve again.
+    zk.start_again(leader);
+    zk.start_again(next);
+    assert!(zk.wait_healthy(), "three members serve again");
+    let modes: Vec<Option<Mode>> = (0..3).map(|i| zk.mode(i)).collect();
+    assert_eq!(
+        modes.iter().filter(|m| **m == Some(Mode::Leader)).count(),
+        1,
+        "{modes:?}"
+    );
+
+    // All three down and back: they kept their data, so the epoch they count elections in
+    // (the high half of a zxid, kept on disk) goes on from where it was instead of from 1.
+    let before = epoch(&zk, zk.wait_for_leader());
+    for i in 0..3 {
+        zk.stop(i);
+    }
+    for i in 0..3 {
+        zk.start_again(i);
+    }
+    assert!(zk.wait_healthy(), "three members serve after a full restart");
+    let after = epoch(&zk, zk.wait_for_leader());
+    assert!(after > before, "epoch {after} after {before}: data was lost");
+}
+
+/// The election epoch in a member's last zxid, from `srvr` (`Zxid: 0x300000000`).
+fn epoch(zk: &ZooKeeperEnsemble, i: usize) -> u64 {
+    let srvr = zk.four_letter_word(i, "srvr").expect("srvr answers");
+    let zxid = srvr
+        .lines()
+        .find_map(|line| line.strip_prefix("Zxid: 0x"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("no zxid in {srvr}"));
+    zxid >> 32
 }
 
 #[test]

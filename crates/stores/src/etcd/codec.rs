@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, TxnOp, TxnOpResponse, TxnResponse};
 use fencelock_core::{
-    Claim, FencingToken, Hold, HoldKind, Intent, Key, Lease, Owner, Principal, Resource, Terms, Timestamp,
+    Claim, FencingToken, Hold, HoldKind, Intent, Key, Lease, Owner, Resource, Terms, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
 use super::error::EtcdError;
+use crate::remote::{owner, principal_of};
 
 type Result<T, E = EtcdError> = std::result::Result<T, E>;
 
@@ -111,21 +112,6 @@ pub(super) fn lease(resource: Resource, kv: &KeyValue) -> Result<Lease> {
         hold_until: stored.hold_until.map(Timestamp::from_millis),
         lock_delay: Duration::from_millis(stored.lock_delay),
     })
-}
-
-/// What a value keeps of `owner`'s principal.
-fn principal_of(owner: &Owner) -> Option<String> {
-    owner.principal().map(|p| p.as_str().to_owned())
-}
-
-/// The owner `name` of `principal`, as a value keeps them (no principal: none).
-fn owner(name: &str, principal: Option<&str>) -> Result<Owner, String> {
-    let principal = principal
-        .map(|p| Principal::new(p).map_err(|e| format!("principal {p:?}: {e}")))
-        .transpose()?;
-    Ok(Owner::new(name)
-        .map_err(|e| format!("owner {name:?}: {e}"))?
-        .of(principal))
 }
 
 pub(super) fn resource(prefix: &str, key: &[u8]) -> Result<Resource> {
@@ -456,7 +442,7 @@ pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use fencelock_core::Ttl;
+    use fencelock_core::{Principal, Ttl};
 
     use super::*;
 

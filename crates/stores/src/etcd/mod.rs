@@ -446,25 +446,10 @@ impl LockStore for EtcdStore {
 
 /// The member addresses of `etcd://host:port[,host:port…]`, as `http://host:port`.
 fn endpoints(url: &str) -> Result<Vec<String>, EtcdError> {
-    let invalid = |why: &str| EtcdError::Invalid(format!("{url:?} is not an etcd address: {why}"));
-    let (scheme, members) = url
-        .split_once("://")
-        .ok_or_else(|| invalid("expected etcd://host:port[,host:port...]"))?;
-    if !scheme.eq_ignore_ascii_case("etcd") {
-        return Err(invalid("the scheme must be etcd://"));
-    }
-    members
-        .split(',')
-        .map(|member| {
-            let (host, port) = member
-                .rsplit_once(':')
-                .ok_or_else(|| invalid(&format!("member {member:?} has no port")))?;
-            if host.is_empty() || host.contains('/') {
-                return Err(invalid(&format!("member {member:?} has no host")));
-            }
-            port.parse::<u16>()
-                .map_err(|_| invalid(&format!("member {member:?} has no valid port")))?;
-            Ok(format!("http://{member}"))
-        })
-        .collect()
+    let members = crate::remote::members(url, "etcd")
+        .map_err(|why| EtcdError::Invalid(format!("{url:?} is not an etcd address: {why}")))?;
+    Ok(members
+        .into_iter()
+        .map(|member| format!("http://{member}"))
+        .collect())
 }

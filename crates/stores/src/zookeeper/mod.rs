@@ -1,0 +1,763 @@
+//! [`ZooKeeperStore`] (`zookeeper://host:port[,host:port…]`): leases — of locks, of
+//! semaphores' permits and of read-write locks' holds — kept in a ZooKeeper ensemble, shared
+//! by any number of fencelock servers.
+//!
+//! Its guarantees are in the [crate's guarantee table](crate#guarantees).
+//!
+//! # One node per name, judged by the rule book
+//!
+//! - Each name of each kind has one persistent **parent node**,
+//!   `/fencelock/{locks|semaphores|rwlocks}/{hex of the name's bytes}`. Hex keeps the order
+//!   of the bytes (so sorted children list in the names' order, as `list` must) and no name
+//!   can break a path (a `/` in a name is `2f`). Its data is the name's whole state as JSON:
+//!   the lease (a lock: live, or expired and kept for its lock-delay) or the holds and
+//!   writers' intents (a semaphore, a read-write lock), each with its owner, `principal`,
+//!   `token`, `acquired_at`, `expires_at`, `hold_until`, `lock_delay` and claim (a permit's
+//!   `limit`); and the last token issued for the name. A name never used has no data.
+//! - Every call is judged by [`fencelock_core::LockTable`], loaded with the names it touches
+//!   and nothing else, so the rules are written once for every store that keeps state itself
+//!   (memory, SQLite, ZooKeeper), not a third time here.
+//! - **Every change is a compare-and-set**: read the parent's data and `Stat`, apply the call
+//!   to the table, and write the new state with `setData` at the version read, in one `multi`
+//!   with every other parent the call touches (a `check` for those it left unchanged). On
+//!   `BadVersion` (or `NoNode`: a purge deleted an empty parent) another call changed the
+//!   name in between: read again and judge again, up to 32 times. Several
+//!   locks at once ([`LockStore::acquire_all`]) are one `multi` over every parent, so all are
+//!   granted or none. A refusal writes nothing, but its `multi` still checks the version it
+//!   was judged on: writes go through the leader, so the refusal is of the name as it is, not
+//!   of a member's lagging copy. Reads (`get`, `holds`, `list`) `sync` the member with the
+//!   leader first. Parents are made on demand (`mkdir`, persistent; one already there is
+//!   fine).
+//! - **A name's state fits in one node**: ZooKeeper keeps at most about 1 MiB in one
+//!   (`jute.maxbuffer`), a few thousand holds. A grant that would write more is refused
+//!   ([`StoreError::Invalid`]) and changes nothing, so a semaphore of a very high limit may
+//!   refuse permits before its limit is reached. Each change of a name also rewrites its
+//!   whole state, so one name with many holders is slower to change than one with few.
+//! - **Whose clock**: a lease is live while `now < expires_at` by the clock of the fencelock
+//!   server that judges the call (`Timestamp::now_wall`), as etcd's store does for leases
+//!   with terms. ZooKeeper keeps no time of its own for us: keep the servers' clocks
+//!   synchronised, since a server whose clock runs ahead ends other servers' leases early.
+//!   ZooKeeper's sessions play no part in how long a lease lasts: it lasts exactly its TTL
+//!   (to the millisecond), never less, whatever happens to the session of the server that
+//!   granted it.
+//!
+//! # Fencing tokens from transaction ids
+//!
+//! Before it judges, the store raises the table's last token to the greatest of the name's
+//! stored last token and the parent's `mzxid` as read (the zxid of its last change), so a
+//! grant's token is at least `mzxid + 1`. Why that is strictly increasing and never reused,
+//! across the ensemble:
+//!
+//! - A grant writes its token as the name's last token, and its write succeeds only at the
+//!   version read, so no other change came between. The next grant on the name reads that
+//!   last token (or the node's later state, which keeps it), and issues above it.
+//! - Every write has a zxid greater than every zxid before it (a zxid is `epoch << 32 |
+//!   counter`, and a new leader starts a greater epoch), so a write at the version read has a
+//!   zxid greater than the `mzxid` read. A grant of one name (`mzxid + 1` when the stored
+//!   last token is older) issues a token no greater than its own write's zxid, which becomes
+//!   the node's `mzxid`: for a name only ever granted alone, the stored last token never
+//!   exceeds its node's `mzxid`. A purge deletes an empty parent only while that holds (last token ≤ `mzxid`), and
+//!   a parent made again later has a `czxid` greater than the deletion's zxid, so a name
+//!   forgotten and used again still gets tokens above every earlier one.
+//! - Several locks at once share one write (one zxid) and take the tokens `M + 1 … M + k`,
+//!   which may pass that zxid. Their parents keep those last tokens, and a purge that finds
+//!   such a parent empty rewrites it unchanged (a new, greater `mzxid`) instead of deleting
+//!   it, until the rule above lets it go.
+//!
+//! Tokens are not consecutive: between two grants of a name they jump by every change the
+//! ensemble made meanwhile, to any name.
+//!
+//! # Holders' nodes and sessions
+//!
+//! Each lease and hold also has an **ephemeral node** under its parent, `lease-` and its
+//! token (zero-padded, so they list in token order), with the owner's name as data, made in
+//! the `multi` that grants it by the session of the server that grants it, and deleted in
+//! the `multi` that ends it (a release, a purge, a replacement, a force-release). So `ls` in
+//! ZooKeeper shows who holds what, and which server's session granted it. The name is the
+//! token rather than a sequence number so that it is known before the `multi` that makes it,
+//! and found again when the lease ends.
+//!
+//! That node is only a sign: the lease itself lives in its parent's data until its
+//! `expires_at`. A fencelock server whose session expires loses its holders' nodes, never a
+//! lease before its `expires_at`. And a guard whose server is cut off (or whose server's
+//! session is gone) cannot renew, so its `lost()` fires by the lease's `expires_at` at the
+//! latest: `lost()` always comes before any other owner can be granted the name. The session
+//! only bounds how soon a server notices that it was cut off. An expired session's client is
+//! dead; the next call (or the watch) opens a new session, whose later grants have nodes
+//! again (the leases granted before keep none).
+//!
+//! # Release notices
+//!
+//! One persistent recursive watch on `/fencelock`: a changed or deleted parent announces its
+//! name (waiters ask again; a change that freed nothing is a harmless extra notice). Each
+//! call that frees a name also announces it at once on its own server. When the watch is
+//! disconnected (events of that time may be lost: ZOOKEEPER-4698) or its session ends, it is
+//! set anew and waiters are told that notices may have been missed.
+//!
+//! So a change wakes each fencelock server once, not each waiter: a server's own waiters
+//! then ask again first come, first served ([`fencelock_core::Waiters`]), and only the first
+//! in line for a name that is free gets it. ZooKeeper's session timeout is no floor on a TTL
+//! here, since no lease rests on a session: the capabilities differ from the in-memory
+//! store's in nothing.
+//!
+//! # Purge
+//!
+//! [`LockStore::purge_expired`] reads at most [`PURGE_BATCH`] parents per call, round robin
+//! over every kind (the cursor stays in the store), forgets what is over in them through the
+//! same compare-and-set, and deletes a parent left empty, at the version read (so only if it
+//! is still empty and unchanged), so that folders do not grow with every name ever used.
+//!
+//! # Failure
+//!
+//! Every call has a deadline (the store is opened in a [`Deadline`]). `ConnectionLoss`, an
+//! expired session, a timeout: [`StoreError::Unavailable`], and the outcome is **unknown** —
+//! a write whose answer was lost may have been applied (ZooKeeper applies it once a quorum
+//! is back). Without a quorum nothing is granted. Tested with ZooKeeper 3.8.
+//!
+//! [`StoreError::Unavailable`]: fencelock_core::StoreError::Unavailable
+//! [`StoreError::Invalid`]: fencelock_core::StoreError::Invalid
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencelock_core::store::{PURGE_BATCH, Result};
+use fencelock_core::{
+    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
+    HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, LockTable, Owner,
+    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms,
+    Timestamp, Ttl,
+};
+use futures_util::future::try_join_all;
+use tokio::sync::broadcast;
+use zookeeper_client::{self as zk, MultiWriteError};
+
+use crate::deadline::{Deadline, Within, within};
+use crate::remote::{Subscription, keep_subscribed};
+
+mod error;
+mod session;
+mod state;
+
+use error::ZkError;
+use session::Session;
+use state::{Forget, Holder, Read, Versioned};
+
+/// The store's name in error messages.
+const STORE: &str = "ZooKeeper";
+
+/// How often a call reads and writes again when the name's node changed between the two,
+/// before it gives up: each retry means another caller changed it meanwhile.
+pub(super) const MAX_ATTEMPTS: usize = 32;
+
+/// The most data the store writes into one node: a little under ZooKeeper's default limit on
+/// a request (`jute.maxbuffer`, 1 MiB), which a write of more would break the connection on.
+const MAX_DATA: usize = 1_000_000;
+
+/// How many parents a list reads at once.
+const READ_BATCH: usize = 64;
+
+/// Persistent nodes anyone may read and write (fencelock's servers are its only clients).
+const FOLDER: zk::CreateOptions<'static> = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+
+/// A holder's node: ephemeral, of the session of the server that granted the lease.
+const HOLDER: zk::CreateOptions<'static> = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+
+/// How a [`ZooKeeperStore`] connects and how long it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZooKeeperOptions {
+    /// The session timeout asked for; the ensemble clamps it to its own bounds (by default
+    /// 2 to 20 ticks). It bounds how soon a cut-off server is noticed, never a lease.
+    pub session_timeout: Duration,
+    /// How long to wait for a connection to a member.
+    pub connect_timeout: Duration,
+    /// The most one call may take, whatever happens on the network.
+    pub call_timeout: Duration,
+    /// The node under which every name's node is kept.
+    pub root: String,
+}
+
+impl Default for ZooKeeperOptions {
+    fn default() -> Self {
+        Self {
+            session_timeout: Duration::from_secs(6),
+            connect_timeout: Duration::from_secs(2),
+            call_timeout: Duration::from_secs(5),
+            root: "/fencelock".into(),
+        }
+    }
+}
+
+/// Where the nodes of names are.
+#[derive(Debug, Clone)]
+pub(super) struct Paths {
+    root: String,
+}
+
+impl Paths {
+    const KINDS: [Kind; 3] = [Kind::Lock, Kind::Semaphore, Kind::RwLock];
+
+    fn new(root: &str) -> Self {
+        Self { root: root.into() }
+    }
+
+    fn folder_name(kind: Kind) -> &'static str {
+        match kind {
+            Kind::Lock => "locks",
+            Kind::Semaphore => "semaphores",
+            Kind::RwLock => "rwlocks",
+        }
+    }
+
+    fn folder(&self, kind: Kind) -> String {
+        format!("{}/{}", self.root, Self::folder_name(kind))
+    }
+
+    fn node(&self, key: &Key) -> String {
+        format!("{}/{}", self.folder(key.kind), state::hex(&key.name))
+    }
+}
+
+/// Opens `zookeeper://…` for [`crate::open`]: `rest` is what follows the scheme.
+pub(crate) fn open<'a>(address: &'a str, rest: &'a str) -> crate::Opening<'a> {
+    Box::pin(async move {
+        crate::opened(
+            address,
+            ZooKeeperStore::connect(&format!("zookeeper://{rest}")).await,
+        )
+    })
+}
+
+/// A [`LockStore`] in a ZooKeeper ensemble; see the module docs for how it keeps the rules.
+/// [`connect`](ZooKeeperStore::connect) gives it wrapped in its call [`Deadline`].
+pub struct ZooKeeperStore {
+    session: Arc<Session>,
+    paths: Paths,
+    feed: ReleaseFeed,
+    /// Where the next purge starts: the last parent the previous one read.
+    purged_to: Mutex<Option<(Kind, String)>>,
+    // Stops watching when the store is dropped.
+    released: Subscription,
+}
+
+impl fmt::Debug for ZooKeeperStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZooKeeperStore")
+            .field("session", &self.session)
+            .field("paths", &self.paths)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZooKeeperStore {
+    /// Connects to the members in `url` (`zookeeper://host:port[,host:port…]`) with default
+    /// options, makes the folders of names, and starts watching for releases. Must be called
+    /// within a Tokio runtime.
+    pub async fn connect(url: &str) -> Result<Deadline<Self>> {
+        Self::connect_with(url, ZooKeeperOptions::default()).await
+    }
+
+    /// As [`ZooKeeperStore::connect`], with `options`.
+    pub async fn connect_with(url: &str, options: ZooKeeperOptions) -> Result<Deadline<Self>> {
+        let cluster = cluster(url)?;
+        if !options.root.starts_with('/') || options.root.ends_with('/') {
+            return Err(ZkError::Invalid(format!(
+                "the root {:?} must start with / and not end with one",
+                options.root
+            ))
+            .into());
+        }
+        let limit = options.call_timeout;
+        let paths = Paths::new(&options.root);
+        let session = within(limit, STORE, "connect", async {
+            let session = Session::connect(cluster, options).await?;
+            let client = session.client().await?;
+            for kind in Paths::KINDS {
+                client
+                    .mkdir(&paths.folder(kind), &FOLDER)
+                    .await
+                    .map_err(ZkError::request("make the folders"))?;
+            }
+            Ok(Arc::new(session))
+        })
+        .await?;
+        let feed = ReleaseFeed::new();
+        let open = {
+            let (session, paths, feed) = (session.clone(), paths.clone(), feed.clone());
+            move || {
+                let (session, paths, feed) = (session.clone(), paths.clone(), feed.clone());
+                async move { within(limit, STORE, "watch", session::watch(&session, paths, feed)).await }
+            }
+        };
+        // Only answer once the watch is in place, so that no release after this is missed.
+        let first = open().await?;
+        let store = Self {
+            session,
+            paths,
+            purged_to: Mutex::new(None),
+            released: keep_subscribed(STORE, first, open, feed.clone()),
+            feed,
+        };
+        Ok(Deadline::new(store, Within::new(STORE, limit)))
+    }
+
+    /// Reads the node of `key`: `None` in the read's `stat` if there is none.
+    async fn read(&self, client: &zk::Client, key: &Key) -> Result<Read, ZkError> {
+        let path = self.paths.node(key);
+        let found = match client.get_data(&path).await {
+            Ok((data, stat)) => Some((data, versioned(&stat)?)),
+            Err(zk::Error::NoNode) => None,
+            Err(e) => return Err(ZkError::request("read")(e)),
+        };
+        Read::new(key.clone(), path, found)
+    }
+
+    /// Reads the nodes of `keys` as they are on the leader (a `sync` first), into a table.
+    async fn read_now(&self, keys: &[Key]) -> Result<(LockTable, Timestamp), ZkError> {
+        let client = self.session.client().await?;
+        client
+            .sync(&self.paths.root)
+            .await
+            .map_err(ZkError::request("sync"))?;
+        let reads = try_join_all(keys.iter().map(|key| self.read(&client, key))).await?;
+        let now = Timestamp::now_wall();
+        Ok((state::table(&reads, now), now))
+    }
+
+    /// Applies `apply` to a table loaded with the states of `keys`, and writes back what it
+    /// changed in one `multi` guarded by the versions read; reads and applies again if any
+    /// node changed in between. See the module docs.
+    async fn change<T>(
+        &self,
+        doing: &'static str,
+        keys: &[Key],
+        mut apply: impl FnMut(&mut LockTable, Timestamp) -> Result<T>,
+    ) -> Result<T> {
+        let client = self.session.client().await?;
+        for _ in 0..MAX_ATTEMPTS {
+            let reads = try_join_all(keys.iter().map(|key| self.read(&client, key))).await?;
+            let missing: Vec<&Read> = reads.iter().filter(|r| r.stat.is_none()).collect();
+            if !missing.is_empty() {
+                for read in missing {
+                    client
+                        .mkdir(&read.path, &FOLDER)
+                        .await
+                        .map_err(ZkError::request(doing))?;
+                }
+                continue;
+            }
+            let holders = try_join_all(reads.iter().map(|read| holders(&client, read))).await?;
+            let now = Timestamp::now_wall();
+            let mut table = state::table(&reads, now);
+            let loaded = table.last_token();
+            let outcome = apply(&mut table, now)?;
+            let mut multi = client.new_multi_writer();
+            for (read, present) in reads.iter().zip(&holders) {
+                let version = read.stat.map_or(-1, |s| s.version);
+                let after = state::after(read, &table, loaded);
+                let data = state::encode(&after)?;
+                if data.len() > MAX_DATA {
+                    return Err(ZkError::Invalid(format!(
+                        "ZooKeeper: the state of {} {} would take {} bytes, more than one node keeps",
+                        read.key.kind,
+                        read.key.name,
+                        data.len()
+                    ))
+                    .into());
+                }
+                let added = if data == read.data {
+                    multi.add_check_version(&read.path, version)
+                } else {
+                    multi.add_set_data(&read.path, &data, Some(version))
+                };
+                added.map_err(ZkError::request(doing))?;
+                for (node, change) in state::holder_changes(&read.state, &after) {
+                    let path = format!("{}/{node}", read.path);
+                    let added = match change {
+                        Holder::Began(owner) => multi.add_create(&path, owner.as_bytes(), &HOLDER),
+                        // Gone already if the session that made it has ended.
+                        Holder::Ended if present.contains(&node) => multi.add_delete(&path, None),
+                        Holder::Ended => continue,
+                    };
+                    added.map_err(ZkError::request(doing))?;
+                }
+            }
+            match multi.commit().await {
+                Ok(_) => {
+                    for key in table.take_freed() {
+                        self.feed.announce(&key);
+                    }
+                    return Ok(outcome);
+                }
+                // The name changed, a purge deleted its node, or a holder's node came or went.
+                Err(MultiWriteError::OperationFailed {
+                    source: zk::Error::BadVersion | zk::Error::NoNode | zk::Error::NodeExists,
+                    ..
+                }) => continue,
+                Err(e) => return Err(ZkError::request(doing)(e.into()).into()),
+            }
+        }
+        Err(ZkError::Contended { doing }.into())
+    }
+
+    /// The names of `kind` that have a node, in the order of their bytes, from `query`'s
+    /// prefix and after its cursor.
+    async fn names(&self, kind: Kind, query: &ListQuery) -> Result<Vec<Resource>, ZkError> {
+        let mut names: Vec<Resource> = self
+            .children(kind)
+            .await?
+            .into_iter()
+            .filter(|name| name.as_str().starts_with(&query.prefix))
+            .filter(|name| query.after.as_ref().is_none_or(|after| name > after))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// The names of `kind` that have a node, in no order. A child that is no name's node
+    /// (someone else's) is passed over.
+    async fn children(&self, kind: Kind) -> Result<Vec<Resource>, ZkError> {
+        let client = self.session.client().await?;
+        client
+            .sync(&self.paths.root)
+            .await
+            .map_err(ZkError::request("sync"))?;
+        let children = match client.list_children(&self.paths.folder(kind)).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(ZkError::request("list")(e)),
+        };
+        Ok(children.iter().filter_map(|c| state::unhex(c)).collect())
+    }
+
+    /// Reads the live leases or holds of `names`, a batch at a time, until `enough` of them
+    /// have some; each name with what `live` keeps of its table.
+    async fn live_of<T>(
+        &self,
+        kind: Kind,
+        names: &[Resource],
+        enough: usize,
+        live: impl Fn(&LockTable, Timestamp, &Resource) -> Option<T>,
+    ) -> Result<Vec<T>, ZkError> {
+        let client = self.session.client().await?;
+        let mut found = Vec::new();
+        for batch in names.chunks(READ_BATCH) {
+            let keys: Vec<Key> = batch
+                .iter()
+                .map(|name| Key {
+                    kind,
+                    name: name.clone(),
+                })
+                .collect();
+            let reads = try_join_all(keys.iter().map(|key| self.read(&client, key))).await?;
+            let now = Timestamp::now_wall();
+            let table = state::table(&reads, now);
+            found.extend(batch.iter().filter_map(|name| live(&table, now, name)));
+            if found.len() >= enough {
+                found.truncate(enough);
+                break;
+            }
+        }
+        Ok(found)
+    }
+
+    /// The next [`PURGE_BATCH`] names with a node after the last purge's, round robin over
+    /// every kind.
+    async fn next_to_purge(&self) -> Result<Vec<Key>, ZkError> {
+        let mut all = Vec::new();
+        for kind in Paths::KINDS {
+            let mut names = self.children(kind).await?;
+            names.sort();
+            all.extend(names.into_iter().map(|name| Key { kind, name }));
+        }
+        let mut cursor = self.purged_to.lock().unwrap_or_else(PoisonError::into_inner);
+        let start = cursor.as_ref().map_or(0, |(kind, hex)| {
+            all.partition_point(|key| (key.kind, state::hex(&key.name)) <= (*kind, hex.clone()))
+        });
+        let batch: Vec<Key> = all[start..]
+            .iter()
+            .chain(&all[..start])
+            .take(PURGE_BATCH)
+            .cloned()
+            .collect();
+        *cursor = batch.last().map(|key| (key.kind, state::hex(&key.name)));
+        Ok(batch)
+    }
+
+    /// Forgets what is over in the name of `read`, or deletes its node if nothing is left;
+    /// returns what it forgot.
+    async fn purge(&self, client: &zk::Client, read: Read) -> Result<Vec<Expired>> {
+        let Some(stat) = read.stat else {
+            return Ok(Vec::new());
+        };
+        let now = Timestamp::now_wall();
+        if state::has_expired(&read.state, now) {
+            return self
+                .change("purge", std::slice::from_ref(&read.key), |table, now| {
+                    Ok(table.purge_expired(now))
+                })
+                .await;
+        }
+        // Deleted or rewritten only if still this version: see the module docs.
+        let done = match state::forget(&read.state, stat.mzxid) {
+            None => return Ok(Vec::new()),
+            Some(Forget::Delete) => client.delete(&read.path, Some(stat.version)).await,
+            Some(Forget::Rewrite) => client
+                .set_data(&read.path, &read.data, Some(stat.version))
+                .await
+                .map(drop),
+        };
+        match done {
+            Ok(()) | Err(zk::Error::BadVersion | zk::Error::NoNode | zk::Error::NotEmpty) => Ok(Vec::new()),
+            Err(e) => Err(ZkError::request("purge")(e).into()),
+        }
+    }
+}
+
+/// The holders' nodes under the node of `read`.
+async fn holders(client: &zk::Client, read: &Read) -> Result<Vec<String>, ZkError> {
+    match client.list_children(&read.path).await {
+        Ok(children) => Ok(children),
+        Err(zk::Error::NoNode) => Ok(Vec::new()),
+        Err(e) => Err(ZkError::request("list the holders")(e)),
+    }
+}
+
+/// What a compare-and-set needs of `stat`.
+fn versioned(stat: &zk::Stat) -> Result<Versioned, ZkError> {
+    let mzxid = u64::try_from(stat.mzxid)
+        .map_err(|_| ZkError::Corrupt(format!("a node with the mzxid {}", stat.mzxid)))?;
+    Ok(Versioned {
+        version: stat.version,
+        mzxid,
+    })
+}
+
+#[async_trait]
+impl LockStore for ZooKeeperStore {
+    async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
+        self.change("acquire", &[Key::lock(resource)], |table, now| {
+            table.acquire(now, resource, owner, terms)
+        })
+        .await
+    }
+
+    /// One `multi` over every parent: see the module docs.
+    async fn acquire_all(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome> {
+        let keys: Vec<Key> = resources.as_slice().iter().map(Key::lock).collect();
+        self.change("acquire", &keys, |table, now| {
+            table.acquire_all(now, resources, owner, terms)
+        })
+        .await
+    }
+
+    async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
+        let (table, now) = self.read_now(&[Key::lock(resource)]).await?;
+        Ok(table.get(now, resource))
+    }
+
+    async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        self.change("release", &[Key::lock(resource)], |table, now| {
+            Ok(table.release(now, resource, owner, token))
+        })
+        .await
+    }
+
+    async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        self.change("renew", &[Key::lock(resource)], |table, now| {
+            Ok(table.renew(now, resource, owner, ttl, token))
+        })
+        .await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        let names = self.names(Kind::Lock, query).await?;
+        let leases = self
+            .live_of(
+                Kind::Lock,
+                &names,
+                query.limit.saturating_add(1),
+                |table, now, name| table.get(now, name),
+            )
+            .await?;
+        Ok(crate::page(leases, query.limit))
+    }
+
+    /// Reads the next [`PURGE_BATCH`] parents (round robin) and forgets what is over in them;
+    /// see the module docs.
+    async fn purge_expired(&self) -> Result<Vec<Expired>> {
+        let keys = self.next_to_purge().await?;
+        let client = self.session.client().await?;
+        let mut expired = Vec::new();
+        for batch in keys.chunks(READ_BATCH) {
+            let reads = try_join_all(batch.iter().map(|key| self.read(&client, key))).await?;
+            for read in reads {
+                expired.extend(self.purge(&client, read).await?);
+            }
+        }
+        Ok(expired)
+    }
+
+    async fn acquire_hold(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        self.change("acquire", &[Key::hold(claim.kind(), name)], |table, now| {
+            table.acquire_hold(now, name, owner, claim, ttl, intent)
+        })
+        .await
+    }
+
+    async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
+        let (table, now) = self.read_now(&[Key::hold(kind, name)]).await?;
+        Ok(table.holds(now, kind, name))
+    }
+
+    async fn release_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        self.change("release", &[Key::hold(kind, name)], |table, now| {
+            Ok(table.release_hold(now, kind, name, owner, token))
+        })
+        .await
+    }
+
+    async fn renew_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        self.change("renew", &[Key::hold(kind, name)], |table, now| {
+            Ok(table.renew_hold(now, kind, name, owner, ttl, token))
+        })
+        .await
+    }
+
+    async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
+        let names = self.names(kind.into(), query).await?;
+        let mut found = self
+            .live_of(
+                kind.into(),
+                &names,
+                query.limit.saturating_add(1),
+                |table, now, name| {
+                    let holds = table.holds(now, kind, name);
+                    (!holds.is_empty()).then(|| (name.clone(), holds))
+                },
+            )
+            .await?;
+        let next = if found.len() > query.limit {
+            found.truncate(query.limit);
+            found.last().map(|(name, _)| name.clone())
+        } else {
+            None
+        };
+        Ok(HoldPage { names: found, next })
+    }
+
+    async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
+        self.change(
+            "withdraw an intent",
+            &[Key::hold(HoldKind::RwLock, name)],
+            |table, _| {
+                table.withdraw_intent(name, owner);
+                Ok(())
+            },
+        )
+        .await
+    }
+
+    async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
+        self.change("force-release", std::slice::from_ref(key), |table, now| {
+            Ok(table.force_release(now, key))
+        })
+        .await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        // A sync needs the leader, and so a quorum: what serving needs.
+        let client = self.session.client().await?;
+        client
+            .sync(&self.paths.root)
+            .await
+            .map_err(ZkError::request("ping"))?;
+        Ok(())
+    }
+
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
+        Some(self.released.receiver())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ttl_granularity: Duration::from_millis(1),
+            durable: true,
+            knows_released_lease: true,
+            shared: true,
+            writer_intents: true,
+            principals: true,
+            lock_delays: true,
+            drift: fencelock_core::Drift::NONE,
+        }
+    }
+}
+
+/// The connect string of `zookeeper://host:port[,host:port…]`: `host:port,host:port`.
+fn cluster(url: &str) -> Result<String, StoreError> {
+    let members = crate::remote::members(url, "zookeeper")
+        .map_err(|why| ZkError::Invalid(format!("{url:?} is not a ZooKeeper address: {why}")))?;
+    Ok(members.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_members_with_ports() {
+        assert_eq!(
+            cluster("zookeeper://127.0.0.1:2181,h:2182").unwrap(),
+            "127.0.0.1:2181,h:2182"
+        );
+        assert_eq!(cluster("ZooKeeper://h:1").unwrap(), "h:1");
+        for bad in [
+            "zookeeper://",
+            "zookeeper://h",
+            "zookeeper://h:x",
+            "zookeeper://:1",
+            "zookeeper://h:1/chroot",
+            "zk://h:1",
+            "h:1",
+        ] {
+            assert!(matches!(cluster(bad), Err(StoreError::Invalid(_))), "{bad}");
+        }
+    }
+}

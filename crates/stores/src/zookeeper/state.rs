@@ -1,0 +1,486 @@
+//! A name's whole state as its parent node keeps it (JSON), and the [`LockTable`] that
+//! judges a call on it: loaded with the states read, and read back after the call.
+
+use std::time::Duration;
+
+use fencelock_core::{
+    Claim, FencingToken, Hold, HoldKind, Intent, Key, Kind, Lease, LockTable, Resource, Timestamp, Ttl,
+};
+use serde::{Deserialize, Serialize};
+
+use super::error::ZkError;
+use crate::remote::{owner, principal_of};
+
+/// The state of one name: of a lock, its lease (live, or expired and kept for its lock-delay);
+/// of a semaphore or read-write lock, its holds and writers' intents; and the last token
+/// issued for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct State {
+    pub(super) last_token: u64,
+    pub(super) lease: Option<Lease>,
+    /// In token order.
+    pub(super) holds: Vec<Hold>,
+    pub(super) intents: Vec<Intent>,
+}
+
+/// A parent node as read: the state in its data, and its version and `mzxid` (`None`: the
+/// node does not exist).
+#[derive(Debug, Clone)]
+pub(super) struct Read {
+    pub(super) key: Key,
+    pub(super) path: String,
+    pub(super) state: State,
+    /// What the data was, byte for byte, so that an unchanged state is not written.
+    pub(super) data: Vec<u8>,
+    pub(super) stat: Option<Versioned>,
+}
+
+/// What a compare-and-set needs of a node's `Stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Versioned {
+    pub(super) version: i32,
+    /// The zxid of the node's last change: every token issued after this read is above it.
+    pub(super) mzxid: u64,
+}
+
+impl Read {
+    /// The read of the node at `path` of `key`, with `data` and `stat`, or of no node.
+    pub(super) fn new(key: Key, path: String, found: Option<(Vec<u8>, Versioned)>) -> Result<Self, ZkError> {
+        let (data, stat) = match found {
+            Some((data, stat)) => (data, Some(stat)),
+            None => (Vec::new(), None),
+        };
+        let state = decode(&key, &data)?;
+        Ok(Self {
+            key,
+            path,
+            state,
+            data,
+            stat,
+        })
+    }
+
+    /// The last token the state says, raised to the node's `mzxid`: see the module docs.
+    fn floor(&self) -> u64 {
+        self.state.last_token.max(self.stat.map_or(0, |s| s.mzxid))
+    }
+}
+
+/// A table holding the states of `reads` at `now` (intents that ended left out), journalling
+/// from here on so that [`after`] can read back what a call changed.
+pub(super) fn table(reads: &[Read], now: Timestamp) -> LockTable {
+    let last = reads.iter().map(Read::floor).max().unwrap_or(0);
+    let leases = reads.iter().filter_map(|r| r.state.lease.clone());
+    let holds = reads.iter().flat_map(|r| {
+        let kind = r.key.kind.hold_kind();
+        r.state
+            .holds
+            .iter()
+            .filter_map(move |h| kind.map(|kind| (kind, h.clone())))
+    });
+    let mut table = LockTable::new(last, leases).with_holds(holds);
+    for read in reads {
+        for intent in &read.state.intents {
+            let left = intent.expires_at.as_millis().saturating_sub(now.as_millis());
+            if let Ok(ttl) = Ttl::from_millis(left, Ttl::from_const_millis(u64::MAX)) {
+                table.intend(now, &read.key.name, &intent.owner, ttl);
+            }
+        }
+    }
+    table.begin();
+    table
+}
+
+/// The state of `read`'s name once `table` (made by [`table`] from reads including it) has
+/// applied a call: what the call changed, over what was read. `loaded` is the table's last
+/// token before the call; a call that issued tokens leaves the greatest as the name's last.
+pub(super) fn after(read: &Read, table: &LockTable, loaded: u64) -> State {
+    let name = &read.key.name;
+    let mut state = State {
+        last_token: if table.last_token() > loaded {
+            table.last_token()
+        } else {
+            read.state.last_token
+        },
+        ..State::default()
+    };
+    match read.key.kind.hold_kind() {
+        None => {
+            state.lease = match table.changes().into_iter().find(|(r, _)| r == name) {
+                Some((_, now)) => now,
+                None => read.state.lease.clone(),
+            };
+        }
+        Some(kind) => {
+            state.holds = read.state.holds.clone();
+            for ((k, n, owner), now) in table.hold_changes() {
+                if k == kind && n == *name {
+                    state.holds.retain(|h| h.lease.owner.as_str() != owner);
+                    state.holds.extend(now);
+                }
+            }
+            state.holds.sort_by_key(|h| h.lease.token);
+            if kind == HoldKind::RwLock {
+                state.intents = table.intents(name).to_vec();
+            }
+        }
+    }
+    state
+}
+
+/// A holder's node that a change makes or deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Holder {
+    /// A new lease or hold (a new token): its node is made, with the owner's name as data.
+    Began(String),
+    /// A lease or hold that is no more: its node is deleted.
+    Ended,
+}
+
+/// The holders' nodes that going from `before` to `after` makes and deletes, by node name
+/// (`lease-` and the token, so that the node of a lease is known before it is made, in the
+/// same `multi` as the grant, and found again to be deleted when the lease ends).
+pub(super) fn holder_changes(before: &State, after: &State) -> Vec<(String, Holder)> {
+    let has = |state: &State, token: FencingToken| leases(state).any(|l| l.token == token);
+    let began = leases(after)
+        .filter(|l| !has(before, l.token))
+        .map(|l| (holder(l.token), Holder::Began(l.owner.as_str().to_owned())));
+    let ended = leases(before)
+        .filter(|l| !has(after, l.token))
+        .map(|l| (holder(l.token), Holder::Ended));
+    began.chain(ended).collect()
+}
+
+/// The node name of the holder of the lease or hold with `token`; zero-padded, so that the
+/// holders list in token order.
+fn holder(token: FencingToken) -> String {
+    format!("lease-{:020}", token.0)
+}
+
+/// Every lease and hold in `state`, live or not.
+fn leases(state: &State) -> impl Iterator<Item = &Lease> {
+    state.lease.iter().chain(state.holds.iter().map(|h| &h.lease))
+}
+
+/// What a purge does with the node of a name of which nothing is left but its last token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Forget {
+    /// Delete it: a node made again later has a `czxid` above this deletion's zxid, which is
+    /// above the node's `mzxid`, which is at least the last token.
+    Delete,
+    /// Rewrite it as it is, for a new `mzxid`: its last token is above its `mzxid` (tokens of
+    /// a multi-acquire), so a node made again could start below it. A later purge deletes
+    /// it once the `mzxid` has caught up.
+    Rewrite,
+}
+
+/// What a purge does with the node of `state`, last changed at `mzxid`: `None` while
+/// anything is left in it.
+pub(super) fn forget(state: &State, mzxid: u64) -> Option<Forget> {
+    let empty = state.lease.is_none() && state.holds.is_empty() && state.intents.is_empty();
+    match (empty, state.last_token <= mzxid) {
+        (false, _) => None,
+        (true, true) => Some(Forget::Delete),
+        (true, false) => Some(Forget::Rewrite),
+    }
+}
+
+/// Whether anything in `state` is over at `now`: a lease past its lock-delay, a hold past
+/// its expiry, an intent that ended.
+pub(super) fn has_expired(state: &State, now: Timestamp) -> bool {
+    state.lease.as_ref().is_some_and(|l| l.closed_until() <= now)
+        || state.holds.iter().any(|h| !h.is_live(now))
+        || state.intents.iter().any(|i| now >= i.expires_at)
+}
+
+/// How a lease or a hold is written. Times are milliseconds since the epoch.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredLease {
+    owner: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    principal: Option<String>,
+    token: u64,
+    acquired_at: u64,
+    expires_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hold_until: Option<u64>,
+    /// Milliseconds.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    lock_delay: u64,
+    /// A hold's claim: `"permit"`, `"read"` or `"write"`; absent for a lock's lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    claim: Option<String>,
+    /// A permit's semaphore limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredIntent {
+    owner: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    principal: Option<String>,
+    expires_at: u64,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Stored {
+    #[serde(default, skip_serializing_if = "is_zero")]
+    last_token: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lease: Option<StoredLease>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    holds: Vec<StoredLease>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    intents: Vec<StoredIntent>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The data of a node holding `state`: nothing at all for the state of a name never used,
+/// which is what a node made by `mkdir` holds, so that making one changes no state.
+pub(super) fn encode(state: &State) -> Result<Vec<u8>, ZkError> {
+    if *state == State::default() {
+        return Ok(Vec::new());
+    }
+    let stored = Stored {
+        last_token: state.last_token,
+        lease: state.lease.as_ref().map(|l| stored_lease(l, None)),
+        holds: state
+            .holds
+            .iter()
+            .map(|h| stored_lease(&h.lease, Some(h.claim)))
+            .collect(),
+        intents: state
+            .intents
+            .iter()
+            .map(|i| StoredIntent {
+                owner: i.owner.as_str().to_owned(),
+                principal: principal_of(&i.owner),
+                expires_at: i.expires_at.as_millis(),
+            })
+            .collect(),
+    };
+    serde_json::to_vec(&stored).map_err(|e| ZkError::Corrupt(format!("cannot encode a state: {e}")))
+}
+
+/// The state in the data of `key`'s node.
+pub(super) fn decode(key: &Key, data: &[u8]) -> Result<State, ZkError> {
+    if data.is_empty() {
+        return Ok(State::default());
+    }
+    let corrupt = |why: String| ZkError::Corrupt(format!("the node of {} {}: {why}", key.kind, key.name));
+    let stored: Stored = serde_json::from_slice(data).map_err(|e| corrupt(e.to_string()))?;
+    let lease = |s: StoredLease| -> Result<(Lease, Option<Claim>), ZkError> {
+        let claim = match (s.claim.as_deref(), s.limit) {
+            (None, _) => None,
+            (Some("permit"), Some(limit)) => Some(Claim::Permit { limit }),
+            (Some("read"), _) => Some(Claim::Read),
+            (Some("write"), _) => Some(Claim::Write),
+            (Some(odd), _) => return Err(corrupt(format!("claim {odd:?}"))),
+        };
+        let lease = Lease {
+            resource: key.name.clone(),
+            owner: owner(&s.owner, s.principal.as_deref()).map_err(corrupt)?,
+            token: FencingToken(s.token),
+            acquired_at: Timestamp::from_millis(s.acquired_at),
+            expires_at: Timestamp::from_millis(s.expires_at),
+            hold_until: s.hold_until.map(Timestamp::from_millis),
+            lock_delay: Duration::from_millis(s.lock_delay),
+        };
+        Ok((lease, claim))
+    };
+    let mut state = State {
+        last_token: stored.last_token,
+        ..State::default()
+    };
+    if let Some(s) = stored.lease {
+        state.lease = Some(lease(s)?.0);
+    }
+    for s in stored.holds {
+        let (lease, claim) = lease(s)?;
+        let claim = claim.ok_or_else(|| corrupt("a hold without a claim".into()))?;
+        state.holds.push(Hold { lease, claim });
+    }
+    for s in stored.intents {
+        state.intents.push(Intent {
+            owner: owner(&s.owner, s.principal.as_deref()).map_err(corrupt)?,
+            expires_at: Timestamp::from_millis(s.expires_at),
+        });
+    }
+    if key.kind == Kind::Lock && !(state.holds.is_empty() && state.intents.is_empty()) {
+        return Err(corrupt("a lock with holds".into()));
+    }
+    Ok(state)
+}
+
+fn stored_lease(lease: &Lease, claim: Option<Claim>) -> StoredLease {
+    let (claim, limit) = match claim {
+        None => (None, None),
+        Some(Claim::Permit { limit }) => (Some("permit"), Some(limit)),
+        Some(Claim::Read) => (Some("read"), None),
+        Some(Claim::Write) => (Some("write"), None),
+    };
+    StoredLease {
+        owner: lease.owner.as_str().to_owned(),
+        principal: principal_of(&lease.owner),
+        token: lease.token.0,
+        acquired_at: lease.acquired_at.as_millis(),
+        expires_at: lease.expires_at.as_millis(),
+        hold_until: lease.hold_until.map(Timestamp::as_millis),
+        lock_delay: u64::try_from(lease.lock_delay.as_millis()).unwrap_or(u64::MAX),
+        claim: claim.map(str::to_owned),
+        limit,
+    }
+}
+
+/// The last part of a name's node path: the hex of the name's bytes, so that sorted
+/// children list in the names' byte order and no name can break a path.
+pub(super) fn hex(name: &Resource) -> String {
+    name.as_str().bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The name whose node is called `child`.
+pub(super) fn unhex(child: &str) -> Option<Resource> {
+    if !child.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..child.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(child.get(i..i + 2)?, 16).ok())
+        .collect();
+    Resource::new(String::from_utf8(bytes?).ok()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fencelock_core::{Owner, Principal};
+
+    #[test]
+    fn a_purge_deletes_a_node_only_when_it_is_empty_and_no_token_is_above_its_mzxid() {
+        let used = State {
+            last_token: 40,
+            ..State::default()
+        };
+        assert_eq!(forget(&used, 40), Some(Forget::Delete));
+        assert_eq!(forget(&used, 90), Some(Forget::Delete));
+        assert_eq!(
+            forget(&used, 39),
+            Some(Forget::Rewrite),
+            "a multi-acquire's tokens"
+        );
+        let intent = Intent {
+            owner: Owner::new("w").unwrap(),
+            expires_at: Timestamp::from_millis(1),
+        };
+        let waiting = State {
+            intents: vec![intent],
+            ..used
+        };
+        assert_eq!(forget(&waiting, 90), None, "anything left keeps the node");
+        assert_eq!(forget(&State::default(), 0), Some(Forget::Delete));
+    }
+
+    fn lock_read(last_token: u64, mzxid: u64, lease: Option<Lease>) -> Read {
+        let key = Key::lock(&Resource::new("l").unwrap());
+        let state = State {
+            last_token,
+            lease,
+            ..State::default()
+        };
+        let data = encode(&state).unwrap();
+        Read::new(
+            key,
+            "/fencelock/locks/6c".into(),
+            Some((data, Versioned { version: 3, mzxid })),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_grant_is_above_the_mzxid_read_and_its_token_is_kept_as_the_last() {
+        let now = Timestamp::from_millis(1_000);
+        let read = lock_read(5, 100, None);
+        let mut table = super::table(std::slice::from_ref(&read), now);
+        let loaded = table.last_token();
+        let ttl = Ttl::from_millis(50, Ttl::DEFAULT_MAX).unwrap();
+        let outcome = table
+            .acquire(
+                now,
+                &read.key.name,
+                &Owner::new("a").unwrap(),
+                fencelock_core::Terms::ttl(ttl),
+            )
+            .unwrap();
+        let lease = outcome.lease().unwrap().clone();
+        assert_eq!(lease.token, FencingToken(101));
+        let granted = after(&read, &table, loaded);
+        assert_eq!((granted.last_token, granted.lease.as_ref()), (101, Some(&lease)));
+        assert_eq!(
+            holder_changes(&read.state, &granted),
+            [("lease-00000000000000000101".to_owned(), Holder::Began("a".into()))]
+        );
+
+        // Released on a later read: the last token stays, the holder's node goes.
+        let read = lock_read(101, 120, Some(lease));
+        let mut table = super::table(std::slice::from_ref(&read), now);
+        let loaded = table.last_token();
+        table.release(now, &read.key.name, &Owner::new("a").unwrap(), None);
+        let released = after(&read, &table, loaded);
+        assert_eq!((released.last_token, &released.lease), (101, &None));
+        assert_eq!(
+            holder_changes(&read.state, &released),
+            [("lease-00000000000000000101".to_owned(), Holder::Ended)]
+        );
+    }
+
+    #[test]
+    fn names_round_trip_through_hex_in_byte_order() {
+        let names = ["a", "a b", "a/b", "b", "z:1", "ü", "💥"]; // in byte order
+        let mut hexed: Vec<String> = names.iter().map(|n| hex(&Resource::new(*n).unwrap())).collect();
+        let before = hexed.clone();
+        hexed.sort();
+        assert_eq!(hexed, before, "hex keeps byte order");
+        for (name, h) in names.iter().zip(&hexed) {
+            assert_eq!(unhex(h).unwrap().as_str(), *name);
+        }
+        assert_eq!(unhex("6"), None);
+        assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex(""), None);
+    }
+
+    #[test]
+    fn a_state_round_trips_and_an_unused_one_is_no_data() {
+        let key = Key::hold(HoldKind::RwLock, &Resource::new("rw").unwrap());
+        let owner = Owner::new("w").unwrap().of(Some(Principal::new("ops").unwrap()));
+        let lease = Lease {
+            resource: key.name.clone(),
+            owner: owner.clone(),
+            token: FencingToken(7),
+            acquired_at: Timestamp::from_millis(5),
+            expires_at: Timestamp::from_millis(9),
+            hold_until: None,
+            lock_delay: Duration::ZERO,
+        };
+        let state = State {
+            last_token: 7,
+            lease: None,
+            holds: vec![Hold {
+                lease,
+                claim: Claim::Write,
+            }],
+            intents: vec![Intent {
+                owner,
+                expires_at: Timestamp::from_millis(11),
+            }],
+        };
+        let data = encode(&state).unwrap();
+        assert_eq!(decode(&key, &data).unwrap(), state);
+        assert!(encode(&State::default()).unwrap().is_empty());
+        assert_eq!(decode(&key, b"").unwrap(), State::default());
+        assert!(matches!(decode(&key, b"{"), Err(ZkError::Corrupt(_))));
+    }
+}

@@ -1,0 +1,580 @@
+//! The ZooKeeper store against real, throwaway ZooKeeper: the conformance suite on a
+//! standalone server; members of a three-member ensemble stopped and started again; two
+//! stores (two fencelock servers) on one ensemble; and a store whose session expires.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fencelock_conformance::{Harness, checks, owner, ttl};
+use fencelock_core::{
+    AcquireAllOutcome, AcquireOutcome, Claim, FencingToken, HoldKind, HoldOutcome, Key, LockStore,
+    ReleaseNotice, ReleaseOutcome, Resource, Resources, StoreError, Terms, Timestamp, Waiters,
+};
+use fencelock_stores::Deadline;
+use fencelock_stores::zookeeper::{ZooKeeperOptions, ZooKeeperStore};
+use fencelock_testkit::{Proxy, ZooKeeper, ZooKeeperEnsemble, shared_zookeeper};
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+mod shared;
+
+/// The shared server's address; starting it blocks, so not on the async worker.
+async fn shared_url() -> String {
+    tokio::task::spawn_blocking(|| shared_zookeeper().url())
+        .await
+        .expect("start ZooKeeper")
+}
+
+async fn store(url: &str) -> Arc<Deadline<ZooKeeperStore>> {
+    Arc::new(ZooKeeperStore::connect(url).await.expect("connect to ZooKeeper"))
+}
+
+async fn harness() -> Harness {
+    let url = shared_url().await;
+    let again = move || {
+        let url = url.clone();
+        async move { store(&url).await as Arc<dyn LockStore> }
+    };
+    shared::harness(again().await, again)
+}
+
+fencelock_conformance::suite!(harness);
+
+/// Short timeouts, so that calls without a quorum fail quickly; a session that outlives the
+/// loss of a member (the client moves to another one within it).
+fn impatient() -> ZooKeeperOptions {
+    ZooKeeperOptions {
+        session_timeout: Duration::from_secs(4),
+        connect_timeout: Duration::from_secs(1),
+        call_timeout: Duration::from_secs(2),
+        ..ZooKeeperOptions::default()
+    }
+}
+
+async fn store_with(url: &str, options: ZooKeeperOptions) -> Arc<Deadline<ZooKeeperStore>> {
+    Arc::new(
+        ZooKeeperStore::connect_with(url, options)
+            .await
+            .expect("connect to ZooKeeper"),
+    )
+}
+
+/// Starts an ensemble of `size` (blocking, so not on the async worker).
+async fn ensemble(size: usize) -> ZooKeeperEnsemble {
+    tokio::task::spawn_blocking(move || ZooKeeperEnsemble::start(size))
+        .await
+        .expect("start a ZooKeeper ensemble")
+}
+
+/// Runs `change` on the ensemble off the async worker (stopping and starting members blocks).
+async fn with_ensemble(
+    ensemble: ZooKeeperEnsemble,
+    change: impl FnOnce(&mut ZooKeeperEnsemble) + Send + 'static,
+) -> ZooKeeperEnsemble {
+    tokio::task::spawn_blocking(move || {
+        let mut ensemble = ensemble;
+        change(&mut ensemble);
+        ensemble
+    })
+    .await
+    .expect("change the ensemble")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ensemble_serves_with_one_member_down_and_refuses_without_a_quorum() {
+    let ensemble = ensemble(3).await;
+    let store = store_with(&ensemble.url(), impatient()).await;
+    let resource = shared::unique("quorum");
+    let mut last = checks::cycle_until_it_works(store.as_ref(), &resource, Duration::from_secs(10)).await;
+    // A lock held through it all: no member lost may take it.
+    let kept = shared::unique("kept");
+    let kept_lease = shared::granted(
+        store
+            .acquire(&kept, &owner("keeper"), ttl(Duration::from_secs(600)))
+            .await
+            .unwrap(),
+    );
+
+    // The leader down (the harsh case: an election, and requests in flight lost).
+    let stopped_at = Instant::now();
+    let leader = ensemble.wait_for_leader();
+    let ensemble = with_ensemble(ensemble, move |e| e.stop(leader)).await;
+    let token = checks::cycle_until_it_works(store.as_ref(), &resource, Duration::from_secs(20)).await;
+    eprintln!(
+        "with the leader stopped, locks worked again after {:?}",
+        stopped_at.elapsed()
+    );
+    assert!(token > last, "token {token:?} after {last:?}");
+    last = token;
+    for _ in 0..5 {
+        let token = checks::cycle_until_it_works(store.as_ref(), &resource, Duration::from_secs(2)).await;
+        assert!(token > last, "token {token:?} after {last:?}");
+        last = token;
+    }
+
+    // Two members down: no quorum, so acquire fails within its deadline and grants nothing.
+    let second = (leader + 1) % 3;
+    let ensemble = with_ensemble(ensemble, move |e| {
+        e.stop(second);
+        assert!(e.wait_no_quorum(), "the last member still serves");
+    })
+    .await;
+    let refused = shared::unique("no-quorum");
+    for _ in 0..3 {
+        let started = Instant::now();
+        let outcome = store
+            .acquire(&refused, &owner("hopeful"), ttl(Duration::from_secs(60)))
+            .await;
+        let took = started.elapsed();
+        assert!(
+            matches!(outcome, Err(StoreError::Unavailable { .. })),
+            "acquire without a quorum: {outcome:?}"
+        );
+        assert!(took < Duration::from_secs(5), "acquire took {took:?} to fail");
+        eprintln!("without a quorum, acquire failed after {took:?}");
+    }
+    let renew = store
+        .renew(&kept, &owner("keeper"), ttl(Duration::from_secs(600)), None)
+        .await;
+    assert!(matches!(renew, Err(StoreError::Unavailable { .. })), "{renew:?}");
+    assert!(store.ping().await.is_err(), "ping without a quorum");
+
+    // Both back: service resumes, the refused acquire left nothing, tokens only grow.
+    let restarted_at = Instant::now();
+    let ensemble = with_ensemble(ensemble, move |e| {
+        e.start_again(leader);
+        e.start_again(second);
+    })
+    .await;
+    let token = checks::cycle_until_it_works(store.as_ref(), &resource, Duration::from_secs(30)).await;
+    eprintln!(
+        "after the restarts, locks worked again after {:?}",
+        restarted_at.elapsed()
+    );
+    assert!(token > last, "token {token:?} after {last:?}");
+    assert_eq!(
+        store.get(&refused).await.unwrap(),
+        None,
+        "an acquire without a quorum granted"
+    );
+    assert_eq!(store.get(&kept).await.unwrap(), Some(kept_lease));
+    drop(ensemble);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_ensemble_have_one_winner_and_hand_over_by_watch() {
+    const RACERS: usize = 100;
+    let ensemble = ensemble(3).await;
+    let servers: [Arc<dyn LockStore>; 2] = [
+        store_with(&ensemble.url(), impatient()).await,
+        store_with(&ensemble.url(), impatient()).await,
+    ];
+    let resource = shared::unique("race");
+    let long = ttl(Duration::from_secs(60));
+    let mut last = FencingToken(0);
+    for round in 0..5 {
+        let racers: Vec<_> = (0..RACERS)
+            .map(|i| {
+                let (store, resource) = (servers[i % 2].clone(), resource.clone());
+                tokio::spawn(async move {
+                    let who = owner(&format!("round{round}-{i}"));
+                    let outcome = store.acquire(&resource, &who, long).await.expect("acquire");
+                    (i, who, outcome)
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for racer in racers {
+            match racer.await.unwrap() {
+                (i, who, AcquireOutcome::Granted { lease, .. }) => winners.push((i, who, lease)),
+                (_, _, AcquireOutcome::Held { .. }) => {}
+                (_, who, odd) => panic!("round {round}, {who}: {odd:?}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let (i, who, lease) = winners.pop().unwrap();
+        assert!(lease.token > last, "round {round}: {lease:?} after {last:?}");
+        last = lease.token;
+        // Handed over: released through the other server.
+        let released = servers[(i + 1) % 2]
+            .release(&resource, &who, Some(lease.token))
+            .await
+            .unwrap();
+        assert!(matches!(released, ReleaseOutcome::Released(_)), "{released:?}");
+    }
+
+    // A waiter on one server is woken by a release through the other, long before the
+    // holder's TTL would have ended.
+    let holder = shared::granted(
+        servers[0]
+            .acquire(&resource, &owner("holder"), long)
+            .await
+            .unwrap(),
+    );
+    let waiters = Waiters::new(servers[1].clone());
+    let waiting = tokio::spawn({
+        let resource = resource.clone();
+        async move {
+            waiters
+                .acquire_unless(
+                    &resource,
+                    &owner("waiter"),
+                    Terms::ttl(long),
+                    Duration::from_secs(50),
+                    &CancellationToken::new(),
+                )
+                .await
+        }
+    });
+    // The waiter has asked once and been told to wait when the holder's lease is all it
+    // knows; give it that first refusal before releasing.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !waiting.is_finished() && servers[1].get(&resource).await.unwrap().as_ref() != Some(&holder) {
+        assert!(Instant::now() < deadline, "the holder's lease is not seen");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let released_at = Instant::now();
+    servers[0]
+        .release(&resource, &owner("holder"), Some(holder.token))
+        .await
+        .unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter was not woken by the release")
+        .unwrap()
+        .unwrap();
+    let lease = shared::granted(woken.outcome);
+    eprintln!(
+        "the waiter got the lock {:?} after the release",
+        released_at.elapsed()
+    );
+    assert_eq!(lease.owner, owner("waiter"));
+    assert!(lease.token > holder.token);
+    assert!(released_at.elapsed() < Duration::from_secs(10));
+    drop(ensemble);
+}
+
+/// The number of sessions a standalone server keeps, from its `dump` four-letter word
+/// (`Session Sets (N)/M:` counts buckets, then one line per session id).
+fn sessions(zookeeper: &ZooKeeper) -> Option<usize> {
+    let dump = zookeeper.four_letter_word("dump")?;
+    Some(
+        dump.lines()
+            .filter(|line| line.trim_start().starts_with("0x"))
+            .count(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
+    let zookeeper = Arc::new(tokio::task::spawn_blocking(ZooKeeper::start).await.unwrap());
+    let proxy = Proxy::start(zookeeper.port());
+    let cut_off = ZooKeeperOptions {
+        // The server's floor (two ticks): the session expires soon after the cut.
+        session_timeout: Duration::from_millis(400),
+        connect_timeout: Duration::from_millis(500),
+        call_timeout: Duration::from_secs(1),
+        ..ZooKeeperOptions::default()
+    };
+    let one = store_with(&format!("zookeeper://127.0.0.1:{}", proxy.port()), cut_off).await;
+    let other = store_with(&zookeeper.url(), impatient()).await;
+    let resource = shared::unique("expiring-session");
+    let lease = shared::granted(
+        // Long enough to outlast the session's expiry on a busy machine.
+        one.acquire(&resource, &owner("a"), ttl(Duration::from_secs(12)))
+            .await
+            .unwrap(),
+    );
+    let raw = zk::Client::connect(&zookeeper.endpoint()).await.unwrap();
+    let node = node("locks", &resource);
+    assert_eq!(
+        raw.list_children(&node).await.unwrap(),
+        [holder(lease.token)],
+        "the holder's node, of the session of the server that granted the lease"
+    );
+    let mut heard = one.releases().unwrap();
+    let before = sessions(&zookeeper).expect("dump");
+    proxy.cut();
+    let outcome = one
+        .acquire(&shared::unique("cut"), &owner("a"), ttl(Duration::from_secs(4)))
+        .await;
+    assert!(
+        matches!(outcome, Err(StoreError::Unavailable { .. })),
+        "{outcome:?}"
+    );
+    let renew = one
+        .renew(&resource, &owner("a"), ttl(Duration::from_secs(4)), None)
+        .await;
+    assert!(matches!(renew, Err(StoreError::Unavailable { .. })), "{renew:?}");
+
+    // The server expires the cut-off session; the lease stays, seen by the other server.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sessions(&zookeeper).is_none_or(|now| now >= before) {
+        assert!(
+            Instant::now() < deadline,
+            "the session did not expire: {before} before, now {:?}",
+            zookeeper.four_letter_word("dump")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "session expired {:?} before the lease",
+        lease.expires_at.since(Timestamp::now_wall())
+    );
+    assert!(Timestamp::now_wall() < lease.expires_at, "the test was too slow");
+    assert_eq!(other.get(&resource).await.unwrap(), Some(lease.clone()));
+    assert_eq!(
+        raw.list_children(&node).await.unwrap(),
+        Vec::<String>::new(),
+        "the holder's node went with the session, the lease did not"
+    );
+    let refused = other
+        .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(matches!(refused, AcquireOutcome::Held { .. }), "{refused:?}");
+
+    // Until its expiry, and not a moment longer.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let next = loop {
+        match other
+            .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
+            .await
+            .unwrap()
+        {
+            AcquireOutcome::Granted { lease, .. } => break lease,
+            AcquireOutcome::Held { holder, .. } => assert_eq!(holder, lease),
+            odd => panic!("{odd:?}"),
+        }
+        assert!(Instant::now() < deadline, "the lease did not expire");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        next.acquired_at >= lease.expires_at,
+        "{next:?} before {lease:?} ended"
+    );
+    assert!(next.token > lease.token);
+
+    // Back on the network, the cut-off server opens a new session and serves again.
+    proxy.restore();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match one.get(&resource).await {
+            Ok(seen) => {
+                assert_eq!(seen, Some(next));
+                break;
+            }
+            Err(e) => assert!(Instant::now() < deadline, "no new session: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let released = one
+        .release(&resource, &owner("a"), Some(lease.token))
+        .await
+        .unwrap();
+    assert_eq!(released, ReleaseOutcome::Forbidden, "b holds it now");
+    // Its watch is set anew on the new session: waiters are told they may have missed
+    // notices, and hear the other server's releases again.
+    let missed = tokio::time::timeout(Duration::from_secs(10), async {
+        while heard.recv().await != Ok(ReleaseNotice::Missed) {}
+    })
+    .await;
+    assert!(missed.is_ok(), "no Missed after the session was lost");
+    other.release(&resource, &owner("b"), None).await.unwrap();
+    shared::wait_for_release(&mut heard, &resource, Duration::from_secs(10))
+        .await
+        .expect("the other server's release was not heard after the new session");
+}
+
+/// The path of the node of `name` in `folder`, as the store names it.
+fn node(folder: &str, name: &Resource) -> String {
+    let hex: String = name.as_str().bytes().map(|b| format!("{b:02x}")).collect();
+    format!("/fencelock/{folder}/{hex}")
+}
+
+/// The name of the node of the holder of `token`.
+fn holder(token: FencingToken) -> String {
+    format!("lease-{:020}", token.0)
+}
+
+/// Purges until the node at `path` is gone; panics after a while.
+async fn purge_until_gone(store: &dyn LockStore, raw: &zk::Client, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while raw.check_stat(path).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "{path} was not purged");
+        store.purge_expired().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_growing() {
+    let url = shared_url().await;
+    let [one, other] = [store(&url).await, store(&url).await];
+    let mut heard = other.releases().unwrap();
+    let raw = zk::Client::connect(url.strip_prefix("zookeeper://").unwrap())
+        .await
+        .unwrap();
+    let long = ttl(Duration::from_secs(60));
+
+    // A semaphore's permits: one node per holder, the owner's name as its data.
+    let name = shared::unique("seen");
+    let path = node("semaphores", &name);
+    let mut permits = Vec::new();
+    for who in ["a", "b"] {
+        match one
+            .acquire_hold(&name, &owner(who), Claim::Permit { limit: 3 }, long, None)
+            .await
+            .unwrap()
+        {
+            HoldOutcome::Granted { hold, .. } => permits.push(hold.lease),
+            odd => panic!("{odd:?}"),
+        }
+    }
+    let mut children = raw.list_children(&path).await.unwrap();
+    children.sort();
+    assert_eq!(
+        children,
+        permits.iter().map(|p| holder(p.token)).collect::<Vec<_>>()
+    );
+    let (data, stat) = raw
+        .get_data(&format!("{path}/{}", holder(permits[0].token)))
+        .await
+        .unwrap();
+    assert_eq!(data, b"a");
+    assert_ne!(stat.ephemeral_owner, 0, "ephemeral");
+    // A release by the other server deletes the node of the hold it ends, and only that one.
+    other
+        .release_hold(HoldKind::Semaphore, &name, &owner("a"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        raw.list_children(&path).await.unwrap(),
+        [holder(permits[1].token)]
+    );
+    other
+        .force_release(&Key::hold(HoldKind::Semaphore, &name))
+        .await
+        .unwrap();
+    assert_eq!(raw.list_children(&path).await.unwrap(), Vec::<String>::new());
+
+    // A lock released, its node deleted by a purge: the name's next token is still greater.
+    let resource = shared::unique("forgotten");
+    let first = shared::granted(one.acquire(&resource, &owner("a"), long).await.unwrap());
+    one.release(&resource, &owner("a"), None).await.unwrap();
+    purge_until_gone(one.as_ref(), &raw, &node("locks", &resource)).await;
+    let second = shared::granted(other.acquire(&resource, &owner("b"), long).await.unwrap());
+    assert!(second.token > first.token, "{second:?} after {first:?}");
+
+    // Several locks at once share one write, and tokens above its zxid: their nodes go too,
+    // and their next tokens are greater still.
+    let names: Vec<Resource> = (0..5)
+        .map(|i| shared::unique(&format!("forgotten-{i}")))
+        .collect();
+    let all = Resources::new(names.clone()).unwrap();
+    let AcquireAllOutcome::Granted(outcomes) = one
+        .acquire_all(&all, &owner("a"), Terms::ttl(long))
+        .await
+        .unwrap()
+    else {
+        panic!("free names");
+    };
+    let granted: Vec<_> = outcomes.into_iter().map(shared::granted).collect();
+    for lease in &granted {
+        one.release(&lease.resource, &owner("a"), None).await.unwrap();
+    }
+    for name in &names {
+        purge_until_gone(other.as_ref(), &raw, &node("locks", name)).await;
+    }
+    let highest = granted.iter().map(|l| l.token).max().unwrap();
+    for name in &names {
+        let again = shared::granted(one.acquire(name, &owner("b"), long).await.unwrap());
+        assert!(again.token > highest, "{again:?} after {highest:?}");
+    }
+
+    // An expiry forgotten by a purge on one server is announced on the other.
+    let expiring = shared::unique("purged");
+    shared::granted(
+        one.acquire(&expiring, &owner("a"), ttl(Duration::from_millis(50)))
+            .await
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let purged = loop {
+        let purged = one.purge_expired().await.unwrap();
+        if purged.iter().any(|e| e.lease.resource == expiring) {
+            break purged;
+        }
+        assert!(Instant::now() < deadline, "the expired lease was not purged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        purged.iter().all(|e| e.lease.expires_at <= Timestamp::now_wall()),
+        "{purged:?}"
+    );
+    shared::wait_for_key(&mut heard, &Key::lock(&expiring), Duration::from_secs(10))
+        .await
+        .expect("the purge was not announced on the other server");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnection_tells_waiters_they_may_have_missed_notices() {
+    let zookeeper = ensemble(1).await;
+    let options = ZooKeeperOptions {
+        // Long enough that the session outlives the restart: only the connection is lost.
+        session_timeout: Duration::from_secs(30),
+        call_timeout: Duration::from_secs(2),
+        ..ZooKeeperOptions::default()
+    };
+    let store = store_with(&zookeeper.url(), options).await;
+    let resource = shared::unique("restarted");
+    let lease = shared::granted(
+        store
+            .acquire(&resource, &owner("a"), ttl(Duration::from_secs(60)))
+            .await
+            .unwrap(),
+    );
+    let mut heard = store.releases().unwrap();
+    // The server restarted: the client is refused, so it knows at once it is disconnected.
+    let zookeeper = with_ensemble(zookeeper, |z| {
+        z.stop(0);
+        z.start_again(0);
+        assert!(z.wait_healthy(), "the server did not serve again");
+    })
+    .await;
+    let missed = tokio::time::timeout(Duration::from_secs(20), async {
+        while heard.recv().await != Ok(ReleaseNotice::Missed) {}
+    })
+    .await;
+    assert!(missed.is_ok(), "no Missed after the connection was lost");
+    assert_eq!(store.get(&resource).await.unwrap(), Some(lease));
+    drop(zookeeper);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_address_parser_opens_zookeeper() {
+    let url = shared_url().await;
+    let store = fencelock_stores::open(&url).await.expect(&url);
+    store.ping().await.unwrap();
+    assert!(store.capabilities().durable && store.capabilities().shared);
+    for bad in [
+        "zookeeper://",
+        "zookeeper://127.0.0.1",
+        "zookeeper://127.0.0.1:x",
+        "zookeeper://:2181",
+        "zookeeper://127.0.0.1:2181/chroot",
+    ] {
+        let error = fencelock_stores::open(bad).await.expect_err(bad);
+        assert!(
+            matches!(error, fencelock_stores::OpenError::InvalidAddress { .. }),
+            "{bad}: {error}"
+        );
+    }
+    for root in ["fencelock", "/fencelock/", ""] {
+        let options = ZooKeeperOptions {
+            root: root.into(),
+            ..ZooKeeperOptions::default()
+        };
+        let error = ZooKeeperStore::connect_with(&url, options).await.expect_err(root);
+        assert!(matches!(error, StoreError::Invalid(_)), "{root:?}: {error}");
+    }
+}
