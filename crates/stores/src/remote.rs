@@ -91,7 +91,7 @@ impl Drop for AbortOnDrop {
 
 /// The members of `SCHEME://host:port[,host:port…]`, each `host:port`, for the store whose
 /// scheme is `scheme` (lower case; the address's may be of any case); or why not.
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(feature = "etcd", feature = "redis", feature = "zookeeper"))]
 pub(crate) fn members<'a>(url: &'a str, scheme: &str) -> Result<Vec<&'a str>, String> {
     let (given, members) = url
         .split_once("://")

@@ -1321,27 +1321,13 @@ fn paged<T>(
 /// The node addresses of `redis://host:port[,host:port…]`: one, or three or more.
 fn addresses(url: &str) -> Result<Vec<String>> {
     let invalid = |why: &str| StoreError::Invalid(format!("{url:?} is not a Redis address: {why}"));
-    let (scheme, nodes) = url
-        .split_once("://")
-        .ok_or_else(|| invalid("expected redis://host:port[,host:port...]"))?;
-    if !scheme.eq_ignore_ascii_case("redis") {
-        return Err(invalid("the scheme must be redis://"));
-    }
-    let nodes: Vec<String> = nodes.split(',').map(str::to_owned).collect();
-    for node in &nodes {
-        let (host, port) = node
-            .rsplit_once(':')
-            .ok_or_else(|| invalid(&format!("node {node:?} has no port")))?;
-        if host.is_empty() || host.contains('/') || port.parse::<u16>().is_err() {
-            return Err(invalid(&format!("node {node:?} is not host:port")));
-        }
-    }
+    let nodes = crate::remote::members(url, "redis").map_err(|why| invalid(&why))?;
     if nodes.len() == 2 {
         return Err(invalid(
             "Redlock needs at least three independent nodes (two cannot outvote the loss of one)",
         ));
     }
-    Ok(nodes)
+    Ok(nodes.into_iter().map(str::to_owned).collect())
 }
 
 fn resource(name: &str) -> Result<Resource> {
