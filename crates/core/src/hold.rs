@@ -8,8 +8,10 @@
 //!
 //! [`judge`] is the rule book: given every hold on a name, it decides what an acquire does.
 //! The stores that keep the holds in memory (the in-memory and the embedded store) and those
-//! that read them and write back conditionally (etcd) call it; PostgreSQL, which decides in
-//! one statement, mirrors it in SQL and is held to it by the conformance suite.
+//! that read them and write back conditionally (etcd, ZooKeeper through [`crate::LockTable`])
+//! call it; PostgreSQL, which decides in one statement, mirrors it in SQL, and Redis, which
+//! decides in one Lua script per node, mirrors it in Lua; both are held to it by the
+//! conformance suite.
 
 use std::fmt;
 use std::time::Duration;
