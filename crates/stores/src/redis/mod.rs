@@ -580,13 +580,7 @@ impl RedisStore {
             shown[2],
         ];
         let mut reply = node.call("acquire_hold", &args).await?;
-        let status = reply.text()?;
-        let record = if status == "stale" {
-            reply.text().map(drop)?;
-            None
-        } else {
-            reply.record()?
-        };
+        let (status, record) = reply.status()?;
         let replaced = reply.record()?;
         let writer_waits = reply.number()? == 1;
         let retry_in = Duration::from_millis(reply.number()?);
@@ -747,13 +741,7 @@ fn took(mut reply: Reply, names: &[Resource]) -> Result<Vec<Took>> {
     names
         .iter()
         .map(|_| {
-            let status = reply.text()?;
-            let record = if status == "stale" {
-                reply.text().map(drop)?;
-                None
-            } else {
-                reply.record()?
-            };
+            let (status, record) = reply.status()?;
             let previous = reply.record()?;
             let how = match (status.as_str(), record) {
                 ("granted", Some(record)) => How::Granted { record, previous },

@@ -210,6 +210,17 @@ impl Reply {
             .map_err(|why| self.corrupt(&format!("record {text:?}: {why}")))
     }
 
+    /// The next two items: an acquire's status and its record (none when the status is
+    /// `stale`, whose second item is the node's last token, or when it is empty).
+    pub(super) fn status(&mut self) -> Result<(String, Option<Record>)> {
+        let status = self.text()?;
+        if status == "stale" {
+            self.text()?;
+            return Ok((status, None));
+        }
+        Ok((status, self.record()?))
+    }
+
     /// The next item, as a record that must be there.
     pub(super) fn some_record(&mut self) -> Result<Record> {
         self.record()?.ok_or_else(|| self.corrupt("an empty record"))
