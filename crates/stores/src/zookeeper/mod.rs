@@ -347,13 +347,12 @@ impl ZooKeeperStore {
                 }
                 continue;
             }
-            let holders = try_join_all(reads.iter().map(|read| holders(&client, read))).await?;
             let now = Timestamp::now_wall();
             let mut table = state::table(&reads, now);
             let loaded = table.last_token();
             let outcome = apply(&mut table, now)?;
             let mut multi = client.new_multi_writer();
-            for (read, present) in reads.iter().zip(&holders) {
+            for read in &reads {
                 let version = read.stat.map_or(-1, |s| s.version);
                 let after = state::after(read, &table, loaded);
                 let data = state::encode(&after)?;
@@ -372,7 +371,15 @@ impl ZooKeeperStore {
                     multi.add_set_data(&read.path, &data, Some(version))
                 };
                 added.map_err(ZkError::request(doing))?;
-                for (node, change) in state::holder_changes(&read.state, &after) {
+                let changes = state::holder_changes(&read.state, &after);
+                // Only a call that ends a lease needs to know which holders' nodes are still
+                // there (one whose session ended is gone already); the others skip the read.
+                let present = if changes.iter().any(|(_, change)| matches!(change, Holder::Ended)) {
+                    holders(&client, read).await?
+                } else {
+                    Vec::new()
+                };
+                for (node, change) in changes {
                     let path = format!("{}/{node}", read.path);
                     let added = match change {
                         Holder::Began(owner) => multi.add_create(&path, owner.as_bytes(), &HOLDER),
