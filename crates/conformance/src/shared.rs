@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use fencelock_core::{AcquireOutcome, FencingToken, ReleaseOutcome, RenewOutcome, Waiters};
+use fencelock_core::{AcquireOutcome, FencingToken, Key, ReleaseOutcome, RenewOutcome, Waiters};
 
 use crate::checks::{announced, assert_released, grant, granted};
 use crate::{Harness, owner, ttl};
@@ -141,13 +141,17 @@ pub async fn tokens_increase_across_servers(h: &Harness) {
     }
 }
 
-/// A release through one server is heard on the other's release feed.
+/// A release through one server is heard on the other's release feed, where that server
+/// watches the name (as it does while it has waiters for it: [`LockStore::watch`]).
+///
+/// [`LockStore::watch`]: fencelock_core::LockStore::watch
 pub async fn a_release_on_one_server_is_heard_on_the_other(h: &Harness) {
     if !h.capabilities().shared {
         return;
     }
     let b = h.another_server().await;
     let mut heard = b.releases().expect("a shared store has a release feed");
+    let _watching = b.watch(&Key::lock(&h.resource("announced"))).await;
     let lease = grant(h, "announced", "holder", h.long_ttl()).await;
     h.store
         .release(&lease.resource, &lease.owner, None)

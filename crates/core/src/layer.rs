@@ -11,7 +11,7 @@ use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
 use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Ttl};
 use crate::store::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore,
-    ReleaseNotice, ReleaseOutcome, RenewOutcome, Result,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, Result, Watch,
 };
 
 /// A call of [`LockStore`], by name, as a [`Layer`] is told it.
@@ -221,6 +221,10 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         self.inner.releases()
     }
 
+    async fn watch(&self, key: &Key) -> Watch {
+        self.inner.watch(key).await
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
@@ -327,6 +331,10 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
 
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
         (**self).releases()
+    }
+
+    async fn watch(&self, key: &Key) -> Watch {
+        (**self).watch(key).await
     }
 
     fn capabilities(&self) -> Capabilities {

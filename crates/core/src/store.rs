@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::broadcast;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
 use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Timestamp, Ttl};
@@ -309,6 +310,29 @@ impl Default for ReleaseFeed {
     }
 }
 
+/// A server's watch on one name, from [`LockStore::watch`]: while it is kept, the store's
+/// release feed hears other servers' changes of that name. Dropping it ends the watch.
+#[derive(Debug, Default)]
+#[must_use = "the watch ends when this is dropped"]
+pub struct Watch {
+    // Cancels the store's watch when dropped.
+    _stop: Option<DropGuard>,
+}
+
+impl Watch {
+    /// No watch to end: what a store whose feed hears of every name anyway gives.
+    pub fn none() -> Self {
+        Self { _stop: None }
+    }
+
+    /// A watch that lasts until this is dropped, which cancels `stop`.
+    pub fn until_dropped(stop: CancellationToken) -> Self {
+        Self {
+            _stop: Some(stop.drop_guard()),
+        }
+    }
+}
+
 /// One page of live leases.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListQuery {
@@ -602,6 +626,17 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// A store announces every such change once it is committed, even when the caller that
     /// made it has gone away meanwhile (its future dropped).
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>>;
+
+    /// Has the release feed hear other servers' changes of `key` from the time this returns
+    /// for as long as the [`Watch`] is kept: [`crate::Waiters`] keeps one for each name with
+    /// waiters. A store whose feed hears of every name (the default: PostgreSQL, etcd,
+    /// Redis) keeps nothing; one that watches names one by one (ZooKeeper) tells only the
+    /// servers that wait for a name of its changes. If the store cannot set the watch now,
+    /// it goes on trying, and announces the name once it has, in case it changed meanwhile.
+    async fn watch(&self, key: &Key) -> Watch {
+        let _ = key;
+        Watch::none()
+    }
 
     /// How this store differs from the others by nature.
     fn capabilities(&self) -> Capabilities;

@@ -22,14 +22,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::{Notify, OnceCell, broadcast};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::deadlock::{Cycle, WaitGraph};
 use crate::hold::{Claim, HoldKind, HoldOutcome, Key};
 use crate::model::{Owner, Resource, Resources, Terms, Ttl};
-use crate::store::{AcquireAllOutcome, AcquireOutcome, LockStore, ReleaseNotice, Result, StoreError};
+use crate::store::{AcquireAllOutcome, AcquireOutcome, LockStore, ReleaseNotice, Result, StoreError, Watch};
 
 /// Acquires through a store, waiting in line when the lock is busy.
 #[derive(Debug, Clone)]
@@ -53,8 +53,23 @@ struct Inner {
 /// The queue of each name with waiters, and who waits for whom.
 #[derive(Debug, Default)]
 struct Lines {
-    queues: HashMap<Key, VecDeque<Place>>,
+    queues: HashMap<Key, Line>,
     graph: WaitGraph,
+}
+
+/// The waiters of one name, in their order, and the store's watch on it, kept while the
+/// name has waiters (so that a store that watches names one by one hears its changes): set
+/// by the first head that asks the store, before it asks.
+#[derive(Debug)]
+struct Line {
+    places: VecDeque<Place>,
+    watch: Arc<OnceCell<Watch>>,
+}
+
+impl Line {
+    fn head(&self) -> Option<&Place> {
+        self.places.front()
+    }
 }
 
 #[derive(Debug)]
@@ -334,6 +349,7 @@ impl Waiters {
                     () = gone.cancelled() => break,
                 }
             }
+            place.watched().await;
             let tried = attempt(true).await?;
             place.found(tried.found);
             let Some(retry_in) = tried.retry_in else {
@@ -451,13 +467,13 @@ impl Inner {
     }
 
     fn wake_head(&self, key: &Key) {
-        if let Some(head) = self.lines().queues.get(key).and_then(VecDeque::front) {
+        if let Some(head) = self.lines().queues.get(key).and_then(Line::head) {
             head.wake.notify_one();
         }
     }
 
     fn wake_all_heads(&self) {
-        for head in self.lines().queues.values().filter_map(VecDeque::front) {
+        for head in self.lines().queues.values().filter_map(Line::head) {
             head.wake.notify_one();
         }
     }
@@ -473,6 +489,8 @@ impl Drop for Inner {
 /// the next in each line it headed.
 struct InLine<'a> {
     inner: &'a Inner,
+    /// The store's watch on each of `keys`, in their order.
+    watches: Vec<Arc<OnceCell<Watch>>>,
     keys: Vec<Key>,
     owner: Owner,
     id: u64,
@@ -492,23 +510,38 @@ impl<'a> InLine<'a> {
             .ok()?;
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
+        let mut watches = Vec::with_capacity(keys.len());
         let mut lines = inner.lines();
         let closed = lines.graph.join(id, owner, keys);
         for key in keys {
-            lines.queues.entry(key.clone()).or_default().push_back(Place {
+            let line = lines.queues.entry(key.clone()).or_insert_with(|| Line {
+                places: VecDeque::new(),
+                watch: Arc::default(),
+            });
+            line.places.push_back(Place {
                 id,
                 wake: wake.clone(),
             });
+            watches.push(line.watch.clone());
         }
         drop(lines);
         let place = Self {
             inner,
+            watches,
             keys: keys.to_vec(),
             owner: owner.clone(),
             id,
             wake,
         };
         Some((place, closed))
+    }
+
+    /// Has the store watch each name of this caller's lines, unless one did already: from
+    /// then on, its changes on other servers wake the head.
+    async fn watched(&self) {
+        for (key, watch) in self.keys.iter().zip(&self.watches) {
+            watch.get_or_init(|| self.inner.store.watch(key)).await;
+        }
     }
 
     /// Whether this caller heads every line it is in.
@@ -518,7 +551,7 @@ impl<'a> InLine<'a> {
             lines
                 .queues
                 .get(key)
-                .and_then(VecDeque::front)
+                .and_then(Line::head)
                 .is_some_and(|head| head.id == self.id)
         })
     }
@@ -535,7 +568,7 @@ impl<'a> InLine<'a> {
             let wake = lines
                 .queues
                 .values()
-                .flatten()
+                .flat_map(|line| &line.places)
                 .find(|place| place.id == id)
                 .map(|place| place.wake.clone());
             if let Some(wake) = wake {
@@ -579,12 +612,12 @@ impl Drop for InLine<'_> {
         let mut lines = self.inner.lines();
         lines.graph.leave(self.id);
         for key in &self.keys {
-            let Some(queue) = lines.queues.get_mut(key) else {
+            let Some(line) = lines.queues.get_mut(key) else {
                 continue;
             };
-            let was_head = queue.front().is_some_and(|head| head.id == self.id);
-            queue.retain(|place| place.id != self.id);
-            match queue.front() {
+            let was_head = line.head().is_some_and(|head| head.id == self.id);
+            line.places.retain(|place| place.id != self.id);
+            match line.head() {
                 None => {
                     lines.queues.remove(key);
                 }

@@ -13,6 +13,7 @@ use fencelock_core::{
 use fencelock_stores::Deadline;
 use fencelock_stores::zookeeper::{ZooKeeperOptions, ZooKeeperStore};
 use fencelock_testkit::{Proxy, ZooKeeper, ZooKeeperEnsemble, shared_zookeeper};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
@@ -287,12 +288,17 @@ async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
     );
     let raw = zk::Client::connect(&zookeeper.endpoint()).await.unwrap();
     let node = node("locks", &resource);
+    let seen = holders(&raw, &node).await;
     assert_eq!(
-        raw.list_children(&node).await.unwrap(),
-        [holder(lease.token)],
-        "the holder's node, of the session of the server that granted the lease"
+        seen.iter()
+            .map(|h| (h.owner.as_str(), h.czxid))
+            .collect::<Vec<_>>(),
+        [("a", lease.token)],
+        "the holder's node, made by the grant: its czxid is the token"
     );
+    assert_ne!(seen[0].session, 0, "ephemeral");
     let mut heard = one.releases().unwrap();
+    let _watching = one.watch(&Key::lock(&resource)).await;
     let before = sessions(&zookeeper).expect("dump");
     proxy.cut();
     let outcome = one
@@ -324,8 +330,8 @@ async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
     assert!(Timestamp::now_wall() < lease.expires_at, "the test was too slow");
     assert_eq!(other.get(&resource).await.unwrap(), Some(lease.clone()));
     assert_eq!(
-        raw.list_children(&node).await.unwrap(),
-        Vec::<String>::new(),
+        holders(&raw, &node).await,
+        [],
         "the holder's node went with the session, the lease did not"
     );
     let refused = other
@@ -373,13 +379,11 @@ async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
         .await
         .unwrap();
     assert_eq!(released, ReleaseOutcome::Forbidden, "b holds it now");
-    // Its watch is set anew on the new session: waiters are told they may have missed
-    // notices, and hear the other server's releases again.
-    let missed = tokio::time::timeout(Duration::from_secs(10), async {
-        while heard.recv().await != Ok(ReleaseNotice::Missed) {}
-    })
-    .await;
-    assert!(missed.is_ok(), "no Missed after the session was lost");
+    // Its watch is set anew on the new session, and the name announced: waiters ask again,
+    // and hear the other server's releases again.
+    shared::wait_for_release(&mut heard, &resource, Duration::from_secs(10))
+        .await
+        .expect("the watched name was not announced on the new session");
     other.release(&resource, &owner("b"), None).await.unwrap();
     shared::wait_for_release(&mut heard, &resource, Duration::from_secs(10))
         .await
@@ -392,9 +396,37 @@ fn node(folder: &str, name: &Resource) -> String {
     format!("/fencelock/{folder}/{hex}")
 }
 
-/// The name of the node of the holder of `token`.
-fn holder(token: FencingToken) -> String {
-    format!("lease-{:020}", token.0)
+/// A holder's node as ZooKeeper shows it.
+#[derive(Debug, PartialEq, Eq)]
+struct HolderNode {
+    /// Its data.
+    owner: String,
+    /// The zxid of the write that made it.
+    czxid: FencingToken,
+    /// The session it is ephemeral of.
+    session: i64,
+}
+
+/// The holders' nodes under `path`, in the order of their sequence numbers, each named
+/// `lease-`, the hex of its owner's name, `-` and its sequence number.
+async fn holders(raw: &zk::Client, path: &str) -> Vec<HolderNode> {
+    let mut children = raw.list_children(path).await.unwrap();
+    children.sort_by_key(|c| c.rsplit_once('-').map(|(_, seq)| seq.to_owned()));
+    let mut found = Vec::new();
+    for child in children {
+        let (data, stat) = raw.get_data(&format!("{path}/{child}")).await.unwrap();
+        let owner = String::from_utf8(data).unwrap();
+        let hex: String = owner.bytes().map(|b| format!("{b:02x}")).collect();
+        let (start, seq) = child.rsplit_once('-').unwrap();
+        assert_eq!(start, format!("lease-{hex}"), "{child}");
+        assert_eq!(seq.len(), 10, "ZooKeeper's sequence number: {child}");
+        found.push(HolderNode {
+            owner,
+            czxid: FencingToken(u64::try_from(stat.czxid).unwrap()),
+            session: stat.ephemeral_owner,
+        });
+    }
+    found
 }
 
 /// Purges until the node at `path` is gone; panics after a while.
@@ -430,32 +462,55 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
             odd => panic!("{odd:?}"),
         }
     }
-    let mut children = raw.list_children(&path).await.unwrap();
-    children.sort();
+    let seen = holders(&raw, &path).await;
     assert_eq!(
-        children,
-        permits.iter().map(|p| holder(p.token)).collect::<Vec<_>>()
+        seen.iter()
+            .map(|h| (h.owner.as_str(), h.czxid))
+            .collect::<Vec<_>>(),
+        [("a", permits[0].token), ("b", permits[1].token)],
+        "in the order of their grants, each with its token as czxid"
     );
-    let (data, stat) = raw
-        .get_data(&format!("{path}/{}", holder(permits[0].token)))
-        .await
-        .unwrap();
-    assert_eq!(data, b"a");
-    assert_ne!(stat.ephemeral_owner, 0, "ephemeral");
+    assert!(seen.iter().all(|h| h.session != 0), "ephemeral: {seen:?}");
     // A release by the other server deletes the node of the hold it ends, and only that one.
     other
         .release_hold(HoldKind::Semaphore, &name, &owner("a"), None)
         .await
         .unwrap();
+    let left = holders(&raw, &path).await;
     assert_eq!(
-        raw.list_children(&path).await.unwrap(),
-        [holder(permits[1].token)]
+        left.iter()
+            .map(|h| (h.owner.as_str(), h.czxid))
+            .collect::<Vec<_>>(),
+        [("b", permits[1].token)]
     );
+    // An upgrade replaces the owner's node with one made by the new grant.
+    let rw = shared::unique("seen-rw");
+    let rw_path = node("rwlocks", &rw);
+    let mut tokens = Vec::new();
+    for claim in [Claim::Read, Claim::Write] {
+        match one
+            .acquire_hold(&rw, &owner("r"), claim, long, None)
+            .await
+            .unwrap()
+        {
+            HoldOutcome::Granted { hold, .. } => tokens.push(hold.lease.token),
+            odd => panic!("{odd:?}"),
+        }
+        let seen = holders(&raw, &rw_path).await;
+        assert_eq!(
+            seen.iter()
+                .map(|h| (h.owner.as_str(), h.czxid))
+                .collect::<Vec<_>>(),
+            [("r", *tokens.last().unwrap())],
+            "{claim:?}"
+        );
+    }
+    assert!(tokens[1] > tokens[0]);
     other
         .force_release(&Key::hold(HoldKind::Semaphore, &name))
         .await
         .unwrap();
-    assert_eq!(raw.list_children(&path).await.unwrap(), Vec::<String>::new());
+    assert_eq!(holders(&raw, &path).await, []);
 
     // A lock released, its node deleted by a purge: the name's next token is still greater.
     let resource = shared::unique("forgotten");
@@ -465,8 +520,8 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
     let second = shared::granted(other.acquire(&resource, &owner("b"), long).await.unwrap());
     assert!(second.token > first.token, "{second:?} after {first:?}");
 
-    // Several locks at once share one write, and tokens above its zxid: their nodes go too,
-    // and their next tokens are greater still.
+    // Several locks at once share one write: its zxid is the token of each. Their nodes go
+    // too, and their next tokens are greater still.
     let names: Vec<Resource> = (0..5)
         .map(|i| shared::unique(&format!("forgotten-{i}")))
         .collect();
@@ -479,6 +534,11 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
         panic!("free names");
     };
     let granted: Vec<_> = outcomes.into_iter().map(shared::granted).collect();
+    assert!(granted.iter().all(|l| l.token == granted[0].token), "{granted:?}");
+    for (lease, name) in granted.iter().zip(&names) {
+        let seen = holders(&raw, &node("locks", name)).await;
+        assert_eq!(seen[0].czxid, lease.token);
+    }
     for lease in &granted {
         one.release(&lease.resource, &owner("a"), None).await.unwrap();
     }
@@ -491,13 +551,16 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
         assert!(again.token > highest, "{again:?} after {highest:?}");
     }
 
-    // An expiry forgotten by a purge on one server is announced on the other.
+    // An expiry forgotten by a purge on one server is announced on the other, which watches
+    // the name.
     let expiring = shared::unique("purged");
     shared::granted(
         one.acquire(&expiring, &owner("a"), ttl(Duration::from_millis(50)))
             .await
             .unwrap(),
     );
+    // Set after the grant, so that only the purge's change can fire it.
+    let _watching = other.watch(&Key::lock(&expiring)).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let purged = loop {
         let purged = one.purge_expired().await.unwrap();
@@ -517,37 +580,101 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_disconnection_tells_waiters_they_may_have_missed_notices() {
-    let zookeeper = ensemble(1).await;
+async fn a_change_made_while_a_server_was_disconnected_is_heard_when_it_reconnects() {
+    let zookeeper = ensemble(3).await;
+    let leader = zookeeper.wait_for_leader();
+    let follower = (leader + 1) % zookeeper.len();
+    let members = zookeeper.endpoints();
+    // Connected to one follower only; its session outlives that member's restart, so only
+    // the connection is lost.
     let options = ZooKeeperOptions {
-        // Long enough that the session outlives the restart: only the connection is lost.
         session_timeout: Duration::from_secs(30),
         call_timeout: Duration::from_secs(2),
         ..ZooKeeperOptions::default()
     };
-    let store = store_with(&zookeeper.url(), options).await;
-    let resource = shared::unique("restarted");
+    let watching = store_with(&format!("zookeeper://{}", members[follower]), options).await;
+    let others: Vec<&str> = (0..members.len())
+        .filter(|i| *i != follower)
+        .map(|i| members[i].as_str())
+        .collect();
+    let other = store_with(&format!("zookeeper://{}", others.join(",")), impatient()).await;
+    let resource = shared::unique("changed-meanwhile");
     let lease = shared::granted(
-        store
+        other
             .acquire(&resource, &owner("a"), ttl(Duration::from_secs(60)))
             .await
             .unwrap(),
     );
-    let mut heard = store.releases().unwrap();
-    // The server restarted: the client is refused, so it knows at once it is disconnected.
-    let zookeeper = with_ensemble(zookeeper, |z| {
-        z.stop(0);
-        z.start_again(0);
-        assert!(z.wait_healthy(), "the server did not serve again");
+    let mut heard = watching.releases().unwrap();
+    let _watch = watching.watch(&Key::lock(&resource)).await;
+
+    let zookeeper = with_ensemble(zookeeper, move |z| z.stop(follower)).await;
+    let released = other
+        .release(&resource, &owner("a"), Some(lease.token))
+        .await
+        .unwrap();
+    assert!(matches!(released, ReleaseOutcome::Released(_)), "{released:?}");
+    assert!(
+        matches!(heard.try_recv(), Err(broadcast::error::TryRecvError::Empty)),
+        "nothing can be heard through a member that is down"
+    );
+    let zookeeper = with_ensemble(zookeeper, move |z| {
+        z.start_again(follower);
+        assert!(z.wait_healthy(), "the member did not serve again");
     })
     .await;
-    let missed = tokio::time::timeout(Duration::from_secs(20), async {
-        while heard.recv().await != Ok(ReleaseNotice::Missed) {}
-    })
-    .await;
-    assert!(missed.is_ok(), "no Missed after the connection was lost");
-    assert_eq!(store.get(&resource).await.unwrap(), Some(lease));
+    // The client sets its watch again from the last zxid it saw: the member fires it for the
+    // release it missed.
+    shared::wait_for_release(&mut heard, &resource, Duration::from_secs(30))
+        .await
+        .expect("the release made while disconnected was not heard");
+    assert_eq!(watching.get(&resource).await.unwrap(), None);
     drop(zookeeper);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_server_that_watches_a_name_hears_its_changes() {
+    let url = shared_url().await;
+    let [changer, waiting, elsewhere] = [store(&url).await, store(&url).await, store(&url).await];
+    let (name, other_name) = (shared::unique("herd"), shared::unique("herd-other"));
+    let lease = shared::granted(
+        changer
+            .acquire(&name, &owner("a"), ttl(Duration::from_secs(60)))
+            .await
+            .unwrap(),
+    );
+    let (mut heard, mut heard_elsewhere) = (waiting.releases().unwrap(), elsewhere.releases().unwrap());
+    let _waits_for_name = waiting.watch(&Key::lock(&name)).await;
+    let _waits_for_other = elsewhere.watch(&Key::lock(&other_name)).await;
+
+    changer
+        .release(&name, &owner("a"), Some(lease.token))
+        .await
+        .unwrap();
+    shared::wait_for_release(&mut heard, &name, Duration::from_secs(10))
+        .await
+        .expect("the server that watches the name did not hear its release");
+    // A change of the other name, made after the release: ZooKeeper delivers a session's
+    // events in the order of their zxids, so the server that watches only the other name
+    // hears this one, and would have heard the release first had it been told of it.
+    shared::granted(
+        changer
+            .acquire(&other_name, &owner("b"), ttl(Duration::from_secs(60)))
+            .await
+            .unwrap(),
+    );
+    let told = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut told = Vec::new();
+        loop {
+            match heard_elsewhere.recv().await.unwrap() {
+                ReleaseNotice::Freed(key) if key == Key::lock(&other_name) => return told,
+                notice => told.push(notice),
+            }
+        }
+    })
+    .await
+    .expect("the server that watches the other name did not hear its change");
+    assert_eq!(told, [], "a server with no waiter for the name was told of it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -127,14 +127,14 @@ use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
     HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, LockTable, Owner,
     ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms,
-    Timestamp, Ttl,
+    Timestamp, Ttl, Watch,
 };
 use futures_util::future::try_join_all;
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 use zookeeper_client::{self as zk, MultiWriteError};
 
 use crate::deadline::{Deadline, Within, within};
-use crate::remote::{Subscription, keep_subscribed};
 
 mod error;
 mod session;
@@ -142,7 +142,7 @@ mod state;
 
 use error::ZkError;
 use session::Session;
-use state::{Forget, Holder, Read, Versioned};
+use state::{Holder, Read, Versioned};
 
 /// The store's name in error messages.
 const STORE: &str = "ZooKeeper";
@@ -161,8 +161,10 @@ const READ_BATCH: usize = 64;
 /// Persistent nodes anyone may read and write (fencelock's servers are its only clients).
 const FOLDER: zk::CreateOptions<'static> = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
 
-/// A holder's node: ephemeral, of the session of the server that granted the lease.
-const HOLDER: zk::CreateOptions<'static> = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+/// A holder's node: ephemeral, of the session of the server that granted the lease, and
+/// sequential.
+const HOLDER: zk::CreateOptions<'static> =
+    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
 
 /// How a [`ZooKeeperStore`] connects and how long it waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,7 +217,7 @@ impl Paths {
     }
 
     fn node(&self, key: &Key) -> String {
-        format!("{}/{}", self.folder(key.kind), state::hex(&key.name))
+        format!("{}/{}", self.folder(key.kind), state::hex(key.name.as_str()))
     }
 }
 
@@ -237,8 +239,9 @@ pub struct ZooKeeperStore {
     feed: ReleaseFeed,
     /// Where the next purge starts: the last parent the previous one read.
     purged_to: Mutex<Option<(Kind, String)>>,
-    // Stops watching when the store is dropped.
-    released: Subscription,
+    /// The most setting a watch may take before [`LockStore::watch`] answers (it goes on
+    /// trying afterwards).
+    call_timeout: Duration,
 }
 
 impl fmt::Debug for ZooKeeperStore {
@@ -252,8 +255,7 @@ impl fmt::Debug for ZooKeeperStore {
 
 impl ZooKeeperStore {
     /// Connects to the members in `url` (`zookeeper://host:port[,host:port…]`) with default
-    /// options, makes the folders of names, and starts watching for releases. Must be called
-    /// within a Tokio runtime.
+    /// options, and makes the folders of names. Must be called within a Tokio runtime.
     pub async fn connect(url: &str) -> Result<Deadline<Self>> {
         Self::connect_with(url, ZooKeeperOptions::default()).await
     }
@@ -282,22 +284,12 @@ impl ZooKeeperStore {
             Ok(Arc::new(session))
         })
         .await?;
-        let feed = ReleaseFeed::new();
-        let open = {
-            let (session, paths, feed) = (session.clone(), paths.clone(), feed.clone());
-            move || {
-                let (session, paths, feed) = (session.clone(), paths.clone(), feed.clone());
-                async move { within(limit, STORE, "watch", session::watch(&session, paths, feed)).await }
-            }
-        };
-        // Only answer once the watch is in place, so that no release after this is missed.
-        let first = open().await?;
         let store = Self {
             session,
             paths,
+            feed: ReleaseFeed::new(),
             purged_to: Mutex::new(None),
-            released: keep_subscribed(STORE, first, open, feed.clone()),
-            feed,
+            call_timeout: limit,
         };
         Ok(Deadline::new(store, Within::new(STORE, limit)))
     }
@@ -328,7 +320,7 @@ impl ZooKeeperStore {
     /// Applies `apply` to a table loaded with the states of `keys`, and writes back what it
     /// changed in one `multi` guarded by the versions read; reads and applies again if any
     /// node changed in between. See the module docs.
-    async fn change<T>(
+    async fn change<T: Settle>(
         &self,
         doing: &'static str,
         keys: &[Key],
@@ -349,25 +341,24 @@ impl ZooKeeperStore {
             }
             let now = Timestamp::now_wall();
             let mut table = state::table(&reads, now);
-            let loaded = table.last_token();
-            let outcome = apply(&mut table, now)?;
+            let mut outcome = apply(&mut table, now)?;
             let mut multi = client.new_multi_writer();
             for read in &reads {
                 let version = read.stat.map_or(-1, |s| s.version);
-                let after = state::after(read, &table, loaded);
-                let data = state::encode(&after)?;
-                if data.len() > MAX_DATA {
-                    return Err(ZkError::Invalid(format!(
-                        "ZooKeeper: the state of {} {} would take {} bytes, more than one node keeps",
-                        read.key.kind,
-                        read.key.name,
-                        data.len()
-                    ))
-                    .into());
-                }
-                let added = if data == read.data {
+                let after = state::after(read, &table);
+                let added = if after == read.state {
                     multi.add_check_version(&read.path, version)
                 } else {
+                    let data = state::encode(&after)?;
+                    if data.len() > MAX_DATA {
+                        return Err(ZkError::Invalid(format!(
+                            "ZooKeeper: the state of {} {} would take {} bytes, more than one node keeps",
+                            read.key.kind,
+                            read.key.name,
+                            data.len()
+                        ))
+                        .into());
+                    }
                     multi.add_set_data(&read.path, &data, Some(version))
                 };
                 added.map_err(ZkError::request(doing))?;
@@ -379,27 +370,39 @@ impl ZooKeeperStore {
                 } else {
                     Vec::new()
                 };
-                for (node, change) in changes {
-                    let path = format!("{}/{node}", read.path);
-                    let added = match change {
-                        Holder::Began(owner) => multi.add_create(&path, owner.as_bytes(), &HOLDER),
-                        // Gone already if the session that made it has ended.
-                        Holder::Ended if present.contains(&node) => multi.add_delete(&path, None),
-                        Holder::Ended => continue,
-                    };
-                    added.map_err(ZkError::request(doing))?;
+                for (start, change) in changes {
+                    match change {
+                        Holder::Began(owner) => {
+                            let path = format!("{}/{start}", read.path);
+                            multi.add_create(&path, owner.as_bytes(), &HOLDER)
+                        }
+                        // None left if the session that made it has ended.
+                        Holder::Ended => present
+                            .iter()
+                            .filter(|node| node.starts_with(&start))
+                            .try_for_each(|node| multi.add_delete(&format!("{}/{node}", read.path), None)),
+                    }
+                    .map_err(ZkError::request(doing))?;
                 }
             }
             match multi.commit().await {
-                Ok(_) => {
+                Ok(results) => {
+                    // Every write of the multi has its zxid: the token of what it granted.
+                    let zxid = results.iter().find_map(|result| match result {
+                        zk::MultiWriteResult::SetData { stat } => Some(stat.mzxid),
+                        _ => None,
+                    });
+                    if let Some(zxid) = zxid {
+                        outcome.settle(token_of(zxid)?);
+                    }
                     for key in table.take_freed() {
                         self.feed.announce(&key);
                     }
                     return Ok(outcome);
                 }
-                // The name changed, a purge deleted its node, or a holder's node came or went.
+                // The name changed, a purge deleted its node, or a holder's node went.
                 Err(MultiWriteError::OperationFailed {
-                    source: zk::Error::BadVersion | zk::Error::NoNode | zk::Error::NodeExists,
+                    source: zk::Error::BadVersion | zk::Error::NoNode,
                     ..
                 }) => continue,
                 Err(e) => return Err(ZkError::request(doing)(e.into()).into()),
@@ -480,7 +483,7 @@ impl ZooKeeperStore {
         }
         let mut cursor = self.purged_to.lock().unwrap_or_else(PoisonError::into_inner);
         let start = cursor.as_ref().map_or(0, |(kind, hex)| {
-            all.partition_point(|key| (key.kind, state::hex(&key.name)) <= (*kind, hex.clone()))
+            all.partition_point(|key| (key.kind, state::hex(key.name.as_str())) <= (*kind, hex.clone()))
         });
         let batch: Vec<Key> = all[start..]
             .iter()
@@ -488,7 +491,7 @@ impl ZooKeeperStore {
             .take(PURGE_BATCH)
             .cloned()
             .collect();
-        *cursor = batch.last().map(|key| (key.kind, state::hex(&key.name)));
+        *cursor = batch.last().map(|key| (key.kind, state::hex(key.name.as_str())));
         Ok(batch)
     }
 
@@ -506,16 +509,11 @@ impl ZooKeeperStore {
                 })
                 .await;
         }
-        // Deleted or rewritten only if still this version: see the module docs.
-        let done = match state::forget(&read.state, stat.mzxid) {
-            None => return Ok(Vec::new()),
-            Some(Forget::Delete) => client.delete(&read.path, Some(stat.version)).await,
-            Some(Forget::Rewrite) => client
-                .set_data(&read.path, &read.data, Some(stat.version))
-                .await
-                .map(drop),
-        };
-        match done {
+        if !state::is_empty(&read.state) {
+            return Ok(Vec::new());
+        }
+        // Deleted only if still this version (still empty), and without children.
+        match client.delete(&read.path, Some(stat.version)).await {
             Ok(()) | Err(zk::Error::BadVersion | zk::Error::NoNode | zk::Error::NotEmpty) => Ok(Vec::new()),
             Err(e) => Err(ZkError::request("purge")(e).into()),
         }
@@ -533,13 +531,66 @@ async fn holders(client: &zk::Client, read: &Read) -> Result<Vec<String>, ZkErro
 
 /// What a compare-and-set needs of `stat`.
 fn versioned(stat: &zk::Stat) -> Result<Versioned, ZkError> {
-    let mzxid = u64::try_from(stat.mzxid)
-        .map_err(|_| ZkError::Corrupt(format!("a node with the mzxid {}", stat.mzxid)))?;
     Ok(Versioned {
         version: stat.version,
-        mzxid,
+        mzxid: token_of(stat.mzxid)?.0,
     })
 }
+
+/// The token of a grant made by the write of `zxid`.
+fn token_of(zxid: i64) -> Result<FencingToken, ZkError> {
+    u64::try_from(zxid)
+        .ok()
+        .filter(|z| *z > 0 && *z <= state::PENDING)
+        .map(FencingToken)
+        .ok_or_else(|| ZkError::Corrupt(format!("a write with the zxid {zxid}")))
+}
+
+/// What a call answers, with the tokens of what it granted settled: each is the zxid of the
+/// call's write, which is known once the write is committed (see [`state::PENDING`]).
+trait Settle {
+    /// Puts `token` in the place of every token the call's table issued.
+    fn settle(&mut self, token: FencingToken) {
+        let _ = token;
+    }
+}
+
+fn settle_lease(lease: &mut Lease, token: FencingToken) {
+    if lease.token.0 > state::PENDING {
+        lease.token = token;
+    }
+}
+
+impl Settle for AcquireOutcome {
+    fn settle(&mut self, token: FencingToken) {
+        if let Self::Granted { lease, .. } = self {
+            settle_lease(lease, token);
+        }
+    }
+}
+
+impl Settle for AcquireAllOutcome {
+    fn settle(&mut self, token: FencingToken) {
+        if let Self::Granted(outcomes) = self {
+            outcomes.iter_mut().for_each(|outcome| outcome.settle(token));
+        }
+    }
+}
+
+impl Settle for HoldOutcome {
+    fn settle(&mut self, token: FencingToken) {
+        if let Self::Granted { hold, .. } = self {
+            settle_lease(&mut hold.lease, token);
+        }
+    }
+}
+
+// These grant nothing.
+impl Settle for ReleaseOutcome {}
+impl<L> Settle for RenewOutcome<L> {}
+impl Settle for ForceOutcome {}
+impl Settle for Vec<Expired> {}
+impl Settle for () {}
 
 #[async_trait]
 impl LockStore for ZooKeeperStore {
@@ -720,7 +771,24 @@ impl LockStore for ZooKeeperStore {
     }
 
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
-        Some(self.released.receiver())
+        Some(self.feed.subscribe())
+    }
+
+    /// A one-shot watch on the name's node, set again each time it fires: see the module
+    /// docs.
+    async fn watch(&self, key: &Key) -> Watch {
+        let path = self.paths.node(key);
+        let first = tokio::time::timeout(self.call_timeout, session::set_watch(&self.session, &path)).await;
+        let stop = CancellationToken::new();
+        tokio::spawn(session::watch_name(
+            self.session.clone(),
+            path,
+            key.clone(),
+            self.feed.clone(),
+            stop.clone(),
+            first.ok().and_then(Result::ok),
+        ));
+        Watch::until_dropped(stop)
     }
 
     fn capabilities(&self) -> Capabilities {

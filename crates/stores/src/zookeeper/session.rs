@@ -1,14 +1,17 @@
 //! [`Session`]: the store's ZooKeeper client, replaced by a new one when its session has
-//! expired; and the watch that turns changes of names' nodes into release notices.
+//! expired; and the watches that turn changes of the nodes of names that a server's waiters
+//! wait for into release notices.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use fencelock_core::store::Result;
 use fencelock_core::{Key, ReleaseFeed};
-use zookeeper_client::{self as zk, AddWatchMode, EventType, SessionState};
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
 
+use super::ZooKeeperOptions;
 use super::error::ZkError;
-use super::{Paths, ZooKeeperOptions, state};
 
 /// The client of one ZooKeeper session at a time. An expired session's client is dead (every
 /// call on it fails with `SessionExpired`), so the next call that finds it so connects anew.
@@ -71,85 +74,64 @@ async fn connect(cluster: &str, options: &ZooKeeperOptions) -> Result<zk::Client
         .map_err(ZkError::request("connect"))
 }
 
-/// Starts a persistent recursive watch on every node of the store, and returns the future
-/// that feeds `feed` from it until the session is disconnected or ends: a changed or deleted
-/// node of a name announces that name. A disconnection ends it, since ZooKeeper may drop the
-/// events of the time between (ZOOKEEPER-4698); the store's subscription then watches anew
-/// and tells waiters that notices may have been missed.
-pub(super) async fn watch(
-    session: &Session,
-    paths: Paths,
+/// Watches the node of `key` at `path` until `stop` is cancelled, from `first` if it was
+/// set already: each time the watch fires (a change, deletion or creation of the node, or
+/// the end of the session), it is set anew and then the name is announced on `feed`, so
+/// that no change after the one that fired goes unheard. A watch that was not set before
+/// [`LockStore::watch`](fencelock_core::LockStore::watch) answered is announced once set too,
+/// in case the name changed meanwhile.
+///
+/// A one-shot watch outlives a lost connection: the client sets it again on the next one,
+/// from the last zxid it saw, so the server fires it for a change made meanwhile. It ends
+/// with its session; it is then set on the store's next session. While no member answers,
+/// it tries again every [`RETRY`].
+pub(super) async fn watch_name(
+    session: Arc<Session>,
+    path: String,
+    key: Key,
     feed: ReleaseFeed,
-) -> Result<impl Future<Output = ()> + Send + use<>> {
+    stop: CancellationToken,
+    first: Option<zk::OneshotWatcher>,
+) {
+    if let Some(watcher) = first {
+        tokio::select! {
+            _ = watcher.changed() => {}
+            () = stop.cancelled() => return,
+        }
+    }
+    loop {
+        let set = tokio::select! {
+            set = set_watch(&session, &path) => set,
+            () = stop.cancelled() => return,
+        };
+        let watcher = match set {
+            Ok(watcher) => watcher,
+            Err(error) => {
+                tracing::debug!(%error, path, "ZooKeeper: cannot watch a name yet");
+                tokio::select! {
+                    () = tokio::time::sleep(RETRY) => continue,
+                    () = stop.cancelled() => return,
+                }
+            }
+        };
+        feed.announce(&key);
+        tokio::select! {
+            // A change, or the end of the session: either way, set it again.
+            _ = watcher.changed() => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// How long a name's watch waits before it tries again to set itself.
+const RETRY: Duration = Duration::from_millis(250);
+
+/// Sets a one-shot watch on the node at `path`, which need not exist.
+pub(super) async fn set_watch(session: &Session, path: &str) -> Result<zk::OneshotWatcher, ZkError> {
     let client = session.client().await?;
-    let mut watcher = client
-        .watch(&paths.root, AddWatchMode::PersistentRecursive)
+    let (_, watcher) = client
+        .check_and_watch_stat(path)
         .await
         .map_err(ZkError::request("watch"))?;
-    Ok(async move {
-        // The watch lasts as long as its client is kept.
-        let _client = client;
-        loop {
-            let event = watcher.changed().await;
-            match event.event_type {
-                EventType::Session if event.session_state != SessionState::SyncConnected => return,
-                EventType::NodeDataChanged | EventType::NodeDeleted => {
-                    if let Some(key) = paths.key_of(&event.path) {
-                        feed.announce(&key);
-                    }
-                }
-                _ => {}
-            }
-        }
-    })
-}
-
-impl Paths {
-    /// The name whose node is at `path`, if it is one.
-    fn key_of(&self, path: &str) -> Option<Key> {
-        let rest = path.strip_prefix(self.root.as_str())?.strip_prefix('/')?;
-        let (folder, child) = rest.split_once('/')?;
-        let kind = Paths::KINDS
-            .into_iter()
-            .find(|k| Paths::folder_name(*k) == folder)?;
-        Some(Key {
-            kind,
-            name: state::unhex(child)?,
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use fencelock_core::Resource;
-
-    #[test]
-    fn only_the_nodes_of_names_are_keys() {
-        let paths = Paths::new("/fencelock");
-        let name = Resource::new("a/b").unwrap();
-        let of = |kind| {
-            paths.node(&Key {
-                kind,
-                name: name.clone(),
-            })
-        };
-        for kind in Paths::KINDS {
-            assert_eq!(
-                paths.key_of(&of(kind)),
-                Some(Key {
-                    kind,
-                    name: name.clone()
-                })
-            );
-        }
-        for other in [
-            "/fencelock",
-            "/fencelock/locks",
-            "/elsewhere/locks/61",
-            "/fencelock/x/61",
-        ] {
-            assert_eq!(paths.key_of(other), None, "{other}");
-        }
-    }
+    Ok(watcher)
 }

@@ -12,26 +12,23 @@ use super::error::ZkError;
 use crate::remote::{owner, principal_of};
 
 /// The state of one name: of a lock, its lease (live, or expired and kept for its lock-delay);
-/// of a semaphore or read-write lock, its holds and writers' intents; and the last token
-/// issued for it.
+/// of a semaphore or read-write lock, its holds and writers' intents.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct State {
-    pub(super) last_token: u64,
     pub(super) lease: Option<Lease>,
     /// In token order.
     pub(super) holds: Vec<Hold>,
     pub(super) intents: Vec<Intent>,
 }
 
-/// A parent node as read: the state in its data, and its version and `mzxid` (`None`: the
-/// node does not exist).
+/// A parent node as read: the state in its data (with the tokens of the write that last
+/// changed it settled: see [`PENDING`]), and its version and `mzxid` (`None`: the node does
+/// not exist).
 #[derive(Debug, Clone)]
 pub(super) struct Read {
     pub(super) key: Key,
     pub(super) path: String,
     pub(super) state: State,
-    /// What the data was, byte for byte, so that an unchanged state is not written.
-    pub(super) data: Vec<u8>,
     pub(super) stat: Option<Versioned>,
 }
 
@@ -39,7 +36,7 @@ pub(super) struct Read {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Versioned {
     pub(super) version: i32,
-    /// The zxid of the node's last change: every token issued after this read is above it.
+    /// The zxid of the node's last change: the token of a lease or hold that change granted.
     pub(super) mzxid: u64,
 }
 
@@ -50,26 +47,28 @@ impl Read {
             Some((data, stat)) => (data, Some(stat)),
             None => (Vec::new(), None),
         };
-        let state = decode(&key, &data)?;
+        let state = decode(&key, &data, stat.map_or(0, |s| s.mzxid))?;
         Ok(Self {
             key,
             path,
             state,
-            data,
             stat,
         })
     }
-
-    /// The last token the state says, raised to the node's `mzxid`: see the module docs.
-    fn floor(&self) -> u64 {
-        self.state.last_token.max(self.stat.map_or(0, |s| s.mzxid))
-    }
 }
+
+/// Where the tokens of the call being judged start. A grant's token is the zxid of the write
+/// that makes it, known only once that write commits, so the table issues tokens above this
+/// (far above every zxid: a zxid is an epoch of 32 bits and a counter of 32) and the store
+/// puts the zxid in their place in what it answers ([`super::Settle`]). The write stores
+/// such a token as none at all, which a later read takes as the node's `mzxid`: the zxid of
+/// that very write, as long as it is the node's last (and every later write of the node
+/// stores the tokens it read, settled).
+pub(super) const PENDING: u64 = 1 << 62;
 
 /// A table holding the states of `reads` at `now` (intents that ended left out), journalling
 /// from here on so that [`after`] can read back what a call changed.
 pub(super) fn table(reads: &[Read], now: Timestamp) -> LockTable {
-    let last = reads.iter().map(Read::floor).max().unwrap_or(0);
     let leases = reads.iter().filter_map(|r| r.state.lease.clone());
     let holds = reads.iter().flat_map(|r| {
         let kind = r.key.kind.hold_kind();
@@ -78,7 +77,7 @@ pub(super) fn table(reads: &[Read], now: Timestamp) -> LockTable {
             .iter()
             .filter_map(move |h| kind.map(|kind| (kind, h.clone())))
     });
-    let mut table = LockTable::new(last, leases).with_holds(holds);
+    let mut table = LockTable::new(PENDING, leases).with_holds(holds);
     for read in reads {
         for intent in &read.state.intents {
             let left = intent.expires_at.as_millis().saturating_sub(now.as_millis());
@@ -92,18 +91,10 @@ pub(super) fn table(reads: &[Read], now: Timestamp) -> LockTable {
 }
 
 /// The state of `read`'s name once `table` (made by [`table`] from reads including it) has
-/// applied a call: what the call changed, over what was read. `loaded` is the table's last
-/// token before the call; a call that issued tokens leaves the greatest as the name's last.
-pub(super) fn after(read: &Read, table: &LockTable, loaded: u64) -> State {
+/// applied a call: what the call changed, over what was read.
+pub(super) fn after(read: &Read, table: &LockTable) -> State {
     let name = &read.key.name;
-    let mut state = State {
-        last_token: if table.last_token() > loaded {
-            table.last_token()
-        } else {
-            read.state.last_token
-        },
-        ..State::default()
-    };
+    let mut state = State::default();
     match read.key.kind.hold_kind() {
         None => {
             state.lease = match table.changes().into_iter().find(|(r, _)| r == name) {
@@ -131,30 +122,32 @@ pub(super) fn after(read: &Read, table: &LockTable, loaded: u64) -> State {
 /// A holder's node that a change makes or deletes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Holder {
-    /// A new lease or hold (a new token): its node is made, with the owner's name as data.
+    /// A new lease or hold (a new token): its node is made, ephemeral and sequential, with
+    /// the owner's name as data.
     Began(String),
     /// A lease or hold that is no more: its node is deleted.
     Ended,
 }
 
-/// The holders' nodes that going from `before` to `after` makes and deletes, by node name
-/// (`lease-` and the token, so that the node of a lease is known before it is made, in the
-/// same `multi` as the grant, and found again to be deleted when the lease ends).
+/// The holders' nodes that going from `before` to `after` makes and deletes, each by the
+/// start of its name: `lease-`, the hex of the owner's name and `-`, to which ZooKeeper
+/// adds the node's sequence number. A name has at most one lease or hold per owner, so the
+/// start finds the node of a lease again when it ends; and the sequence numbers of the live
+/// ones are in the order of their grants, as their tokens (their `czxid`) are.
 pub(super) fn holder_changes(before: &State, after: &State) -> Vec<(String, Holder)> {
     let has = |state: &State, token: FencingToken| leases(state).any(|l| l.token == token);
     let began = leases(after)
         .filter(|l| !has(before, l.token))
-        .map(|l| (holder(l.token), Holder::Began(l.owner.as_str().to_owned())));
+        .map(|l| (holder(l), Holder::Began(l.owner.as_str().to_owned())));
     let ended = leases(before)
         .filter(|l| !has(after, l.token))
-        .map(|l| (holder(l.token), Holder::Ended));
+        .map(|l| (holder(l), Holder::Ended));
     began.chain(ended).collect()
 }
 
-/// The node name of the holder of the lease or hold with `token`; zero-padded, so that the
-/// holders list in token order.
-fn holder(token: FencingToken) -> String {
-    format!("lease-{:020}", token.0)
+/// The start of the name of the node of the holder of `lease`.
+fn holder(lease: &Lease) -> String {
+    format!("lease-{}-", hex(lease.owner.as_str()))
 }
 
 /// Every lease and hold in `state`, live or not.
@@ -162,27 +155,10 @@ fn leases(state: &State) -> impl Iterator<Item = &Lease> {
     state.lease.iter().chain(state.holds.iter().map(|h| &h.lease))
 }
 
-/// What a purge does with the node of a name of which nothing is left but its last token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Forget {
-    /// Delete it: a node made again later has a `czxid` above this deletion's zxid, which is
-    /// above the node's `mzxid`, which is at least the last token.
-    Delete,
-    /// Rewrite it as it is, for a new `mzxid`: its last token is above its `mzxid` (tokens of
-    /// a multi-acquire), so a node made again could start below it. A later purge deletes
-    /// it once the `mzxid` has caught up.
-    Rewrite,
-}
-
-/// What a purge does with the node of `state`, last changed at `mzxid`: `None` while
-/// anything is left in it.
-pub(super) fn forget(state: &State, mzxid: u64) -> Option<Forget> {
-    let empty = state.lease.is_none() && state.holds.is_empty() && state.intents.is_empty();
-    match (empty, state.last_token <= mzxid) {
-        (false, _) => None,
-        (true, true) => Some(Forget::Delete),
-        (true, false) => Some(Forget::Rewrite),
-    }
+/// Whether nothing is left in `state`, so that a purge may delete its node: a name's tokens
+/// are zxids, so one made again later still gets greater ones.
+pub(super) fn is_empty(state: &State) -> bool {
+    *state == State::default()
 }
 
 /// Whether anything in `state` is over at `now`: a lease past its lock-delay, a hold past
@@ -199,7 +175,9 @@ struct StoredLease {
     owner: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     principal: Option<String>,
-    token: u64,
+    /// None for a lease or hold granted by the write that stored it: see [`PENDING`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    token: Option<u64>,
     acquired_at: u64,
     expires_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -225,8 +203,6 @@ struct StoredIntent {
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Stored {
-    #[serde(default, skip_serializing_if = "is_zero")]
-    last_token: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     lease: Option<StoredLease>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -246,7 +222,6 @@ pub(super) fn encode(state: &State) -> Result<Vec<u8>, ZkError> {
         return Ok(Vec::new());
     }
     let stored = Stored {
-        last_token: state.last_token,
         lease: state.lease.as_ref().map(|l| stored_lease(l, None)),
         holds: state
             .holds
@@ -266,8 +241,8 @@ pub(super) fn encode(state: &State) -> Result<Vec<u8>, ZkError> {
     serde_json::to_vec(&stored).map_err(|e| ZkError::Corrupt(format!("cannot encode a state: {e}")))
 }
 
-/// The state in the data of `key`'s node.
-pub(super) fn decode(key: &Key, data: &[u8]) -> Result<State, ZkError> {
+/// The state in the data of `key`'s node, last changed at `mzxid`.
+pub(super) fn decode(key: &Key, data: &[u8], mzxid: u64) -> Result<State, ZkError> {
     if data.is_empty() {
         return Ok(State::default());
     }
@@ -284,7 +259,7 @@ pub(super) fn decode(key: &Key, data: &[u8]) -> Result<State, ZkError> {
         let lease = Lease {
             resource: key.name.clone(),
             owner: owner(&s.owner, s.principal.as_deref()).map_err(corrupt)?,
-            token: FencingToken(s.token),
+            token: FencingToken(s.token.unwrap_or(mzxid)),
             acquired_at: Timestamp::from_millis(s.acquired_at),
             expires_at: Timestamp::from_millis(s.expires_at),
             hold_until: s.hold_until.map(Timestamp::from_millis),
@@ -292,10 +267,7 @@ pub(super) fn decode(key: &Key, data: &[u8]) -> Result<State, ZkError> {
         };
         Ok((lease, claim))
     };
-    let mut state = State {
-        last_token: stored.last_token,
-        ..State::default()
-    };
+    let mut state = State::default();
     if let Some(s) = stored.lease {
         state.lease = Some(lease(s)?.0);
     }
@@ -326,7 +298,7 @@ fn stored_lease(lease: &Lease, claim: Option<Claim>) -> StoredLease {
     StoredLease {
         owner: lease.owner.as_str().to_owned(),
         principal: principal_of(&lease.owner),
-        token: lease.token.0,
+        token: (lease.token.0 <= PENDING).then_some(lease.token.0),
         acquired_at: lease.acquired_at.as_millis(),
         expires_at: lease.expires_at.as_millis(),
         hold_until: lease.hold_until.map(Timestamp::as_millis),
@@ -337,9 +309,10 @@ fn stored_lease(lease: &Lease, claim: Option<Claim>) -> StoredLease {
 }
 
 /// The last part of a name's node path: the hex of the name's bytes, so that sorted
-/// children list in the names' byte order and no name can break a path.
-pub(super) fn hex(name: &Resource) -> String {
-    name.as_str().bytes().map(|b| format!("{b:02x}")).collect()
+/// children list in the names' byte order and no name can break a path. Also the owner's part
+/// of the name of a holder's node.
+pub(super) fn hex(name: &str) -> String {
+    name.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The name whose node is called `child`.
@@ -359,35 +332,9 @@ mod tests {
     use super::*;
     use fencelock_core::{Owner, Principal};
 
-    #[test]
-    fn a_purge_deletes_a_node_only_when_it_is_empty_and_no_token_is_above_its_mzxid() {
-        let used = State {
-            last_token: 40,
-            ..State::default()
-        };
-        assert_eq!(forget(&used, 40), Some(Forget::Delete));
-        assert_eq!(forget(&used, 90), Some(Forget::Delete));
-        assert_eq!(
-            forget(&used, 39),
-            Some(Forget::Rewrite),
-            "a multi-acquire's tokens"
-        );
-        let intent = Intent {
-            owner: Owner::new("w").unwrap(),
-            expires_at: Timestamp::from_millis(1),
-        };
-        let waiting = State {
-            intents: vec![intent],
-            ..used
-        };
-        assert_eq!(forget(&waiting, 90), None, "anything left keeps the node");
-        assert_eq!(forget(&State::default(), 0), Some(Forget::Delete));
-    }
-
-    fn lock_read(last_token: u64, mzxid: u64, lease: Option<Lease>) -> Read {
+    fn lock_read(mzxid: u64, lease: Option<Lease>) -> Read {
         let key = Key::lock(&Resource::new("l").unwrap());
         let state = State {
-            last_token,
             lease,
             ..State::default()
         };
@@ -401,46 +348,74 @@ mod tests {
     }
 
     #[test]
-    fn a_grant_is_above_the_mzxid_read_and_its_token_is_kept_as_the_last() {
+    fn a_grant_is_stored_without_a_token_and_read_back_with_its_writes_zxid() {
         let now = Timestamp::from_millis(1_000);
-        let read = lock_read(5, 100, None);
+        let read = lock_read(100, None);
         let mut table = super::table(std::slice::from_ref(&read), now);
-        let loaded = table.last_token();
         let ttl = Ttl::from_millis(50, Ttl::DEFAULT_MAX).unwrap();
+        let a = Owner::new("a").unwrap();
         let outcome = table
-            .acquire(
-                now,
-                &read.key.name,
-                &Owner::new("a").unwrap(),
-                fencelock_core::Terms::ttl(ttl),
-            )
+            .acquire(now, &read.key.name, &a, fencelock_core::Terms::ttl(ttl))
             .unwrap();
         let lease = outcome.lease().unwrap().clone();
-        assert_eq!(lease.token, FencingToken(101));
-        let granted = after(&read, &table, loaded);
-        assert_eq!((granted.last_token, granted.lease.as_ref()), (101, Some(&lease)));
+        assert!(lease.token.0 > PENDING, "the call's own, until its write commits");
+        let granted = after(&read, &table);
+        assert_eq!(granted.lease.as_ref(), Some(&lease));
         assert_eq!(
             holder_changes(&read.state, &granted),
-            [("lease-00000000000000000101".to_owned(), Holder::Began("a".into()))]
+            [("lease-61-".to_owned(), Holder::Began("a".into()))]
+        );
+        let data = encode(&granted).unwrap();
+        assert!(!String::from_utf8_lossy(&data).contains("token"), "{data:?}");
+
+        // Read after that write (zxid 130): the token is the write's zxid.
+        let read = Read::new(
+            read.key.clone(),
+            read.path.clone(),
+            Some((
+                data,
+                Versioned {
+                    version: 4,
+                    mzxid: 130,
+                },
+            )),
+        )
+        .unwrap();
+        let settled = read.state.lease.clone().unwrap();
+        assert_eq!(settled.token, FencingToken(130));
+
+        // Released by a later write: the settled token was what it judged, the node goes.
+        let mut table = super::table(std::slice::from_ref(&read), now);
+        let released = table.release(now, &read.key.name, &a, Some(FencingToken(130)));
+        assert!(
+            matches!(released, fencelock_core::ReleaseOutcome::Released(_)),
+            "{released:?}"
+        );
+        let after_release = after(&read, &table);
+        assert!(is_empty(&after_release));
+        assert_eq!(
+            holder_changes(&read.state, &after_release),
+            [("lease-61-".to_owned(), Holder::Ended)]
         );
 
-        // Released on a later read: the last token stays, the holder's node goes.
-        let read = lock_read(101, 120, Some(lease));
-        let mut table = super::table(std::slice::from_ref(&read), now);
-        let loaded = table.last_token();
-        table.release(now, &read.key.name, &Owner::new("a").unwrap(), None);
-        let released = after(&read, &table, loaded);
-        assert_eq!((released.last_token, &released.lease), (101, &None));
-        assert_eq!(
-            holder_changes(&read.state, &released),
-            [("lease-00000000000000000101".to_owned(), Holder::Ended)]
-        );
+        // A later write of a kept lease stores its token, settled.
+        let kept = lock_read(150, Some(settled.clone()));
+        assert_eq!(kept.state.lease, Some(settled));
+        let intent = Intent {
+            owner: a,
+            expires_at: Timestamp::from_millis(1),
+        };
+        let waiting = State {
+            intents: vec![intent],
+            ..State::default()
+        };
+        assert!(!is_empty(&waiting), "anything left keeps the node");
     }
 
     #[test]
     fn names_round_trip_through_hex_in_byte_order() {
         let names = ["a", "a b", "a/b", "b", "z:1", "ü", "💥"]; // in byte order
-        let mut hexed: Vec<String> = names.iter().map(|n| hex(&Resource::new(*n).unwrap())).collect();
+        let mut hexed: Vec<String> = names.iter().map(|n| hex(n)).collect();
         let before = hexed.clone();
         hexed.sort();
         assert_eq!(hexed, before, "hex keeps byte order");
@@ -466,7 +441,6 @@ mod tests {
             lock_delay: Duration::ZERO,
         };
         let state = State {
-            last_token: 7,
             lease: None,
             holds: vec![Hold {
                 lease,
@@ -478,9 +452,9 @@ mod tests {
             }],
         };
         let data = encode(&state).unwrap();
-        assert_eq!(decode(&key, &data).unwrap(), state);
+        assert_eq!(decode(&key, &data, 99).unwrap(), state);
         assert!(encode(&State::default()).unwrap().is_empty());
-        assert_eq!(decode(&key, b"").unwrap(), State::default());
-        assert!(matches!(decode(&key, b"{"), Err(ZkError::Corrupt(_))));
+        assert_eq!(decode(&key, b"", 99).unwrap(), State::default());
+        assert!(matches!(decode(&key, b"{", 99), Err(ZkError::Corrupt(_))));
     }
 }
