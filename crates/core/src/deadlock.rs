@@ -1,4 +1,4 @@
-//! [`WaitGraph`]: who waits for whom among the waiters of one [`crate::Waiters`], to find a
+//! `WaitGraph`: who waits for whom among the waiters of one [`crate::Waiters`], to find a
 //! circle of owners that wait for each other before they all wait in vain.
 //!
 //! A waiter waits for names (one, or several for an all-or-none acquire); each name is held
@@ -11,7 +11,7 @@
 //! Who holds a name is known only as of the last try on it, so a cycle found here may be
 //! stale — its holders may have let go and be waiting again. The waiter told of a cycle
 //! therefore asks the store who holds each name on it before it gives up
-//! ([`Cycle::steps`]); a cycle the store does not confirm is forgotten, with what the store
+//! (each step of the `Cycle`); a cycle the store does not confirm is forgotten, with what the store
 //! said recorded instead.
 //!
 //! What this does not see: waiters of other servers sharing the store, and owners that hold

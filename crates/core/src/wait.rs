@@ -5,7 +5,9 @@
 //! not overtaken by readers that came after it. Only the head of the queue asks the store; the
 //! others wait their turn. The head sleeps until what stands in its way ends (a timer set from
 //! the store's answer) or until the store reports a release on that name, whichever comes
-//! first — there is no polling loop. (A writer at the head also asks again every second, to
+//! first — there is no polling loop. While a name has waiters, its line keeps the store's
+//! watch on it ([`LockStore::watch`]), set before its first head asks, so that a store that
+//! watches names one by one hears other servers' changes of it. (A writer at the head also asks again every second, to
 //! keep alive the intent that holds back later readers on every server: see
 //! [`Waiters::acquire_hold_unless`].) The store's feed also reports a lease renewed or
 //! extended to end sooner, and a lease purged after its expiry, so the head never sleeps

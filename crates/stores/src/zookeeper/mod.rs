@@ -12,8 +12,9 @@
 //!   can break a path (a `/` in a name is `2f`). Its data is the name's whole state as JSON:
 //!   the lease (a lock: live, or expired and kept for its lock-delay) or the holds and
 //!   writers' intents (a semaphore, a read-write lock), each with its owner, `principal`,
-//!   `token`, `acquired_at`, `expires_at`, `hold_until`, `lock_delay` and claim (a permit's
-//!   `limit`); and the last token issued for the name. A name never used has no data.
+//!   `token` (none for the lease its last write granted: see below), `acquired_at`,
+//!   `expires_at`, `hold_until`, `lock_delay` and claim (a permit's `limit`). A name never
+//!   used, or of which nothing is left, has no data.
 //! - Every call is judged by [`fencelock_core::LockTable`], loaded with the names it touches
 //!   and nothing else, so the rules are written once for every store that keeps state itself
 //!   (memory, SQLite, ZooKeeper), not a third time here.
@@ -41,64 +42,69 @@
 //!   (to the millisecond), never less, whatever happens to the session of the server that
 //!   granted it.
 //!
-//! # Fencing tokens from transaction ids
+//! # Fencing tokens are transaction ids
 //!
-//! Before it judges, the store raises the table's last token to the greatest of the name's
-//! stored last token and the parent's `mzxid` as read (the zxid of its last change), so a
-//! grant's token is at least `mzxid + 1`. Why that is strictly increasing and never reused,
-//! across the ensemble:
+//! A grant's token is the **zxid of the write that grants it**: the `multi` that sets the
+//! parent's data also makes the holder's node (below), so the token is that node's `czxid`,
+//! and the parent's `mzxid` until its next change. ZooKeeper gives every write a zxid greater
+//! than every zxid before it, across the ensemble and its leader elections (a zxid is
+//! `epoch << 32 | counter`, and a new leader starts a greater epoch), so tokens strictly
+//! increase and are never reused — across releases, expiries, restarts, and a name whose node
+//! a purge deleted and that is used again (its new node's writes come later still). Several
+//! locks at once share one write, and so one token: each is still greater than every earlier
+//! token of its own name.
 //!
-//! - A grant writes its token as the name's last token, and its write succeeds only at the
-//!   version read, so no other change came between. The next grant on the name reads that
-//!   last token (or the node's later state, which keeps it), and issues above it.
-//! - Every write has a zxid greater than every zxid before it (a zxid is `epoch << 32 |
-//!   counter`, and a new leader starts a greater epoch), so a write at the version read has a
-//!   zxid greater than the `mzxid` read. A grant of one name (`mzxid + 1` when the stored
-//!   last token is older) issues a token no greater than its own write's zxid, which becomes
-//!   the node's `mzxid`: for a name only ever granted alone, the stored last token never
-//!   exceeds its node's `mzxid`. A purge deletes an empty parent only while that holds (last token ≤ `mzxid`), and
-//!   a parent made again later has a `czxid` greater than the deletion's zxid, so a name
-//!   forgotten and used again still gets tokens above every earlier one.
-//! - Several locks at once share one write (one zxid) and take the tokens `M + 1 … M + k`,
-//!   which may pass that zxid. Their parents keep those last tokens, and a purge that finds
-//!   such a parent empty rewrites it unchanged (a new, greater `mzxid`) instead of deleting
-//!   it, until the rule above lets it go.
-//!
-//! Tokens are not consecutive: between two grants of a name they jump by every change the
-//! ensemble made meanwhile, to any name.
+//! The zxid is known only once the write commits, so the table judges with tokens of its own
+//! above every zxid (`state::PENDING`); the write stores a new lease with no token, which a
+//! read takes as the node's `mzxid` (the write's own zxid, as long as it is the node's last:
+//! every later write stores the tokens it read, settled), and the answer gets the zxid from
+//! the write's result. Tokens are not consecutive: between two grants of a name they jump by
+//! every change the ensemble made meanwhile, to any name.
 //!
 //! # Holders' nodes and sessions
 //!
-//! Each lease and hold also has an **ephemeral node** under its parent, `lease-` and its
-//! token (zero-padded, so they list in token order), with the owner's name as data, made in
-//! the `multi` that grants it by the session of the server that grants it, and deleted in
-//! the `multi` that ends it (a release, a purge, a replacement, a force-release). So `ls` in
-//! ZooKeeper shows who holds what, and which server's session granted it. The name is the
-//! token rather than a sequence number so that it is known before the `multi` that makes it,
-//! and found again when the lease ends.
+//! Each lease and hold also has an **ephemeral sequential node** under its parent,
+//! `lease-{hex of the owner's name}-{sequence number}`, with the owner's name as data, made in
+//! the `multi` that grants it by the session of the server that grants it (so its `czxid` is
+//! the lease's token), and deleted in the `multi` that ends it (a release, a purge, a
+//! replacement, a force-release; a name has one lease or hold per owner, so the owner's part
+//! finds it again). So the live holders' nodes are the holders — the one holder of a lock, the
+//! permits of a semaphore, the readers or the writer of a read-write lock — in the order of
+//! their sequence numbers, which is the order of their grants and of their tokens; `ls` in
+//! ZooKeeper shows who holds what, and which server's session granted it.
 //!
-//! That node is only a sign: the lease itself lives in its parent's data until its
-//! `expires_at`. A fencelock server whose session expires loses its holders' nodes, never a
-//! lease before its `expires_at`. And a guard whose server is cut off (or whose server's
-//! session is gone) cannot renew, so its `lost()` fires by the lease's `expires_at` at the
-//! latest: `lost()` always comes before any other owner can be granted the name. The session
-//! only bounds how soon a server notices that it was cut off. An expired session's client is
-//! dead; the next call (or the watch) opens a new session, whose later grants have nodes
-//! again (the leases granted before keep none).
+//! Who may be granted is decided by the parent's state, not by the lowest sequence numbers, for
+//! three reasons. A lease must not end before its `expires_at` (an ephemeral node ends with a
+//! session, which may expire while its holder still counts on its TTL). A waiter is no node:
+//! waiting in line is each server's job ([`fencelock_core::Waiters`]), so an acquire that is
+//! refused leaves nothing behind, where a try with Curator's recipe makes and deletes a node,
+//! and two tries at once can each see the other's node first and both give up. And the rules
+//! (lock-delay, `hold_until`, principals, writers' intents) are the one rule book's.
 //!
-//! # Release notices
+//! How the lease and the session combine: the lease lives in its parent's data until its
+//! `expires_at`, by the clock of the server that judges; the session only carries the
+//! holder's node. A fencelock server whose session expires loses its holders' nodes, never a
+//! lease before its `expires_at`, so a lease never lasts less than asked. Its guards cannot
+//! renew meanwhile (the server is cut off), so their `lost()` fires by the lease's
+//! `expires_at` less their safety margin: always before any other owner can be granted the
+//! name. The session timeout only bounds how soon a server notices that it was cut off. An
+//! expired session's client is dead; the next call (or a watch) opens a new session, whose
+//! later grants have nodes again (the leases granted before keep none).
 //!
-//! One persistent recursive watch on `/fencelock`: a changed or deleted parent announces its
-//! name (waiters ask again; a change that freed nothing is a harmless extra notice). Each
-//! call that frees a name also announces it at once on its own server. When the watch is
-//! disconnected (events of that time may be lost: ZOOKEEPER-4698) or its session ends, it is
-//! set anew and waiters are told that notices may have been missed.
+//! # Release notices: a watch per name with waiters
 //!
-//! So a change wakes each fencelock server once, not each waiter: a server's own waiters
-//! then ask again first come, first served ([`fencelock_core::Waiters`]), and only the first
-//! in line for a name that is free gets it. ZooKeeper's session timeout is no floor on a TTL
-//! here, since no lease rests on a session: the capabilities differ from the in-memory
-//! store's in nothing.
+//! A server watches only the names its waiters wait for ([`LockStore::watch`], kept by each
+//! name's line in [`fencelock_core::Waiters`]): one one-shot watch on the name's parent node,
+//! set again each time it fires (a change, the node's deletion or creation), and the name is
+//! announced once it is set again, so no change after the one that fired goes unheard. A
+//! change of a name thus reaches only the servers with waiters for it, once each, and on each
+//! only the first in line asks again: no herd, of waiters or of servers. A renewal fires it
+//! too (it may end the lease sooner), for one more read by each waiting server.
+//!
+//! A one-shot watch outlives a lost connection: the client sets it again on its next
+//! connection from the last zxid it saw, and the member fires it for a change made meanwhile.
+//! It ends with its session, and is set again on the next one (then announced, in case). Each
+//! call that frees a name also announces it at once on its own server.
 //!
 //! # Purge
 //!
@@ -106,8 +112,12 @@
 //! over every kind (the cursor stays in the store), forgets what is over in them through the
 //! same compare-and-set, and deletes a parent left empty, at the version read (so only if it
 //! is still empty and unchanged), so that folders do not grow with every name ever used.
+//! Tokens being zxids, a name made again later still gets greater ones.
 //!
 //! # Failure
+//!
+//! ZooKeeper's session timeout is no floor on a TTL here, since no lease rests on a session:
+//! the capabilities differ from the in-memory store's in nothing.
 //!
 //! Every call has a deadline (the store is opened in a [`Deadline`]). `ConnectionLoss`, an
 //! expired session, a timeout: [`StoreError::Unavailable`], and the outcome is **unknown** —
