@@ -580,6 +580,53 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_would_not_fit_in_its_node_is_refused_and_changes_nothing() {
+    let url = shared_url().await;
+    let small = ZooKeeperOptions {
+        max_state_bytes: 2_000,
+        ..impatient()
+    };
+    let store = store_with(&url, small).await;
+    let raw = zk::Client::connect(url.strip_prefix("zookeeper://").unwrap())
+        .await
+        .unwrap();
+    let name = shared::unique("crowded");
+    let path = node("semaphores", &name);
+    let (permit, long) = (Claim::Permit { limit: 100 }, ttl(Duration::from_secs(60)));
+    let who = |i: usize| owner(&format!("{i:03}-{}", "x".repeat(200)));
+    let mut granted = Vec::new();
+    let refused = loop {
+        match store
+            .acquire_hold(&name, &who(granted.len()), permit, long, None)
+            .await
+        {
+            Ok(HoldOutcome::Granted { hold, .. }) => granted.push(hold),
+            Ok(odd) => panic!("{odd:?}"),
+            Err(error) => break error,
+        }
+        assert!(granted.len() < 100, "2,000 bytes never filled");
+    };
+    assert!(
+        matches!(&refused, StoreError::Invalid(why) if why.contains("bytes")),
+        "{refused}"
+    );
+    assert!(granted.len() >= 2, "{} permits fit", granted.len());
+    // Nothing changed: the permits and their nodes are those granted before.
+    assert_eq!(store.holds(HoldKind::Semaphore, &name).await.unwrap(), granted);
+    assert_eq!(holders(&raw, &path).await.len(), granted.len());
+    // Room again once one is released.
+    store
+        .release_hold(HoldKind::Semaphore, &name, &who(0), None)
+        .await
+        .unwrap();
+    let again = store
+        .acquire_hold(&name, &who(granted.len()), permit, long, None)
+        .await
+        .unwrap();
+    assert!(matches!(again, HoldOutcome::Granted { .. }), "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_made_while_a_server_was_disconnected_is_heard_when_it_reconnects() {
     let zookeeper = ensemble(3).await;
     let leader = zookeeper.wait_for_leader();

@@ -30,8 +30,9 @@
 //!   leader first. Parents are made on demand (`mkdir`, persistent; one already there is
 //!   fine).
 //! - **A name's state fits in one node**: ZooKeeper keeps at most about 1 MiB in one
-//!   (`jute.maxbuffer`), a few thousand holds. A grant that would write more is refused
-//!   ([`StoreError::Invalid`]) and changes nothing, so a semaphore of a very high limit may
+//!   (`jute.maxbuffer`), a few thousand holds. A grant that would write more
+//!   ([`ZooKeeperOptions::max_state_bytes`]) is refused ([`StoreError::Invalid`]) and changes
+//!   nothing, so a semaphore of a very high limit may
 //!   refuse permits before its limit is reached. Each change of a name also rewrites its
 //!   whole state, so one name with many holders is slower to change than one with few.
 //! - **Whose clock**: a lease is live while `now < expires_at` by the clock of the fencelock
@@ -161,10 +162,6 @@ const STORE: &str = "ZooKeeper";
 /// before it gives up: each retry means another caller changed it meanwhile.
 pub(super) const MAX_ATTEMPTS: usize = 32;
 
-/// The most data the store writes into one node: a little under ZooKeeper's default limit on
-/// a request (`jute.maxbuffer`, 1 MiB), which a write of more would break the connection on.
-const MAX_DATA: usize = 1_000_000;
-
 /// How many parents a list reads at once.
 const READ_BATCH: usize = 64;
 
@@ -188,6 +185,13 @@ pub struct ZooKeeperOptions {
     pub call_timeout: Duration,
     /// The node under which every name's node is kept.
     pub root: String,
+    /// The most data the store writes into one name's node: a grant that would write more
+    /// is refused ([`StoreError::Invalid`]). The default is a little under ZooKeeper's limit
+    /// on a request (`jute.maxbuffer`, 1 MiB unless the ensemble is run with another), above
+    /// which a member refuses the write and drops the connection.
+    ///
+    /// [`StoreError::Invalid`]: fencelock_core::StoreError::Invalid
+    pub max_state_bytes: usize,
 }
 
 impl Default for ZooKeeperOptions {
@@ -197,6 +201,7 @@ impl Default for ZooKeeperOptions {
             connect_timeout: Duration::from_secs(2),
             call_timeout: Duration::from_secs(5),
             root: "/fencelock".into(),
+            max_state_bytes: 1_000_000,
         }
     }
 }
@@ -252,6 +257,8 @@ pub struct ZooKeeperStore {
     /// The most setting a watch may take before [`LockStore::watch`] answers (it goes on
     /// trying afterwards).
     call_timeout: Duration,
+    /// [`ZooKeeperOptions::max_state_bytes`].
+    max_state_bytes: usize,
 }
 
 impl fmt::Debug for ZooKeeperStore {
@@ -280,7 +287,7 @@ impl ZooKeeperStore {
             ))
             .into());
         }
-        let limit = options.call_timeout;
+        let (limit, max_state_bytes) = (options.call_timeout, options.max_state_bytes);
         let paths = Paths::new(&options.root);
         let session = within(limit, STORE, "connect", async {
             let session = Session::connect(cluster, options).await?;
@@ -300,6 +307,7 @@ impl ZooKeeperStore {
             feed: ReleaseFeed::new(),
             purged_to: Mutex::new(None),
             call_timeout: limit,
+            max_state_bytes,
         };
         Ok(Deadline::new(store, Within::new(STORE, limit)))
     }
@@ -360,7 +368,7 @@ impl ZooKeeperStore {
                     multi.add_check_version(&read.path, version)
                 } else {
                     let data = state::encode(&after)?;
-                    if data.len() > MAX_DATA {
+                    if data.len() > self.max_state_bytes {
                         return Err(ZkError::Invalid(format!(
                             "ZooKeeper: the state of {} {} would take {} bytes, more than one node keeps",
                             read.key.kind,
