@@ -150,9 +150,10 @@ pub async fn a_release_on_one_server_is_heard_on_the_other(h: &Harness) {
         return;
     }
     let b = h.another_server().await;
-    let mut heard = b.releases().expect("a shared store has a release feed");
-    let _watching = b.watch(&Key::lock(&h.resource("announced"))).await;
     let lease = grant(h, "announced", "holder", h.long_ttl()).await;
+    // Watched and heard from after the grant, so that only the release can be heard.
+    let _watching = b.watch(&Key::lock(&lease.resource)).await;
+    let mut heard = b.releases().expect("a shared store has a release feed");
     h.store
         .release(&lease.resource, &lease.owner, None)
         .await

@@ -316,19 +316,24 @@ impl Default for ReleaseFeed {
 #[must_use = "the watch ends when this is dropped"]
 pub struct Watch {
     // Cancels the store's watch when dropped.
-    _stop: Option<DropGuard>,
+    stop: Option<DropGuard>,
 }
 
 impl Watch {
     /// No watch to end: what a store whose feed hears of every name anyway gives.
     pub fn none() -> Self {
-        Self { _stop: None }
+        Self { stop: None }
+    }
+
+    /// Whether the store keeps a watch for this (not [`Watch::none`]).
+    pub fn is_set(&self) -> bool {
+        self.stop.is_some()
     }
 
     /// A watch that lasts until this is dropped, which cancels `stop`.
     pub fn until_dropped(stop: CancellationToken) -> Self {
         Self {
-            _stop: Some(stop.drop_guard()),
+            stop: Some(stop.drop_guard()),
         }
     }
 }
@@ -629,7 +634,7 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
 
     /// Has the release feed hear other servers' changes of `key` from the time this returns
     /// for as long as the [`Watch`] is kept: [`crate::Waiters`] keeps one for each name with
-    /// waiters. A store whose feed hears of every name (the default: PostgreSQL, etcd,
+    /// waiters that the store refused. A store whose feed hears of every name (the default: PostgreSQL, etcd,
     /// Redis) keeps nothing; one that watches names one by one (ZooKeeper) tells only the
     /// servers that wait for a name of its changes. If the store cannot set the watch now,
     /// it goes on trying, and announces the name once it has, in case it changed meanwhile.

@@ -6,8 +6,9 @@
 //! others wait their turn. The head sleeps until what stands in its way ends (a timer set from
 //! the store's answer) or until the store reports a release on that name, whichever comes
 //! first — there is no polling loop. While a name has waiters, its line keeps the store's
-//! watch on it ([`LockStore::watch`]), set before its first head asks, so that a store that
-//! watches names one by one hears other servers' changes of it. (A writer at the head also asks again every second, to
+//! watch on it ([`LockStore::watch`]), set when the store first refuses its head (who then
+//! asks again at once, in case the name changed in between), so that a store that watches
+//! names one by one hears other servers' changes of it; a lock that is free costs no watch. (A writer at the head also asks again every second, to
 //! keep alive the intent that holds back later readers on every server: see
 //! [`Waiters::acquire_hold_unless`].) The store's feed also reports a lease renewed or
 //! extended to end sooner, and a lease purged after its expiry, so the head never sleeps
@@ -61,7 +62,7 @@ struct Lines {
 
 /// The waiters of one name, in their order, and the store's watch on it, kept while the
 /// name has waiters (so that a store that watches names one by one hears its changes): set
-/// by the first head that asks the store, before it asks.
+/// by the first head the store refuses.
 #[derive(Debug)]
 struct Line {
     places: VecDeque<Place>,
@@ -351,7 +352,6 @@ impl Waiters {
                     () = gone.cancelled() => break,
                 }
             }
-            place.watched().await;
             let tried = attempt(true).await?;
             place.found(tried.found);
             let Some(retry_in) = tried.retry_in else {
@@ -369,6 +369,19 @@ impl Waiters {
             }
             place.give_up().await?;
             waited = true;
+            // Refused: from now on, hear of changes of the names on other servers too. A watch
+            // set only now may have missed a change since the try, so ask again at once.
+            let watching = tokio::select! {
+                newly = place.watch() => Some(newly),
+                () = sleep_until(deadline) => None,
+                () = self.inner.shutdown.cancelled() => None,
+                () = gone.cancelled() => None,
+            };
+            match watching {
+                None => break,
+                Some(true) => continue,
+                Some(false) => {}
+            }
             // Ask again when what stands in the way ends, when the store says it may have
             // ended sooner, when an intent needs renewing, or, for a last try, when our wait
             // runs out.
@@ -539,11 +552,16 @@ impl<'a> InLine<'a> {
     }
 
     /// Has the store watch each name of this caller's lines, unless one did already: from
-    /// then on, its changes on other servers wake the head.
-    async fn watched(&self) {
+    /// then on, its changes on other servers wake the head. Says whether a watch was set
+    /// now (not one the store keeps nothing for).
+    async fn watch(&self) -> bool {
+        let mut newly = false;
         for (key, watch) in self.keys.iter().zip(&self.watches) {
-            watch.get_or_init(|| self.inner.store.watch(key)).await;
+            if !watch.initialized() {
+                newly |= watch.get_or_init(|| self.inner.store.watch(key)).await.is_set();
+            }
         }
+        newly
     }
 
     /// Whether this caller heads every line it is in.

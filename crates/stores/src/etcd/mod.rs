@@ -241,8 +241,10 @@ pub struct EtcdStore {
     endpoints: Vec<String>,
     options: EtcdOptions,
     holds: HoldKeys,
+    /// The release notices of every server, fed by the watch.
+    feed: ReleaseFeed,
     // Stops watching when the store is dropped.
-    released: Subscription,
+    _released: Subscription,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -297,7 +299,8 @@ impl EtcdStore {
             endpoints,
             options,
             holds,
-            released: keep_subscribed(STORE, first, open, released),
+            _released: keep_subscribed(STORE, first, open, released.clone()),
+            feed: released,
         };
         Ok(Deadline::new(store, Within::new(STORE, deadline)))
     }
@@ -427,7 +430,7 @@ impl LockStore for EtcdStore {
     }
 
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
-        Some(self.released.receiver())
+        Some(self.feed.subscribe())
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -214,8 +214,10 @@ pub struct PostgresStore {
     pool: Pool,
     options: PostgresOptions,
     address: String,
+    /// The release notices of every server, fed by the listener.
+    feed: ReleaseFeed,
     // Stops listening when the store is dropped.
-    released: Subscription,
+    _released: Subscription,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -271,7 +273,8 @@ impl PostgresStore {
             pool,
             options,
             address,
-            released: keep_subscribed(STORE, first, open, released),
+            _released: keep_subscribed(STORE, first, open, released.clone()),
+            feed: released,
         };
         Ok(Deadline::new(store, Within::new(STORE, deadline)))
     }
@@ -526,7 +529,7 @@ impl LockStore for PostgresStore {
     }
 
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
-        Some(self.released.receiver())
+        Some(self.feed.subscribe())
     }
 
     fn capabilities(&self) -> Capabilities {

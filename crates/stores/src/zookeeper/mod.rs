@@ -69,10 +69,12 @@
 //! the `multi` that grants it by the session of the server that grants it (so its `czxid` is
 //! the lease's token), and deleted in the `multi` that ends it (a release, a purge, a
 //! replacement, a force-release; a name has one lease or hold per owner, so the owner's part
-//! finds it again). So the live holders' nodes are the holders — the one holder of a lock, the
-//! permits of a semaphore, the readers or the writer of a read-write lock — in the order of
-//! their sequence numbers, which is the order of their grants and of their tokens; `ls` in
-//! ZooKeeper shows who holds what, and which server's session granted it.
+//! finds it again). So each lease or hold has its node from its grant until it ends — released,
+//! replaced, or purged after its expiry (an expired lease kept for its lock-delay keeps it too)
+//! — unless its server's session ends first: the holders of a lock, the permits of a
+//! semaphore, the readers or the writer of a read-write lock, in the order of their sequence
+//! numbers, which is the order of their grants and of their tokens. `ls` in ZooKeeper shows
+//! who holds what, and which server's session granted it.
 //!
 //! Who may be granted is decided by the parent's state, not by the lowest sequence numbers, for
 //! three reasons. A lease must not end before its `expires_at` (an ephemeral node ends with a
@@ -100,12 +102,20 @@
 //! announced once it is set again, so no change after the one that fired goes unheard. A
 //! change of a name thus reaches only the servers with waiters for it, once each, and on each
 //! only the first in line asks again: no herd, of waiters or of servers. A renewal fires it
-//! too (it may end the lease sooner), for one more read by each waiting server.
+//! too (it may end the lease sooner), for one more try by the head of each waiting server (a
+//! refusal, whose `multi` checks the version it judged on the leader). The watch is set when
+//! a server's waiter is first refused, and that waiter asks again at once, in case the name
+//! changed in between; an acquire that finds the name free costs no watch.
 //!
 //! A one-shot watch outlives a lost connection: the client sets it again on its next
 //! connection from the last zxid it saw, and the member fires it for a change made meanwhile.
 //! It ends with its session, and is set again on the next one (then announced, in case). Each
 //! call that frees a name also announces it at once on its own server.
+//!
+//! The state's format changed with this (2026-12-02, before any release: tokens were then
+//! counted above each node's `mzxid`, and kept as a last token): a `/fencelock` tree written
+//! by an earlier build must be deleted before this one serves it, and every server sharing an
+//! ensemble runs the same build.
 //!
 //! # Purge
 //!
@@ -410,8 +420,16 @@ impl ZooKeeperStore {
                         zk::MultiWriteResult::SetData { stat } => Some(stat.mzxid),
                         _ => None,
                     });
-                    if let Some(zxid) = zxid {
-                        outcome.settle(token_of(zxid)?);
+                    match zxid {
+                        Some(zxid) => outcome.settle(token_of(zxid)?),
+                        // A grant changes its name's state, so its multi has a `setData`.
+                        None if table.last_token() > state::PENDING => {
+                            return Err(ZkError::Corrupt(format!(
+                                "a {doing} granted a lease and wrote no state"
+                            ))
+                            .into());
+                        }
+                        None => {}
                     }
                     for key in table.take_freed() {
                         self.feed.announce(&key);
