@@ -5,14 +5,14 @@
 //! not overtaken by readers that came after it. Only the head of the queue asks the store; the
 //! others wait their turn. The head sleeps until what stands in its way ends (a timer set from
 //! the store's answer) or until the store reports a release on that name, whichever comes
-//! first — there is no polling loop. While a name has waiters, its line keeps the store's
+//! first — there is no polling loop. (A writer at the head also asks again every second, to
+//! keep alive the intent that holds back later readers on every server: see
+//! [`Waiters::acquire_hold_unless`].) While a name has waiters, its line keeps the store's
 //! watch on it ([`LockStore::watch`]), set when the store first refuses its head (who then
 //! asks again at once, in case the name changed in between), so that a store that watches
-//! names one by one hears other servers' changes of it; a lock that is free costs no watch. (A writer at the head also asks again every second, to
-//! keep alive the intent that holds back later readers on every server: see
-//! [`Waiters::acquire_hold_unless`].) The store's feed also reports a lease renewed or
-//! extended to end sooner, and a lease purged after its expiry, so the head never sleeps
-//! through a lock that became free. When the head leaves (granted, timed out, or its caller
+//! names one by one hears other servers' changes of it; a lock that is free costs no watch.
+//! The store's feed also reports a lease renewed or extended to end sooner, and a lease purged
+//! after its expiry, so the head never sleeps through a lock that became free. When the head leaves (granted, timed out, or its caller
 //! went away), the next waiter becomes head and asks at once.
 //!
 //! A waiter holds its caller's connection for as long as it waits, so the number of waiters
