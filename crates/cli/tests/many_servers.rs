@@ -208,6 +208,78 @@ async fn two_servers_share_one_zookeeper() {
     two_servers_share_one_store(&shared_zookeeper().url()).await;
 }
 
+/// How many sessions watch the node of the lock `resource` on the shared ZooKeeper, by its
+/// `wchp` (each watched path, then a line for each session that watches it).
+#[cfg(feature = "zookeeper")]
+fn zookeeper_watchers(resource: &str) -> usize {
+    let hex: String = resource.bytes().map(|b| format!("{b:02x}")).collect();
+    let path = format!("/fencelock/locks/{hex}");
+    let listing = shared_zookeeper().four_letter_word("wchp").expect("wchp");
+    listing
+        .lines()
+        .skip_while(|line| line.trim() != path)
+        .skip(1)
+        .take_while(|line| line.trim_start().starts_with("0x"))
+        .count()
+}
+
+/// No herd on ZooKeeper: of two servers, only the one with a waiter for a lock watches it,
+/// the waiter is handed the lock by that watch when the other server's client releases it,
+/// and once nobody waits, nobody watches.
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_zookeeper_only_the_server_with_a_waiter_watches_the_lock() {
+    let url = shared_zookeeper().url();
+    let (holding, waiting) = (Server::on(&url), Server::on(&url));
+    let client = reqwest::Client::new();
+    let resource = unique("watched");
+    let held = take(&client, &holding.url, &resource, "holder", 600).await;
+    assert_eq!(held.body["acquired"], true, "{}", held.body);
+    assert_eq!(zookeeper_watchers(&resource), 0, "nobody waits yet");
+    let waiter = tokio::spawn({
+        let (client, base, resource) = (client.clone(), waiting.url.clone(), resource.clone());
+        async move {
+            let body = json!({"owner": "waiter", "ttl_seconds": 60, "wait_ms": 60_000});
+            acquire(&client, &base, &resource, body).await
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while zookeeper_watchers(&resource) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiting server never watched the lock"
+        );
+        assert!(
+            !waiter.is_finished(),
+            "the waiter was answered while the lock was held"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        zookeeper_watchers(&resource),
+        1,
+        "only the server with a waiter watches the lock"
+    );
+    let released_at = Instant::now();
+    let token = held.body["lock"]["fencing_token"].clone();
+    assert_eq!(
+        release(&client, &holding.url, &resource, "holder", &token)
+            .await
+            .status,
+        204
+    );
+    let handed = waiter.await.unwrap();
+    assert_eq!(handed.body["acquired"], true, "{}", handed.body);
+    assert!(handed.body["lock"]["fencing_token"].as_u64() > token.as_u64());
+    // By the watch, not by the holder's expiry ten minutes on.
+    assert!(released_at.elapsed() < Duration::from_secs(20));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while zookeeper_watchers(&resource) != 0 {
+        assert!(Instant::now() < deadline, "the watch outlived the waiter");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A lease granted by a server with `--lock-delay` keeps its lock closed after its expiry on
 /// every server sharing the store — here one started without the flag: the delay is the
 /// lease's, kept by the store — and a waiter there is granted once the delay ends. A release
