@@ -208,19 +208,11 @@ async fn two_servers_share_one_zookeeper() {
     two_servers_share_one_store(&shared_zookeeper().url()).await;
 }
 
-/// How many sessions watch the node of the lock `resource` on the shared ZooKeeper, by its
-/// `wchp` (each watched path, then a line for each session that watches it).
+/// How many sessions watch the node of the lock `resource` on the shared ZooKeeper.
 #[cfg(feature = "zookeeper")]
 fn zookeeper_watchers(resource: &str) -> usize {
     let hex: String = resource.bytes().map(|b| format!("{b:02x}")).collect();
-    let path = format!("/fencelock/locks/{hex}");
-    let listing = shared_zookeeper().four_letter_word("wchp").expect("wchp");
-    listing
-        .lines()
-        .skip_while(|line| line.trim() != path)
-        .skip(1)
-        .take_while(|line| line.trim_start().starts_with("0x"))
-        .count()
+    shared_zookeeper().watchers(&format!("/fencelock/locks/{hex}"))
 }
 
 /// No herd on ZooKeeper: of two servers, only the one with a waiter for a lock watches it,

@@ -271,18 +271,6 @@ fn session_ids(dump: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// How many sessions watch the node at `path`, by a server's `wchp` (each watched path, then
-/// a line for each session that watches it).
-fn watchers(zookeeper: &ZooKeeper, path: &str) -> usize {
-    let listing = zookeeper.four_letter_word("wchp").expect("wchp");
-    listing
-        .lines()
-        .skip_while(|line| line.trim() != path)
-        .skip(1)
-        .take_while(|line| line.trim_start().starts_with("0x"))
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
     let zookeeper = Arc::new(tokio::task::spawn_blocking(ZooKeeper::start).await.unwrap());
@@ -719,11 +707,11 @@ async fn only_a_server_that_watches_a_name_hears_its_changes() {
     let _waits_for_other = elsewhere.watch(&Key::lock(&other_name)).await;
     let zookeeper = shared_zookeeper();
     assert_eq!(
-        watchers(zookeeper, &node("locks", &name)),
+        zookeeper.watchers(&node("locks", &name)),
         1,
         "one server watches the name"
     );
-    assert_eq!(watchers(zookeeper, &node("locks", &other_name)), 1);
+    assert_eq!(zookeeper.watchers(&node("locks", &other_name)), 1);
 
     changer
         .release(&name, &owner("a"), Some(lease.token))

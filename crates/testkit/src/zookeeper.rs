@@ -148,6 +148,18 @@ impl ZooKeeper {
     pub fn mode(&self) -> Option<Mode> {
         self.ensemble.mode(0)
     }
+
+    /// How many sessions watch the node at `path`, by the server's `wchp` (each watched path,
+    /// then a line for each session that watches it). Panics if the server does not answer.
+    pub fn watchers(&self, path: &str) -> usize {
+        let listing = self.four_letter_word("wchp").expect("wchp");
+        listing
+            .lines()
+            .skip_while(|line| line.trim() != path)
+            .skip(1)
+            .take_while(|line| line.trim_start().starts_with("0x"))
+            .count()
+    }
 }
 
 /// The one [`ZooKeeper`] of this test binary, started on first use and shared by its tests.
