@@ -258,15 +258,21 @@ async fn two_servers_on_one_ensemble_have_one_winner_and_hand_over_by_watch() {
 /// The number of sessions a standalone server keeps, from its `dump` four-letter word
 /// (`Session Sets (N)/M:` counts buckets, then one line per session id).
 fn sessions(zookeeper: &ZooKeeper) -> Option<usize> {
-    Some(session_ids(&zookeeper.four_letter_word("dump")?).len())
+    let dump = zookeeper.four_letter_word("dump")?;
+    Some(
+        dump.lines()
+            .filter(|line| line.trim_start().starts_with("0x"))
+            .count(),
+    )
 }
 
-/// The session ids in a `dump` of the sessions a server (a standalone one, or a leader)
-/// keeps.
-fn session_ids(dump: &str) -> BTreeSet<String> {
-    dump.lines()
-        .map(str::trim)
-        .filter(|line| line.starts_with("0x"))
+/// The sessions of the clients connected to member `i`, from its `cons` four-letter word
+/// (one line per connection, with `sid=0x…` once it has a session).
+fn connected_sessions(ensemble: &ZooKeeperEnsemble, i: usize) -> BTreeSet<String> {
+    let cons = ensemble.four_letter_word(i, "cons").expect("cons");
+    cons.split("sid=")
+        .skip(1)
+        .filter_map(|rest| rest.split([',', ')']).next())
         .map(str::to_owned)
         .collect()
 }
@@ -659,11 +665,11 @@ async fn a_change_made_while_a_server_was_disconnected_is_heard_when_it_reconnec
     );
     let mut heard = watching.releases().unwrap();
     let _watch = watching.watch(&Key::lock(&resource)).await;
-    let dump = |z: &ZooKeeperEnsemble| session_ids(&z.four_letter_word(leader, "dump").expect("dump"));
-    let before = dump(&zookeeper);
-    assert!(
-        before.len() >= 2,
-        "the leader keeps both stores' sessions: {before:?}"
+    let before = connected_sessions(&zookeeper, follower);
+    assert_eq!(
+        before.len(),
+        1,
+        "the watching store's session, and only it: {before:?}"
     );
 
     let zookeeper = with_ensemble(zookeeper, move |z| z.stop(follower)).await;
@@ -684,9 +690,9 @@ async fn a_change_made_while_a_server_was_disconnected_is_heard_when_it_reconnec
         .expect("the release made while disconnected was not heard");
     assert_eq!(watching.get(&resource).await.unwrap(), None);
     assert_eq!(
-        dump(&zookeeper),
+        connected_sessions(&zookeeper, follower),
         before,
-        "the same sessions: heard through the watch set again, not through a new session"
+        "the same session: heard through the watch set again, not through a new session"
     );
     drop(zookeeper);
 }
