@@ -83,6 +83,23 @@ async fn release(client: &reqwest::Client, base: &str, resource: &str, owner: &s
     .await
 }
 
+/// Releases `holder`'s lease of `resource` (of `token`) through the server at `base`, and
+/// answers what `waiter` got: the lock, with a greater token.
+async fn hand_over(
+    client: &reqwest::Client,
+    base: &str,
+    resource: &str,
+    holder: &str,
+    token: &Value,
+    waiter: tokio::task::JoinHandle<Answer>,
+) -> Answer {
+    assert_eq!(release(client, base, resource, holder, token).await.status, 204);
+    let answer = waiter.await.unwrap();
+    assert_eq!(answer.body["acquired"], true, "{}", answer.body);
+    assert!(answer.body["lock"]["fencing_token"].as_u64() > token.as_u64());
+    answer
+}
+
 /// A unique resource name per test run, as the shared store outlives one test.
 fn unique(name: &str) -> String {
     format!("{name}-{}-{}", std::process::id(), common::wall_ms())
@@ -145,15 +162,7 @@ async fn two_servers_share_one_store(store: &str) {
     };
     // The waiter must be waiting before the release, or it would not test the hand-over.
     queued(&client, &servers[1], &mut waiter).await;
-    assert_eq!(
-        release(&client, &servers[0].url, &resource, "a", &token)
-            .await
-            .status,
-        204
-    );
-    let answer = waiter.await.unwrap();
-    assert_eq!(answer.body["acquired"], true, "{}", answer.body);
-    assert!(answer.body["lock"]["fencing_token"].as_u64() > token.as_u64());
+    let answer = hand_over(&client, &servers[0].url, &resource, "a", &token, waiter).await;
     // Handed over on the release, not on the expiry: a waiter does not poll, it sleeps until
     // the holder's expiry unless the store's release feed wakes it, and here the new lease
     // began with more than nine of the old one's ten minutes left.
@@ -254,15 +263,7 @@ async fn on_zookeeper_only_the_server_with_a_waiter_watches_the_lock() {
     );
     let released_at = Instant::now();
     let token = held.body["lock"]["fencing_token"].clone();
-    assert_eq!(
-        release(&client, &holding.url, &resource, "holder", &token)
-            .await
-            .status,
-        204
-    );
-    let handed = waiter.await.unwrap();
-    assert_eq!(handed.body["acquired"], true, "{}", handed.body);
-    assert!(handed.body["lock"]["fencing_token"].as_u64() > token.as_u64());
+    hand_over(&client, &holding.url, &resource, "holder", &token, waiter).await;
     // By the watch, not by the holder's expiry ten minutes on.
     assert!(released_at.elapsed() < Duration::from_secs(20));
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -73,15 +73,12 @@ pub mod etcd;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(any(
-    feature = "postgres",
-    feature = "etcd",
-    feature = "redis",
-    feature = "zookeeper"
-))]
+#[cfg(any(feature = "etcd", feature = "redis", feature = "zookeeper"))]
 mod remote;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(any(feature = "postgres", feature = "etcd", feature = "redis"))]
+mod subscription;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

@@ -301,9 +301,7 @@ async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
     let node = node("locks", &resource);
     let seen = holders(&raw, &node).await;
     assert_eq!(
-        seen.iter()
-            .map(|h| (h.owner.as_str(), h.czxid))
-            .collect::<Vec<_>>(),
+        owners_and_tokens(&seen),
         [("a", lease.token)],
         "the holder's node, made by the grant: its czxid is the token"
     );
@@ -418,6 +416,11 @@ struct HolderNode {
     session: i64,
 }
 
+/// Each holder's owner and the `czxid` of its node, in the order of `nodes`.
+fn owners_and_tokens(nodes: &[HolderNode]) -> Vec<(&str, FencingToken)> {
+    nodes.iter().map(|h| (h.owner.as_str(), h.czxid)).collect()
+}
+
 /// The holders' nodes under `path`, in the order of their sequence numbers, each named
 /// `lease-`, the hex of its owner's name, `-` and its sequence number.
 async fn holders(raw: &zk::Client, path: &str) -> Vec<HolderNode> {
@@ -475,9 +478,7 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
     }
     let seen = holders(&raw, &path).await;
     assert_eq!(
-        seen.iter()
-            .map(|h| (h.owner.as_str(), h.czxid))
-            .collect::<Vec<_>>(),
+        owners_and_tokens(&seen),
         [("a", permits[0].token), ("b", permits[1].token)],
         "in the order of their grants, each with its token as czxid"
     );
@@ -488,12 +489,7 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
         .await
         .unwrap();
     let left = holders(&raw, &path).await;
-    assert_eq!(
-        left.iter()
-            .map(|h| (h.owner.as_str(), h.czxid))
-            .collect::<Vec<_>>(),
-        [("b", permits[1].token)]
-    );
+    assert_eq!(owners_and_tokens(&left), [("b", permits[1].token)]);
     // An upgrade replaces the owner's node with one made by the new grant.
     let rw = shared::unique("seen-rw");
     let rw_path = node("rwlocks", &rw);
@@ -509,9 +505,7 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
         }
         let seen = holders(&raw, &rw_path).await;
         assert_eq!(
-            seen.iter()
-                .map(|h| (h.owner.as_str(), h.czxid))
-                .collect::<Vec<_>>(),
+            owners_and_tokens(&seen),
             [("r", *tokens.last().unwrap())],
             "{claim:?}"
         );

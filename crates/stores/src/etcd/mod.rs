@@ -161,7 +161,7 @@ use fencelock_core::{
 use tokio::sync::broadcast;
 
 use crate::deadline::{Deadline, Within, within};
-use crate::remote::{Subscription, keep_subscribed};
+use crate::subscription::{AbortOnDrop, keep_subscribed};
 
 mod codec;
 mod error;
@@ -244,7 +244,7 @@ pub struct EtcdStore {
     /// The release notices of every server, fed by the watch.
     feed: ReleaseFeed,
     // Stops watching when the store is dropped.
-    _released: Subscription,
+    _released: AbortOnDrop,
 }
 
 impl fmt::Debug for EtcdStore {

@@ -11,7 +11,7 @@ use super::STORE;
 use super::error::PgError;
 use super::row::hold_kind;
 use crate::deadline::within;
-use crate::remote::AbortOnDrop;
+use crate::subscription::AbortOnDrop;
 
 /// The notification channel of locks freed; the payload is the resource name. Servers of
 /// every version listen on it.

@@ -155,7 +155,7 @@ use tokio::sync::broadcast;
 use tokio_postgres::{NoTls, Row};
 
 use crate::deadline::{Deadline, Within, within};
-use crate::remote::{Subscription, keep_subscribed};
+use crate::subscription::{AbortOnDrop, keep_subscribed};
 
 mod error;
 mod listen;
@@ -217,7 +217,7 @@ pub struct PostgresStore {
     /// The release notices of every server, fed by the listener.
     feed: ReleaseFeed,
     // Stops listening when the store is dropped.
-    _released: Subscription,
+    _released: AbortOnDrop,
 }
 
 impl fmt::Debug for PostgresStore {

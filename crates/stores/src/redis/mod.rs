@@ -96,7 +96,7 @@ use futures_util::future::join_all;
 use tokio::sync::broadcast;
 
 use crate::deadline::{Deadline, Within, within};
-use crate::remote::{Subscription, keep_subscribed};
+use crate::subscription::{AbortOnDrop, keep_subscribed};
 use node::{Arg, Node, Record, Reply, claim_text, hold_letter, letter, notice, owner_args};
 use quorum::{agreed, answered, most_common, no_majority};
 
@@ -140,7 +140,7 @@ pub struct RedisStore {
     nodes: Vec<Node>,
     quorum: usize,
     // Stop listening when the store is dropped.
-    _released: Vec<Subscription>,
+    _released: Vec<AbortOnDrop>,
     feed: ReleaseFeed,
 }
 

@@ -163,7 +163,7 @@ mod state;
 
 use error::ZkError;
 use session::Session;
-use state::{Holder, Read, Versioned};
+use state::{Holder, Read, State, Versioned};
 
 /// The store's name in error messages.
 const STORE: &str = "ZooKeeper";
@@ -359,25 +359,37 @@ impl ZooKeeperStore {
             let reads = try_join_all(keys.iter().map(|key| self.read(&client, key))).await?;
             let missing: Vec<&Read> = reads.iter().filter(|r| r.stat.is_none()).collect();
             if !missing.is_empty() {
-                for read in missing {
-                    client
-                        .mkdir(&read.path, &FOLDER)
-                        .await
-                        .map_err(ZkError::request(doing))?;
-                }
+                try_join_all(missing.iter().map(|read| client.mkdir(&read.path, &FOLDER)))
+                    .await
+                    .map_err(ZkError::request(doing))?;
                 continue;
             }
             let now = Timestamp::now_wall();
             let mut table = state::table(&reads, now);
             let mut outcome = apply(&mut table, now)?;
+            let afters: Vec<State> = reads.iter().map(|read| state::after(read, &table)).collect();
+            let changes: Vec<_> = reads
+                .iter()
+                .zip(&afters)
+                .map(|(read, after)| state::holder_changes(&read.state, after))
+                .collect();
+            // Only a call that ends a lease needs to know which holders' nodes are still
+            // there (one whose session ended is gone already); the others skip the read.
+            let present = try_join_all(reads.iter().zip(&changes).map(|(read, changes)| async {
+                if changes.iter().any(|(_, change)| matches!(change, Holder::Ended)) {
+                    holders(&client, read).await
+                } else {
+                    Ok(Vec::new())
+                }
+            }))
+            .await?;
             let mut multi = client.new_multi_writer();
-            for read in &reads {
+            for (((read, after), changes), present) in reads.iter().zip(&afters).zip(changes).zip(&present) {
                 let version = read.stat.map_or(-1, |s| s.version);
-                let after = state::after(read, &table);
-                let added = if after == read.state {
+                let added = if *after == read.state {
                     multi.add_check_version(&read.path, version)
                 } else {
-                    let data = state::encode(&after)?;
+                    let data = state::encode(after)?;
                     if data.len() > self.max_state_bytes {
                         return Err(ZkError::Invalid(format!(
                             "ZooKeeper: the state of {} {} would take {} bytes, more than one node keeps",
@@ -390,14 +402,6 @@ impl ZooKeeperStore {
                     multi.add_set_data(&read.path, &data, Some(version))
                 };
                 added.map_err(ZkError::request(doing))?;
-                let changes = state::holder_changes(&read.state, &after);
-                // Only a call that ends a lease needs to know which holders' nodes are still
-                // there (one whose session ended is gone already); the others skip the read.
-                let present = if changes.iter().any(|(_, change)| matches!(change, Holder::Ended)) {
-                    holders(&client, read).await?
-                } else {
-                    Vec::new()
-                };
                 for (start, change) in changes {
                     match change {
                         Holder::Began(owner) => {
@@ -416,12 +420,12 @@ impl ZooKeeperStore {
             match multi.commit().await {
                 Ok(results) => {
                     // Every write of the multi has its zxid: the token of what it granted.
-                    let zxid = results.iter().find_map(|result| match result {
+                    let written = results.iter().find_map(|result| match result {
                         zk::MultiWriteResult::SetData { stat } => Some(stat.mzxid),
                         _ => None,
                     });
-                    match zxid {
-                        Some(zxid) => outcome.settle(token_of(zxid)?),
+                    match written {
+                        Some(sent) => outcome.settle(FencingToken(zxid(sent)?)),
                         // A grant changes its name's state, so its multi has a `setData`.
                         None if table.last_token() > state::PENDING => {
                             return Err(ZkError::Corrupt(format!(
@@ -569,17 +573,17 @@ async fn holders(client: &zk::Client, read: &Read) -> Result<Vec<String>, ZkErro
 fn versioned(stat: &zk::Stat) -> Result<Versioned, ZkError> {
     Ok(Versioned {
         version: stat.version,
-        mzxid: token_of(stat.mzxid)?.0,
+        mzxid: zxid(stat.mzxid)?,
     })
 }
 
-/// The token of a grant made by the write of `zxid`.
-fn token_of(zxid: i64) -> Result<FencingToken, ZkError> {
-    u64::try_from(zxid)
+/// A zxid as ZooKeeper sends it (signed), checked to be one a token can be: positive, and
+/// below the tokens a call's table issues before its write commits.
+fn zxid(sent: i64) -> Result<u64, ZkError> {
+    u64::try_from(sent)
         .ok()
         .filter(|z| *z > 0 && *z <= state::PENDING)
-        .map(FencingToken)
-        .ok_or_else(|| ZkError::Corrupt(format!("a write with the zxid {zxid}")))
+        .ok_or_else(|| ZkError::Corrupt(format!("a write with the zxid {sent}")))
 }
 
 /// What a call answers, with the tokens of what it granted settled: each is the zxid of the
