@@ -90,7 +90,7 @@ pub fn run(args: Args) -> ExitCode {
     match supervise(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("fencelock supervise: {message}");
+            tell(&message);
             ExitCode::from(exit::BAD_INPUT)
         }
     }
@@ -127,12 +127,18 @@ fn supervise(args: Args) -> Result<(), String> {
     // The channel ended: `run` is done with CMD, or gone. Leave nothing behind.
     let killed = procs::kill_every_descendant(None);
     if killed.count > 0 {
-        eprintln!(
-            "fencelock supervise: fencelock run let go of CMD while {} of the processes it started were alive: they were killed (SIGKILL)",
+        tell(&format!(
+            "fencelock run let go of CMD while {} of the processes it started were alive: they were killed (SIGKILL)",
             killed.count
-        );
+        ));
     }
     Ok(())
+}
+
+/// Says `message` on standard error, `run`'s: it may be gone by now, and a write that fails
+/// must not end the supervisor (as `eprintln!` would, by a panic).
+fn tell(message: &str) {
+    let _ = writeln!(std::io::stderr(), "fencelock supervise: {message}");
 }
 
 /// Starts CMD in a process group of its own, as this process's child (a subreaper's).
@@ -186,7 +192,7 @@ fn reap(cmd: Pid, channel: &Channel) {
             // wait fails otherwise only for flags it does not know: then `run` never hears
             // that all is gone, and says so rather than claim it.
             Err(error) => {
-                eprintln!("fencelock supervise: cannot wait for CMD: {error}");
+                tell(&format!("cannot wait for CMD: {error}"));
                 return;
             }
         };
