@@ -51,10 +51,19 @@ enum Command {
     /// Tokens for a server with authentication on (`serve --auth FILE`).
     #[command(subcommand)]
     Auth(cmd::auth::Command),
+    /// The supervisor `run` starts its command under (not for people: `run` starts it).
+    #[command(hide = true)]
+    Supervise(cmd::run::supervisor::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The supervisor must block signals before any thread starts (the log writer's, the
+    // runtime's), and needs neither.
+    let command = match cli.command {
+        Command::Supervise(args) => return cmd::run::supervisor::run(args),
+        command => command,
+    };
     let _logs = logging::init(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -64,7 +73,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Serve(args) => cmd::serve::run(args).await,
             Command::Acquire(args) => cmd::acquire::run(args).await,
             Command::Renew(args) => cmd::renew::run(args).await,
@@ -74,6 +83,8 @@ fn main() -> ExitCode {
             Command::Run(args) => cmd::run::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
             Command::Auth(command) => cmd::auth::run(command),
+            // Taken before the runtime started (above).
+            Command::Supervise(args) => cmd::run::supervisor::run(args),
         }
     })
 }

@@ -1,8 +1,9 @@
 //! `fencelock run` with real processes: what the child sees, exit statuses, mutual exclusion
 //! between runs (of a lock, of several locks at once, of a semaphore's permits, of a
 //! read-write lock's modes), `--no-wait`, signals, and — the point of it all — a lost lease,
-//! permit or hold, or a cap on holding, stops the child and its grandchildren before the
-//! lease could pass on.
+//! permit or hold, or a cap on holding, stops the child and everything it started (in its
+//! process group or not) before the lease could pass on; so does a `run` killed with
+//! SIGKILL, and so does the child's end, before the release.
 
 mod common;
 
@@ -11,6 +12,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Server, alive, closed_port, eventually, fencelock, ms, run, wait_for_file, wall_ms};
+use fencelock_testkit::shared_postgres;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
@@ -255,13 +257,25 @@ fn no_wait_skips_a_busy_lock_with_exit_75() {
 fn sigterm_sent_to_run_reaches_the_child() {
     let server = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let script = "trap 'echo TERM > got; exit 7' TERM; echo $$ > ready; while :; do sleep 0.05; done";
+    let script = "trap 'echo TERM > got; exit 7' TERM; echo \"$$ $PPID\" > tmp; mv tmp ready; \
+                  while :; do sleep 0.05; done";
     let child = spawn_run(&server, "svc", &["--ttl", "5s"], script, dir.path());
     let pid = i32::try_from(child.id()).unwrap();
     let mut cleanup = KillOnDrop(vec![pid]);
-    // The child wrote its pid, which is also its process group's id.
-    let child_group = wait_for_file(&dir.path().join("ready")).trim().parse().unwrap();
+    // The child wrote its pid, which is also its process group's id, and its parent's: the
+    // supervisor `run` started it under.
+    let ready = wait_for_file(&dir.path().join("ready"));
+    let [child_group, supervisor] = ready
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect::<Vec<i32>>()[..]
+    else {
+        panic!("the child wrote {ready:?}");
+    };
     cleanup.0.push(child_group);
+    // As a service manager stopping them all (or `pkill fencelock`) does: the supervisor
+    // outlasts it, so the child ends as it chooses to, not by a SIGKILL.
+    kill(Pid::from_raw(supervisor), Signal::SIGTERM).unwrap();
     kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();
     let shown = finish(child);
     assert_eq!(shown.code, Some(7), "{shown:?}");
@@ -272,25 +286,200 @@ fn sigterm_sent_to_run_reaches_the_child() {
     assert_eq!(server.lease("svc"), None, "released after the child ended");
 }
 
+/// A writer of the escape tests: writes its pid to `NAME.pid`, then the wall-clock time in
+/// ns to `NAME.log` every 10 ms, forever. It lets go of the run's standard streams, so that
+/// one left running cannot keep the test from reading the run's output to its end.
+fn writer(name: &str) -> String {
+    format!(
+        "exec </dev/null >/dev/null 2>&1; echo $$ > {name}.tmp && mv {name}.tmp {name}.pid; \
+         while :; do date +%s%N >> {name}.log; sleep 0.01; done"
+    )
+}
+
+/// A bash script (for its job control) that starts three writers: `child`, a background
+/// process in the child's own process group; `job`, a job-control background job (`set -m`:
+/// a process group of its own); and `daemon`, in a session of its own (`setsid -f` forks,
+/// so it is orphaned at once). Then, if `ends`, it waits until all three have started and
+/// exits 0; otherwise it is the writer `cmd` itself. Returns it and the names of its writers.
+fn escaping_child(ends: bool) -> (String, &'static [&'static str]) {
+    let (then, names): (String, &[&str]) = if ends {
+        (
+            "until [ -e child.pid ] && [ -e job.pid ] && [ -e daemon.pid ]; do sleep 0.01; done".to_owned(),
+            &["child", "job", "daemon"],
+        )
+    } else {
+        (writer("cmd"), &["cmd", "child", "job", "daemon"])
+    };
+    let script = format!(
+        "sh -c '{}' & set -m; sh -c '{}' & setsid -f sh -c '{}'; {then}",
+        writer("child"),
+        writer("job"),
+        writer("daemon"),
+    );
+    (script, names)
+}
+
+/// The writers of an [`escaping_child`] that a run started.
+struct Writers {
+    names: &'static [&'static str],
+    pids: Vec<i32>,
+    /// Kills them all, and the run, if the test fails.
+    _cleanup: KillOnDrop,
+}
+
+impl Writers {
+    /// Starts `fencelock run RESOURCE --ttl TTL --owner first -- bash -c SCRIPT` of an
+    /// [`escaping_child`] in `dir`, through `server`; returns the run once every writer has
+    /// started, and the writers.
+    fn start(server: &Server, resource: &str, ttl: &str, ends: bool, dir: &Path) -> (Child, Self) {
+        let (script, names) = escaping_child(ends);
+        let run = fencelock()
+            .args(["run", resource, "--server", &server.url])
+            .args(["--ttl", ttl, "--owner", "first", "--", "bash", "-c", &script])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fencelock run");
+        let mut cleanup = KillOnDrop(vec![i32::try_from(run.id()).unwrap()]);
+        let pids: Vec<i32> = names
+            .iter()
+            .map(|name| {
+                wait_for_file(&dir.join(format!("{name}.pid")))
+                    .trim()
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        cleanup.0.extend(&pids);
+        let writers = Self {
+            names,
+            pids,
+            _cleanup: cleanup,
+        };
+        (run, writers)
+    }
+
+    /// Asserts that no writer is still alive, after `what`.
+    fn assert_gone(&self, what: &str) {
+        for (name, pid) in self.names.iter().zip(&self.pids) {
+            assert!(!alive(*pid), "{name} (pid {pid}) still runs after {what}");
+        }
+    }
+
+    /// Asserts that no writer in `dir` is still alive now, right after the next owner's
+    /// grant at `granted_at`, and that none wrote after that grant (the store's timestamps
+    /// have milliseconds: a write stamped in the grant's millisecond is let pass).
+    fn assert_none_outlived(&self, dir: &Path, granted_at: i64) {
+        self.assert_gone("the next owner's grant");
+        for name in self.names {
+            let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+            let last_ms = log
+                .lines()
+                .filter_map(|line| line.trim().parse::<i64>().ok())
+                .map(|ns| ns / 1_000_000)
+                .max()
+                .unwrap_or(0);
+            assert!(
+                last_ms <= granted_at,
+                "{name} wrote {} ms after the next owner's grant",
+                last_ms - granted_at
+            );
+        }
+    }
+}
+
+/// `fencelock acquire RESOURCE --owner next` through `server`, waiting for it: the next
+/// owner, whose grant nothing of the run before it may outlive.
+fn spawn_next_owner(server: &Server, resource: &str) -> Child {
+    fencelock()
+        .args(["acquire", resource, "--server", &server.url])
+        .args(["--owner", "next", "--ttl", "30s", "--wait", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fencelock acquire")
+}
+
+/// The next owner's grant, in ms since the epoch (its `acquired_at`).
+fn granted_at(next_owner: Child) -> i64 {
+    let shown = finish(next_owner);
+    assert_eq!(shown.code, Some(0), "the next owner was not granted: {shown:?}");
+    ms(&shown.json()["acquired_at"])
+}
+
+/// The parent of process `pid`, from its `/proc/PID/stat` (`pid (comm) state ppid …`).
+fn parent_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, after) = stat.rsplit_once(')').unwrap();
+    after.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
 #[test]
-fn what_the_child_leaves_running_is_stopped_before_the_release() {
+fn what_the_child_leaves_running_even_outside_its_group_is_stopped_before_the_release() {
     let server = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let shown = finish(spawn_run(
-        &server,
-        "tidy",
-        &["--ttl", "3s"],
-        "sleep 1000 & echo $! > pid",
-        dir.path(),
-    ));
+    let (run, writers) = Writers::start(&server, "tidy", "3s", true, dir.path());
+    let next_owner = spawn_next_owner(&server, "tidy");
+    let shown = finish(run);
     assert_eq!(shown.code, Some(0), "{shown:?}");
-    let orphan: i32 = std::fs::read_to_string(dir.path().join("pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let _cleanup = KillOnDrop(vec![orphan]);
-    assert!(!alive(orphan), "the child's background process outlived the lock");
+    // The release comes after the stop, so nothing is left once `run` has exited.
+    writers.assert_gone("the run");
+    writers.assert_none_outlived(dir.path(), granted_at(next_owner));
+}
+
+#[test]
+fn if_the_supervisor_dies_run_kills_everything_the_child_started_and_releases() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (run, writers) = Writers::start(&server, "orphaned", "3s", false, dir.path());
+    // The child's parent is the supervisor `run` started it under.
+    let supervisor = parent_of(writers.pids[0]);
+    kill(Pid::from_raw(supervisor), Signal::SIGKILL).unwrap();
+    let shown = finish(run);
+    assert_eq!(shown.code, Some(126), "{shown:?}");
+    assert!(shown.stderr.contains("supervisor died"), "{shown:?}");
+    writers.assert_gone("its supervisor and the run");
+    assert_eq!(server.lease("orphaned"), None, "released after the kill");
+}
+
+/// Two servers sharing one PostgreSQL: the run holds its lock through the first, the next
+/// owner waits through the second.
+fn two_servers_on_postgresql() -> (Server, Server) {
+    let url = shared_postgres().url();
+    (Server::on(&url), Server::on(&url))
+}
+
+#[test]
+fn run_killed_with_sigkill_leaves_nothing_running_when_the_lease_passes_on() {
+    let (first, second) = two_servers_on_postgresql();
+    let dir = tempfile::tempdir().unwrap();
+    let resource = format!("sigkill-{}", std::process::id());
+    let (mut run, writers) = Writers::start(&first, &resource, "2s", false, dir.path());
+    let next_owner = spawn_next_owner(&second, &resource);
+    // Nothing in `run` gets to act: no handler, no destructor.
+    run.kill().unwrap();
+    run.wait().unwrap();
+    writers.assert_none_outlived(dir.path(), granted_at(next_owner));
+}
+
+#[test]
+fn a_lost_lease_stops_what_left_the_group_before_the_next_owner_is_granted() {
+    let (first, second) = two_servers_on_postgresql();
+    let dir = tempfile::tempdir().unwrap();
+    let resource = format!("paused-{}", std::process::id());
+    let (run, writers) = Writers::start(&first, &resource, "3s", false, dir.path());
+    let next_owner = spawn_next_owner(&second, &resource);
+    // The run's server stops answering: renewals fail, the lease runs out in PostgreSQL and
+    // passes to the next owner through the other server.
+    first.signal(Signal::SIGSTOP);
+    writers.assert_none_outlived(dir.path(), granted_at(next_owner));
+    first.signal(Signal::SIGCONT);
+    let shown = finish(run);
+    assert_eq!(shown.code, Some(124), "{shown:?}");
+    // It says "stopped", and it was true: every writer was gone at the grant.
+    assert!(shown.stderr.contains("stopped"), "{shown:?}");
 }
 
 /// How a forced loss comes about.

@@ -4,7 +4,6 @@ pub mod acquire;
 pub mod auth;
 pub mod bench;
 mod common;
-mod group;
 pub mod list;
 pub mod release;
 pub mod renew;

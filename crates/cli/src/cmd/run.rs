@@ -12,19 +12,19 @@
 //!    exit 75, CMD does not run. A lease lost before it could be confirmed (the store
 //!    refused the renewal after a long wait, or too little of it was left) → exit 124, CMD
 //!    does not run.
-//! 2. Start CMD in a process group of its own, with `FENCELOCK_TOKEN`,
-//!    `FENCELOCK_RESOURCE` (the first lock's, or the only one's), `FENCELOCK_KIND`
-//!    (`lock`, `semaphore` or `rwlock`), `FENCELOCK_EXPIRES_AT` (the first expiry, RFC
-//!    3339), `FENCELOCK_COUNT` (how many leases) and, for each lease `I` from 1 in the order
-//!    named, `FENCELOCK_RESOURCE_I` and `FENCELOCK_TOKEN_I`.
+//! 2. Start CMD under a supervisor (see "What CMD starts" below), in a process group of
+//!    its own, with `FENCELOCK_TOKEN`, `FENCELOCK_RESOURCE` (the first lock's, or the only
+//!    one's), `FENCELOCK_KIND` (`lock`, `semaphore` or `rwlock`), `FENCELOCK_EXPIRES_AT`
+//!    (the first expiry, RFC 3339), `FENCELOCK_COUNT` (how many leases) and, for each lease
+//!    `I` from 1 in the order named, `FENCELOCK_RESOURCE_I` and `FENCELOCK_TOKEN_I`.
 //! 3. While CMD runs: renew every third of the TTL (all the leases at once); forward
 //!    SIGINT, SIGTERM and SIGHUP to CMD's whole group.
-//! 4. When CMD ends: stop whatever it left running in its group (it would otherwise go on
-//!    working without the lock), release, and exit with CMD's status (128+N if signal N
-//!    ended it).
+//! 4. When CMD ends: stop every process it left running, in its group or not (it would
+//!    otherwise go on working without the lock), release, and exit with CMD's status
+//!    (128+N if signal N ended it).
 //! 5. If a lease is lost (the store says it is gone or taken, or renewals failed until too
-//!    little time is left), or the cap of `--max-hold` comes near: SIGTERM to the group,
-//!    SIGKILL after the grace period, and exit 124 once every process of the group is gone.
+//!    little time is left), or the cap of `--max-hold` comes near: SIGTERM to every process
+//!    CMD started, SIGKILL after the grace period, and exit 124 once all of them are gone.
 //!
 //! # The stop schedule
 //!
@@ -33,22 +33,47 @@
 //! confirmed (counted from the renewal's send, on the monotonic clock). Then SIGTERM goes
 //! out, SIGKILL follows `grace` later (default `T/10`, at most 10 s) — or earlier, so that
 //! it is sent at least `allowance` (`T/20 + 50 ms`) before that expiry — and the
-//! allowance is the time for SIGKILL to take effect. So the group is gone before the lease
-//! could pass to anyone else. If the store says the lease is already gone (deleted by
+//! allowance is the time for SIGKILL to take effect. So every process CMD started is gone
+//! before the lease could pass to anyone else. If the store says the lease is already gone (deleted by
 //! force), the same schedule runs at once: there is no better moment. A cap of `--max-hold`
 //! is an end no renewal moves: the guard counts it as the lease's expiry, so the same
 //! schedule stops CMD before it.
+//!
+//! # What CMD starts
+//!
+//! A process group holds only what stays in it: a daemon (`setsid`) or a job-control
+//! shell's background job (`set -m`) leaves it, and a double fork hands a process to init.
+//! So `run` does not start CMD itself but a supervisor, `fencelock supervise` (see
+//! `supervisor`), which starts CMD and is a *child subreaper*: whatever CMD starts, and
+//! whatever those start, stays below it, re-parented to it when its parent dies. The
+//! processes CMD started are then exactly the supervisor's descendants, found in /proc by
+//! their parents (`procs`), and all of them are gone exactly when the supervisor has no
+//! child left — which is what `run` waits for before it says "stopped" or releases.
+//!
+//! The supervisor holds one end of a socket whose other end only `run` holds. However `run`
+//! ends — SIGKILL, the OOM killer, a crash — the kernel closes its end, and the supervisor
+//! kills every process CMD started at once: milliseconds, while the lease passes on at the
+//! earliest at the expiry `run` last confirmed (renewals end with `run`). If the supervisor
+//! dies first, `run`, a subreaper too, is handed everything it supervised, kills it, and
+//! exits 126.
 //!
 //! # Limits
 //!
 //! - CMD's group is not the terminal's foreground group, so a CMD that reads from the
 //!   terminal is stopped by SIGTTIN: `run` is for scripts and cron jobs.
-//! - If `fencelock run` itself is killed with SIGKILL, nothing stops CMD: the lease is no
-//!   longer renewed and passes on at its expiry while CMD may still run. Only the fencing
-//!   token (`FENCELOCK_TOKEN`, checked by the protected resource) guards against that.
+//! - What is not a descendant of CMD escapes: work CMD asks another process to do — a
+//!   service manager (`systemd-run`, `service … start`), `at`, a container engine's daemon,
+//!   a remote host over ssh or any network call. So does whatever survives a moment when
+//!   `run` and the supervisor are both killed (say `kill -9` of both at once). There the
+//!   fencing token (`FENCELOCK_TOKEN`, checked by the protected resource) is the only guard.
+//! - Child subreapers are Linux's: elsewhere `run` refuses to start CMD.
+
+mod procs;
+mod supervised;
+pub mod supervisor;
 
 use std::ffi::OsString;
-use std::process::{ExitCode, ExitStatus};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock_client::{
@@ -56,12 +81,11 @@ use fencelock_client::{
     Terms,
 };
 use nix::sys::signal::Signal;
-use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, timeout};
 
+use self::supervised::{AFTER_SIGKILL, Ended, Stopped, Supervised};
 use super::common::{self, Claimed, Failure, Target, Wanted, describe, exit};
-use super::group::Group;
 use super::waiting::while_waiting;
 
 /// A wait with no end (some ten years).
@@ -210,6 +234,13 @@ async fn run_command(args: Args) -> Result<u8, Failure> {
         return Err(Failure::bad_input("no CMD given: put it after --"));
     }
     let (schedule, options) = Schedule::new(terms, args.grace)?;
+    // Before anything is acquired: without it, what CMD starts could not be kept in reach.
+    procs::become_subreaper().map_err(|e| {
+        Failure::new(
+            exit::CANNOT_RUN,
+            format!("cannot become a child subreaper, to keep what CMD starts in reach: {e}"),
+        )
+    })?;
     let signals = Signals::listen()?;
     let client = args.target.connect().await?.with_guard_options(options);
     let wait = match (args.no_wait, args.wait) {
@@ -273,7 +304,7 @@ async fn hold_while_running<T: Held>(
         },
         received = signals.recv() => return Ok(128 + received as u8),
     };
-    let (mut child, group) = match start(command, &guard) {
+    let mut cmd = match start(command, &guard).await {
         Ok(Some(started)) => started,
         Ok(None) => {
             give_back(guard).await;
@@ -286,59 +317,69 @@ async fn hold_while_running<T: Held>(
     };
     let lost = guard.lost();
     let mut lost = std::pin::pin!(lost);
-    let status = loop {
+    let ended = loop {
         tokio::select! {
-            status = child.wait() => break status,
-            received = signals.recv() => group.signal(received),
+            ended = cmd.ended() => break ended,
+            received = signals.recv() => cmd.forward(received),
             reason = &mut lost => {
-                stop_on_loss(guard, &mut child, group, schedule, &reason).await;
+                stop_on_loss(guard, &mut cmd, schedule, &reason).await;
+                cmd.close().await;
                 return Ok(exit::LOST);
             }
         }
     };
-    let status = status.map_err(|e| Failure::new(exit::CANNOT_RUN, format!("cannot wait for CMD: {e}")))?;
-    finish_run(guard, &mut child, group, schedule).await;
-    Ok(exit_code(status))
+    match ended {
+        Ended::Exited(code) => {
+            finish_run(guard, &mut cmd, schedule).await;
+            cmd.close().await;
+            Ok(code)
+        }
+        Ended::SupervisorDied => {
+            let stopped = cmd.take_over("died").await;
+            // Released only once nothing CMD started runs (or after trying that long).
+            give_back(guard).await;
+            cmd.close().await;
+            Err(Failure::new(
+                exit::CANNOT_RUN,
+                match stopped {
+                    Stopped::Gone { .. } => {
+                        "CMD was killed, with every process it started, when its supervisor died".to_owned()
+                    }
+                    Stopped::StillAlive { .. } => still_alive("CMD's supervisor died"),
+                },
+            ))
+        }
+    }
 }
 
-/// Starts CMD in a process group of its own (so that signals reach everything it starts,
-/// and a terminal's Ctrl-C reaches `fencelock run`, which forwards it). `None` if the lease
+/// Starts CMD under its supervisor, with the leases in its environment. `None` if the lease
 /// was lost before CMD could start.
-fn start<T: Held>(command: &[OsString], guard: &MultiGuard<T>) -> Result<Option<(Child, Group)>, Failure> {
-    let (program, arguments) = command
-        .split_first()
-        .ok_or_else(|| Failure::bad_input("no CMD given"))?;
+async fn start<T: Held>(command: &[OsString], guard: &MultiGuard<T>) -> Result<Option<Supervised>, Failure> {
     if let Some(reason) = guard.state().lost_reason() {
         eprintln!("fencelock run: the lease was lost before CMD could start ({reason})");
         return Ok(None);
     }
     let leases = guard.leases();
-    let mut cmd = Command::new(program);
-    cmd.args(arguments)
-        .env("FENCELOCK_KIND", guard.kind().as_str())
-        .env("FENCELOCK_EXPIRES_AT", guard.expires_at().to_rfc3339())
-        .env("FENCELOCK_COUNT", leases.len().to_string());
+    let mut env = vec![
+        ("FENCELOCK_KIND".to_owned(), guard.kind().as_str().to_owned()),
+        ("FENCELOCK_EXPIRES_AT".to_owned(), guard.expires_at().to_rfc3339()),
+        ("FENCELOCK_COUNT".to_owned(), leases.len().to_string()),
+    ];
     if let Some(first) = leases.first() {
-        cmd.env("FENCELOCK_TOKEN", first.token.to_string())
-            .env("FENCELOCK_RESOURCE", first.resource.as_str());
+        env.push(("FENCELOCK_TOKEN".to_owned(), first.token.to_string()));
+        env.push((
+            "FENCELOCK_RESOURCE".to_owned(),
+            first.resource.as_str().to_owned(),
+        ));
     }
     for (i, lease) in (1..).zip(&leases) {
-        cmd.env(format!("FENCELOCK_RESOURCE_{i}"), lease.resource.as_str())
-            .env(format!("FENCELOCK_TOKEN_{i}"), lease.token.to_string());
+        env.push((
+            format!("FENCELOCK_RESOURCE_{i}"),
+            lease.resource.as_str().to_owned(),
+        ));
+        env.push((format!("FENCELOCK_TOKEN_{i}"), lease.token.to_string()));
     }
-    let child = cmd.process_group(0).spawn().map_err(|error| {
-        let code = match error.kind() {
-            std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-            _ => exit::CANNOT_RUN,
-        };
-        Failure::new(code, format!("cannot run {}: {error}", program.to_string_lossy()))
-    })?;
-    // The pid of a child that was just spawned and not yet waited for is always known.
-    let group = child
-        .id()
-        .and_then(Group::led_by)
-        .ok_or_else(|| Failure::new(exit::CANNOT_RUN, "CMD has no pid"))?;
-    Ok(Some((child, group)))
+    Supervised::start(command, &env).await.map(Some)
 }
 
 /// What the guard holds, in words: `the lease on a`, `the leases on a, b`.
@@ -350,12 +391,11 @@ fn what_is_held<T: Held>(guard: &MultiGuard<T>) -> String {
     }
 }
 
-/// A lease is lost, or the cap comes near: stop CMD's whole group before the lease's
-/// expiry (see the module's "The stop schedule").
+/// A lease is lost, or the cap comes near: stop every process CMD started before the
+/// lease's expiry (see the module's "The stop schedule").
 async fn stop_on_loss<T: Held>(
     guard: MultiGuard<T>,
-    child: &mut Child,
-    group: Group,
+    cmd: &mut Supervised,
     schedule: Schedule,
     reason: &LostReason,
 ) {
@@ -373,19 +413,19 @@ async fn stop_on_loss<T: Held>(
             what_is_held(&guard)
         ),
     }
-    let killed = group.stop(child, schedule.kill_at(held_until)).await;
+    let stopped = cmd.stop(schedule.kill_at(held_until)).await;
     let now = Instant::now();
-    let how = if killed { "SIGKILL" } else { "SIGTERM" };
-    if now < held_until {
-        eprintln!(
-            "fencelock run: CMD stopped ({how}) {} ms before the lease's last confirmed expiry",
+    match stopped {
+        Stopped::Gone { killed, .. } if now < held_until => eprintln!(
+            "fencelock run: CMD and every process it started stopped ({}) {} ms before the lease's last confirmed expiry",
+            how(killed),
             (held_until - now).as_millis()
-        );
-    } else {
-        tracing::error!(
+        ),
+        Stopped::Gone { .. } => tracing::error!(
             late_ms = (now - held_until).as_millis(),
             "CMD was stopped after the lease's last confirmed expiry"
-        );
+        ),
+        Stopped::StillAlive { .. } => eprintln!("fencelock run: {}", still_alive("the lease is lost")),
     }
     // What may still be ours is given back (each lease with its token, so a newer lease is
     // never touched): all of it if only renewals failed or the cap came, the other locks if
@@ -401,13 +441,19 @@ async fn give_back<T: Held>(guard: MultiGuard<T>) {
     let _ = timeout(Duration::from_secs(1), guard.release()).await;
 }
 
-/// CMD ended: stop what it left in its group, then release.
-async fn finish_run<T: Held>(guard: MultiGuard<T>, child: &mut Child, group: Group, schedule: Schedule) {
-    if group.alive() {
-        eprintln!("fencelock run: CMD ended but left processes in its group: stopping them before releasing");
-        group
-            .stop(child, schedule.kill_at(Instant::from_std(guard.held_until())))
-            .await;
+/// CMD ended: stop whatever it left running, in its group or not, then release.
+async fn finish_run<T: Held>(guard: MultiGuard<T>, cmd: &mut Supervised, schedule: Schedule) {
+    let kill_at = schedule.kill_at(Instant::from_std(guard.held_until()));
+    match cmd.stop(kill_at).await {
+        Stopped::Gone { signalled: 0, .. } => {}
+        Stopped::Gone { signalled, killed } => eprintln!(
+            "fencelock run: CMD ended but left {signalled} processes running: stopped them ({}) before releasing",
+            how(killed)
+        ),
+        Stopped::StillAlive { signalled } => eprintln!(
+            "fencelock run: {}",
+            still_alive(&format!("CMD ended but left {signalled} processes running"))
+        ),
     }
     let names: Vec<Resource> = guard.resources().cloned().collect();
     match guard.release().await {
@@ -422,12 +468,15 @@ async fn finish_run<T: Held>(guard: MultiGuard<T>, child: &mut Child, group: Gro
     }
 }
 
-/// CMD's exit code, or 128+N if signal N ended it (as shells report it).
-fn exit_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
-        (None, Some(signal)) => u8::try_from(128 + (signal & 0x7f)).unwrap_or(u8::MAX),
-        (None, None) => u8::MAX,
-    }
+/// The signal a stop took.
+fn how(killed: bool) -> &'static str {
+    if killed { "SIGKILL" } else { "SIGTERM" }
+}
+
+/// What `run` says when processes CMD started outlived SIGKILL: never that they stopped.
+fn still_alive(what: &str) -> String {
+    format!(
+        "{what}, and processes CMD started are still alive {} after SIGKILL (stuck in the kernel?): they were NOT stopped",
+        humantime::format_duration(AFTER_SIGKILL)
+    )
 }
