@@ -638,6 +638,25 @@ async fn unknown_routes_and_methods_are_problems() {
     );
 }
 
+/// A path no route serves is a 404 that says so; a lock that is not held keeps its own.
+#[tokio::test]
+async fn an_unknown_route_is_a_404_that_says_there_is_no_such_route() {
+    let s = TestServer::manual().await;
+    for path in ["/nothing", "/locks/a/b", "/semaphores/s/renew/x", "/lock/r"] {
+        let answer = s.send(Method::GET, path, None).await;
+        assert_problem(&answer, 404, path);
+        assert_eq!(
+            answer.body["type"], "urn:fencelock:problem:no-route",
+            "{answer:?}"
+        );
+        assert_eq!(answer.body["title"], "No such route.", "{answer:?}");
+    }
+    let absent = s.get("absent").await;
+    assert_problem(&absent, 404, "/locks/absent");
+    assert_eq!(absent.body["type"], "urn:fencelock:problem:not-found");
+    assert_eq!(absent.body["title"], "No live lock.");
+}
+
 #[tokio::test]
 async fn health_readiness_metrics_and_openapi_answer() {
     let s = TestServer::manual().await;

@@ -393,7 +393,7 @@ async fn not_found(uri: Uri) -> ApiError {
             return ApiError::Invalid(vec![FieldError::new(field, "must not be empty or blank")]);
         }
     }
-    ApiError::Problem(ProblemKind::NotFound, format!("no such route: {path}"))
+    ApiError::Problem(ProblemKind::NoRoute, format!("no such route: {path}"))
 }
 
 async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
