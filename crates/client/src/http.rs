@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
-    HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseNotice,
-    ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Ttl,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Deadlock, Expired, FencingToken, ForceOutcome,
+    Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Ttl,
 };
 use fencelock_wire::body::InvalidLease;
 use fencelock_wire::hold::collection;
@@ -620,7 +620,7 @@ impl Refused {
         if let Some(problem) = &self.problem
             && ProblemKind::from_type_uri(&problem.type_uri) == Some(ProblemKind::Deadlock)
         {
-            return StoreError::Deadlock(problem.detail.clone());
+            return StoreError::Deadlock(Deadlock::Told(problem.detail.clone()));
         }
         let detail = match &self.problem {
             Some(problem) => describe(problem),

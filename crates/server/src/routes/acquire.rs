@@ -63,7 +63,7 @@ pub async fn acquire(
             token: None,
         };
         observe(&app, Kind::Lock, Op::Acquire, &asked, &outcome, started.elapsed());
-        let Acquired { outcome, .. } = outcome?;
+        let Acquired { outcome, .. } = outcome.map_err(|error| caller.told(error))?;
         if let AcquireOutcome::Granted { lease, .. } = &outcome
             && gone.is_cancelled()
         {

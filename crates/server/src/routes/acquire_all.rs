@@ -66,7 +66,7 @@ pub async fn acquire_all(
             &outcome,
             started.elapsed(),
         );
-        let Acquired { outcome, .. } = outcome?;
+        let Acquired { outcome, .. } = outcome.map_err(|error| caller.told(error))?;
         if let AcquireAllOutcome::Granted(granted) = &outcome
             && gone.is_cancelled()
         {

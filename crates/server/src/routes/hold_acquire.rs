@@ -110,6 +110,7 @@ async fn acquire(
     // completes and is logged, and a grant nobody will hear of is given back at once.
     let gone = CancellationToken::new();
     let _hung_up = gone.clone().drop_guard();
+    let caller = caller.clone();
     detached(async move {
         let started = Instant::now();
         let outcome = app
@@ -129,7 +130,7 @@ async fn acquire(
             &outcome,
             started.elapsed(),
         );
-        let Acquired { outcome, .. } = outcome?;
+        let Acquired { outcome, .. } = outcome.map_err(|error| caller.told(error))?;
         if let HoldOutcome::Granted { hold, .. } = &outcome
             && gone.is_cancelled()
         {
