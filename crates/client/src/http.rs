@@ -537,7 +537,15 @@ fn lease(body: LeaseBody) -> Result<Lease> {
 }
 
 fn invalid_lease(error: InvalidLease) -> StoreError {
-    StoreError::Corrupt(format!("the server answered an invalid lease: {error}"))
+    match error {
+        // No outcome: like a 503, nothing is known, and another server (or this one, once it
+        // is back) may be asked.
+        InvalidLease::ShuttingDown => StoreError::Unavailable {
+            message: error.to_string(),
+            source: None,
+        },
+        error => StoreError::Corrupt(format!("the server answered an invalid lease: {error}")),
+    }
 }
 
 /// The outcome of a call the server judges (release, renew): done, read from the body by

@@ -122,6 +122,11 @@ impl Waiters {
         self.inner.shutdown.cancel();
     }
 
+    /// Completes once [`shut_down`](Self::shut_down) is called (at once if it was).
+    pub async fn shutting_down(&self) {
+        self.inner.shutdown.cancelled().await;
+    }
+
     /// Acquires `resource` for `owner`; if another owner holds it, waits up to `wait` in
     /// first-come first-served order among the waiters of this [`Waiters`].
     ///

@@ -4,10 +4,11 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{TestServer, assert_problem, raw_connection, read_response, unreachable_store};
-use fencelock_core::{MemoryStore, Timestamp};
+use fencelock_core::{Call, Layer, Layered, MemoryStore, StoreError, Timestamp};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -402,6 +403,73 @@ async fn an_unreachable_store_gives_503_and_readiness_fails() {
     assert_eq!(s.send(Method::GET, "/healthz", None).await.status, StatusCode::OK);
     // Bad input is still judged first: the store is not asked.
     assert_eq!(s.acquire("r", json!({"owner": ""})).await.status.as_u16(), 422);
+}
+
+/// A store whose calls never return once `hung` is set: a store node that stopped answering
+/// and closed nothing.
+#[derive(Debug)]
+struct Hangs {
+    hung: Arc<AtomicBool>,
+}
+
+impl Layer for Hangs {
+    async fn around<T: Send>(
+        &self,
+        _: Call,
+        inner: impl Future<Output = Result<T, StoreError>> + Send,
+    ) -> Result<T, StoreError> {
+        if self.hung.load(Ordering::Acquire) {
+            std::future::pending().await
+        } else {
+            inner.await
+        }
+    }
+}
+
+/// POSTs `body` to `path` and reads the answer's status and JSON body.
+fn spawn_post(s: &TestServer, path: &str, body: Value) -> tokio::task::JoinHandle<(u16, Value)> {
+    let (url, client) = (format!("{}{path}", s.base), s.client.clone());
+    tokio::spawn(async move {
+        let answer = client.post(url).json(&body).send().await.unwrap();
+        (answer.status().as_u16(), answer.json().await.unwrap())
+    })
+}
+
+/// On shutdown every waiter — of a lock, of several locks, of a permit, of a hold — is
+/// answered `acquired: false` within 5 s, even when the store never answers again.
+#[tokio::test]
+async fn shutdown_answers_every_waiter_even_when_the_store_never_answers() {
+    let hung = Arc::new(AtomicBool::new(false));
+    let store = Layered::new(MemoryStore::new(), Hangs { hung: hung.clone() });
+    let s = TestServer::start(Arc::new(store), Config::default()).await;
+    s.grant("job", "a", 60).await;
+    let permit = json!({"owner": "a", "ttl_seconds": 60, "limit": 1});
+    s.grant_hold("semaphores", "pool", permit).await;
+    let write = json!({"owner": "a", "ttl_seconds": 60, "mode": "write"});
+    s.grant_hold("rwlocks", "cfg", write).await;
+    let wait = |mut body: Value| {
+        body["ttl_seconds"] = json!(60);
+        body["wait_ms"] = json!(60_000);
+        body
+    };
+    let waiting = [
+        spawn_post(&s, "/locks/job", wait(json!({"owner": "b"}))),
+        spawn_post(&s, "/locks", wait(json!({"owner": "c", "resources": ["job"]}))),
+        spawn_post(&s, "/semaphores/pool", wait(json!({"owner": "d", "limit": 1}))),
+        spawn_post(&s, "/rwlocks/cfg", wait(json!({"owner": "e", "mode": "read"}))),
+    ];
+    s.until_waiters(4).await;
+    hung.store(true, Ordering::Release);
+    let stopped = tokio::spawn(s.stop());
+    for waiter in waiting {
+        let (status, answer) = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("every waiter is answered within 5 s of the shutdown")
+            .unwrap();
+        assert_eq!((status, &answer["acquired"]), (200, &json!(false)), "{answer}");
+    }
+    let stopped = tokio::time::timeout(Duration::from_secs(5), stopped).await;
+    assert!(stopped.expect("serve returns within 5 s").unwrap().is_ok());
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use crate::observe::{Asked, Observed, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, BodyProblems, Deadlocked, Denied, detached, hold_kind};
+use super::{AuthProblems, BodyProblems, Deadlocked, Denied, acquiring, hold_kind};
 
 /// Acquire a lock.
 ///
@@ -29,7 +29,7 @@ use super::{AuthProblems, BodyProblems, Deadlocked, Denied, detached, hold_kind}
     params(("resource" = String, Path, description = "The resource, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = AcquireRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "Granted (new or extended); held by another owner; or closed by a lock-delay", body = AcquireResponse),
+        (status = 200, description = "Granted (new or extended); held by another owner; closed by a lock-delay; or, from a server shutting down, not acquired without its store's answer (`shutting_down`)", body = AcquireResponse),
         Deadlocked,
         AuthProblems,
         Denied,
@@ -51,7 +51,8 @@ pub async fn acquire(
     // given back at once instead of blocking the lock until its TTL.
     let gone = CancellationToken::new();
     let _hung_up = gone.clone().drop_guard();
-    detached(async move {
+    let stopped = outcome::encode_stopped(&resource);
+    acquiring(app.clone(), || Json(stopped), async move {
         let started = Instant::now();
         let outcome = app
             .waiters

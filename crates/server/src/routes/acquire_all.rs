@@ -15,7 +15,7 @@ use crate::problem::ApiError;
 use crate::state::App;
 
 use super::acquire::give_back;
-use super::{AuthProblems, BodyProblems, Deadlocked, Denied, detached};
+use super::{AuthProblems, BodyProblems, Deadlocked, Denied, acquiring};
 
 /// Acquire several locks at once, all or none.
 ///
@@ -30,7 +30,7 @@ use super::{AuthProblems, BodyProblems, Deadlocked, Denied, detached};
 #[utoipa::path(post, path = "/locks", tag = "locks",
     request_body(content = AcquireAllRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "Every lock granted (new or extended), in the order asked; or none, with every lock in the way", body = AcquireAllResponse),
+        (status = 200, description = "Every lock granted (new or extended), in the order asked; or none, with every lock in the way; or, from a server shutting down, none without its store's answer (`shutting_down`)", body = AcquireAllResponse),
         Deadlocked,
         AuthProblems,
         Denied,
@@ -52,7 +52,8 @@ pub async fn acquire_all(
     // way completes and is logged, and the grants nobody will hear of are given back at once.
     let gone = CancellationToken::new();
     let _hung_up = gone.clone().drop_guard();
-    detached(async move {
+    let stopped = outcome::encode_all_stopped(&resources);
+    acquiring(app.clone(), || Json(stopped), async move {
         let started = Instant::now();
         let outcome = app
             .waiters

@@ -25,7 +25,7 @@ use crate::problem::ApiError;
 use crate::state::App;
 
 use super::acquire::give_back;
-use super::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, detached, problems};
+use super::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, acquiring, problems};
 
 /// In the OpenAPI description: the two 409s of a semaphore's acquire.
 struct SemaphoreConflicts;
@@ -51,7 +51,7 @@ impl utoipa::IntoResponses for SemaphoreConflicts {
     params(("name" = String, Path, description = "The semaphore, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = SemaphoreAcquireRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "Granted (new or extended), or every permit held by others", body = SemaphoreAcquireResponse),
+        (status = 200, description = "Granted (new or extended); every permit held by others; or, from a server shutting down, not acquired without its store's answer (`shutting_down`)", body = SemaphoreAcquireResponse),
         SemaphoreConflicts,
         AuthProblems,
         Denied,
@@ -78,7 +78,7 @@ pub async fn acquire_semaphore(
     params(("name" = String, Path, description = "The read-write lock, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = RwLockAcquireRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "Granted (new, replaced or extended), or held against this mode", body = RwLockAcquireResponse),
+        (status = 200, description = "Granted (new, replaced or extended); held against this mode; or, from a server shutting down, not acquired without its store's answer (`shutting_down`)", body = RwLockAcquireResponse),
         Deadlocked,
         AuthProblems,
         Denied,
@@ -111,7 +111,9 @@ async fn acquire(
     let gone = CancellationToken::new();
     let _hung_up = gone.clone().drop_guard();
     let caller = caller.clone();
-    detached(async move {
+    let asked = name.clone();
+    let stopped = move || Json(outcome::encode_hold_stopped(kind, &asked)).into_response();
+    acquiring(app.clone(), stopped, async move {
         let started = Instant::now();
         let outcome = app
             .waiters

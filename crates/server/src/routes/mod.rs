@@ -420,6 +420,34 @@ async fn detached<T: Send + 'static>(
     }
 }
 
+/// Runs an acquire's `work` as [`detached`] does, and answers it — but once the server is
+/// shutting down, for at most a third of [`Config::shutdown_grace`](crate::Config): then, or
+/// if the store fails meanwhile, the answer is `stopped()`, `acquired: false` with
+/// `"shutting_down": true`. At shutdown every waiter makes one last try; a store that hangs
+/// (or fails) must not leave a waiter unanswered when its connection is closed, whatever the
+/// store does. The work goes on in its task: the route's end cancels its `gone`, so a grant
+/// the store makes after all is given back.
+async fn acquiring<T: Send + 'static>(
+    app: App,
+    stopped: impl FnOnce() -> T,
+    work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    let mut answer = std::pin::pin!(detached(work));
+    tokio::select! {
+        answer = &mut answer => return answer,
+        () = app.waiters.shutting_down() => {}
+    }
+    match tokio::time::timeout(app.config.shutdown_grace / 3, answer).await {
+        Ok(Err(ApiError::Store(StoreError::Unavailable { .. }))) | Err(_) => {
+            tracing::warn!(
+                "shutting down: an acquire is answered acquired: false without its store's answer"
+            );
+            Ok(stopped())
+        }
+        Ok(answer) => answer,
+    }
+}
+
 /// A call on a held lease that the store judges (release, renew, of a lock's lease or of a
 /// semaphore's permit or a read-write lock's hold): a call adds an `impl` of this, and
 /// [`judged`] does the rest.
