@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{TestServer, assert_problem, raw_connection, read_response, unreachable_store};
-use fencelock_core::{Call, Layer, Layered, MemoryStore, StoreError, Timestamp};
+use fencelock_core::{
+    AcquireOutcome, Call, Layer, Layered, LockStore, MemoryStore, Owner, Resource, StoreError, Timestamp, Ttl,
+};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -221,6 +223,89 @@ async fn release_by_a_client_that_hangs_up(s: TestServer) {
         granted.since(sent) < Duration::from_secs(4),
         "woken only at {granted}, released {sent}"
     );
+}
+
+/// The acquires waiting now, read from /metrics on a connection of its own that the server
+/// closes after answering (so it holds no place under the connection limit).
+async fn waiters_now(addr: std::net::SocketAddr) -> u64 {
+    let request = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let mut stream = raw_connection(addr, request.as_bytes()).await;
+    let (_, _, body) = read_response(&mut stream).await;
+    String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("fencelock_waiters "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("fencelock_waiters in /metrics")
+}
+
+/// At the connection limit, idle keep-alive connections are closed, the longest idle first,
+/// to make room: a holder's renewal on a connection of its own is answered at once, and the
+/// connections of waiting acquires are kept.
+#[tokio::test]
+async fn at_the_connection_limit_idle_keep_alive_connections_make_room_for_a_holder() {
+    // 4 connections: at most 2 acquires wait.
+    let store = Arc::new(MemoryStore::new());
+    let s = TestServer::start(store.clone(), config_with(|c| c.max_connections = 4)).await;
+    let (job, a) = (Resource::new("job").unwrap(), Owner::new("a").unwrap());
+    let ttl = Ttl::from_millis(60_000, Ttl::DEFAULT_MAX).unwrap();
+    let AcquireOutcome::Granted { lease, .. } = store.acquire(&job, &a, ttl).await.unwrap() else {
+        panic!("a free lock is granted");
+    };
+    let acquire = |owner: &str| {
+        post(
+            "/locks/job",
+            &json!({"owner": owner, "ttl_seconds": 60, "wait_ms": 30_000}).to_string(),
+        )
+    };
+    let mut waiting = Vec::new();
+    for (n, owner) in ["w1", "w2"].into_iter().enumerate() {
+        waiting.push(raw_connection(s.addr, acquire(owner).as_bytes()).await);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while waiters_now(s.addr).await != n as u64 + 1 {
+            assert!(tokio::time::Instant::now() < deadline, "{owner} never waited");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    // Two more find no room to wait: answered at once, their connections kept alive, idle.
+    let mut idle = Vec::new();
+    for owner in ["w3", "w4"] {
+        let mut stream = raw_connection(s.addr, acquire(owner).as_bytes()).await;
+        let (status, _, body) = tokio::time::timeout(Duration::from_secs(3), read_response(&mut stream))
+            .await
+            .expect("an acquire with no room to wait is answered at once");
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((status, &answer["acquired"]), (200, &json!(false)), "{answer}");
+        idle.push(stream);
+    }
+    // The holder renews on a new connection: room is made for it.
+    let renew = json!({"owner": "a", "ttl_seconds": 60, "fencing_token": lease.token.0}).to_string();
+    let mut holder = raw_connection(s.addr, post("/locks/job/renew", &renew).as_bytes()).await;
+    let (status, head, _) = tokio::time::timeout(Duration::from_secs(3), read_response(&mut holder))
+        .await
+        .expect("the renewal is answered within 3 s at the connection limit");
+    assert_eq!(status, 200, "{head}");
+    // The longest idle connection was closed for it; the other still serves.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(3), idle[0].read_to_end(&mut rest)).await;
+    assert!(matches!(closed, Ok(Ok(0))), "{closed:?} {rest:?}");
+    idle[1]
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(read_response(&mut idle[1]).await.0, 200);
+    // The waiters kept their connections: the release hands the lock to the first of them.
+    let body = r#"{"owner": "a"}"#;
+    let release = format!(
+        "DELETE /locks/job HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    holder.write_all(release.as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut holder).await.0, 204);
+    let (status, _, body) = read_response(&mut waiting[0]).await;
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(answer["lock"]["owner"], "w1", "{answer}");
 }
 
 #[tokio::test]
