@@ -2,8 +2,14 @@
 //! connection limit, making room by closing the connection idle the longest), each connection
 //! is served by hyper with header read timeouts — after its TLS handshake, with
 //! [`Config::tls`](crate::Config::tls) — and a shutdown drains them all.
+//!
+//! A request received whole is served to its end, and answered, even if its client closes
+//! its side of the connection right after sending it (hyper's half-close; HTTP/1.0-style
+//! clients do so after `Connection: close`). Only a request that waits in line ends when its
+//! client closes: the connection watches the socket while it waits ([`socket::hung_up`]).
 
 mod connections;
+mod socket;
 
 use std::convert::Infallible;
 use std::pin::{Pin, pin};
@@ -20,10 +26,13 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
+pub use connections::{Peer, Waiting};
+
 use crate::routes::router;
 use crate::state::App;
 use crate::tls::Tls;
 use connections::{Activity, Connections, Place};
+use socket::{Shared, hung_up};
 
 /// hyper's smallest read buffer, and so the smallest `max_header_bytes`.
 pub const MIN_HEADER_BYTES: usize = 8192;
@@ -42,6 +51,9 @@ pub async fn run(
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout)
+        // A request received whole is served whole: the client closing its side after
+        // sending it does not drop it (waiters are watched apart, see the module docs).
+        .half_close(true)
         // hyper answers a head that does not fit 431; below 8192 it would panic.
         .max_buf_size(config.max_header_bytes.max(MIN_HEADER_BYTES));
     // Each connection holds a place; at the limit, a new one waits (the kernel's listen
@@ -102,23 +114,25 @@ impl Connection {
     /// gives its place back. The handshake runs here, in the connection's own task, so a slow
     /// client delays nobody else.
     async fn serve(self, stream: TcpStream, tls: Option<(Tls, Duration)>) {
+        let socket = Arc::new(stream);
         let Some((tls, limit)) = tls else {
-            return self.serve_http(stream).await;
+            return self.serve_http(Shared(socket.clone()), &socket).await;
         };
         let handshake = tokio::select! {
-            done = tokio::time::timeout(limit, tls.accept(stream)) => done,
+            done = tokio::time::timeout(limit, tls.accept(Shared(socket.clone()))) => done,
             () = self.place.activity.close.cancelled() => return,
         };
         match handshake {
-            Ok(Ok(stream)) => self.serve_http(stream).await,
+            Ok(Ok(stream)) => self.serve_http(stream, &socket).await,
             Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
             Err(_) => tracing::debug!(?limit, "TLS handshake not finished in time"),
         }
     }
 
-    /// Serves HTTP/1.1 on `io` until the client closes it, or the connection is closed (for
-    /// room, or by a shutdown) once its request is answered.
-    async fn serve_http(self, io: impl AsyncRead + AsyncWrite + Send + Unpin + 'static) {
+    /// Serves HTTP/1.1 on `io` (over `socket`) until the client closes it, the connection is
+    /// closed (for room, or by a shutdown) once its request is answered, or its client goes
+    /// away while its request waits in line.
+    async fn serve_http(self, io: impl AsyncRead + AsyncWrite + Send + Unpin + 'static, socket: &TcpStream) {
         let activity = self.place.activity.clone();
         let service = Tracked {
             service: self.service,
@@ -138,13 +152,18 @@ impl Connection {
                     connection.as_mut().graceful_shutdown();
                     closing = true;
                 }
+                () = hung_up(socket, activity.waiting.subscribe()) => {
+                    // Dropping the connection drops its waiting request: its wait ends.
+                    tracing::debug!("the client went away while its request waited");
+                    return;
+                }
             }
         }
     }
 }
 
-/// The API's service on one connection: each request keeps the connection busy until it is
-/// answered.
+/// The API's service on one connection: each request carries the connection's [`Peer`], and
+/// keeps the connection busy until it is answered.
 #[derive(Clone)]
 struct Tracked {
     service: TowerToHyperService<Router>,
@@ -156,7 +175,8 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(Peer(self.activity.clone()));
         let serving = self.activity.serving();
         let answer = self.service.call(request);
         Box::pin(async move {

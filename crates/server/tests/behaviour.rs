@@ -225,6 +225,41 @@ async fn release_by_a_client_that_hangs_up(s: TestServer) {
     );
 }
 
+/// A release sent whole, after which the client closes its side of the connection (as
+/// HTTP/1.0-style clients do, with `Connection: close` or without), is carried out whole:
+/// answered 204, and the waiter gets the lock. (Whether the server reads the end of the
+/// connection before it starts on the request is a race: ten rounds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_client_half_closes_is_carried_out_and_answered() {
+    let s = TestServer::real().await;
+    for round in 0..10 {
+        let connection = if round % 2 == 0 {
+            "Connection: close\r\n"
+        } else {
+            ""
+        };
+        let resource = format!("half-{round}");
+        s.grant(&resource, "a", 60).await;
+        let waiting = spawn_acquire(&s, &resource, "b", 8_000);
+        s.until_waiters(1).await;
+        let body = r#"{"owner": "a"}"#;
+        let request = format!(
+            "DELETE /locks/{resource} HTTP/1.1\r\nHost: x\r\n{connection}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = raw_connection(s.addr, request.as_bytes()).await;
+        stream.shutdown().await.unwrap(); // SHUT_WR: the request is whole, the answer still welcome
+        let (status, head, _) = read_response(&mut stream).await;
+        assert_eq!(status, 204, "{head}");
+        let answer = tokio::time::timeout(Duration::from_secs(4), waiting)
+            .await
+            .expect("the waiter is woken by the release, not by its wait running out")
+            .unwrap();
+        assert_eq!(answer["acquired"], true, "{answer}");
+        assert_eq!(answer["lock"]["owner"], "b", "{answer}");
+    }
+}
+
 /// The acquires waiting now, read from /metrics on a connection of its own that the server
 /// closes after answering (so it holds no place under the connection limit).
 async fn waiters_now(addr: std::net::SocketAddr) -> u64 {

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -73,6 +73,7 @@ impl Connections {
         let activity = Arc::new(Activity {
             state: Mutex::new(State::Fresh),
             close: self.stop.child_token(),
+            waiting: watch::Sender::new(false),
             changed: self.changed.clone(),
         });
         self.open().insert(id, activity.clone());
@@ -143,6 +144,8 @@ pub(super) struct Activity {
     state: Mutex<State>,
     /// Cancelled to close the connection once its request, if any, is answered.
     pub(super) close: CancellationToken,
+    /// Whether its request waits in line ([`Peer::waiting`]).
+    pub(super) waiting: watch::Sender<bool>,
     changed: Arc<Notify>,
 }
 
@@ -186,5 +189,32 @@ pub(super) struct Serving(Arc<Activity>);
 impl Drop for Serving {
     fn drop(&mut self) {
         self.0.set(State::Idle(Instant::now()));
+    }
+}
+
+/// The connection a request came on, as its route sees it (a request extension).
+#[derive(Debug, Clone)]
+pub struct Peer(pub(super) Arc<Activity>);
+
+impl Peer {
+    /// Tells the connection that its request waits in line (an acquire with `wait_ms`) until
+    /// the guard is dropped. While it waits, a client that closes its side of the connection
+    /// is taken to have gone away: the connection ends, and with it the request's wait (a
+    /// request that does not wait is served to its end, and answered, however its client
+    /// closes).
+    pub fn waiting(&self) -> Waiting {
+        self.0.waiting.send_replace(true);
+        Waiting(self.0.clone())
+    }
+}
+
+/// A request waiting in line ([`Peer::waiting`]).
+#[derive(Debug)]
+#[must_use = "the request waits only while this is held"]
+pub struct Waiting(Arc<Activity>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting.send_replace(false);
     }
 }

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use fencelock_core::{Acquired, Claim, HoldKind, HoldOutcome};
 use fencelock_wire::{
     AcquireHold, Op, ProblemKind, RwLockAcquireRequest, RwLockAcquireResponse, SemaphoreAcquireRequest,
@@ -20,12 +20,13 @@ use utoipa::openapi::response::Response as Described;
 
 use crate::auth::{Caller, Right};
 use crate::extract::{JsonObject, both, hold_name};
+use crate::listener::Peer;
 use crate::observe::{Asked, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
 use super::acquire::give_back;
-use super::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, acquiring, problems};
+use super::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, acquiring, problems, waiting};
 
 /// In the OpenAPI description: the two 409s of a semaphore's acquire.
 struct SemaphoreConflicts;
@@ -61,9 +62,10 @@ pub async fn acquire_semaphore(
     State(app): State<App>,
     caller: Caller,
     uri: Uri,
+    peer: Option<Extension<Peer>>,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    acquire(app, &caller, HoldKind::Semaphore, &uri, &body).await
+    acquire(app, &caller, peer, HoldKind::Semaphore, &uri, &body).await
 }
 
 /// Acquire a read-write lock.
@@ -88,14 +90,16 @@ pub async fn acquire_rwlock(
     State(app): State<App>,
     caller: Caller,
     uri: Uri,
+    peer: Option<Extension<Peer>>,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    acquire(app, &caller, HoldKind::RwLock, &uri, &body).await
+    acquire(app, &caller, peer, HoldKind::RwLock, &uri, &body).await
 }
 
 async fn acquire(
     app: App,
     caller: &Caller,
+    peer: Option<Extension<Peer>>,
     kind: HoldKind,
     uri: &Uri,
     body: &Map<String, Value>,
@@ -110,6 +114,7 @@ async fn acquire(
     // completes and is logged, and a grant nobody will hear of is given back at once.
     let gone = CancellationToken::new();
     let _hung_up = gone.clone().drop_guard();
+    let _waiting = waiting(peer, acquire.wait);
     let caller = caller.clone();
     let asked = name.clone();
     let stopped = move || Json(outcome::encode_hold_stopped(kind, &asked)).into_response();

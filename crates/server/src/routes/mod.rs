@@ -15,14 +15,15 @@ mod release;
 mod renew;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use axum::Json;
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Json};
 use fencelock_core::{HoldKind, Kind, LockStore, Owner, Refusal, Resource, StoreError};
 use fencelock_wire::{FieldError, HoldItem, Judged, LeaseBody, Op, ProblemKind, hold, outcome};
 use tokio::time::Instant;
@@ -32,6 +33,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement
 use utoipa::openapi::{Content, Ref, RefOr};
 
 use crate::auth::{Caller, Right, authenticate};
+use crate::listener::{Peer, Waiting};
 use crate::observe::{Asked, Observed, observe};
 use crate::problem::{ApiError, render_problems};
 use crate::state::App;
@@ -418,6 +420,13 @@ async fn detached<T: Send + 'static>(
             "the server is shutting down".into(),
         )),
     }
+}
+
+/// The connection's watch on its client, for an acquire that waits up to `wait` (none for one
+/// that does not wait): see [`Peer::waiting`].
+fn waiting(peer: Option<Extension<Peer>>, wait: Duration) -> Option<Waiting> {
+    peer.filter(|_| !wait.is_zero())
+        .map(|Extension(peer)| peer.waiting())
 }
 
 /// Runs an acquire's `work` as [`detached`] does, and answers it — but once the server is
