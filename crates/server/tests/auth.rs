@@ -573,20 +573,7 @@ async fn force_release_frees_a_lock_wakes_its_waiter_and_the_next_token_is_great
     );
     assert_eq!(As(&s, OPS).get("locks", &name).await.body["fencing_token"], token);
 
-    let waiter = {
-        let (url, client) = (format!("{}{}", s.base, path("locks", &name)), s.client.clone());
-        tokio::spawn(async move {
-            let body = json!({"owner": "r", "ttl_seconds": 60, "wait_ms": 20_000});
-            let answer = client
-                .post(url)
-                .bearer_auth(RIVAL)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            answer.json::<Value>().await.unwrap()
-        })
-    };
+    let waiter = spawn_wait(&s, RIVAL, &name, "r");
     s.until_waiters(1).await;
     let forced = As(&s, OPS).force("locks", &name).await;
     assert_eq!(forced.status, 204, "{forced:?}");

@@ -4,13 +4,11 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{TestServer, assert_problem, raw_connection, read_response, unreachable_store};
-use fencelock_core::{
-    AcquireOutcome, Call, Layer, Layered, LockStore, MemoryStore, Owner, Resource, StoreError, Timestamp, Ttl,
-};
+use common::{TestServer, assert_problem, hanging_store, raw_connection, read_response, unreachable_store};
+use fencelock_core::{AcquireOutcome, LockStore, MemoryStore, Owner, Resource, Timestamp, Ttl};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -525,27 +523,6 @@ async fn an_unreachable_store_gives_503_and_readiness_fails() {
     assert_eq!(s.acquire("r", json!({"owner": ""})).await.status.as_u16(), 422);
 }
 
-/// A store whose calls never return once `hung` is set: a store node that stopped answering
-/// and closed nothing.
-#[derive(Debug)]
-struct Hangs {
-    hung: Arc<AtomicBool>,
-}
-
-impl Layer for Hangs {
-    async fn around<T: Send>(
-        &self,
-        _: Call,
-        inner: impl Future<Output = Result<T, StoreError>> + Send,
-    ) -> Result<T, StoreError> {
-        if self.hung.load(Ordering::Acquire) {
-            std::future::pending().await
-        } else {
-            inner.await
-        }
-    }
-}
-
 /// POSTs `body` to `path` and reads the answer's status and JSON body.
 fn spawn_post(s: &TestServer, path: &str, body: Value) -> tokio::task::JoinHandle<(u16, Value)> {
     let (url, client) = (format!("{}{path}", s.base), s.client.clone());
@@ -559,9 +536,8 @@ fn spawn_post(s: &TestServer, path: &str, body: Value) -> tokio::task::JoinHandl
 /// answered `acquired: false` within 5 s, even when the store never answers again.
 #[tokio::test]
 async fn shutdown_answers_every_waiter_even_when_the_store_never_answers() {
-    let hung = Arc::new(AtomicBool::new(false));
-    let store = Layered::new(MemoryStore::new(), Hangs { hung: hung.clone() });
-    let s = TestServer::start(Arc::new(store), Config::default()).await;
+    let (store, hung) = hanging_store();
+    let s = TestServer::start(store, Config::default()).await;
     s.grant("job", "a", 60).await;
     let permit = json!({"owner": "a", "ttl_seconds": 60, "limit": 1});
     s.grant_hold("semaphores", "pool", permit).await;
