@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::Server;
 #[cfg(feature = "etcd")]
 use fencelock_testkit::{EtcdCluster, shared_etcd};
-use fencelock_testkit::{Postgres, RedisNodes, shared_redis};
+use fencelock_testkit::{Postgres, Proxy, RedisNodes, shared_redis};
 #[cfg(feature = "zookeeper")]
 use fencelock_testkit::{ZooKeeperEnsemble, shared_zookeeper};
 use serde_json::{Value, json};
@@ -473,6 +473,44 @@ async fn holds_span_two_servers(store: &str) {
     assert_eq!(written.body["hold"]["mode"], "write");
     assert!(written.body["hold"]["fencing_token"].as_u64() > reader.body["hold"]["fencing_token"].as_u64());
     woken_before_expiry(&written.body["hold"], &reader.body["hold"]);
+}
+
+/// SIGTERM while the store hangs — its Redis node stops answering and closes nothing, as a
+/// stopped process or a broken network does: every waiter still gets its answer,
+/// `acquired: false`, and the server exits 0 within 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_every_waiter_while_the_store_hangs() {
+    let proxy = Proxy::start(shared_redis().port());
+    let mut server = Server::on(&format!("redis://127.0.0.1:{}", proxy.port()));
+    let client = reqwest::Client::new();
+    let resource = unique("sigterm");
+    let held = take(&client, &server.url, &resource, "holder", 60).await;
+    assert_eq!(held.body["acquired"], true, "{}", held.body);
+    let waiting: Vec<_> = (0..4)
+        .map(|i| {
+            let (client, base, resource) = (client.clone(), server.url.clone(), resource.clone());
+            tokio::spawn(async move {
+                let body = json!({"owner": format!("w{i}"), "ttl_seconds": 60, "wait_ms": 30_000});
+                acquire(&client, &base, &resource, body).await
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiters(&client, &server).await != 4 {
+        assert!(Instant::now() < deadline, "the four acquires never waited");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.cut();
+    let stopped = tokio::task::spawn_blocking(move || server.stop());
+    for waiter in waiting {
+        let answer = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("every waiter is answered within 5 s of SIGTERM")
+            .unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(answer.body["acquired"], false, "{}", answer.body);
+    }
+    stopped.await.unwrap();
 }
 
 /// Polls `server`'s /metrics until the acquire `waiter` waits there, the only one; fails

@@ -184,7 +184,9 @@ impl From<StoreError> for AcquireError {
     /// a variant of its own.
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::Deadlock(cycle) => Self::Deadlock { cycle },
+            StoreError::Deadlock(cycle) => Self::Deadlock {
+                cycle: cycle.to_string(),
+            },
             other => Self::Store(other),
         }
     }

@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
-    HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseNotice,
-    ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Ttl,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Deadlock, Expired, FencingToken, ForceOutcome,
+    Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Ttl,
 };
 use fencelock_wire::body::InvalidLease;
 use fencelock_wire::hold::collection;
@@ -537,7 +537,15 @@ fn lease(body: LeaseBody) -> Result<Lease> {
 }
 
 fn invalid_lease(error: InvalidLease) -> StoreError {
-    StoreError::Corrupt(format!("the server answered an invalid lease: {error}"))
+    match error {
+        // No outcome: like a 503, nothing is known, and another server (or this one, once it
+        // is back) may be asked.
+        InvalidLease::ShuttingDown => StoreError::Unavailable {
+            message: error.to_string(),
+            source: None,
+        },
+        error => StoreError::Corrupt(format!("the server answered an invalid lease: {error}")),
+    }
 }
 
 /// The outcome of a call the server judges (release, renew): done, read from the body by
@@ -620,7 +628,7 @@ impl Refused {
         if let Some(problem) = &self.problem
             && ProblemKind::from_type_uri(&problem.type_uri) == Some(ProblemKind::Deadlock)
         {
-            return StoreError::Deadlock(problem.detail.clone());
+            return StoreError::Deadlock(Deadlock::Told(problem.detail.clone()));
         }
         let detail = match &self.problem {
             Some(problem) => describe(problem),

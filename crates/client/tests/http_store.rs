@@ -136,7 +136,7 @@ async fn a_deadlock_is_store_error_deadlock_with_the_cycle_on_every_acquire() {
     };
     until_waiters(&server.url, 1).await;
     let cycle = |error: StoreError| match error {
-        StoreError::Deadlock(cycle) => cycle,
+        StoreError::Deadlock(cycle) => cycle.to_string(),
         other => panic!("expected a deadlock, got {other:?}"),
     };
     let hold = store

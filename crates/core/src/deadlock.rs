@@ -19,12 +19,111 @@
 //! a global graph would need every server to publish who waits for what at every wait, which
 //! no store here offers cheaply. A cycle across servers still ends when the first wait runs
 //! out (`wait_ms` is bounded) or a lease expires.
+//!
+//! The refusal carries the [`Cycle`] step by step ([`Deadlock::Found`]), not only in words:
+//! a server tells each caller only the names it may read ([`Cycle::describe`]), while its log
+//! keeps the whole cycle.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 use crate::hold::Key;
-use crate::model::Owner;
+use crate::model::{Owner, Resource};
+
+/// Why a wait was refused as a deadlock ([`crate::StoreError::Deadlock`]): the cycle it would
+/// have closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deadlock {
+    /// Found by this process's waiters: every step, so that a server can tell each caller
+    /// only what it may read.
+    Found(Cycle),
+    /// As a server told it (its problem's `detail`): words only.
+    Told(String),
+}
+
+impl fmt::Display for Deadlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Found(cycle) => cycle.fmt(f),
+            Self::Told(text) => f.write_str(text),
+        }
+    }
+}
+
+/// A cycle of owners waiting for each other, as the graph saw it: each step an owner waiting
+/// for a name held by the owner of the next step, the last step's holder the first step's
+/// waiter. The first waiter is the one refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cycle {
+    waits: Vec<Wait>,
+}
+
+/// One step of a [`Cycle`]: `waiter` waits for `key`, held by `holder` (as the graph believes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wait {
+    /// The owner that waits.
+    pub waiter: Owner,
+    /// What it waits for.
+    pub key: Key,
+    /// Who holds it.
+    pub holder: Owner,
+}
+
+impl Cycle {
+    /// The steps, the refused waiter's first.
+    pub fn waits(&self) -> &[Wait] {
+        &self.waits
+    }
+
+    /// The cycle in words, `b waits for lock "x" held by a; a waits for rwlock "y" held by b`,
+    /// for a reader who may read only the names `readable` allows. Another name is told as
+    /// `a lock you may not read`; an owner as `an owner you may not read`, unless the reader
+    /// may read a name it holds on the cycle (reading the name shows its holder) or it is the
+    /// first waiter (the one refused: the reader itself). With every name readable, this is
+    /// the whole cycle, as [`Display`](fmt::Display) writes it.
+    pub fn describe(&self, readable: impl Fn(&Resource) -> bool) -> String {
+        let first = self.waits.first().map(|wait| &wait.waiter);
+        let named: Vec<&Owner> = first
+            .into_iter()
+            .chain(
+                self.waits
+                    .iter()
+                    .filter(|wait| readable(&wait.key.name))
+                    .map(|wait| &wait.holder),
+            )
+            .collect();
+        let owner = |owner: &Owner| {
+            if named.contains(&owner) {
+                owner.to_string()
+            } else {
+                "an owner you may not read".to_owned()
+            }
+        };
+        let mut text = String::new();
+        for (i, wait) in self.waits.iter().enumerate() {
+            if i > 0 {
+                text.push_str("; ");
+            }
+            let (waiter, holder, kind) = (owner(&wait.waiter), owner(&wait.holder), wait.key.kind);
+            let _ = if readable(&wait.key.name) {
+                let name = wait.key.name.as_str();
+                write!(text, "{waiter} waits for {kind} {name:?} held by {holder}")
+            } else {
+                write!(
+                    text,
+                    "{waiter} waits for a {kind} you may not read held by {holder}"
+                )
+            };
+        }
+        text
+    }
+}
+
+impl fmt::Display for Cycle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe(|_| true))
+    }
+}
 
 /// The waiters of one [`crate::Waiters`] and the holders of what they wait for.
 #[derive(Debug, Default)]
@@ -36,25 +135,16 @@ pub(crate) struct WaitGraph {
     victims: HashMap<u64, Cycle>,
 }
 
-/// A cycle of owners waiting for each other, as the graph saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Cycle {
-    /// Each name on the cycle with the owner the graph believes holds it (and the next
-    /// owner on the cycle waits for).
-    pub(crate) steps: Vec<(Key, Owner)>,
-    /// The cycle in words, for the refusal.
-    pub(crate) text: String,
-}
-
 #[derive(Debug)]
 struct Waiter {
     owner: Owner,
     keys: Vec<Key>,
 }
 
-/// One step of a cycle: an owner waits for a name held by the next owner.
+/// One step of a cycle: waiter `waiter` of `owner` waits for a name held by the next owner.
 struct Step<'a> {
     waiter: u64,
+    owner: &'a Owner,
     key: &'a Key,
     holder: &'a Owner,
 }
@@ -159,6 +249,7 @@ impl WaitGraph {
                 }
                 path.push(Step {
                     waiter: at,
+                    owner: &waiter.owner,
                     key,
                     holder,
                 });
@@ -185,31 +276,15 @@ impl WaitGraph {
 
     fn cycle(&self, path: &[Step<'_>]) -> Cycle {
         Cycle {
-            steps: path
+            waits: path
                 .iter()
-                .map(|step| (step.key.clone(), step.holder.clone()))
+                .map(|step| Wait {
+                    waiter: step.owner.clone(),
+                    key: step.key.clone(),
+                    holder: step.holder.clone(),
+                })
                 .collect(),
-            text: self.describe(path),
         }
-    }
-
-    /// `a waits for lock "x" held by b; b waits for rwlock "y" held by a`.
-    fn describe(&self, path: &[Step<'_>]) -> String {
-        let mut text = String::new();
-        for (i, step) in path.iter().enumerate() {
-            let owner = self.waiters.get(&step.waiter).map_or("?", |w| w.owner.as_str());
-            if i > 0 {
-                text.push_str("; ");
-            }
-            let _ = write!(
-                text,
-                "{owner} waits for {} {:?} held by {}",
-                step.key.kind,
-                step.key.name.as_str(),
-                step.holder
-            );
-        }
-        text
     }
 }
 
@@ -242,10 +317,15 @@ mod tests {
         );
         let cycle = graph.join(3, &o("b"), &[lock("x")]).unwrap();
         assert_eq!(
-            cycle.text,
+            cycle.to_string(),
             r#"b waits for lock "x" held by a; a waits for lock "y" held by b"#
         );
-        assert_eq!(cycle.steps, [(lock("x"), o("a")), (lock("y"), o("b"))]);
+        let steps: Vec<_> = cycle
+            .waits()
+            .iter()
+            .map(|w| (w.waiter.clone(), w.key.clone(), w.holder.clone()))
+            .collect();
+        assert_eq!(steps, [(o("b"), lock("x"), o("a")), (o("a"), lock("y"), o("b"))]);
         // Once the refused waiter leaves, a waits on without a cycle.
         graph.leave(3);
         assert!(graph.observe(&lock("y"), vec![o("b")]).is_empty());
@@ -262,7 +342,7 @@ mod tests {
         assert!(graph.observe(&lock("w"), vec![o("a")]).is_empty());
         // The last link is learnt by a try, not at a join: the youngest waiter is told.
         assert_eq!(graph.observe(&rw, vec![o("c")]), [3]);
-        let cycle = graph.verdict(3).unwrap().text;
+        let cycle = graph.verdict(3).unwrap().to_string();
         assert_eq!(
             cycle,
             r#"c waits for lock "w" held by a; a waits for lock "x" held by b; b waits for rwlock "z" held by c"#
@@ -282,5 +362,35 @@ mod tests {
         graph.leave(1);
         graph.leave(2);
         assert!(graph.holders.is_empty(), "nobody waits: nothing kept");
+    }
+
+    #[test]
+    fn a_cycle_told_to_a_reader_names_only_what_it_may_read_and_their_holders() {
+        let mut graph = WaitGraph::default();
+        let rw = Key::hold(HoldKind::RwLock, &Resource::new("job:2").unwrap());
+        assert_eq!(graph.join(1, &o("c"), &[lock("job:1")]), None);
+        assert_eq!(graph.join(2, &o("b"), &[lock("pay:secret")]), None);
+        assert!(graph.observe(&lock("job:1"), vec![o("a")]).is_empty());
+        assert!(graph.observe(&lock("pay:secret"), vec![o("c")]).is_empty());
+        assert_eq!(graph.join(3, &o("a"), std::slice::from_ref(&rw)), None);
+        assert_eq!(graph.observe(&rw, vec![o("b")]), [3]);
+        let cycle = graph.verdict(3).unwrap();
+        let whole = r#"a waits for rwlock "job:2" held by b; b waits for lock "pay:secret" held by c; c waits for lock "job:1" held by a"#;
+        assert_eq!(cycle.to_string(), whole);
+        assert_eq!(cycle.describe(|_| true), whole);
+        let jobs = cycle.describe(|name| name.as_str().starts_with("job:"));
+        assert_eq!(
+            jobs,
+            r#"a waits for rwlock "job:2" held by b; b waits for a lock you may not read held by an owner you may not read; an owner you may not read waits for lock "job:1" held by a"#
+        );
+        // A reader of nothing learns only that it waits in a cycle.
+        assert_eq!(
+            cycle.describe(|_| false),
+            "a waits for a rwlock you may not read held by an owner you may not read; \
+             an owner you may not read waits for a lock you may not read held by an owner you may not read; \
+             an owner you may not read waits for a lock you may not read held by a"
+        );
+        assert_eq!(Deadlock::Found(cycle).to_string(), whole);
+        assert_eq!(Deadlock::Told("words".into()).to_string(), "words");
     }
 }

@@ -32,6 +32,7 @@ pub mod table;
 pub mod wait;
 
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use deadlock::{Cycle, Deadlock};
 pub use hold::{Busy, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind};
 pub use layer::{Call, Layer, Layered};
 pub use memory::MemoryStore;

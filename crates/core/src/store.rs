@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::deadlock::Deadlock;
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
 use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Timestamp, Ttl};
 
@@ -450,9 +451,11 @@ pub enum StoreError {
     NotAllowed(String),
     /// Waiting would close a circle of owners that wait for each other (each waits for a
     /// name held by the next): the wait that closes it is refused at once. Nothing was
-    /// changed. Says who waits for what.
+    /// changed. Says who waits for what: step by step when this process's waiters found it
+    /// (a server tells each caller only the names it may read), in a server's words when a
+    /// server refused it.
     #[error("deadlock: {0}")]
-    Deadlock(String),
+    Deadlock(Deadlock),
     /// A server refused the caller for sending too many requests (HTTP 429). Nothing was
     /// changed: the same call may be answered after `retry_after`.
     #[error("too many requests: {detail} (try again in {retry_after:?})")]

@@ -29,7 +29,7 @@ use tokio::sync::{Notify, OnceCell, broadcast};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::deadlock::{Cycle, WaitGraph};
+use crate::deadlock::{Cycle, Deadlock, WaitGraph};
 use crate::hold::{Claim, HoldKind, HoldOutcome, Key};
 use crate::model::{Owner, Resource, Resources, Terms, Ttl};
 use crate::store::{AcquireAllOutcome, AcquireOutcome, LockStore, ReleaseNotice, Result, StoreError, Watch};
@@ -120,6 +120,11 @@ impl Waiters {
     /// one answer without waiting. For shutting down.
     pub fn shut_down(&self) {
         self.inner.shutdown.cancel();
+    }
+
+    /// Completes once [`shut_down`](Self::shut_down) is called (at once if it was).
+    pub async fn shutting_down(&self) {
+        self.inner.shutdown.cancelled().await;
     }
 
     /// Acquires `resource` for `owner`; if another owner holds it, waits up to `wait` in
@@ -444,8 +449,9 @@ fn holder_of(outcome: &AcquireOutcome, owner: &Owner) -> Vec<Owner> {
     }
 }
 
-/// The refusal of a wait on `keys` by `owner` that would close `cycle`, logged once here.
-fn deadlock(keys: &[Key], owner: &Owner, cycle: String) -> StoreError {
+/// The refusal of a wait on `keys` by `owner` that would close `cycle`, logged once here,
+/// with the whole cycle (the caller may be told less of it).
+fn deadlock(keys: &[Key], owner: &Owner, cycle: Cycle) -> StoreError {
     tracing::warn!(
         target: "fencelock::deadlock",
         owner = %owner,
@@ -453,7 +459,7 @@ fn deadlock(keys: &[Key], owner: &Owner, cycle: String) -> StoreError {
         cycle = %cycle,
         "deadlock detected: the wait that would close the cycle is refused"
     );
-    StoreError::Deadlock(cycle)
+    StoreError::Deadlock(Deadlock::Found(cycle))
 }
 
 /// How long a waiting writer's intent lasts unless renewed: long enough to outlive a slow
@@ -612,14 +618,14 @@ impl<'a> InLine<'a> {
     /// another cycle) and lets the caller wait on.
     async fn confirm(&self, cycle: Cycle) -> Result<()> {
         let mut stale = Vec::new();
-        for (key, holder) in &cycle.steps {
-            let holders = holders(&*self.inner.store, key).await?;
-            if !holders.contains(holder) {
-                stale.push((key.clone(), holders));
+        for wait in cycle.waits() {
+            let holders = holders(&*self.inner.store, &wait.key).await?;
+            if !holders.contains(&wait.holder) {
+                stale.push((wait.key.clone(), holders));
             }
         }
         if stale.is_empty() {
-            return Err(deadlock(&self.keys, &self.owner, cycle.text));
+            return Err(deadlock(&self.keys, &self.owner, cycle));
         }
         self.found(stale);
         Ok(())
@@ -1025,7 +1031,7 @@ mod tests {
             "answered at once, not after a wait"
         );
         assert_eq!(
-            cycle,
+            cycle.to_string(),
             r#"b waits for lock "x" held by a; a waits for lock "y" held by b"#
         );
         // b keeps what it held; when it lets go, a gets it.
@@ -1049,7 +1055,7 @@ mod tests {
             panic!("c closes a -> b -> c -> a: {refused:?}");
         };
         assert_eq!(
-            cycle,
+            cycle.to_string(),
             r#"c waits for lock "x" held by a; a waits for lock "y" held by b; b waits for lock "z" held by c"#
         );
         assert_eq!(waiters.waiting(), 2, "the others still wait");
@@ -1150,7 +1156,7 @@ mod tests {
             panic!("a and b each wait for the other's read hold: {refused:?}");
         };
         assert_eq!(
-            cycle,
+            cycle.to_string(),
             r#"b waits for rwlock "rw" held by a; a waits for rwlock "rw" held by b"#
         );
         // b gives up its read hold: a's upgrade goes through.

@@ -11,8 +11,9 @@
 //!
 //! - [`auth`]: who may do what — bearer tokens, principals, rights per name prefix — and
 //!   the request rate of each principal.
-//! - [`listener`]: accepting connections (a connection limit, header read timeouts, the TLS
-//!   handshake) and graceful shutdown.
+//! - [`listener`]: accepting connections (a connection limit that closes idle keep-alive
+//!   connections to make room, header read timeouts, the TLS handshake), requests served
+//!   whole however their client closes, and graceful shutdown.
 //! - [`tls`]: HTTPS — the certificate and key from PEM files, reloadable.
 //! - [`routes`]: one file per endpoint; [`routes::ApiDoc`] is the OpenAPI description.
 //! - [`extract`]: reading the resource and the JSON body, with every input check.

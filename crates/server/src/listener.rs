@@ -1,23 +1,38 @@
 //! Accepting connections and serving them, split as mini-redis does: [`run`] accepts (under a
-//! connection limit), each connection is served by hyper with header read timeouts — after
-//! its TLS handshake, with [`Config::tls`](crate::Config::tls) — and a shutdown drains them
-//! all.
+//! connection limit, making room by closing the connection idle the longest), each connection
+//! is served by hyper with header read timeouts — after its TLS handshake, with
+//! [`Config::tls`](crate::Config::tls) — and a shutdown drains them all.
+//!
+//! A request received whole is served to its end, and answered, even if its client closes
+//! its side of the connection right after sending it (hyper's half-close; HTTP/1.0-style
+//! clients do so after `Connection: close`). Only a request that waits in line ends when its
+//! client closes: the connection watches the socket while it waits ([`socket::hung_up`]).
 
+mod connections;
+mod socket;
+
+use std::convert::Infallible;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, Response};
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+pub use connections::{Peer, Waiting};
 
 use crate::routes::router;
 use crate::state::App;
 use crate::tls::Tls;
+use connections::{Activity, Connections, Place};
+use socket::{Shared, hung_up};
 
 /// hyper's smallest read buffer, and so the smallest `max_header_bytes`.
 pub const MIN_HEADER_BYTES: usize = 8192;
@@ -36,18 +51,16 @@ pub async fn run(
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout)
+        // A request received whole is served whole: the client closing its side after
+        // sending it does not drop it (waiters are watched apart, see the module docs).
+        .half_close(true)
         // hyper answers a head that does not fit 431; below 8192 it would panic.
         .max_buf_size(config.max_header_bytes.max(MIN_HEADER_BYTES));
-    let graceful = GracefulShutdown::new();
-    // Each connection holds a permit; at the limit, new connections wait in the listen
-    // queue instead of taking memory and file descriptors.
-    let permits = Arc::new(Semaphore::new(config.max_connections));
+    // Each connection holds a place; at the limit, a new one waits (the kernel's listen
+    // queue holds the ones after it) until room is made.
+    let connections = Connections::new(config.max_connections);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-            () = &mut shutdown => break,
-        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -59,26 +72,25 @@ pub async fn run(
             },
             () = &mut shutdown => break,
         };
+        let place = tokio::select! {
+            place = connections.place() => place,
+            () = &mut shutdown => break,
+        };
         // Lock requests are small: send answers at once.
         let _ = stream.set_nodelay(true);
         let connection = Connection {
             http: http.clone(),
             service: service.clone(),
-            watcher: graceful.watcher(),
-            _permit: permit,
+            place,
         };
-        match config.tls.clone() {
-            None => tokio::spawn(connection.serve(stream)),
-            Some(tls) => tokio::spawn(connection.serve_tls(stream, tls, config.header_read_timeout)),
-        };
+        let tls = config.tls.clone().map(|tls| (tls, config.header_read_timeout));
+        tokio::spawn(connection.serve(stream, tls));
     }
     drop(listener);
     tracing::info!("shutting down: answering waiters and finishing in-flight requests");
     app.waiters.shut_down();
-    if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    connections.close_all();
+    if !connections.drained(config.shutdown_grace).await {
         tracing::warn!(
             "some connections did not finish within {:?}",
             config.shutdown_grace
@@ -91,29 +103,86 @@ pub async fn run(
 struct Connection {
     http: http1::Builder,
     service: TowerToHyperService<Router>,
-    /// Lets a shutdown wait for this connection, even while its handshake is under way.
-    watcher: Watcher,
-    /// Held for as long as the connection lasts: a place under the connection limit.
-    _permit: OwnedSemaphorePermit,
+    /// Held for as long as the connection lasts: a place under the connection limit, and
+    /// what the connection is doing.
+    place: Place,
 }
 
 impl Connection {
-    /// Serves HTTP/1.1 on `io` until the client closes it or a shutdown drains it.
-    async fn serve(self, io: impl AsyncRead + AsyncWrite + Send + Unpin + 'static) {
-        let connection = self.http.serve_connection(TokioIo::new(io), self.service);
-        if let Err(error) = self.watcher.watch(connection).await {
-            tracing::debug!(%error, "connection ended with an error");
-        }
-    }
-
-    /// The TLS handshake, then HTTP/1.1 over it. The handshake runs here, in the
-    /// connection's own task, so a slow client delays nobody else; and within the header
-    /// read timeout, so a client that connects and never finishes it gives its place back.
-    async fn serve_tls(self, stream: TcpStream, tls: Tls, limit: Duration) {
-        match tokio::time::timeout(limit, tls.accept(stream)).await {
-            Ok(Ok(stream)) => self.serve(stream).await,
+    /// Serves `stream`, after a TLS handshake if `tls` is given: within the time given with
+    /// it (the header read timeout), so that a client that connects and never finishes it
+    /// gives its place back. The handshake runs here, in the connection's own task, so a slow
+    /// client delays nobody else.
+    async fn serve(self, stream: TcpStream, tls: Option<(Tls, Duration)>) {
+        let socket = Arc::new(stream);
+        let Some((tls, limit)) = tls else {
+            return self.serve_http(Shared(socket.clone()), &socket).await;
+        };
+        let handshake = tokio::select! {
+            done = tokio::time::timeout(limit, tls.accept(Shared(socket.clone()))) => done,
+            () = self.place.activity.close.cancelled() => return,
+        };
+        match handshake {
+            Ok(Ok(stream)) => self.serve_http(stream, &socket).await,
             Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
             Err(_) => tracing::debug!(?limit, "TLS handshake not finished in time"),
         }
+    }
+
+    /// Serves HTTP/1.1 on `io` (over `socket`) until the client closes it, the connection is
+    /// closed (for room, or by a shutdown) once its request is answered, or its client goes
+    /// away while its request waits in line.
+    async fn serve_http(self, io: impl AsyncRead + AsyncWrite + Send + Unpin + 'static, socket: &TcpStream) {
+        let activity = self.place.activity.clone();
+        let service = Tracked {
+            service: self.service,
+            activity: activity.clone(),
+        };
+        let mut connection = pin!(self.http.serve_connection(TokioIo::new(io), service));
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                ended = connection.as_mut() => {
+                    if let Err(error) = ended {
+                        tracing::debug!(%error, "connection ended with an error");
+                    }
+                    return;
+                }
+                () = activity.close.cancelled(), if !closing => {
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                () = hung_up(socket, activity.waiting.subscribe()) => {
+                    // Dropping the connection drops its waiting request: its wait ends.
+                    tracing::debug!("the client went away while its request waited");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The API's service on one connection: each request carries the connection's [`Peer`], and
+/// keeps the connection busy until it is answered.
+#[derive(Clone)]
+struct Tracked {
+    service: TowerToHyperService<Router>,
+    activity: Arc<Activity>,
+}
+
+impl hyper::service::Service<Request<Incoming>> for Tracked {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(Peer(self.activity.clone()));
+        let serving = self.activity.serving();
+        let answer = self.service.call(request);
+        Box::pin(async move {
+            let answer = answer.await;
+            drop(serving);
+            answer
+        })
     }
 }

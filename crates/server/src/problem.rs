@@ -7,7 +7,7 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use fencelock_core::StoreError;
+use fencelock_core::{Deadlock, StoreError};
 use fencelock_wire::{FieldError, Problem, ProblemKind};
 
 /// Why a request was not served.
@@ -62,7 +62,15 @@ impl IntoResponse for ApiError {
             }
             Self::Store(StoreError::Invalid(detail)) => Problem::new(ProblemKind::InvalidFields, detail, ""),
             // Logged where it was found (target `fencelock::deadlock`), with who waits for what.
-            Self::Store(StoreError::Deadlock(cycle)) => Problem::new(ProblemKind::Deadlock, cycle, ""),
+            // A route tells the caller the names it may read (`Caller::told`); one that did
+            // not would tell no name at all rather than one the caller may not read.
+            Self::Store(StoreError::Deadlock(deadlock)) => {
+                let detail = match deadlock {
+                    Deadlock::Found(cycle) => cycle.describe(|_| false),
+                    Deadlock::Told(text) => text,
+                };
+                Problem::new(ProblemKind::Deadlock, detail, "")
+            }
             Self::Store(error) => {
                 tracing::warn!(%error, "store failed");
                 Problem::new(ProblemKind::Unavailable, error.to_string(), "")

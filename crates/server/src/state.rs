@@ -26,7 +26,9 @@ pub struct Config {
     pub header_read_timeout: Duration,
     /// How long a client may take to send a request's body.
     pub body_read_timeout: Duration,
-    /// How many connections are served at once; more wait in the listen queue.
+    /// How many connections are served at once. At the limit, the keep-alive connection idle
+    /// the longest is closed to let a new one in (never one serving a request); while none is
+    /// idle, more wait in the listen queue.
     pub max_connections: usize,
     /// How many acquires may wait at once (`None`: half of `max_connections`). A waiter holds
     /// its connection while it waits, so the bound keeps connections free for renewals and

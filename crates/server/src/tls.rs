@@ -17,7 +17,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -117,7 +117,7 @@ impl Tls {
     }
 
     /// The TLS handshake on a new connection. No time limit of its own: the caller sets one.
-    pub async fn accept(&self, stream: TcpStream) -> io::Result<TlsStream<TcpStream>> {
+    pub async fn accept<IO: AsyncRead + AsyncWrite + Unpin>(&self, stream: IO) -> io::Result<TlsStream<IO>> {
         self.acceptor.accept(stream).await
     }
 }

@@ -326,6 +326,119 @@ async fn every_bad_integer_is_a_422() {
     assert_problem(&s.get("r").await, 404, "/locks/r");
 }
 
+/// A number past a double's range is valid JSON (RFC 8259 sets no range): a 422 naming its
+/// field, on every numeric field of every route, and ignored in a field the API does not know.
+#[tokio::test]
+async fn numbers_too_large_for_a_double_are_a_422_naming_their_field() {
+    let s = TestServer::manual().await;
+    // Each route (a POST takes a TTL, a DELETE none), the other members of its body, and
+    // its numeric fields.
+    let routes: [(&str, &str, &[&str]); 10] = [
+        (
+            "POST /locks/r",
+            r#""owner": "a""#,
+            &["ttl_seconds", "ttl_ms", "wait_ms", "max_hold_ms"],
+        ),
+        (
+            "POST /locks/r/renew",
+            r#""owner": "a""#,
+            &["ttl_seconds", "ttl_ms", "fencing_token"],
+        ),
+        ("DELETE /locks/r", r#""owner": "a""#, &["fencing_token"]),
+        (
+            "POST /locks",
+            r#""owner": "a", "resources": ["r"]"#,
+            &["ttl_seconds", "ttl_ms", "wait_ms", "max_hold_ms"],
+        ),
+        (
+            "POST /semaphores/s",
+            r#""owner": "a", "limit": 2"#,
+            &["ttl_seconds", "ttl_ms", "wait_ms"],
+        ),
+        ("POST /semaphores/s", r#""owner": "a""#, &["limit"]),
+        (
+            "POST /semaphores/s/renew",
+            r#""owner": "a""#,
+            &["ttl_ms", "fencing_token"],
+        ),
+        ("DELETE /semaphores/s", r#""owner": "a""#, &["fencing_token"]),
+        (
+            "POST /rwlocks/w",
+            r#""owner": "a", "mode": "read""#,
+            &["ttl_seconds", "ttl_ms", "wait_ms"],
+        ),
+        (
+            "POST /rwlocks/w/renew",
+            r#""owner": "a""#,
+            &["ttl_seconds", "fencing_token"],
+        ),
+    ];
+    let huge = format!("1{}", "0".repeat(400));
+    let values = ["1e400", "-1e400", "1.5E+999", huge.as_str(), &format!("-{huge}")];
+    for (route, members, fields) in routes {
+        let (method, path) = route.split_once(' ').unwrap();
+        let method: Method = method.parse().unwrap();
+        for field in fields {
+            for value in values {
+                let ttl = if method == Method::POST && !field.starts_with("ttl_") {
+                    r#", "ttl_seconds": 5"#
+                } else {
+                    ""
+                };
+                let body = format!("{{{members}, \"{field}\": {value}{ttl}}}");
+                let answer = s
+                    .send_raw(
+                        method.clone(),
+                        path,
+                        Some("application/json"),
+                        body.clone().into(),
+                    )
+                    .await;
+                assert_invalid(&answer, &[field]);
+                assert_eq!(answer.body["instance"], path, "{body}");
+            }
+        }
+    }
+    // Fields of other types name themselves too; a field nobody reads is ignored.
+    for (path, body, field) in [
+        ("/locks/r", r#"{"owner": 1e400, "ttl_seconds": 5}"#, "owner"),
+        (
+            "/locks",
+            r#"{"owner": "a", "resources": ["r", -1e400], "ttl_seconds": 5}"#,
+            "resources",
+        ),
+        (
+            "/rwlocks/w",
+            r#"{"owner": "a", "mode": 1e400, "ttl_seconds": 5}"#,
+            "mode",
+        ),
+    ] {
+        let answer = s
+            .send_raw(Method::POST, path, Some("application/json"), body.into())
+            .await;
+        assert_invalid(&answer, &[field]);
+    }
+    let forced = s
+        .send_raw(
+            Method::DELETE,
+            "/locks/r",
+            Some("application/json"),
+            r#"{"force": 1e400}"#.into(),
+        )
+        .await;
+    assert_invalid(&forced, &["force"]);
+    assert_eq!(
+        s.send(Method::GET, "/locks", None).await.body["locks"],
+        json!([]),
+        "nothing was acquired"
+    );
+    let ignored = r#"{"owner": "a", "ttl_seconds": 5, "x": 1e400, "y": [-1e999, {"z": 2e308}]}"#;
+    let answer = s
+        .send_raw(Method::POST, "/locks/r", Some("application/json"), ignored.into())
+        .await;
+    assert_eq!(answer.body["acquired"], true, "{answer:?}");
+}
+
 #[tokio::test]
 async fn every_bad_owner_is_a_422() {
     let s = TestServer::manual().await;
@@ -523,6 +636,25 @@ async fn unknown_routes_and_methods_are_problems() {
         405,
         "/locks/r/renew",
     );
+}
+
+/// A path no route serves is a 404 that says so; a lock that is not held keeps its own.
+#[tokio::test]
+async fn an_unknown_route_is_a_404_that_says_there_is_no_such_route() {
+    let s = TestServer::manual().await;
+    for path in ["/nothing", "/locks/a/b", "/semaphores/s/renew/x", "/lock/r"] {
+        let answer = s.send(Method::GET, path, None).await;
+        assert_problem(&answer, 404, path);
+        assert_eq!(
+            answer.body["type"], "urn:fencelock:problem:no-route",
+            "{answer:?}"
+        );
+        assert_eq!(answer.body["title"], "No such route.", "{answer:?}");
+    }
+    let absent = s.get("absent").await;
+    assert_problem(&absent, 404, "/locks/absent");
+    assert_eq!(absent.body["type"], "urn:fencelock:problem:not-found");
+    assert_eq!(absent.body["title"], "No live lock.");
 }
 
 #[tokio::test]

@@ -24,13 +24,14 @@ const RIVAL: &str = "rival-77d01e";
 const OPS: &str = "ops-c0ffee";
 const LOCKER: &str = "locker-5b2e";
 const READER: &str = "reader-a11ce";
-const TOKENS: [&str; 5] = [BILLING, RIVAL, OPS, LOCKER, READER];
+const JOBS: &str = "jobs-9d4e1b";
+const TOKENS: [&str; 6] = [BILLING, RIVAL, OPS, LOCKER, READER, JOBS];
 
 const KINDS: [&str; 3] = ["locks", "semaphores", "rwlocks"];
 
 /// The file every test server reads: two principals with the same rights on `payment:`,
-/// an administrator, one that may lock `job:` without reading it, and one that may only
-/// read `job:` and `payment:1…`.
+/// an administrator, one that may lock `job:` without reading it, one that may only read
+/// `job:` and `payment:1…`, and one that may read and lock `job:`.
 fn auth_file() -> String {
     let principal = |name: &str, token: &str, grants: &str| {
         format!(
@@ -60,6 +61,7 @@ fn auth_file() -> String {
             READER,
             r#"{ prefix = "payment:1", rights = ["read"] }, { prefix = "job:", rights = ["read"] }"#,
         ),
+        principal("jobs", JOBS, r#"{ prefix = "job:", rights = ["read", "lock"] }"#),
     ]
     .concat()
 }
@@ -484,6 +486,77 @@ fn audit(lines: &Lines, resource: &str) -> Vec<Value> {
     audit
 }
 
+/// Waits up to 20 s, as the principal of `token`, for the lock `name` for `owner`.
+fn spawn_wait(
+    s: &TestServer,
+    token: &'static str,
+    name: &str,
+    owner: &str,
+) -> tokio::task::JoinHandle<Value> {
+    let (url, client) = (format!("{}{}", s.base, path("locks", name)), s.client.clone());
+    let body = json!({"owner": owner, "ttl_seconds": 60, "wait_ms": 20_000});
+    tokio::spawn(async move {
+        let answer = client
+            .post(url)
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        answer.json::<Value>().await.unwrap()
+    })
+}
+
+/// A deadlock's detail names only the names the caller may read and the owners that hold
+/// them (and the caller's own owner); the rest of the cycle is told without them. The log
+/// line keeps the whole cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlock_tells_the_caller_only_what_it_may_read() {
+    let lines = logs();
+    let s = server().await;
+    let tag = unique_prefix();
+    let (mine, theirs) = (format!("job:{tag}mine"), format!("job:{tag}theirs"));
+    let secret = format!("payment:{tag}secret");
+    As(&s, JOBS).grant("locks", &mine, "runner").await;
+    As(&s, OPS).grant("locks", &theirs, "ops-b").await;
+    As(&s, OPS).grant("locks", &secret, "ops-hidden").await;
+    // ops-hidden waits for the caller's lock, ops-b for the secret one held by ops-hidden;
+    // then the caller's wait for ops-b's lock closes the cycle.
+    let _hidden_waits = spawn_wait(&s, OPS, &mine, "ops-hidden");
+    s.until_waiters(1).await;
+    let _b_waits = spawn_wait(&s, OPS, &secret, "ops-b");
+    s.until_waiters(2).await;
+    let body = json!({"owner": "runner", "ttl_seconds": 60, "wait_ms": 20_000});
+    let refused = As(&s, JOBS)
+        .send(Method::POST, &path("locks", &theirs), Some(body))
+        .await;
+    assert_problem(&refused, 409, &path("locks", &theirs));
+    assert_eq!(refused.body["type"], "urn:fencelock:problem:deadlock");
+    let detail = refused.body["detail"].as_str().unwrap();
+    assert_eq!(
+        detail,
+        format!(
+            "runner waits for lock {theirs:?} held by ops-b; \
+             ops-b waits for a lock you may not read held by an owner you may not read; \
+             an owner you may not read waits for lock {mine:?} held by runner"
+        )
+    );
+    assert!(
+        !detail.contains("payment") && !detail.contains("hidden"),
+        "{detail}"
+    );
+    let logged = lines.of("fencelock::deadlock");
+    let cycle = logged
+        .iter()
+        .filter_map(|line| line["cycle"].as_str())
+        .find(|cycle| cycle.contains(&theirs))
+        .expect("the deadlock is logged");
+    assert!(
+        cycle.contains(&format!("ops-b waits for lock {secret:?} held by ops-hidden")),
+        "{cycle}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_frees_a_lock_wakes_its_waiter_and_the_next_token_is_greater() {
     let lines = logs();
@@ -500,20 +573,7 @@ async fn force_release_frees_a_lock_wakes_its_waiter_and_the_next_token_is_great
     );
     assert_eq!(As(&s, OPS).get("locks", &name).await.body["fencing_token"], token);
 
-    let waiter = {
-        let (url, client) = (format!("{}{}", s.base, path("locks", &name)), s.client.clone());
-        tokio::spawn(async move {
-            let body = json!({"owner": "r", "ttl_seconds": 60, "wait_ms": 20_000});
-            let answer = client
-                .post(url)
-                .bearer_auth(RIVAL)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            answer.json::<Value>().await.unwrap()
-        })
-    };
+    let waiter = spawn_wait(&s, RIVAL, &name, "r");
     s.until_waiters(1).await;
     let forced = As(&s, OPS).force("locks", &name).await;
     assert_eq!(forced.status, 204, "{forced:?}");

@@ -4,10 +4,11 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{TestServer, assert_problem, raw_connection, read_response, unreachable_store};
-use fencelock_core::{MemoryStore, Timestamp};
+use common::{TestServer, assert_problem, hanging_store, raw_connection, read_response, unreachable_store};
+use fencelock_core::{AcquireOutcome, LockStore, MemoryStore, Owner, Resource, Timestamp, Ttl};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -222,6 +223,124 @@ async fn release_by_a_client_that_hangs_up(s: TestServer) {
     );
 }
 
+/// A release sent whole, after which the client closes its side of the connection (as
+/// HTTP/1.0-style clients do, with `Connection: close` or without), is carried out whole:
+/// answered 204, and the waiter gets the lock. (Whether the server reads the end of the
+/// connection before it starts on the request is a race: ten rounds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_client_half_closes_is_carried_out_and_answered() {
+    let s = TestServer::real().await;
+    for round in 0..10 {
+        let connection = if round % 2 == 0 {
+            "Connection: close\r\n"
+        } else {
+            ""
+        };
+        let resource = format!("half-{round}");
+        s.grant(&resource, "a", 60).await;
+        let waiting = spawn_acquire(&s, &resource, "b", 8_000);
+        s.until_waiters(1).await;
+        let body = r#"{"owner": "a"}"#;
+        let request = format!(
+            "DELETE /locks/{resource} HTTP/1.1\r\nHost: x\r\n{connection}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = raw_connection(s.addr, request.as_bytes()).await;
+        stream.shutdown().await.unwrap(); // SHUT_WR: the request is whole, the answer still welcome
+        let (status, head, _) = read_response(&mut stream).await;
+        assert_eq!(status, 204, "{head}");
+        let answer = tokio::time::timeout(Duration::from_secs(4), waiting)
+            .await
+            .expect("the waiter is woken by the release, not by its wait running out")
+            .unwrap();
+        assert_eq!(answer["acquired"], true, "{answer}");
+        assert_eq!(answer["lock"]["owner"], "b", "{answer}");
+    }
+}
+
+/// The acquires waiting now, read from /metrics on a connection of its own that the server
+/// closes after answering (so it holds no place under the connection limit).
+async fn waiters_now(addr: std::net::SocketAddr) -> u64 {
+    let request = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let mut stream = raw_connection(addr, request.as_bytes()).await;
+    let (_, _, body) = read_response(&mut stream).await;
+    String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("fencelock_waiters "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("fencelock_waiters in /metrics")
+}
+
+/// At the connection limit, idle keep-alive connections are closed, the longest idle first,
+/// to make room: a holder's renewal on a connection of its own is answered at once, and the
+/// connections of waiting acquires are kept.
+#[tokio::test]
+async fn at_the_connection_limit_idle_keep_alive_connections_make_room_for_a_holder() {
+    // 4 connections: at most 2 acquires wait.
+    let store = Arc::new(MemoryStore::new());
+    let s = TestServer::start(store.clone(), config_with(|c| c.max_connections = 4)).await;
+    let (job, a) = (Resource::new("job").unwrap(), Owner::new("a").unwrap());
+    let ttl = Ttl::from_millis(60_000, Ttl::DEFAULT_MAX).unwrap();
+    let AcquireOutcome::Granted { lease, .. } = store.acquire(&job, &a, ttl).await.unwrap() else {
+        panic!("a free lock is granted");
+    };
+    let acquire = |owner: &str| {
+        post(
+            "/locks/job",
+            &json!({"owner": owner, "ttl_seconds": 60, "wait_ms": 30_000}).to_string(),
+        )
+    };
+    let mut waiting = Vec::new();
+    for (n, owner) in ["w1", "w2"].into_iter().enumerate() {
+        waiting.push(raw_connection(s.addr, acquire(owner).as_bytes()).await);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while waiters_now(s.addr).await != n as u64 + 1 {
+            assert!(tokio::time::Instant::now() < deadline, "{owner} never waited");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    // Two more find no room to wait: answered at once, their connections kept alive, idle.
+    let mut idle = Vec::new();
+    for owner in ["w3", "w4"] {
+        let mut stream = raw_connection(s.addr, acquire(owner).as_bytes()).await;
+        let (status, _, body) = tokio::time::timeout(Duration::from_secs(3), read_response(&mut stream))
+            .await
+            .expect("an acquire with no room to wait is answered at once");
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((status, &answer["acquired"]), (200, &json!(false)), "{answer}");
+        idle.push(stream);
+    }
+    // The holder renews on a new connection: room is made for it.
+    let renew = json!({"owner": "a", "ttl_seconds": 60, "fencing_token": lease.token.0}).to_string();
+    let mut holder = raw_connection(s.addr, post("/locks/job/renew", &renew).as_bytes()).await;
+    let (status, head, _) = tokio::time::timeout(Duration::from_secs(3), read_response(&mut holder))
+        .await
+        .expect("the renewal is answered within 3 s at the connection limit");
+    assert_eq!(status, 200, "{head}");
+    // The longest idle connection was closed for it; the other still serves.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(3), idle[0].read_to_end(&mut rest)).await;
+    assert!(matches!(closed, Ok(Ok(0))), "{closed:?} {rest:?}");
+    idle[1]
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(read_response(&mut idle[1]).await.0, 200);
+    // The waiters kept their connections: the release hands the lock to the first of them.
+    let body = r#"{"owner": "a"}"#;
+    let release = format!(
+        "DELETE /locks/job HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    holder.write_all(release.as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut holder).await.0, 204);
+    let (status, _, body) = read_response(&mut waiting[0]).await;
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(answer["lock"]["owner"], "w1", "{answer}");
+}
+
 #[tokio::test]
 async fn waiters_never_take_the_connections_holders_need() {
     // 4 connections: at most 2 acquires wait; the others are answered at once.
@@ -402,6 +521,51 @@ async fn an_unreachable_store_gives_503_and_readiness_fails() {
     assert_eq!(s.send(Method::GET, "/healthz", None).await.status, StatusCode::OK);
     // Bad input is still judged first: the store is not asked.
     assert_eq!(s.acquire("r", json!({"owner": ""})).await.status.as_u16(), 422);
+}
+
+/// POSTs `body` to `path` and reads the answer's status and JSON body.
+fn spawn_post(s: &TestServer, path: &str, body: Value) -> tokio::task::JoinHandle<(u16, Value)> {
+    let (url, client) = (format!("{}{path}", s.base), s.client.clone());
+    tokio::spawn(async move {
+        let answer = client.post(url).json(&body).send().await.unwrap();
+        (answer.status().as_u16(), answer.json().await.unwrap())
+    })
+}
+
+/// On shutdown every waiter — of a lock, of several locks, of a permit, of a hold — is
+/// answered `acquired: false` within 5 s, even when the store never answers again.
+#[tokio::test]
+async fn shutdown_answers_every_waiter_even_when_the_store_never_answers() {
+    let (store, hung) = hanging_store();
+    let s = TestServer::start(store, Config::default()).await;
+    s.grant("job", "a", 60).await;
+    let permit = json!({"owner": "a", "ttl_seconds": 60, "limit": 1});
+    s.grant_hold("semaphores", "pool", permit).await;
+    let write = json!({"owner": "a", "ttl_seconds": 60, "mode": "write"});
+    s.grant_hold("rwlocks", "cfg", write).await;
+    let wait = |mut body: Value| {
+        body["ttl_seconds"] = json!(60);
+        body["wait_ms"] = json!(60_000);
+        body
+    };
+    let waiting = [
+        spawn_post(&s, "/locks/job", wait(json!({"owner": "b"}))),
+        spawn_post(&s, "/locks", wait(json!({"owner": "c", "resources": ["job"]}))),
+        spawn_post(&s, "/semaphores/pool", wait(json!({"owner": "d", "limit": 1}))),
+        spawn_post(&s, "/rwlocks/cfg", wait(json!({"owner": "e", "mode": "read"}))),
+    ];
+    s.until_waiters(4).await;
+    hung.store(true, Ordering::Release);
+    let stopped = tokio::spawn(s.stop());
+    for waiter in waiting {
+        let (status, answer) = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("every waiter is answered within 5 s of the shutdown")
+            .unwrap();
+        assert_eq!((status, &answer["acquired"]), (200, &json!(false)), "{answer}");
+    }
+    let stopped = tokio::time::timeout(Duration::from_secs(5), stopped).await;
+    assert!(stopped.expect("serve returns within 5 s").unwrap().is_ok());
 }
 
 #[tokio::test]

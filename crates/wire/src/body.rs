@@ -70,6 +70,10 @@ pub enum InvalidLease {
     /// The answer is JSON of the right shape that no server sends (e.g. a permit of limit 0).
     #[error("impossible answer: {0}")]
     Answer(String),
+    /// The answer is an acquire's `"shutting_down": true` ([`Stopped`]): the server stopped
+    /// waiting for its store, and tells no outcome of it.
+    #[error("the server shut down before its store answered: nothing is known to be acquired")]
+    ShuttingDown,
 }
 
 impl TryFrom<LeaseBody> for Lease {
@@ -440,7 +444,7 @@ named_schema!(
 );
 
 /// The answer to an acquire: granted, held by another owner, or closed by a lock-delay (not
-/// an error).
+/// an error); or, from a server shutting down, not acquired without its store's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum AcquireResponse {
@@ -451,9 +455,12 @@ pub enum AcquireResponse {
     /// `{"acquired": false, "resource": "...", "retry_after_ms": N}`: nobody holds it, but
     /// its last lease expired without a release less than the lock-delay ago.
     Delayed(Delayed),
+    /// `{"acquired": false, "resource": "...", "shutting_down": true}`.
+    Stopped(Stopped),
 }
 
-/// The answer to an acquire of several locks: every one granted, or none (not an error).
+/// The answer to an acquire of several locks: every one granted, or none (not an error);
+/// or, from a server shutting down, none without its store's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum AcquireAllResponse {
@@ -461,6 +468,32 @@ pub enum AcquireAllResponse {
     Granted(AllGranted),
     /// `{"acquired": false, "held": ["b", ...], "retry_after_ms": N, "refusals": [...]}`.
     Refused(AllRefused),
+    /// `{"acquired": false, "resources": [...], "shutting_down": true}`.
+    Stopped(AllStopped),
+}
+
+/// The server is shutting down and stopped waiting for its store, which had not answered (or
+/// failed): the lock was not acquired, and who holds it is not known. Ask again, of another
+/// server or of this one once it is back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Stopped {
+    /// Always `false`.
+    pub acquired: bool,
+    /// The resource asked for.
+    pub resource: String,
+    /// Always `true`.
+    pub shutting_down: bool,
+}
+
+/// As [`Stopped`], for several locks: none was acquired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AllStopped {
+    /// Always `false`.
+    pub acquired: bool,
+    /// The resources asked for, in the order asked.
+    pub resources: Vec<String>,
+    /// Always `true`.
+    pub shutting_down: bool,
 }
 
 /// Every lock was granted (new, or the caller's own extended).

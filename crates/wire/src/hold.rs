@@ -394,7 +394,8 @@ pub struct SemaphoreBusy {
     pub retry_in_ms: u64,
 }
 
-/// The answer to a semaphore's acquire: granted, or every permit held (not an error).
+/// The answer to a semaphore's acquire: granted, or every permit held (not an error); or,
+/// from a server shutting down, not acquired without its store's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum SemaphoreAcquireResponse {
@@ -402,6 +403,20 @@ pub enum SemaphoreAcquireResponse {
     Granted(PermitGranted),
     /// `{"acquired": false, "name": "...", "holders": N, "permits": [...], "retry_in_ms": N}`.
     Busy(SemaphoreBusy),
+    /// `{"acquired": false, "name": "...", "shutting_down": true}`.
+    Stopped(HoldStopped),
+}
+
+/// As [`Stopped`](crate::body::Stopped), for a permit or a hold: the server is shutting down
+/// and stopped waiting for its store; not acquired, and who holds the name is not known.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HoldStopped {
+    /// Always `false`.
+    pub acquired: bool,
+    /// The semaphore or read-write lock asked for.
+    pub name: String,
+    /// Always `true`.
+    pub shutting_down: bool,
 }
 
 /// A hold was granted: new (also an upgrade or a downgrade, with a new token) or extended.
@@ -439,7 +454,8 @@ pub struct RwLockBusy {
     pub retry_in_ms: u64,
 }
 
-/// The answer to a read-write lock's acquire: granted, or held (not an error).
+/// The answer to a read-write lock's acquire: granted, or held (not an error); or, from a
+/// server shutting down, not acquired without its store's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 #[expect(
@@ -451,6 +467,8 @@ pub enum RwLockAcquireResponse {
     Granted(HoldGranted),
     /// `{"acquired": false, "name": "...", "mode": "write", "holders": [...], ...}`.
     Busy(RwLockBusy),
+    /// `{"acquired": false, "name": "...", "shutting_down": true}`.
+    Stopped(HoldStopped),
 }
 
 /// The answer to an acquire of either kind.

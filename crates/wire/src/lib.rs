@@ -24,15 +24,15 @@ pub mod parse;
 pub mod problem;
 
 pub use body::{
-    AcquireAllRequest, AcquireAllResponse, AcquireRequest, AcquireResponse, AllGranted, AllRefused, Delayed,
-    DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody, ListResponse, LockRefusal, ReleaseRequest,
-    RenewRequest, TtlFields,
+    AcquireAllRequest, AcquireAllResponse, AcquireRequest, AcquireResponse, AllGranted, AllRefused,
+    AllStopped, Delayed, DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody, ListResponse,
+    LockRefusal, ReleaseRequest, RenewRequest, Stopped, TtlFields,
 };
 pub use hold::{
-    HoldAcquireRequest, HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldsBody,
-    Mode, PermitBody, PermitGranted, RwLockAcquireRequest, RwLockAcquireResponse, RwLockBody, RwLockBusy,
-    RwLockListResponse, SemaphoreAcquireRequest, SemaphoreAcquireResponse, SemaphoreBody, SemaphoreBusy,
-    SemaphoreListResponse,
+    HoldAcquireRequest, HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldStopped,
+    HoldsBody, Mode, PermitBody, PermitGranted, RwLockAcquireRequest, RwLockAcquireResponse, RwLockBody,
+    RwLockBusy, RwLockListResponse, SemaphoreAcquireRequest, SemaphoreAcquireResponse, SemaphoreBody,
+    SemaphoreBusy, SemaphoreListResponse,
 };
 pub use outcome::{Judged, Label, Op, Outcome};
 pub use parse::{Acquire, AcquireAll, AcquireHold, AcquireLock, BadBody, Delete, Limits, Release, Renew};

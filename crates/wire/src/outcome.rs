@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Acquired, Busy, EndedLease, ForceOutcome, Hold, HoldKind, HoldOutcome,
-    HoldPage, Lease, LeasePage, Owner, Refusal, ReleaseOutcome, RenewOutcome, Resource,
+    HoldPage, Lease, LeasePage, Owner, Refusal, ReleaseOutcome, RenewOutcome, Resource, Resources,
 };
 
 use crate::body::{
-    AcquireAllResponse, AcquireResponse, AllGranted, AllRefused, Delayed, Granted, Held, InvalidLease,
-    LeaseBody, LockRefusal, millis,
+    AcquireAllResponse, AcquireResponse, AllGranted, AllRefused, AllStopped, Delayed, Granted, Held,
+    InvalidLease, LeaseBody, LockRefusal, Stopped, millis,
 };
 use crate::hold::{
-    HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldsBody, Mode, PermitBody,
-    PermitGranted, RwLockAcquireResponse, RwLockBody, RwLockBusy, RwLockListResponse,
+    HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldStopped, HoldsBody, Mode,
+    PermitBody, PermitGranted, RwLockAcquireResponse, RwLockBody, RwLockBusy, RwLockListResponse,
     SemaphoreAcquireResponse, SemaphoreBody, SemaphoreBusy, SemaphoreListResponse,
 };
 use crate::parse;
@@ -446,6 +446,20 @@ pub fn encode_hold_acquire(
     })
 }
 
+/// The answer to an acquire of a permit or a hold of `kind` on `name` that the server stopped
+/// waiting for while shutting down, without its store's answer ([`HoldStopped`]).
+pub fn encode_hold_stopped(kind: HoldKind, name: &Resource) -> HoldAcquireResponse {
+    let stopped = HoldStopped {
+        acquired: false,
+        name: name.to_string(),
+        shutting_down: true,
+    };
+    match kind {
+        HoldKind::Semaphore => HoldAcquireResponse::Semaphore(SemaphoreAcquireResponse::Stopped(stopped)),
+        HoldKind::RwLock => HoldAcquireResponse::RwLock(RwLockAcquireResponse::Stopped(stopped)),
+    }
+}
+
 fn encode_busy(kind: HoldKind, name: &Resource, busy: &Busy) -> HoldAcquireResponse {
     let retry_in_ms = millis(busy.retry_in);
     match kind {
@@ -505,6 +519,10 @@ pub fn decode_hold_acquire(answer: HoldAcquireResponse) -> Result<HoldOutcome, I
             writer_waits: busy.writer_waits,
             retry_in: Duration::from_millis(busy.retry_in_ms),
         }),
+        HoldAcquireResponse::Semaphore(SemaphoreAcquireResponse::Stopped(_))
+        | HoldAcquireResponse::RwLock(RwLockAcquireResponse::Stopped(_)) => {
+            return Err(InvalidLease::ShuttingDown);
+        }
     })
 }
 
@@ -648,7 +666,7 @@ pub fn encode_acquire_all(outcome: &AcquireAllOutcome) -> AcquireAllResponse {
                 .filter_map(|refusal| match encode_acquire(refusal) {
                     AcquireResponse::Held(held) => Some(LockRefusal::Held(held)),
                     AcquireResponse::Delayed(delayed) => Some(LockRefusal::Delayed(delayed)),
-                    AcquireResponse::Granted(_) => None,
+                    AcquireResponse::Granted(_) | AcquireResponse::Stopped(_) => None,
                 })
                 .collect();
             AcquireAllResponse::Refused(AllRefused {
@@ -665,6 +683,16 @@ pub fn encode_acquire_all(outcome: &AcquireAllOutcome) -> AcquireAllResponse {
             })
         }
     }
+}
+
+/// The answer to an acquire of `resources` that the server stopped waiting for while
+/// shutting down, without its store's answer ([`AllStopped`]).
+pub fn encode_all_stopped(resources: &Resources) -> AcquireAllResponse {
+    AcquireAllResponse::Stopped(AllStopped {
+        acquired: false,
+        resources: resources.as_slice().iter().map(Resource::to_string).collect(),
+        shutting_down: true,
+    })
 }
 
 /// The outcome an acquire of several locks tells of.
@@ -696,6 +724,7 @@ pub fn decode_acquire_all(answer: AcquireAllResponse) -> Result<AcquireAllOutcom
                 })
                 .collect::<Result<_, _>>()?,
         ),
+        AcquireAllResponse::Stopped(_) => return Err(InvalidLease::ShuttingDown),
     })
 }
 
@@ -728,6 +757,17 @@ pub fn decode_acquire(answer: AcquireResponse) -> Result<AcquireOutcome, Invalid
             resource: Resource::new(delayed.resource)?,
             retry_in: Duration::from_millis(delayed.retry_after_ms),
         },
+        AcquireResponse::Stopped(_) => return Err(InvalidLease::ShuttingDown),
+    })
+}
+
+/// The answer to an acquire of `resource` that the server stopped waiting for while shutting
+/// down, without its store's answer ([`Stopped`]).
+pub fn encode_stopped(resource: &Resource) -> AcquireResponse {
+    AcquireResponse::Stopped(Stopped {
+        acquired: false,
+        resource: resource.to_string(),
+        shutting_down: true,
     })
 }
 
@@ -1005,6 +1045,35 @@ mod tests {
             (extended.label(), delayed.label()),
             (Label::Extended, Label::Delayed)
         );
+    }
+
+    #[test]
+    fn a_server_shutting_down_answers_acquired_false_and_a_client_reads_no_outcome() {
+        let name = Resource::new("job").unwrap();
+        let one = serde_json::to_value(encode_stopped(&name)).unwrap();
+        assert_eq!(
+            one,
+            serde_json::json!({"acquired": false, "resource": "job", "shutting_down": true})
+        );
+        let read: AcquireResponse = serde_json::from_value(one).unwrap();
+        assert_eq!(decode_acquire(read), Err(InvalidLease::ShuttingDown));
+        let names = Resources::new(vec![name.clone(), Resource::new("b").unwrap()]).unwrap();
+        let all = serde_json::to_value(encode_all_stopped(&names)).unwrap();
+        assert_eq!(
+            all,
+            serde_json::json!({"acquired": false, "resources": ["job", "b"], "shutting_down": true})
+        );
+        let read: AcquireAllResponse = serde_json::from_value(all).unwrap();
+        assert_eq!(decode_acquire_all(read), Err(InvalidLease::ShuttingDown));
+        for kind in [HoldKind::Semaphore, HoldKind::RwLock] {
+            let hold = serde_json::to_value(encode_hold_stopped(kind, &name)).unwrap();
+            assert_eq!(
+                hold,
+                serde_json::json!({"acquired": false, "name": "job", "shutting_down": true})
+            );
+            let read: HoldAcquireResponse = serde_json::from_value(hold).unwrap();
+            assert_eq!(decode_hold_acquire(read), Err(InvalidLease::ShuttingDown));
+        }
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! A request body is read as a JSON object and every field is checked, so that a 422 lists
 //! every bad field, not just the first. The rules are the SPEC's: integers are JSON integers
 //! (`"3600"`, `60.5`, `60.0`, `1e3`, `true` and `null` are not), `null` is never a value,
-//! exactly one of `ttl_seconds` and `ttl_ms`, unknown fields are ignored.
+//! exactly one of `ttl_seconds` and `ttl_ms`, unknown fields are ignored. A number too large
+//! for a double (`1e400`) is valid JSON, out of range: [`object`] reads it so that its field
+//! is refused like any other number out of its range.
 
 use std::time::Duration;
 
@@ -125,11 +127,80 @@ pub enum BadBody {
 
 /// Reads a request body as the JSON object every request of the API is, for the checks
 /// below.
+///
+/// JSON sets no range on numbers (RFC 8259), but the parser refuses one too large for a
+/// double, such as `1e400`. Such a number is read as `1e308` of its sign instead: past every
+/// range of the API, so the field that holds it gets the 422 of a number out of its range
+/// (and a field nobody reads is ignored), rather than the whole body a 400. A field that took
+/// any number (none does) would have to tell the two apart.
 pub fn object(body: &[u8]) -> Result<Map<String, Value>, BadBody> {
-    match serde_json::from_slice(body)? {
+    let value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(error) => within_double_range(body)
+            .and_then(|body| serde_json::from_slice(&body).ok())
+            .ok_or(BadBody::NotJson(error))?,
+    };
+    match value {
         Value::Object(map) => Ok(map),
         _ => Err(BadBody::NotAnObject),
     }
+}
+
+/// What a number too large for a double is read as (see [`object`]).
+const PAST_EVERY_RANGE: &[u8] = b"1e308";
+
+/// `body` with every number too large for a double written as [`PAST_EVERY_RANGE`] of its
+/// sign; `None` if `body` is not JSON (a syntax error, which this must not hide) or has no
+/// such number.
+fn within_double_range(body: &[u8]) -> Option<Vec<u8>> {
+    // Checks the syntax (numbers included) and nothing else: no range, no depth. In valid
+    // JSON, a number is a maximal run of the bytes below, outside strings.
+    serde_json::from_slice::<serde::de::IgnoredAny>(body).ok()?;
+    let mut out = Vec::with_capacity(body.len());
+    let mut changed = false;
+    let mut at = 0;
+    while let Some(&byte) = body.get(at) {
+        let end = match byte {
+            b'"' => string_end(body, at),
+            b'-' | b'0'..=b'9' => {
+                let end = body[at..]
+                    .iter()
+                    .position(|b| !matches!(b, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
+                    .map_or(body.len(), |n| at + n);
+                let number = &body[at..end];
+                // serde_json's own judgement of the number, so that exactly the numbers it
+                // refuses are rewritten.
+                if serde_json::from_slice::<Value>(number).is_err() {
+                    if byte == b'-' {
+                        out.push(b'-');
+                    }
+                    out.extend_from_slice(PAST_EVERY_RANGE);
+                    changed = true;
+                    at = end;
+                    continue;
+                }
+                end
+            }
+            _ => at + 1,
+        };
+        out.extend_from_slice(&body[at..end]);
+        at = end;
+    }
+    changed.then_some(out)
+}
+
+/// Where the JSON string that starts at `body[start]` (a `"`) ends: just past its closing
+/// quote.
+fn string_end(body: &[u8], start: usize) -> usize {
+    let mut at = start + 1;
+    while let Some(&byte) = body.get(at) {
+        match byte {
+            b'\\' => at += 2,
+            b'"' => return at + 1,
+            _ => at += 1,
+        }
+    }
+    body.len()
 }
 
 /// Checks the body of an acquire of a lock.
@@ -650,6 +721,45 @@ mod tests {
         assert_eq!(missing, [FieldError::new("resources", "is required")]);
         let errors = acquire_all(&object(json!({"resources": [], "wait_ms": -1})), &limits).unwrap_err();
         assert_eq!(fields(&errors), ["resources", "owner", "ttl_seconds", "wait_ms"]);
+    }
+
+    #[test]
+    fn a_number_too_large_for_a_double_is_its_fields_422_not_the_bodys_400() {
+        let limits = Limits::default();
+        let huge = format!("1{}", "0".repeat(400));
+        for number in ["1e400", "-1e400", "2E+308", "1.5e99999", huge.as_str()] {
+            let text = format!(r#"{{"owner": "w", "ttl_ms": {number}, "x": [{number}, "{number}"]}}"#);
+            let body = super::object(text.as_bytes()).unwrap();
+            assert_eq!(body["x"][1], json!(number), "strings are left alone");
+            let errors = acquire(&body, &limits).unwrap_err();
+            assert_eq!(
+                errors,
+                [FieldError::new(
+                    "ttl_ms",
+                    "must be a JSON integer from 1 to 86400000"
+                )],
+                "{number}"
+            );
+        }
+        let text = r#"{"owner": 1e400, "fencing_token": -1e400, "note": "a \"1e400\" in \\ words"}"#;
+        let body = super::object(text.as_bytes()).unwrap();
+        assert_eq!(body["note"], json!(r#"a "1e400" in \ words"#));
+        assert_eq!(fields(&release(&body).unwrap_err()), ["owner", "fencing_token"]);
+        // Underflow is no error: a tiny number reads as zero, as serde_json reads it.
+        assert_eq!(super::object(br#"{"a": 1e-400}"#).unwrap()["a"], json!(0.0));
+        // Only numbers are forgiven: bad syntax, depth and arrays stay what they were.
+        for bad in [
+            r#"{"a": 1e400"#.to_owned(),
+            r#"{"a": 01e400}"#.to_owned(),
+            r#"{"a": 1.e400}"#.to_owned(),
+            format!(r#"{{"a": 1e400, "b": {}{}}}"#, "[".repeat(200), "]".repeat(200)),
+        ] {
+            assert!(
+                matches!(super::object(bad.as_bytes()), Err(BadBody::NotJson(_))),
+                "{bad}"
+            );
+        }
+        assert!(matches!(super::object(b"[1e400]"), Err(BadBody::NotAnObject)));
     }
 
     #[test]

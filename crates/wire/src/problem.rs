@@ -16,8 +16,10 @@ pub enum ProblemKind {
     /// 403: the caller's principal has no grant of the right this request needs on this
     /// name. Says nothing of whether the name is held.
     Denied,
-    /// 404: no live lease (or no such route).
+    /// 404: no live lease.
     NotFound,
+    /// 404: the path is no route of the API.
+    NoRoute,
     /// 405: the route does not take this method.
     MethodNotAllowed,
     /// 408: the client was too slow sending its request.
@@ -49,12 +51,13 @@ pub enum ProblemKind {
 impl ProblemKind {
     /// Every kind; where two share a status, the first is the one [`Self::from_status`]
     /// reads.
-    const ALL: [ProblemKind; 16] = [
+    const ALL: [ProblemKind; 17] = [
         Self::BadRequest,
         Self::Unauthorized,
         Self::Forbidden,
         Self::Denied,
         Self::NotFound,
+        Self::NoRoute,
         Self::MethodNotAllowed,
         Self::RequestTimeout,
         Self::Conflict,
@@ -74,7 +77,7 @@ impl ProblemKind {
             Self::BadRequest => 400,
             Self::Unauthorized => 401,
             Self::Forbidden | Self::Denied => 403,
-            Self::NotFound => 404,
+            Self::NotFound | Self::NoRoute => 404,
             Self::MethodNotAllowed => 405,
             Self::RequestTimeout => 408,
             Self::Conflict | Self::LimitMismatch | Self::Deadlock => 409,
@@ -90,7 +93,8 @@ impl ProblemKind {
     /// The kind for a status code, as a client reads it. 409 reads as [`Self::Conflict`]:
     /// only acquires answer [`Self::LimitMismatch`] (a semaphore's) and [`Self::Deadlock`],
     /// which a client tells by the problem's type ([`Self::from_type_uri`]). 403 reads as [`Self::Forbidden`]; a
-    /// missing right ([`Self::Denied`]) is told by its type likewise.
+    /// missing right ([`Self::Denied`]) is told by its type likewise, and 404 as
+    /// [`Self::NotFound`], a path that is no route ([`Self::NoRoute`]) by its type.
     pub fn from_status(status: u16) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| kind.status() == status)
     }
@@ -112,6 +116,7 @@ impl ProblemKind {
             Self::Forbidden => "forbidden",
             Self::Denied => "denied",
             Self::NotFound => "not-found",
+            Self::NoRoute => "no-route",
             Self::MethodNotAllowed => "method-not-allowed",
             Self::RequestTimeout => "request-timeout",
             Self::Conflict => "conflict",
@@ -134,6 +139,7 @@ impl ProblemKind {
             Self::Forbidden => "The lock is held by another owner.",
             Self::Denied => "The caller has no right to do this on this name.",
             Self::NotFound => "No live lock.",
+            Self::NoRoute => "No such route.",
             Self::MethodNotAllowed => "Method not allowed.",
             Self::RequestTimeout => "The request was not received in time.",
             Self::Conflict => "The fencing token is not the current lease's.",
@@ -211,11 +217,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_kind_round_trips_through_its_type_and_all_but_three_through_its_status() {
+    fn every_kind_round_trips_through_its_type_and_all_but_four_through_its_status() {
         let shared = [
             ProblemKind::LimitMismatch,
             ProblemKind::Deadlock,
             ProblemKind::Denied,
+            ProblemKind::NoRoute,
         ];
         for kind in ProblemKind::ALL {
             assert_eq!(ProblemKind::from_type_uri(&kind.type_uri()), Some(kind));
@@ -225,6 +232,11 @@ mod tests {
         }
         assert_eq!(ProblemKind::from_status(409), Some(ProblemKind::Conflict));
         assert_eq!(ProblemKind::from_status(403), Some(ProblemKind::Forbidden));
+        assert_eq!(ProblemKind::from_status(404), Some(ProblemKind::NotFound));
+        assert_eq!(
+            (ProblemKind::NoRoute.type_uri(), ProblemKind::NoRoute.title()),
+            ("urn:fencelock:problem:no-route".to_owned(), "No such route.")
+        );
         assert!(ProblemKind::LimitMismatch.type_uri().ends_with("limit-mismatch"));
         assert_eq!(ProblemKind::Deadlock.type_uri(), "urn:fencelock:problem:deadlock");
         assert_eq!(

@@ -37,7 +37,8 @@ pub struct Args {
     /// The largest request body, in bytes.
     #[arg(long, env = "FENCELOCK_MAX_BODY_BYTES", default_value_t = 16_384)]
     max_body_bytes: usize,
-    /// How many connections are served at once.
+    /// How many connections are served at once; at the limit, the keep-alive connection idle
+    /// the longest is closed to let a new one in.
     #[arg(long, env = "FENCELOCK_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
     /// How many acquires may wait at once (default: half of --max-connections); more are

@@ -22,7 +22,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use fencelock_core::{Owner, Principal, Resource};
+use fencelock_core::{Deadlock, Owner, Principal, Resource, StoreError};
 use fencelock_wire::ProblemKind;
 use tokio::time::Instant;
 
@@ -96,14 +96,20 @@ impl Caller {
         owner.of(self.principal().cloned())
     }
 
+    /// Whether the caller has `right` over `name`.
+    pub fn has(&self, right: Right, name: &Resource) -> bool {
+        match self {
+            Self::Anyone => true,
+            Self::Known(identity) => identity.may(right, name.as_str()),
+        }
+    }
+
     /// Nothing if the caller has `right` over `name`; else 403. The answer is decided before
     /// the store is asked, so it is the same whether the name is held or not, and names
     /// neither the name nor the prefixes the caller has.
     pub fn may(&self, right: Right, name: &Resource) -> Result<(), ApiError> {
         match self {
-            Self::Anyone => Ok(()),
-            Self::Known(identity) if identity.may(right, name.as_str()) => Ok(()),
-            Self::Known(identity) => Err(ApiError::Problem(
+            Self::Known(identity) if !self.has(right, name) => Err(ApiError::Problem(
                 ProblemKind::Denied,
                 format!(
                     "principal {} has no {} right on this name",
@@ -111,6 +117,21 @@ impl Caller {
                     right.as_str()
                 ),
             )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `error` as this caller is told it: the cycle of a deadlock with only the names it may
+    /// read and the owners that hold them ([`Cycle::describe`](fencelock_core::Cycle::describe)),
+    /// so that waiting on a name it may lock tells it nothing it could not read otherwise;
+    /// every other error as it is. Without authentication, the whole cycle.
+    pub fn told(&self, error: StoreError) -> ApiError {
+        match error {
+            StoreError::Deadlock(Deadlock::Found(cycle)) => ApiError::Problem(
+                ProblemKind::Deadlock,
+                cycle.describe(|name| self.has(Right::Read, name)),
+            ),
+            error => ApiError::Store(error),
         }
     }
 

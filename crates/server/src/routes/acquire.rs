@@ -1,8 +1,8 @@
 //! `POST /locks/{resource}`: acquire, waiting up to `wait_ms` in line if another owner holds it.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
+use axum::{Extension, Json};
 use fencelock_core::{AcquireOutcome, Acquired, Kind, Lease, ReleaseOutcome};
 use fencelock_wire::{Acquire, AcquireRequest, AcquireResponse, Op, outcome, parse};
 use tokio::time::Instant;
@@ -10,11 +10,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Caller, Right};
 use crate::extract::{JsonObject, both, resource};
+use crate::listener::Peer;
 use crate::observe::{Asked, Observed, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, BodyProblems, Deadlocked, Denied, detached, hold_kind};
+use super::{AuthProblems, BodyProblems, Deadlocked, Denied, acquiring, hold_kind, waiting};
 
 /// Acquire a lock.
 ///
@@ -29,7 +30,7 @@ use super::{AuthProblems, BodyProblems, Deadlocked, Denied, detached, hold_kind}
     params(("resource" = String, Path, description = "The resource, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = AcquireRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "Granted (new or extended); held by another owner; or closed by a lock-delay", body = AcquireResponse),
+        (status = 200, description = "Granted (new or extended); held by another owner; closed by a lock-delay; or, from a server shutting down, not acquired without its store's answer (`shutting_down`)", body = AcquireResponse),
         Deadlocked,
         AuthProblems,
         Denied,
@@ -39,6 +40,7 @@ pub async fn acquire(
     State(app): State<App>,
     caller: Caller,
     uri: Uri,
+    peer: Option<Extension<Peer>>,
     JsonObject(body): JsonObject,
 ) -> Result<Json<AcquireResponse>, ApiError> {
     let (resource, request) = both(resource(&uri), parse::acquire(&body, &app.config.limits))?;
@@ -51,7 +53,9 @@ pub async fn acquire(
     // given back at once instead of blocking the lock until its TTL.
     let gone = CancellationToken::new();
     let _hung_up = gone.clone().drop_guard();
-    detached(async move {
+    let _waiting = waiting(peer, wait);
+    let stopped = outcome::encode_stopped(&resource);
+    acquiring(app.clone(), || Json(stopped), async move {
         let started = Instant::now();
         let outcome = app
             .waiters
@@ -63,7 +67,7 @@ pub async fn acquire(
             token: None,
         };
         observe(&app, Kind::Lock, Op::Acquire, &asked, &outcome, started.elapsed());
-        let Acquired { outcome, .. } = outcome?;
+        let Acquired { outcome, .. } = outcome.map_err(|error| caller.told(error))?;
         if let AcquireOutcome::Granted { lease, .. } = &outcome
             && gone.is_cancelled()
         {

@@ -1,8 +1,8 @@
 //! `POST /locks`: acquire several locks, all or none, waiting up to `wait_ms` for all of them
 //! at once.
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use fencelock_core::{AcquireAllOutcome, AcquireOutcome, Acquired, Kind};
 use fencelock_wire::{Acquire, AcquireAll, AcquireAllRequest, AcquireAllResponse, Op, outcome, parse};
 use tokio::time::Instant;
@@ -10,12 +10,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Caller, Right};
 use crate::extract::JsonObject;
+use crate::listener::Peer;
 use crate::observe::observe;
 use crate::problem::ApiError;
 use crate::state::App;
 
 use super::acquire::give_back;
-use super::{AuthProblems, BodyProblems, Deadlocked, Denied, detached};
+use super::{AuthProblems, BodyProblems, Deadlocked, Denied, acquiring, waiting};
 
 /// Acquire several locks at once, all or none.
 ///
@@ -30,7 +31,7 @@ use super::{AuthProblems, BodyProblems, Deadlocked, Denied, detached};
 #[utoipa::path(post, path = "/locks", tag = "locks",
     request_body(content = AcquireAllRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "Every lock granted (new or extended), in the order asked; or none, with every lock in the way", body = AcquireAllResponse),
+        (status = 200, description = "Every lock granted (new or extended), in the order asked; or none, with every lock in the way; or, from a server shutting down, none without its store's answer (`shutting_down`)", body = AcquireAllResponse),
         Deadlocked,
         AuthProblems,
         Denied,
@@ -39,6 +40,7 @@ use super::{AuthProblems, BodyProblems, Deadlocked, Denied, detached};
 pub async fn acquire_all(
     State(app): State<App>,
     caller: Caller,
+    peer: Option<Extension<Peer>>,
     JsonObject(body): JsonObject,
 ) -> Result<Json<AcquireAllResponse>, ApiError> {
     let AcquireAll { resources, lock } = parse::acquire_all(&body, &app.config.limits)?;
@@ -52,7 +54,9 @@ pub async fn acquire_all(
     // way completes and is logged, and the grants nobody will hear of are given back at once.
     let gone = CancellationToken::new();
     let _hung_up = gone.clone().drop_guard();
-    detached(async move {
+    let _waiting = waiting(peer, wait);
+    let stopped = outcome::encode_all_stopped(&resources);
+    acquiring(app.clone(), || Json(stopped), async move {
         let started = Instant::now();
         let outcome = app
             .waiters
@@ -66,7 +70,7 @@ pub async fn acquire_all(
             &outcome,
             started.elapsed(),
         );
-        let Acquired { outcome, .. } = outcome?;
+        let Acquired { outcome, .. } = outcome.map_err(|error| caller.told(error))?;
         if let AcquireAllOutcome::Granted(granted) = &outcome
             && gone.is_cancelled()
         {

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use fencelock_core::{Acquired, Claim, HoldKind, HoldOutcome};
 use fencelock_wire::{
     AcquireHold, Op, ProblemKind, RwLockAcquireRequest, RwLockAcquireResponse, SemaphoreAcquireRequest,
@@ -20,12 +20,13 @@ use utoipa::openapi::response::Response as Described;
 
 use crate::auth::{Caller, Right};
 use crate::extract::{JsonObject, both, hold_name};
+use crate::listener::Peer;
 use crate::observe::{Asked, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
 use super::acquire::give_back;
-use super::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, detached, problems};
+use super::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, acquiring, problems, waiting};
 
 /// In the OpenAPI description: the two 409s of a semaphore's acquire.
 struct SemaphoreConflicts;
@@ -51,7 +52,7 @@ impl utoipa::IntoResponses for SemaphoreConflicts {
     params(("name" = String, Path, description = "The semaphore, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = SemaphoreAcquireRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "Granted (new or extended), or every permit held by others", body = SemaphoreAcquireResponse),
+        (status = 200, description = "Granted (new or extended); every permit held by others; or, from a server shutting down, not acquired without its store's answer (`shutting_down`)", body = SemaphoreAcquireResponse),
         SemaphoreConflicts,
         AuthProblems,
         Denied,
@@ -61,9 +62,10 @@ pub async fn acquire_semaphore(
     State(app): State<App>,
     caller: Caller,
     uri: Uri,
+    peer: Option<Extension<Peer>>,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    acquire(app, &caller, HoldKind::Semaphore, &uri, &body).await
+    acquire(app, &caller, peer, HoldKind::Semaphore, &uri, &body).await
 }
 
 /// Acquire a read-write lock.
@@ -78,7 +80,7 @@ pub async fn acquire_semaphore(
     params(("name" = String, Path, description = "The read-write lock, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     request_body(content = RwLockAcquireRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "Granted (new, replaced or extended), or held against this mode", body = RwLockAcquireResponse),
+        (status = 200, description = "Granted (new, replaced or extended); held against this mode; or, from a server shutting down, not acquired without its store's answer (`shutting_down`)", body = RwLockAcquireResponse),
         Deadlocked,
         AuthProblems,
         Denied,
@@ -88,14 +90,16 @@ pub async fn acquire_rwlock(
     State(app): State<App>,
     caller: Caller,
     uri: Uri,
+    peer: Option<Extension<Peer>>,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    acquire(app, &caller, HoldKind::RwLock, &uri, &body).await
+    acquire(app, &caller, peer, HoldKind::RwLock, &uri, &body).await
 }
 
 async fn acquire(
     app: App,
     caller: &Caller,
+    peer: Option<Extension<Peer>>,
     kind: HoldKind,
     uri: &Uri,
     body: &Map<String, Value>,
@@ -110,7 +114,11 @@ async fn acquire(
     // completes and is logged, and a grant nobody will hear of is given back at once.
     let gone = CancellationToken::new();
     let _hung_up = gone.clone().drop_guard();
-    detached(async move {
+    let _waiting = waiting(peer, acquire.wait);
+    let caller = caller.clone();
+    let asked = name.clone();
+    let stopped = move || Json(outcome::encode_hold_stopped(kind, &asked)).into_response();
+    acquiring(app.clone(), stopped, async move {
         let started = Instant::now();
         let outcome = app
             .waiters
@@ -129,7 +137,7 @@ async fn acquire(
             &outcome,
             started.elapsed(),
         );
-        let Acquired { outcome, .. } = outcome?;
+        let Acquired { outcome, .. } = outcome.map_err(|error| caller.told(error))?;
         if let HoldOutcome::Granted { hold, .. } = &outcome
             && gone.is_cancelled()
         {

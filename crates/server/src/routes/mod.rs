@@ -15,14 +15,15 @@ mod release;
 mod renew;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use axum::Json;
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Json};
 use fencelock_core::{HoldKind, Kind, LockStore, Owner, Refusal, Resource, StoreError};
 use fencelock_wire::{FieldError, HoldItem, Judged, LeaseBody, Op, ProblemKind, hold, outcome};
 use tokio::time::Instant;
@@ -32,6 +33,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement
 use utoipa::openapi::{Content, Ref, RefOr};
 
 use crate::auth::{Caller, Right, authenticate};
+use crate::listener::{Peer, Waiting};
 use crate::observe::{Asked, Observed, observe};
 use crate::problem::{ApiError, render_problems};
 use crate::state::App;
@@ -393,7 +395,7 @@ async fn not_found(uri: Uri) -> ApiError {
             return ApiError::Invalid(vec![FieldError::new(field, "must not be empty or blank")]);
         }
     }
-    ApiError::Problem(ProblemKind::NotFound, format!("no such route: {path}"))
+    ApiError::Problem(ProblemKind::NoRoute, format!("no such route: {path}"))
 }
 
 async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
@@ -417,6 +419,41 @@ async fn detached<T: Send + 'static>(
             ProblemKind::Unavailable,
             "the server is shutting down".into(),
         )),
+    }
+}
+
+/// The connection's watch on its client, for an acquire that waits up to `wait` (none for one
+/// that does not wait): see [`Peer::waiting`].
+fn waiting(peer: Option<Extension<Peer>>, wait: Duration) -> Option<Waiting> {
+    peer.filter(|_| !wait.is_zero())
+        .map(|Extension(peer)| peer.waiting())
+}
+
+/// Runs an acquire's `work` as [`detached`] does, and answers it — but once the server is
+/// shutting down, for at most a third of [`Config::shutdown_grace`](crate::Config): then, or
+/// if the store fails meanwhile, the answer is `stopped()`, `acquired: false` with
+/// `"shutting_down": true`. At shutdown every waiter makes one last try; a store that hangs
+/// (or fails) must not leave a waiter unanswered when its connection is closed, whatever the
+/// store does. The work goes on in its task: the route's end cancels its `gone`, so a grant
+/// the store makes after all is given back.
+async fn acquiring<T: Send + 'static>(
+    app: App,
+    stopped: impl FnOnce() -> T,
+    work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    let mut answer = std::pin::pin!(detached(work));
+    tokio::select! {
+        answer = &mut answer => return answer,
+        () = app.waiters.shutting_down() => {}
+    }
+    match tokio::time::timeout(app.config.shutdown_grace / 3, answer).await {
+        Ok(Err(ApiError::Store(StoreError::Unavailable { .. }))) | Err(_) => {
+            tracing::warn!(
+                "shutting down: an acquire is answered acquired: false without its store's answer"
+            );
+            Ok(stopped())
+        }
+        Ok(answer) => answer,
     }
 }
 

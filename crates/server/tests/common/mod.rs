@@ -5,6 +5,7 @@
 pub mod scenarios;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fencelock_core::{Call, Layer, Layered, LockStore, ManualClock, MemoryStore, StoreError, Timestamp};
@@ -405,6 +406,34 @@ impl Layer for Unreachable {
             message: "connection refused".into(),
             source: None,
         })
+    }
+}
+
+/// A store whose calls never return once the flag it comes with is set: a store node that
+/// stopped answering and closed nothing (a stopped process, a cut network).
+pub fn hanging_store() -> (Arc<dyn LockStore>, Arc<AtomicBool>) {
+    let hung = Arc::new(AtomicBool::new(false));
+    let store = Layered::new(MemoryStore::new(), Hangs { hung: hung.clone() });
+    (Arc::new(store), hung)
+}
+
+/// The layer of [`hanging_store`].
+#[derive(Debug)]
+pub struct Hangs {
+    hung: Arc<AtomicBool>,
+}
+
+impl Layer for Hangs {
+    async fn around<T: Send>(
+        &self,
+        _: Call,
+        inner: impl Future<Output = Result<T, StoreError>> + Send,
+    ) -> Result<T, StoreError> {
+        if self.hung.load(Ordering::Acquire) {
+            std::future::pending().await
+        } else {
+            inner.await
+        }
     }
 }
 
