@@ -14,8 +14,8 @@
 //! - [`table`]: [`LockTable`], the rules as a pure state machine (used by the in-memory and
 //!   the embedded store).
 //! - [`memory`]: [`MemoryStore`], the reference store (`memory://`).
-//! - [`clock`]: the injectable [`Clock`]: a monotonic wall clock; for tests, a manual one and
-//!   one that follows Tokio's (pausable) time.
+//! - [`clock`]: the injectable [`Clock`]: a monotonic wall clock, with the host's [`Uptime`];
+//!   for tests, a manual one and one that follows Tokio's (pausable) time.
 //! - [`wait`]: [`Waiters`], first-come first-served waiting above any store, for one lock or
 //!   several at once.
 //! - [`deadlock`]: the wait-for graph of one [`Waiters`], which refuses the wait that would
@@ -31,7 +31,7 @@ pub mod store;
 pub mod table;
 pub mod wait;
 
-pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock, Uptime};
 pub use hold::{Busy, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind};
 pub use layer::{Call, Layer, Layered};
 pub use memory::MemoryStore;
