@@ -43,7 +43,9 @@
 //!   address, and how to open it). [`open`], [`supported_schemes`], the "not built" error
 //!   and the `features` test all read it; adding a store is adding a row.
 //! - [`Deadline`]: any [`LockStore`] with a deadline on every call; the stores on a network
-//!   server are opened in one.
+//!   server are opened in one. [`open`] also lets the calls on one name take turns
+//!   ([`fencelock_core::Turns`]) on the stores that change a name by compare-and-set
+//!   ([`Scheme::takes_turns`]).
 //! - [`sqlite`] (feature `sqlite`, on by default): [`sqlite::SqliteStore`], one SQLite file
 //!   owned by one server, with group commit.
 //! - [`postgres`] (feature `postgres`, on by default): [`postgres::PostgresStore`], a
@@ -64,7 +66,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use fencelock_core::{LockStore, MemoryStore, StoreError};
+use fencelock_core::{Layered, LockStore, MemoryStore, StoreError, Turns};
 
 mod deadline;
 #[cfg(feature = "etcd")]
@@ -75,6 +77,8 @@ pub mod postgres;
 pub mod redis;
 #[cfg(any(feature = "etcd", feature = "redis", feature = "zookeeper"))]
 mod remote;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod retry;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(any(feature = "postgres", feature = "etcd", feature = "redis"))]
@@ -97,6 +101,10 @@ pub struct Scheme {
     /// What the store's build needs besides the Rust toolchain, if anything: said when the
     /// store is not built.
     pub build_needs: Option<&'static str>,
+    /// Whether the store changes a name by compare-and-set, trying again when another call
+    /// changed it in between: [`open`] then lets one call per name reach it at a time
+    /// ([`Turns`]), so that calls through one server never try again because of each other.
+    pub takes_turns: bool,
     /// Opens an address of this scheme (the whole address, and what follows `://`); `None`
     /// when this build left the store out.
     open: Option<OpenFn>,
@@ -122,6 +130,7 @@ pub const SCHEMES: &[Scheme] = &[
         feature: None,
         example: "memory://",
         build_needs: None,
+        takes_turns: false,
         open: Some(open_memory),
     },
     Scheme {
@@ -129,6 +138,7 @@ pub const SCHEMES: &[Scheme] = &[
         feature: Some("sqlite"),
         example: "sqlite://PATH",
         build_needs: None,
+        takes_turns: false,
         #[cfg(feature = "sqlite")]
         open: Some(sqlite::open),
         #[cfg(not(feature = "sqlite"))]
@@ -139,6 +149,7 @@ pub const SCHEMES: &[Scheme] = &[
         feature: Some("postgres"),
         example: "postgres://USER@HOST:PORT/DB",
         build_needs: None,
+        takes_turns: false,
         #[cfg(feature = "postgres")]
         open: Some(postgres::open),
         #[cfg(not(feature = "postgres"))]
@@ -149,6 +160,9 @@ pub const SCHEMES: &[Scheme] = &[
         feature: Some("redis"),
         example: "redis://HOST:PORT[,HOST:PORT,HOST:PORT...]",
         build_needs: None,
+        // For Redlock, whose nodes may each take another of two concurrent calls on a name
+        // first; one node's scripts pay a map lookup for it.
+        takes_turns: true,
         #[cfg(feature = "redis")]
         open: Some(redis::open),
         #[cfg(not(feature = "redis"))]
@@ -159,6 +173,7 @@ pub const SCHEMES: &[Scheme] = &[
         feature: Some("etcd"),
         example: "etcd://HOST:PORT[,HOST:PORT...]",
         build_needs: Some("protoc: apt-get install protobuf-compiler"),
+        takes_turns: true,
         #[cfg(feature = "etcd")]
         open: Some(etcd::open),
         #[cfg(not(feature = "etcd"))]
@@ -169,6 +184,7 @@ pub const SCHEMES: &[Scheme] = &[
         feature: Some("zookeeper"),
         example: "zookeeper://HOST:PORT[,HOST:PORT...]",
         build_needs: None,
+        takes_turns: true,
         #[cfg(feature = "zookeeper")]
         open: Some(zookeeper::open),
         #[cfg(not(feature = "zookeeper"))]
@@ -253,6 +269,10 @@ pub async fn open(address: &str) -> Result<Arc<dyn LockStore>, OpenError> {
         .find(|row| row.names.contains(&scheme.as_str()))
         .ok_or_else(unsupported)?;
     match (row.open, row.feature) {
+        (Some(open), _) if row.takes_turns => {
+            let store = open(address, rest).await?;
+            Ok(Arc::new(Layered::new(store, Turns::new())))
+        }
         (Some(open), _) => open(address, rest).await,
         (None, Some(feature)) => Err(OpenError::NotBuilt {
             address: address.into(),

@@ -7,7 +7,9 @@ pub mod scenarios;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Call, Layer, Layered, LockStore, ManualClock, MemoryStore, StoreError, Timestamp};
+use fencelock_core::{
+    Call, Layer, Layered, LockStore, ManualClock, MemoryStore, Names, StoreError, Timestamp,
+};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
@@ -399,6 +401,7 @@ impl Layer for Unreachable {
     async fn around<T: Send>(
         &self,
         _: Call,
+        _: Names<'_>,
         _: impl Future<Output = Result<T, StoreError>> + Send,
     ) -> Result<T, StoreError> {
         Err(StoreError::Unavailable {

@@ -12,7 +12,10 @@ use fencelock_core::{
 use super::codec::{self, Kept, Range};
 use super::error::EtcdError;
 use super::txn::{Granted, allowed, ended};
-use super::{EXPIRY_RECHECK, EtcdStore, MAX_ATTEMPTS};
+use super::{EXPIRY_RECHECK, EtcdStore};
+
+/// What recording a writer's intent is called in errors.
+const INTENT: &str = "record a writer's intent";
 
 /// How many keys one request of [`EtcdStore::try_list_holds`] reads.
 const LIST_BATCH: i64 = 256;
@@ -86,7 +89,8 @@ impl EtcdStore {
         let kind = claim.kind();
         let holds = self.holds.holds_of(kind, name);
         let intents = (kind == HoldKind::RwLock).then(|| self.holds.intents_of(name));
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let read = self.read_name(&holds, intents.as_ref()).await?;
             let own = read.holds.iter().find(|(h, _)| h.lease.owner == *owner);
             // Intents are by the owner's name: recording the caller's replaces the one under
@@ -115,7 +119,7 @@ impl EtcdStore {
                         Some(PutOptions::new().with_lease(lease.id)),
                     );
                     if self
-                        .txn("record a writer's intent", Txn::new().when(when).and_then([put]))
+                        .txn(INTENT, Txn::new().when(when).and_then([put]))
                         .await?
                         .succeeded()
                     {
@@ -125,6 +129,7 @@ impl EtcdStore {
                         }
                         return Ok(HoldOutcome::Busy(busy));
                     }
+                    backoff.pause().await.map_err(EtcdError::contended(INTENT))?;
                     continue;
                 }
                 Verdict::Grant | Verdict::Extend => hold_lease.get(self, ttl).await?,
@@ -168,6 +173,10 @@ impl EtcdStore {
                 .txn("acquire a hold", Txn::new().when(when).and_then(ops))
                 .await?;
             if !answer.succeeded() {
+                backoff
+                    .pause()
+                    .await
+                    .map_err(EtcdError::contended("acquire a hold"))?;
                 continue;
             }
             hold_lease.used();
@@ -189,10 +198,6 @@ impl EtcdStore {
                 },
             });
         }
-        Err(EtcdError::Contended {
-            doing: "acquire a hold",
-        }
-        .into())
     }
 
     /// Revokes `old`, the etcd lease of a key that a committed transaction deleted or moved
@@ -263,7 +268,8 @@ impl EtcdStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let found = self.own_hold(kind, name, owner).await?;
             let (kv, hold) = match allowed(found, |h: &Hold| &h.lease, owner, token) {
                 Ok(allowed) => allowed,
@@ -272,11 +278,11 @@ impl EtcdStore {
             if self.delete_unchanged("release a hold", &kv).await? {
                 return Ok(ended(hold.lease));
             }
+            backoff
+                .pause()
+                .await
+                .map_err(EtcdError::contended("release a hold"))?;
         }
-        Err(EtcdError::Contended {
-            doing: "release a hold",
-        }
-        .into())
     }
 
     pub(super) async fn try_renew_hold(
@@ -287,7 +293,8 @@ impl EtcdStore {
         ttl: Ttl,
         token: Option<FencingToken>,
     ) -> Result<RenewOutcome<Hold>> {
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let found = self.own_hold(kind, name, owner).await?;
             let (kv, hold) = match allowed(found, |h: &Hold| &h.lease, owner, token) {
                 Ok(allowed) => allowed,
@@ -303,11 +310,11 @@ impl EtcdStore {
                 renewed.lease.expires_at = expires_at;
                 return Ok(RenewOutcome::Renewed(renewed));
             }
+            backoff
+                .pause()
+                .await
+                .map_err(EtcdError::contended("renew a hold"))?;
         }
-        Err(EtcdError::Contended {
-            doing: "renew a hold",
-        }
-        .into())
     }
 
     /// Reads the holds of `kind` in key order (which is the order of the names' bytes), in
@@ -361,7 +368,8 @@ impl EtcdStore {
     /// another principal under that name is theirs to withdraw).
     pub(super) async fn try_withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
         let key = self.holds.intent(name, owner);
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let mut read = self.get("read an intent", &key, None).await?;
             let Some(kv) = read.take_kvs().into_iter().next() else {
                 return Ok(());
@@ -373,11 +381,9 @@ impl EtcdStore {
             if self.delete_unchanged("withdraw an intent", &kv).await? {
                 return Ok(());
             }
+            let doing = "withdraw an intent";
+            backoff.pause().await.map_err(EtcdError::contended(doing))?;
         }
-        Err(EtcdError::Contended {
-            doing: "withdraw an intent",
-        }
-        .into())
     }
 
     /// Ends every hold of `kind` on `name`, whoever holds it, in one request; writers'

@@ -35,7 +35,7 @@
 //!   first; otherwise a transaction whose compares cover every key — absent, or the exact
 //!   version read (`mod_revision`) for the caller's own live leases, which it extends,
 //!   keeping their terms — writes them all, or, if any compare fails, reads them all again
-//!   for the next try (up to 32). The keys created by one transaction share its revision as
+//!   for the next try. The keys created by one transaction share its revision as
 //!   their token. Its success branch has two operations per key, a put and a get: 128 for
 //!   the most locks one acquire may take (64), which is etcd's default `--max-txn-ops`; a
 //!   cluster that allows fewer refuses the largest acquires. An etcd lease known to be unused is revoked; after an error it is left to
@@ -44,6 +44,11 @@
 //!   read (absent or over, other owner, other token), and then delete or rewrite the key in
 //!   a transaction that only succeeds if the key is still that same version
 //!   (`mod_revision`) with that token (`create_revision`); otherwise they start over.
+//! - **Contention.** A compare fails only when another call changed a key between the read
+//!   and the write: another server's, since the calls of one server on a name take turns
+//!   ([`fencelock_core::Turns`], where [`crate::open`] opens the store). The call then reads
+//!   and judges again, after a random pause that doubles with each try, until its deadline:
+//!   contention costs time, not an error.
 //! - Renew grants a **new** etcd lease with the new TTL and moves the key onto it (then
 //!   revokes the old lease): an etcd keep-alive could only restart the old lease's original
 //!   TTL, while a renew may ask for a shorter one. Renewals and extensions are cut at the
@@ -81,10 +86,10 @@
 //! range) — nor, for a reader, in its range of intents — and the owner's own hold, if it
 //! extends or replaces one, is still there. Keys deleted meanwhile (released or expired) can
 //! only have made the decision more cautious than it needed to be. If the compare fails,
-//! another call changed the name: the acquire reads and decides again, up to 32 times, then
-//! answers [`StoreError::Unavailable`]. So the limit, the exclusion of readers and writer,
-//! and the intents hold across every server. A refusal writes nothing (but an intent): it
-//! is what the name was at `R`.
+//! another server changed the name: the acquire reads and decides again, after a pause, as
+//! an acquire of a lock does. So the limit, the exclusion of readers and writer, and the
+//! intents hold across every server. A refusal writes nothing (but an intent): it is what
+//! the name was at `R`.
 //!
 //! - A key exists as long as etcd keeps its lease alive, so every hold and intent read is
 //!   judged live, as a lock's key is, even past its `expires_at` by this server's clock
@@ -161,6 +166,7 @@ use fencelock_core::{
 use tokio::sync::broadcast;
 
 use crate::deadline::{Deadline, Within, within};
+use crate::retry::Backoff;
 use crate::subscription::{AbortOnDrop, keep_subscribed};
 
 mod codec;
@@ -175,11 +181,6 @@ use watch::{Watch, Watched};
 
 /// The store's name in error messages.
 const STORE: &str = "etcd";
-
-/// How often a call reads and writes again when the key changed between the two, before it
-/// gives up. Each retry means another caller changed the key meanwhile, so this is only hit
-/// under extreme contention on one resource.
-pub(super) const MAX_ATTEMPTS: usize = 32;
 
 /// How long a caller told "held" is asked to wait when the holder's `expires_at` has passed
 /// but etcd has not yet deleted the key (it finds expired leases about every half second).
@@ -307,6 +308,11 @@ impl EtcdStore {
 
     fn key(&self, resource: &Resource) -> Vec<u8> {
         [self.options.prefix.as_bytes(), resource.as_str().as_bytes()].concat()
+    }
+
+    /// The pauses of a call between its tries, for as long as its deadline allows.
+    fn backoff(&self) -> Backoff {
+        Backoff::within(self.options.call_deadline())
     }
 }
 

@@ -14,7 +14,7 @@ use fencelock_core::{
 
 use super::codec::{self, Kept};
 use super::error::EtcdError;
-use super::{EXPIRY_RECHECK, EtcdStore, MAX_ATTEMPTS};
+use super::{EXPIRY_RECHECK, EtcdStore};
 
 impl EtcdStore {
     /// The key of `resource` as it is now (a linearizable read).
@@ -139,7 +139,8 @@ impl EtcdStore {
         // Nothing read yet: the likely case, every key absent, is written at once, and the
         // transaction reads every key back whether it succeeds or not.
         let mut read: Vec<Option<KeyValue>> = vec![None; keys.len()];
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let now = Timestamp::now_wall();
             let (mut writes, mut refusals, mut over) = (Vec::new(), Vec::new(), Vec::new());
             for (resource, kv) in resources.iter().zip(read) {
@@ -195,7 +196,11 @@ impl EtcdStore {
             let answer = self.txn("acquire", txn).await?;
             let kvs = codec::gets(&answer).into_iter().map(|kvs| kvs.into_iter().next());
             if !answer.succeeded() {
+                // Another server changed a key since it was read (or since the first try
+                // took every key to be absent): judge again on the keys as the transaction
+                // found them.
                 read = kvs.collect();
+                backoff.pause().await.map_err(EtcdError::contended("acquire"))?;
                 continue;
             }
             let mut granted = Vec::with_capacity(keys.len());
@@ -224,7 +229,6 @@ impl EtcdStore {
             }
             return Ok(AcquireAllOutcome::Granted(granted));
         }
-        Err(EtcdError::Contended { doing: "acquire" }.into())
     }
 
     /// The etcd lease for one key's write, which keeps `kept(asked_at)`: the one in
@@ -353,18 +357,17 @@ impl EtcdStore {
     /// the version read, so that it ends exactly what it reports. A lease that expired is
     /// not there to end, and its lock-delay stays.
     pub(super) async fn force_release_lock(&self, resource: &Resource) -> Result<Option<Lease>> {
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let Some((kv, lease)) = self.read_live(resource).await? else {
                 return Ok(None);
             };
             if self.delete_unchanged("force-release a lock", &kv).await? {
                 return Ok(Some(lease));
             }
+            let doing = "force-release a lock";
+            backoff.pause().await.map_err(EtcdError::contended(doing))?;
         }
-        Err(EtcdError::Contended {
-            doing: "force-release a lock",
-        }
-        .into())
     }
 
     pub(super) async fn try_release(
@@ -373,7 +376,8 @@ impl EtcdStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let (kv, lease) = match self.judge(resource, owner, token).await? {
                 Ok(allowed) => allowed,
                 Err(refusal) => return Ok(refusal.into()),
@@ -381,8 +385,8 @@ impl EtcdStore {
             if self.delete_unchanged("release", &kv).await? {
                 return Ok(ended(lease));
             }
+            backoff.pause().await.map_err(EtcdError::contended("release"))?;
         }
-        Err(EtcdError::Contended { doing: "release" }.into())
     }
 
     pub(super) async fn try_renew(
@@ -392,7 +396,8 @@ impl EtcdStore {
         ttl: Ttl,
         token: Option<FencingToken>,
     ) -> Result<RenewOutcome> {
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let (kv, lease) = match self.judge(resource, owner, token).await? {
                 Ok(allowed) => allowed,
                 Err(refusal) => return Ok(refusal.into()),
@@ -402,8 +407,8 @@ impl EtcdStore {
             if let Some(expires_at) = self.move_unchanged("renew", &kv, ttl, kept, value).await? {
                 return Ok(RenewOutcome::Renewed(Lease { expires_at, ..lease }));
             }
+            backoff.pause().await.map_err(EtcdError::contended("renew"))?;
         }
-        Err(EtcdError::Contended { doing: "renew" }.into())
     }
 
     /// Reads the locks in key order (which is the order of the names' bytes), in batches of
