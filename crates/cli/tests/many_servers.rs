@@ -105,7 +105,33 @@ fn unique(name: &str) -> String {
     format!("{name}-{}-{}", std::process::id(), common::wall_ms())
 }
 
-/// The three behaviours of issue 4 for two servers sharing `store`.
+/// `racers` concurrent acquires of `resource`, the `i`th by the owner `owner(i)` through
+/// `servers[i % 2]`; each answered 200.
+async fn race(
+    client: &reqwest::Client,
+    servers: &[Server; 2],
+    resource: &str,
+    racers: usize,
+    owner: impl Fn(usize) -> String,
+) -> Vec<Answer> {
+    let attempts: Vec<_> = (0..racers)
+        .map(|i| {
+            let url = format!("{}/locks/{resource}", servers[i % 2].url);
+            let (client, body) = (client.clone(), json!({"owner": owner(i), "ttl_seconds": 60}));
+            tokio::spawn(async move { call(&client, reqwest::Method::POST, url, Some(body)).await })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(racers);
+    for attempt in attempts {
+        let answer = attempt.await.unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        answers.push(answer);
+    }
+    answers
+}
+
+/// The three behaviours of issue 4 for two servers sharing `store`, and issue 22's
+/// contention by one owner.
 async fn two_servers_share_one_store(store: &str) {
     let servers = [Server::on(store), Server::on(store)];
     let client = reqwest::Client::new();
@@ -113,24 +139,25 @@ async fn two_servers_share_one_store(store: &str) {
     // 100 concurrent acquirers spread over both servers: exactly one winner, every round.
     for round in 0..5 {
         let resource = unique(&format!("race{round}"));
-        let attempts: Vec<_> = (0..100)
-            .map(|i| {
-                let url = format!("{}/locks/{resource}", servers[i % 2].url);
-                let client = client.clone();
-                tokio::spawn(async move {
-                    let body = json!({"owner": format!("w{i}"), "ttl_seconds": 60});
-                    call(&client, reqwest::Method::POST, url, Some(body)).await
-                })
-            })
-            .collect();
-        let mut winners = 0;
-        for attempt in attempts {
-            let answer = attempt.await.unwrap();
-            assert_eq!(answer.status, 200, "{}", answer.body);
-            winners += usize::from(answer.body["acquired"] == true);
-        }
+        let answers = race(&client, &servers, &resource, 100, |i| format!("w{i}")).await;
+        let winners = answers.iter().filter(|a| a.body["acquired"] == true).count();
         assert_eq!(winners, 1, "round {round}");
     }
+
+    // 50 concurrent acquires by one owner, spread over both servers: contention costs time,
+    // never a 503 (issue 22). One grant, which every other acquire extends.
+    let resource = unique("one-owner");
+    let answers = race(&client, &servers, &resource, 50, |_| "racer".into()).await;
+    let tokens: std::collections::HashSet<u64> = answers
+        .iter()
+        .map(|a| {
+            assert_eq!(a.body["acquired"], true, "{}", a.body);
+            a.body["lock"]["fencing_token"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(tokens.len(), 1, "{tokens:?}");
+    let new = answers.iter().filter(|a| a.body["extended"] == false).count();
+    assert_eq!(new, 1, "one grant, the others extensions");
 
     // Tokens strictly increase across both servers.
     let resource = unique("tokens");

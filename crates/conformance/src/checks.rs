@@ -120,34 +120,84 @@ pub async fn grant_is_a_new_lease_with_a_new_token(h: &Harness) {
 pub async fn concurrent_acquires_of_a_free_resource_have_one_winner(h: &Harness) {
     for round in 0..5 {
         let resource = h.resource(&format!("race-{round}"));
-        let attempts = (0..32).map(|i| {
-            let store = h.store.clone();
-            let resource = resource.clone();
-            let ttl = h.long_ttl();
-            tokio::spawn(async move { store.acquire(&resource, &owner(&format!("w{i}")), ttl).await })
-        });
-        let mut winners = Vec::new();
-        let mut holders = HashSet::new();
-        for attempt in attempts.collect::<Vec<_>>() {
-            match attempt.await.unwrap().expect("acquire") {
-                AcquireOutcome::Granted { lease, .. } => winners.push(lease),
-                AcquireOutcome::Held { holder, .. } => {
-                    holders.insert(holder.token);
-                }
-                AcquireOutcome::Extended(lease) => panic!("nobody held it, yet extended: {lease:?}"),
-                delayed @ AcquireOutcome::Delayed { .. } => {
-                    panic!("no lock-delay was asked for: {delayed:?}")
-                }
+        one_winner(h, &resource, 32).await;
+    }
+}
+
+/// Issue 22: 50 concurrent acquires of one name, by one owner and then by 50 owners, are all
+/// answered: contention costs time, never an error. One owner gets one grant, extended by
+/// every other acquire (same token); of 50 owners, one is granted and the others are told it
+/// is held by that one.
+pub async fn fifty_racers_on_one_name_are_all_answered(h: &Harness) {
+    let resource = h.resource("one-owner");
+    let outcomes = race(h, &resource, 50, |_| "racer".into()).await;
+    let granted: Vec<&Lease> = outcomes
+        .iter()
+        .filter_map(|outcome| match outcome {
+            AcquireOutcome::Granted { lease, .. } => Some(lease),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(granted.len(), 1, "grants: {granted:?}");
+    for outcome in &outcomes {
+        match outcome {
+            AcquireOutcome::Granted { .. } => {}
+            AcquireOutcome::Extended(lease) => assert_eq!(lease.token, granted[0].token, "{lease:?}"),
+            other => panic!("the owner's own lease refused it: {other:?}"),
+        }
+    }
+    let now = h.store.get(&resource).await.unwrap().expect("still held");
+    assert_eq!((&now.owner, now.token), (&granted[0].owner, granted[0].token));
+
+    one_winner(h, &h.resource("fifty-owners"), 50).await;
+}
+
+/// `racers` concurrent acquires of the free `resource`, each by an owner of its own: exactly
+/// one wins, and every loser is told of that winner.
+async fn one_winner(h: &Harness, resource: &Resource, racers: usize) {
+    let mut winners = Vec::new();
+    let mut holders = HashSet::new();
+    for outcome in race(h, resource, racers, |i| format!("w{i}")).await {
+        match outcome {
+            AcquireOutcome::Granted { lease, .. } => winners.push(lease),
+            AcquireOutcome::Held { holder, .. } => {
+                holders.insert(holder.token);
+            }
+            AcquireOutcome::Extended(lease) => panic!("nobody held it, yet extended: {lease:?}"),
+            delayed @ AcquireOutcome::Delayed { .. } => {
+                panic!("no lock-delay was asked for: {delayed:?}")
             }
         }
-        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
-        let winner = &winners[0];
-        assert!(
-            holders.iter().all(|t| *t == winner.token),
-            "losers saw another holder than {winner:?}"
-        );
-        assert_eq!(h.store.get(&resource).await.unwrap().as_ref(), Some(winner));
     }
+    assert_eq!(winners.len(), 1, "{resource}: winners {winners:?}");
+    let winner = &winners[0];
+    assert!(
+        holders.iter().all(|t| *t == winner.token),
+        "losers saw another holder than {winner:?}"
+    );
+    assert_eq!(h.store.get(resource).await.unwrap().as_ref(), Some(winner));
+}
+
+/// The outcomes of `racers` concurrent acquires of `resource`, the `i`th by the owner
+/// `owner(i)`; fails the check on any error.
+async fn race(
+    h: &Harness,
+    resource: &Resource,
+    racers: usize,
+    owner_of: impl Fn(usize) -> String,
+) -> Vec<AcquireOutcome> {
+    let attempts: Vec<_> = (0..racers)
+        .map(|i| {
+            let (store, resource, who) = (h.store.clone(), resource.clone(), owner(&owner_of(i)));
+            let ttl = h.long_ttl();
+            tokio::spawn(async move { store.acquire(&resource, &who, ttl).await })
+        })
+        .collect();
+    let mut outcomes = Vec::with_capacity(racers);
+    for attempt in attempts {
+        outcomes.push(attempt.await.unwrap().expect("acquire"));
+    }
+    outcomes
 }
 
 /// Rule 3: the holder's re-acquire extends: same token, new `acquired_at` and `expires_at`.

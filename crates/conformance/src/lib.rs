@@ -234,6 +234,7 @@ macro_rules! suite {
         $crate::suite!(@each $make;
             grant_is_a_new_lease_with_a_new_token,
             concurrent_acquires_of_a_free_resource_have_one_winner,
+            fifty_racers_on_one_name_are_all_answered,
             reacquire_by_the_holder_extends_with_the_same_token,
             acquire_of_a_held_resource_reports_the_holder,
             tokens_increase_across_releases_and_expiries,

@@ -1,5 +1,6 @@
 //! [`Layered`]: a store wrapped in a [`Layer`] that sees every call go by — a deadline on
-//! each call, the time each one takes — written once instead of once per wrapper.
+//! each call, the time each one takes, calls on one name taking turns — written once instead
+//! of once per wrapper.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
+use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind};
 use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Ttl};
 use crate::store::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore,
@@ -72,13 +73,26 @@ impl Call {
     }
 }
 
+/// The names a call may change, as a [`Layer`] is told them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Names<'a> {
+    /// None: the call only reads, or goes over many names at once (list, purge, ping).
+    None,
+    /// One name of one kind.
+    One(Kind, &'a Resource),
+    /// Several locks at once ([`LockStore::acquire_all`]).
+    Locks(&'a Resources),
+}
+
 /// What a [`Layered`] store does around each call to the store underneath.
 pub trait Layer: Send + Sync + std::fmt::Debug + 'static {
-    /// Runs `inner`, the call `call` to the store underneath, and gives its result (or
-    /// another one: a deadline answers [`crate::StoreError::Unavailable`] when it runs out).
+    /// Runs `inner`, the call `call` to the store underneath that may change `names`, and
+    /// gives its result (or another one: a deadline answers
+    /// [`crate::StoreError::Unavailable`] when it runs out).
     fn around<T: Send>(
         &self,
         call: Call,
+        names: Names<'_>,
         inner: impl Future<Output = Result<T>> + Send,
     ) -> impl Future<Output = Result<T>> + Send;
 }
@@ -112,7 +126,8 @@ impl<S, L> Layered<S, L> {
 impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
     async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
         let call = self.inner.acquire_with(resource, owner, terms);
-        self.layer.around(Call::Acquire, call).await
+        let names = Names::One(Kind::Lock, resource);
+        self.layer.around(Call::Acquire, names, call).await
     }
 
     async fn acquire_all(
@@ -122,11 +137,13 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         terms: Terms,
     ) -> Result<AcquireAllOutcome> {
         let call = self.inner.acquire_all(resources, owner, terms);
-        self.layer.around(Call::AcquireAll, call).await
+        let names = Names::Locks(resources);
+        self.layer.around(Call::AcquireAll, names, call).await
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
-        self.layer.around(Call::Get, self.inner.get(resource)).await
+        let call = self.inner.get(resource);
+        self.layer.around(Call::Get, Names::None, call).await
     }
 
     async fn release(
@@ -136,7 +153,8 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
         let call = self.inner.release(resource, owner, token);
-        self.layer.around(Call::Release, call).await
+        let names = Names::One(Kind::Lock, resource);
+        self.layer.around(Call::Release, names, call).await
     }
 
     async fn renew(
@@ -147,15 +165,18 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         token: Option<FencingToken>,
     ) -> Result<RenewOutcome> {
         let call = self.inner.renew(resource, owner, ttl, token);
-        self.layer.around(Call::Renew, call).await
+        let names = Names::One(Kind::Lock, resource);
+        self.layer.around(Call::Renew, names, call).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
-        self.layer.around(Call::List, self.inner.list(query)).await
+        let call = self.inner.list(query);
+        self.layer.around(Call::List, Names::None, call).await
     }
 
     async fn purge_expired(&self) -> Result<Vec<Expired>> {
-        self.layer.around(Call::Purge, self.inner.purge_expired()).await
+        let call = self.inner.purge_expired();
+        self.layer.around(Call::Purge, Names::None, call).await
     }
 
     async fn acquire_hold(
@@ -167,11 +188,13 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         intent: Option<Ttl>,
     ) -> Result<HoldOutcome> {
         let call = self.inner.acquire_hold(name, owner, claim, ttl, intent);
-        self.layer.around(Call::AcquireHold, call).await
+        let names = Names::One(claim.kind().into(), name);
+        self.layer.around(Call::AcquireHold, names, call).await
     }
 
     async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
-        self.layer.around(Call::Holds, self.inner.holds(kind, name)).await
+        let call = self.inner.holds(kind, name);
+        self.layer.around(Call::Holds, Names::None, call).await
     }
 
     async fn release_hold(
@@ -182,7 +205,8 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
         let call = self.inner.release_hold(kind, name, owner, token);
-        self.layer.around(Call::ReleaseHold, call).await
+        let names = Names::One(kind.into(), name);
+        self.layer.around(Call::ReleaseHold, names, call).await
     }
 
     async fn renew_hold(
@@ -194,27 +218,31 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         token: Option<FencingToken>,
     ) -> Result<RenewOutcome<Hold>> {
         let call = self.inner.renew_hold(kind, name, owner, ttl, token);
-        self.layer.around(Call::RenewHold, call).await
+        let names = Names::One(kind.into(), name);
+        self.layer.around(Call::RenewHold, names, call).await
     }
 
     async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
         let call = self.inner.list_holds(kind, query);
-        self.layer.around(Call::ListHolds, call).await
+        self.layer.around(Call::ListHolds, Names::None, call).await
     }
 
     async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
         let call = self.inner.withdraw_intent(name, owner);
-        self.layer.around(Call::WithdrawIntent, call).await
+        // Intents are a read-write lock's.
+        let names = Names::One(Kind::RwLock, name);
+        self.layer.around(Call::WithdrawIntent, names, call).await
     }
 
     async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
-        self.layer
-            .around(Call::ForceRelease, self.inner.force_release(key))
-            .await
+        let call = self.inner.force_release(key);
+        let names = Names::One(key.kind, &key.name);
+        self.layer.around(Call::ForceRelease, names, call).await
     }
 
     async fn ping(&self) -> Result<()> {
-        self.layer.around(Call::Ping, self.inner.ping()).await
+        let call = self.inner.ping();
+        self.layer.around(Call::Ping, Names::None, call).await
     }
 
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {

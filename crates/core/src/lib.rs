@@ -11,11 +11,12 @@
 //!   their rule book.
 //! - [`store`]: the [`LockStore`] trait, its outcome enums and [`StoreError`].
 //! - [`layer`]: [`Layered`], a store with a [`Layer`] around each call (deadlines, timing).
+//! - [`turns`]: [`Turns`], the layer that lets one call per name reach a store at a time.
 //! - [`table`]: [`LockTable`], the rules as a pure state machine (used by the in-memory and
 //!   the embedded store).
 //! - [`memory`]: [`MemoryStore`], the reference store (`memory://`).
-//! - [`clock`]: the injectable [`Clock`]: a monotonic wall clock; for tests, a manual one and
-//!   one that follows Tokio's (pausable) time.
+//! - [`clock`]: the injectable [`Clock`]: a monotonic wall clock, with the host's [`Uptime`];
+//!   for tests, a manual one and one that follows Tokio's (pausable) time.
 //! - [`wait`]: [`Waiters`], first-come first-served waiting above any store, for one lock or
 //!   several at once.
 //! - [`deadlock`]: the wait-for graph of one [`Waiters`], which refuses the wait that would
@@ -29,12 +30,13 @@ pub mod memory;
 pub mod model;
 pub mod store;
 pub mod table;
+pub mod turns;
 pub mod wait;
 
-pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock, Uptime};
 pub use deadlock::{Cycle, Deadlock};
 pub use hold::{Busy, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind};
-pub use layer::{Call, Layer, Layered};
+pub use layer::{Call, Layer, Layered, Names};
 pub use memory::MemoryStore;
 pub use model::{
     FencingToken, InvalidName, InvalidResources, InvalidTtl, Lease, MAX_RESOURCES, Owner, Principal,
@@ -46,4 +48,5 @@ pub use store::{
     acquire_in_order,
 };
 pub use table::LockTable;
+pub use turns::Turns;
 pub use wait::{Acquired, Waiters};

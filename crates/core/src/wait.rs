@@ -924,6 +924,7 @@ mod tests {
         fn around<T: Send>(
             &self,
             call: crate::Call,
+            _: crate::Names<'_>,
             inner: impl Future<Output = Result<T>> + Send,
         ) -> impl Future<Output = Result<T>> + Send {
             if call == crate::Call::Acquire {

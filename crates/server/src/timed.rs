@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use fencelock_core::store::Result;
-use fencelock_core::{Call, Layer, Layered, LockStore};
+use fencelock_core::{Call, Layer, Layered, LockStore, Names};
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
@@ -18,7 +18,12 @@ pub type Timed = Layered<Arc<dyn LockStore>, Counted>;
 pub struct Counted(pub Arc<Metrics>);
 
 impl Layer for Counted {
-    async fn around<T: Send>(&self, call: Call, inner: impl Future<Output = Result<T>> + Send) -> Result<T> {
+    async fn around<T: Send>(
+        &self,
+        call: Call,
+        _names: Names<'_>,
+        inner: impl Future<Output = Result<T>> + Send,
+    ) -> Result<T> {
         let started = Instant::now();
         let result = inner.await;
         self.0.store_call(call, started.elapsed(), result.is_err());

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use fencelock_core::store::Result;
-use fencelock_core::{Call, Layer, Layered, StoreError};
+use fencelock_core::{Call, Layer, Layered, Names, StoreError};
 
 /// A [`LockStore`](fencelock_core::LockStore) whose every call gives up with
 /// [`StoreError::Unavailable`] after a deadline, so that no call hangs on a server that
@@ -40,6 +40,7 @@ impl Layer for Within {
     fn around<T: Send>(
         &self,
         call: Call,
+        _names: Names<'_>,
         inner: impl Future<Output = Result<T>> + Send,
     ) -> impl Future<Output = Result<T>> + Send {
         within(self.limit, self.store, call.as_str(), inner)
@@ -71,7 +72,7 @@ mod tests {
     async fn a_call_with_no_answer_fails_naming_the_store_and_the_call() {
         let silent = std::future::pending::<Result<()>>();
         let error = Within::new("Silent", Duration::from_secs(7))
-            .around(Call::Ping, silent)
+            .around(Call::Ping, Names::None, silent)
             .await
             .unwrap_err();
         assert!(matches!(error, StoreError::Unavailable { .. }), "{error}");

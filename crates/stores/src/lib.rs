@@ -29,9 +29,9 @@
 //!
 //! | store | address | whose clock decides expiry | TTL granularity | durable | what a failover can lose | fit for |
 //! | --- | --- | --- | --- | --- | --- | --- |
-//! | embedded ([`sqlite`], the default) | `sqlite://PATH` | the server's: the wall clock read at start, then monotonic, so a clock jump moves no lease; the time the server is stopped is not counted, so a clock stepped while it is down cannot shorten a lease (downtime prolongs them instead) | 1 ms | yes: committed and fsynced before the answer (group commit) | no failover: one server owns the file | one server; correctness with fencing tokens |
+//! | embedded ([`sqlite`], the default) | `sqlite://PATH` | the server's: the wall clock read at start, then monotonic, so a clock jump moves no lease. Across a restart in the same boot of the host, the time stopped is counted exactly (Linux's `CLOCK_BOOTTIME`), whatever the wall clock did, so every lease keeps the `expires_at` it was acknowledged with, and the store's time stays apart from a wall clock stepped since its first start in that boot until the host reboots; across a reboot (or where the host cannot tell) the time stopped is not counted, so a clock stepped while it is down cannot shorten a lease (downtime prolongs them instead) | 1 ms | yes: committed and fsynced before the answer (group commit) | no failover: one server owns the file | one server; correctness with fencing tokens |
 //! | [`postgres`] | `postgres://user@host:port/db` | the database's (`clock_timestamp()` of the primary): the servers' clocks do not matter, but expiry follows the database host's wall clock, so a step of that clock (forward or back) ends or prolongs every lease by the step: keep it synchronised, and slewed rather than stepped | 1 ms: a lease is stamped at the database's time rounded *up* to a whole millisecond, and lasts `ttl` from there, so never less than asked | yes: committed and flushed before the answer; the store's sessions set `synchronous_commit = on` whatever the server's default (an address's own `options` may set it otherwise), and a commit is as durable as the server's `fsync` makes it | with asynchronous replication, the commits the new primary had not received: answered grants and releases, and the fencing tokens issued with them, so a later grant may reuse a token. With synchronous replication (`synchronous_commit = on` or `remote_apply` and a synchronous standby) nothing answered is lost. Either way the new primary's clock takes over, so leases end early or late by the difference between the two hosts' clocks | correctness with fencing tokens on one primary or with synchronous replication; efficiency only with asynchronous replication. Tokens live in the database: a new, empty database starts them again at 1, so never move the locks of resources that remember tokens to one |
-//! | [`etcd`] v3 (cargo feature `etcd`) | `etcd://host:port[,host:port…]` | etcd's: a lock, a permit or a hold is one key attached to an etcd lease, which the leader's clock counts down; the servers' clocks decide nothing — except for a lock with terms (a cap or a lock-delay), whose key outlives it: its `expires_at` and the end of its delay are read on the clock of the server that judges, so keep the servers' clocks synchronised when you use terms | whole seconds, rounded **up**, and etcd may raise a short TTL to its minimum (about 1.5 × the election timeout): a lease never lasts less than asked. `expires_at` is the granting server's time before it asked plus the TTL etcd granted, and etcd frees the lock then or a little later (it looks for expired leases about every half second); until it deletes the key, `get` and `list` still show the lease. A cap cuts `expires_at` to the millisecond, inside etcd's whole seconds | yes: a quorum of members has committed it (Raft) before the answer | nothing answered; a new leader restarts lease countdowns, so a lock may outlive its `expires_at` by up to a TTL (never end sooner) | correctness with fencing tokens: tokens are etcd revisions, which the cluster never reuses (a restore from a snapshot keeps them; only a new, empty cluster starts again at 1) |
+//! | [`etcd`] v3 (cargo feature `etcd`) | `etcd://host:port[,host:port…]` | etcd's: a lock, a permit or a hold is one key attached to an etcd lease, which the leader's clock counts down; the servers' clocks decide nothing — except for a lock with terms (a cap or a lock-delay), whose key outlives it: its `expires_at` and the end of its delay are read on the clock of the server that judges, so keep the servers' clocks synchronised when you use terms | whole seconds, rounded **up**, and etcd may raise a short TTL to its minimum (about 1.5 × the election timeout): a lease never lasts less than asked. `acquired_at` is the granting server's time after it read the lock free (so never before the release that freed it, on synchronised clocks) and before it asked etcd for the lease, `expires_at` that plus the TTL etcd granted, and etcd frees the lock then or a little later (it looks for expired leases about every half second); until it deletes the key, `get` and `list` still show the lease. A cap cuts `expires_at` to the millisecond, inside etcd's whole seconds | yes: a quorum of members has committed it (Raft) before the answer | nothing answered; a new leader restarts lease countdowns, so a lock may outlive its `expires_at` by up to a TTL (never end sooner) | correctness with fencing tokens: tokens are etcd revisions, which the cluster never reuses (a restore from a snapshot keeps them; only a new, empty cluster starts again at 1) |
 //! | [`redis`], one node | `redis://host:port` | Redis's: every operation is one Lua script that reads Redis's `TIME` and judges expiry by it, and every key also carries `PX` as a backstop, so the servers' clocks decide nothing; a step of the Redis host's clock ends or prolongs every lease by the step | 1 ms | as the node is configured: with `--save ""` and no AOF, nothing survives a restart, and a lock may then be granted again while its old holder still works; with `appendonly yes` and `appendfsync always`, what was answered survives one. Fencing tokens come from a per-name counter key that never expires and is at least Redis's time in microseconds, so even a restart that lost the data does not reuse a token unless Redis's clock went back | with an asynchronous replica promoted (Sentinel, a managed failover), the grants and releases it had not received: a lock answered as granted may be granted again to another owner. The new primary's tokens are at least its own time in microseconds, so they stay above the lost ones unless its clock is behind the old primary's | efficiency (work done once, most of the time); correctness only when the protected resource checks the fencing token |
 //! | Redlock ([`redis`]) | `redis://h1:p1,h2:p2,h3:p3[,…]`: N ≥ 3 independent masters (no replication between them; two are refused) | each node's, for its own copy (the one-node script, `TIME` and `PX`); the lease's `expires_at` is its validity on the fencelock server's clock: when the server sent the call plus `ttl` less the drift allowance (`ttl` × 0.01 + 2 ms), so it ends for its holder before any node frees it, as long as no clock runs more than 1% fast or slow against the server's | 1 ms; `expires_at` is the drift allowance short of `ttl` after the call was sent, and a grant that took longer than `ttl` less the allowance is not granted | as each node is configured; a node restarted empty has forgotten its copies, so keep it out for the longest TTL in use before it rejoins (else a lock may be granted twice: the restarted node and the nodes that missed the grant make a majority). Tokens are a max-register written to a majority, so they keep increasing while a majority of nodes keep their data, whatever the clocks | no failover: the nodes are independent. With a majority up, locks keep working; with fewer, every call answers 503, and what a minority granted is undone (or expires by its TTL). A lost node's leases live on in the majority that granted them | efficiency; correctness only when the protected resource checks the fencing token: Redlock's exclusion rests on bounded clock drift and bounded pauses (a holder paused past its validity still believes it holds the lock: Redlock does not solve the pause problem), the tokens' order does not |
 //! | [`zookeeper`] (cargo feature `zookeeper`) | `zookeeper://host:port[,host:port…]` | the fencelock servers': a name's state (its leases, holds, intents) is one node's data, changed by compare-and-set, and a lease is live while `now < expires_at` by the clock of the server that judges the call: keep the servers' clocks synchronised. ZooKeeper's sessions decide nothing: a server whose session expires keeps its leases until their `expires_at` | 1 ms: a lease lasts exactly its TTL | yes: a quorum has logged it before the answer (`forceSync=yes`, ZooKeeper's default) | nothing answered | correctness with fencing tokens: a token is the zxid of the write that granted it (the `czxid` of the holder's node), so it never goes back while the ensemble keeps its data (only a new, empty ensemble starts again low). Each holder also has an ephemeral sequential node (`lease-{hex owner}-{sequence}`, the owner as data) under its name's node, so `ls` shows who holds what in grant order; it goes with its server's session, the lease does not. Only servers with waiters for a name watch it |
@@ -43,7 +43,9 @@
 //!   address, and how to open it). [`open`], [`supported_schemes`], the "not built" error
 //!   and the `features` test all read it; adding a store is adding a row.
 //! - [`Deadline`]: any [`LockStore`] with a deadline on every call; the stores on a network
-//!   server are opened in one.
+//!   server are opened in one. [`open`] also lets the calls on one name take turns
+//!   ([`fencelock_core::Turns`]) on the stores that change a name by compare-and-set
+//!   ([`Scheme::takes_turns`]).
 //! - [`sqlite`] (feature `sqlite`, on by default): [`sqlite::SqliteStore`], one SQLite file
 //!   owned by one server, with group commit.
 //! - [`postgres`] (feature `postgres`, on by default): [`postgres::PostgresStore`], a
@@ -64,7 +66,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use fencelock_core::{LockStore, MemoryStore, StoreError};
+use fencelock_core::{Layered, LockStore, MemoryStore, StoreError, Turns};
 
 mod deadline;
 #[cfg(feature = "etcd")]
@@ -75,6 +77,8 @@ pub mod postgres;
 pub mod redis;
 #[cfg(any(feature = "etcd", feature = "redis", feature = "zookeeper"))]
 mod remote;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod retry;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(any(feature = "postgres", feature = "etcd", feature = "redis"))]
@@ -97,6 +101,10 @@ pub struct Scheme {
     /// What the store's build needs besides the Rust toolchain, if anything: said when the
     /// store is not built.
     pub build_needs: Option<&'static str>,
+    /// Whether the store changes a name by compare-and-set, trying again when another call
+    /// changed it in between: [`open`] then lets one call per name reach it at a time
+    /// ([`Turns`]), so that calls through one server never try again because of each other.
+    pub takes_turns: bool,
     /// Opens an address of this scheme (the whole address, and what follows `://`); `None`
     /// when this build left the store out.
     open: Option<OpenFn>,
@@ -122,6 +130,7 @@ pub const SCHEMES: &[Scheme] = &[
         feature: None,
         example: "memory://",
         build_needs: None,
+        takes_turns: false,
         open: Some(open_memory),
     },
     Scheme {
@@ -129,6 +138,7 @@ pub const SCHEMES: &[Scheme] = &[
         feature: Some("sqlite"),
         example: "sqlite://PATH",
         build_needs: None,
+        takes_turns: false,
         #[cfg(feature = "sqlite")]
         open: Some(sqlite::open),
         #[cfg(not(feature = "sqlite"))]
@@ -139,6 +149,7 @@ pub const SCHEMES: &[Scheme] = &[
         feature: Some("postgres"),
         example: "postgres://USER@HOST:PORT/DB",
         build_needs: None,
+        takes_turns: false,
         #[cfg(feature = "postgres")]
         open: Some(postgres::open),
         #[cfg(not(feature = "postgres"))]
@@ -149,6 +160,9 @@ pub const SCHEMES: &[Scheme] = &[
         feature: Some("redis"),
         example: "redis://HOST:PORT[,HOST:PORT,HOST:PORT...]",
         build_needs: None,
+        // For Redlock, whose nodes may each take another of two concurrent calls on a name
+        // first; one node's scripts pay a map lookup for it.
+        takes_turns: true,
         #[cfg(feature = "redis")]
         open: Some(redis::open),
         #[cfg(not(feature = "redis"))]
@@ -159,6 +173,7 @@ pub const SCHEMES: &[Scheme] = &[
         feature: Some("etcd"),
         example: "etcd://HOST:PORT[,HOST:PORT...]",
         build_needs: Some("protoc: apt-get install protobuf-compiler"),
+        takes_turns: true,
         #[cfg(feature = "etcd")]
         open: Some(etcd::open),
         #[cfg(not(feature = "etcd"))]
@@ -169,6 +184,7 @@ pub const SCHEMES: &[Scheme] = &[
         feature: Some("zookeeper"),
         example: "zookeeper://HOST:PORT[,HOST:PORT...]",
         build_needs: None,
+        takes_turns: true,
         #[cfg(feature = "zookeeper")]
         open: Some(zookeeper::open),
         #[cfg(not(feature = "zookeeper"))]
@@ -253,6 +269,10 @@ pub async fn open(address: &str) -> Result<Arc<dyn LockStore>, OpenError> {
         .find(|row| row.names.contains(&scheme.as_str()))
         .ok_or_else(unsupported)?;
     match (row.open, row.feature) {
+        (Some(open), _) if row.takes_turns => {
+            let store = open(address, rest).await?;
+            Ok(Arc::new(Layered::new(store, Turns::new())))
+        }
         (Some(open), _) => open(address, rest).await,
         (None, Some(feature)) => Err(OpenError::NotBuilt {
             address: address.into(),

@@ -43,18 +43,30 @@
 //!
 //! The store's clock is the wall clock read at open, then advanced by the monotonic clock
 //! (see [`SystemClock`]), so a clock step while the server runs moves no lease or hold.
-//! Each batch also records the store's time in the file. At open, if the wall clock reads
-//! later than that record, time is taken not to have passed while the store was stopped:
-//! every lease and hold that was live keeps the time it had left then (its `expires_at`
-//! moves later by the difference, and so does its cap), and one that had ended has still
-//! ended — with what was left of its lock-delay still to run. A wall clock
-//! stepped forward while the server was down (or a suspend, which the monotonic clock does
-//! not count) therefore cannot end a lease or hold early; the price is that downtime
-//! prolongs them, which is the safe direction. If the wall clock reads earlier than the
-//! record (stepped back), the store's clock resumes from the record instead, so it never
-//! goes back either.
+//! Each batch also records in the file the store's time and, with it, the host's boot and
+//! uptime ([`Clock::uptime`]: Linux's boot id and `CLOCK_BOOTTIME`, which counts suspends and
+//! no step of the wall clock). At open:
 //!
-//! This re-base writes one row, however many leases the file holds: it adds the difference
+//! - **The same boot of the host**: the time the store was stopped is the uptime's
+//!   difference, exactly, whatever the wall clock did meanwhile. The store's time goes on from
+//!   the record by that much, as if it had kept running: every lease and hold keeps the
+//!   `expires_at` (and cap) it was acknowledged with, and has lost exactly the time that
+//!   passed. Nothing is written. The store's clock then runs apart from the wall clock by
+//!   however much the wall clock was stepped since the store's first start in this boot (a
+//!   warning says so beyond a second), as it would have had the server kept running; a
+//!   reboot, or a new file, anchors it to the wall clock again.
+//! - **Another boot, or none recorded** (a host that cannot tell, or a file written before
+//!   this was recorded): the time stopped cannot be told from a wall clock that may have been
+//!   stepped, so it is taken to be none. If the wall clock reads later than the record,
+//!   every lease and hold that was live keeps the time it had left then (its `expires_at`
+//!   moves later by the difference, and so does its cap), and one that had ended has still
+//!   ended — with what was left of its lock-delay still to run. A wall clock stepped forward
+//!   while the host was down therefore cannot end a lease or hold early; the price is that
+//!   downtime prolongs them, which is the safe direction. If the wall clock reads earlier
+//!   than the record (stepped back), the store's clock resumes from the record instead, so
+//!   it never goes back either.
+//!
+//! The re-base after a reboot writes one row, however many leases the file holds: it adds the difference
 //! to `meta`'s shift and rewrites no lease. A row ends at its `expires_at` plus the shifts
 //! added since it was written (`meta`'s shift less the row's), which the load applies in
 //! memory; every row the writer writes carries the shift of the moment, so a row's stored
@@ -185,6 +197,13 @@ const MIGRATIONS: &[&str] = &[
     -- re-bases as expires_at is, and its lock-delay in ms. Rows written before have neither.
     ALTER TABLE leases ADD COLUMN hold_until INTEGER;
     ALTER TABLE leases ADD COLUMN lock_delay INTEGER NOT NULL DEFAULT 0 CHECK (lock_delay >= 0);
+",
+    r"
+    -- The host's boot and its uptime (ms, suspends included) read with last_now: at open in the
+    -- same boot, the time the store was stopped is the uptime's difference, whatever the wall
+    -- clock did. NULL: unknown (a host that cannot tell, or a file written before).
+    ALTER TABLE meta ADD COLUMN boot_id TEXT;
+    ALTER TABLE meta ADD COLUMN since_boot INTEGER CHECK (since_boot >= 0);
 ",
 ];
 
@@ -338,9 +357,10 @@ impl SqliteStore {
 
     /// Opens (or creates) the store in the file at `path`, deciding expiry by `clock`.
     ///
-    /// Leases are re-based at open so that none loses time the store was stopped (see the
-    /// module docs): the store's time resumes from the last time it recorded if `clock` reads
-    /// earlier than that.
+    /// The store's time resumes at open by the time it was stopped, as `clock`'s uptime
+    /// tells it within one boot; else leases are re-based so that none loses time the store
+    /// was stopped, and the store's time resumes from the last time it recorded if `clock`
+    /// reads earlier than that (see the module docs).
     pub fn open_with_clock(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let mut conn = connect(&path)?;
@@ -619,16 +639,29 @@ struct Writer {
     closed: watch::Sender<bool>,
 }
 
-/// The store's time: the given clock, moved forward by what it read behind the store's
-/// last recorded time at open (see [`rebase`]).
+/// The store's time: the given clock, moved by how far it read from the store's time at open
+/// (see [`rebase`]): ahead when the clock read behind the store's last recorded time, behind
+/// when the wall clock was stepped forward while the store was stopped in the same boot.
 struct StoreClock {
     clock: Arc<dyn Clock>,
-    ahead_ms: u64,
+    ahead_ms: i64,
 }
 
 impl StoreClock {
     fn now(&self) -> Timestamp {
-        Timestamp::from_millis(self.clock.now().as_millis().saturating_add(self.ahead_ms))
+        Timestamp::from_millis(
+            to_ms(self.clock.now())
+                .saturating_add(self.ahead_ms)
+                .max(0)
+                .unsigned_abs(),
+        )
+    }
+
+    /// The host's uptime, read after [`StoreClock::now`] for the same batch: so that it is
+    /// never earlier than the time recorded with it, and the time counted stopped at the next
+    /// open is never more than really passed.
+    fn uptime(&self) -> Option<fencelock_core::Uptime> {
+        self.clock.uptime()
     }
 }
 
@@ -713,13 +746,24 @@ impl Writer {
         for dirty in &hold_changes {
             write_hold(&tx, dirty, self.shift)?;
         }
-        // max(): the counter only ever moves forward, whatever the table says.
+        // max(): the counter and the time only ever move forward, whatever the table says.
+        // The uptime is recorded only with a time that moved forward (it never goes back,
+        // but if it did, the record of an earlier uptime with a later time would end leases
+        // early at the next open): else it is forgotten, and the next open re-bases as after
+        // a reboot.
+        let uptime = self.clock.uptime();
         tx.prepare_cached(
-            "UPDATE meta SET last_token = max(last_token, ?1), last_now = max(last_now, ?2) WHERE id = 1",
+            "UPDATE meta SET last_token = max(last_token, ?1),
+                 boot_id = CASE WHEN ?2 >= last_now THEN ?3 END,
+                 since_boot = CASE WHEN ?2 >= last_now THEN ?4 END,
+                 last_now = max(last_now, ?2)
+             WHERE id = 1",
         )?
-        .execute([
+        .execute(params![
             to_sql("fencing token", last_token)?,
             to_sql("timestamp", now.as_millis())?,
+            uptime.as_ref().map(|up| up.boot.as_str()),
+            uptime.as_ref().map(|up| recorded_uptime_ms(up.since_boot)),
         ])?;
         tx.commit()?;
         self.persisted_token = last_token;
@@ -906,35 +950,98 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), SqliteError> {
 }
 
 /// Re-bases the leases and holds on the store's last recorded time, so that none loses time
-/// the store was stopped, and returns the store's clock from now on (see the module docs).
+/// the store was stopped but the time that really passed, and returns the store's clock from
+/// now on (see the module docs).
 ///
-/// With `recorded` the last batch's time and `now` the clock's reading: if `now` is later,
-/// every lease and hold moves later by `now - recorded`, which only raises the file's shift
-/// by that much (one row, whatever the number of leases: [`load`] applies it); if it is
-/// earlier, the store's clock runs ahead of `clock` by `recorded - now`.
+/// With `recorded` the last batch's time: if the host has not rebooted since (the uptime
+/// recorded with it is of this boot), the store's time resumes from `recorded` plus the
+/// uptime since, and nothing moves. Else, with `now` the clock's reading: if `now` is later,
+/// every lease and hold moves later by `now - recorded`, which only raises the file's shift by
+/// that much (one row, whatever the number of leases: [`load`] applies it); if it is earlier,
+/// the store's clock runs ahead of `clock` by `recorded - now`.
 fn rebase(conn: &mut Connection, clock: Arc<dyn Clock>) -> Result<StoreClock, SqliteError> {
     let failed = SqliteError::Rebase;
     let tx = conn.transaction().map_err(failed)?;
-    let recorded: i64 = tx
-        .query_row("SELECT last_now FROM meta WHERE id = 1", [], |row| row.get(0))
+    let (recorded, boot, since_boot): (i64, Option<String>, Option<i64>) = tx
+        .query_row(
+            "SELECT last_now, boot_id, since_boot FROM meta WHERE id = 1",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
         .map_err(failed)?;
     if recorded == 0 {
         // A new store: nothing to re-base.
         return Ok(StoreClock { clock, ahead_ms: 0 });
     }
-    let now = i64::try_from(clock.now().as_millis()).unwrap_or(i64::MAX);
-    if now <= recorded {
-        // The clock reads earlier than the last batch: run ahead of it by the difference.
-        let ahead_ms = from_sql("last time", recorded - now)?;
+    // The uptime before the time: the store's time resumed from it is then a little behind
+    // rather than ahead, and no lease ends early.
+    let uptime = clock.uptime();
+    let now = to_ms(clock.now());
+    let stopped = match (uptime, boot, since_boot) {
+        (Some(up), Some(boot), Some(since)) if up.boot == boot => uptime_ms(up.since_boot).checked_sub(since),
+        _ => None,
+    };
+    if let Some(stopped) = stopped.filter(|stopped| *stopped >= 0) {
+        // The same boot: the store's time goes on from the record by exactly the time that
+        // passed, as if the store had kept running, so every lease keeps the `expires_at` it
+        // was acknowledged with.
+        let resumed = recorded.saturating_add(stopped);
+        let ahead_ms = resumed.saturating_sub(now);
+        if ahead_ms.unsigned_abs() > WALL_CLOCK_NOTICED {
+            let side = if ahead_ms > 0 { "behind" } else { "ahead of" };
+            tracing::warn!(
+                store_ms = resumed,
+                wall_ms = now,
+                "the wall clock reads {} ms {side} the embedded store's time: it was stepped \
+                 since the store first started in this boot of the host. The store keeps its \
+                 own time, and every lease its expires_at, until the host reboots",
+                ahead_ms.unsigned_abs()
+            );
+        }
         return Ok(StoreClock { clock, ahead_ms });
     }
+    if now <= recorded {
+        // The clock reads earlier than the last batch: run ahead of it by the difference.
+        return Ok(StoreClock {
+            clock,
+            ahead_ms: recorded - now,
+        });
+    }
+    // The store's time is the clock's from now on: record it with this boot's uptime, read
+    // after it, so that the next open in this boot counts from here.
+    let uptime = clock.uptime();
     tx.execute(
-        "UPDATE meta SET shift = shift + (?1 - ?2), last_now = ?1 WHERE id = 1",
-        [now, recorded],
+        "UPDATE meta SET shift = shift + (?1 - ?2), last_now = ?1, boot_id = ?3, since_boot = ?4
+         WHERE id = 1",
+        params![
+            now,
+            recorded,
+            uptime.as_ref().map(|up| up.boot.as_str()),
+            uptime.as_ref().map(|up| recorded_uptime_ms(up.since_boot)),
+        ],
     )
     .map_err(failed)?;
     tx.commit().map_err(failed)?;
     Ok(StoreClock { clock, ahead_ms: 0 })
+}
+
+/// How far (ms) the wall clock may read from the store's time at open before it is said.
+const WALL_CLOCK_NOTICED: u64 = 1_000;
+
+/// `time` in ms since the epoch, as the file keeps it.
+fn to_ms(time: Timestamp) -> i64 {
+    i64::try_from(time.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// An uptime read at open, in whole ms rounded down: compared with one recorded (rounded
+/// up), the time counted stopped is never more than really passed.
+fn uptime_ms(uptime: Duration) -> i64 {
+    i64::try_from(uptime.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// An uptime to record with the store's time, in whole ms rounded up (see [`uptime_ms`]).
+fn recorded_uptime_ms(uptime: Duration) -> i64 {
+    i64::try_from(uptime.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX)
 }
 
 /// Reads every lease and hold (expired ones too: they are purged by the rules, not by a

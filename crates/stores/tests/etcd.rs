@@ -4,6 +4,7 @@
 #![cfg(feature = "etcd")]
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, checks, owner, ttl};
@@ -278,6 +279,75 @@ async fn fifty_acquirers_on_two_servers_get_exactly_the_limit_round_after_round(
         }
         last_round = tokens;
     }
+}
+
+/// Issue 22: a lock handed over from one server to the other is acquired no sooner than it
+/// was released — the new holder's `acquired_at` is never before the old lease's `ended_at` —
+/// while acquirers on the other server race for it all along, so that some of their tries are
+/// in flight when the release lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_over_between_servers_is_acquired_after_its_release() {
+    const ROUNDS: usize = 20;
+    let servers = two_servers().await;
+    let resource = shared::unique("handed-over");
+    let long = ttl(Duration::from_secs(60));
+    let mut holder = shared::granted(servers[0].acquire(&resource, &owner("h"), long).await.unwrap());
+    let mut early = Vec::new();
+    for round in 1..=ROUNDS {
+        let (from, to) = (&servers[(round + 1) % 2], &servers[round % 2]);
+        let (tries, taken) = (Arc::new(AtomicUsize::new(0)), CancellationToken::new());
+        let racers: Vec<_> = (0..4)
+            .map(|i| {
+                let (store, resource) = (to.clone(), resource.clone());
+                let (tries, taken, who) = (tries.clone(), taken.clone(), owner(&format!("r{round}-{i}")));
+                tokio::spawn(async move {
+                    while !taken.is_cancelled() {
+                        let outcome = store.acquire(&resource, &who, long).await.unwrap();
+                        tries.fetch_add(1, Ordering::SeqCst);
+                        match outcome {
+                            AcquireOutcome::Granted { lease, .. } => {
+                                taken.cancel();
+                                return Some(lease);
+                            }
+                            AcquireOutcome::Held { .. } => {}
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                    None
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tries.load(Ordering::SeqCst) < 8 {
+            assert!(Instant::now() < deadline, "the racers never tried");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let released = from
+            .release(&resource, &holder.owner, Some(holder.token))
+            .await
+            .unwrap();
+        let ReleaseOutcome::Released(Some(ended)) = released else {
+            panic!("round {round}: {released:?}");
+        };
+        let mut winners = Vec::new();
+        for racer in racers {
+            winners.extend(racer.await.unwrap());
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let next = winners.remove(0);
+        assert!(
+            next.token > holder.token,
+            "round {round}: {next:?} after {holder:?}"
+        );
+        if next.acquired_at < ended.ended_at {
+            early.push((round, ended.ended_at.since(next.acquired_at)));
+        }
+        holder = next;
+    }
+    assert!(
+        early.is_empty(),
+        "acquired before the release ended the lease before it, in (round, by how much): {early:?}"
+    );
 }
 
 /// One hold as a worker saw it: granted (answered) at `from`, released (asked) at `to`.

@@ -230,6 +230,117 @@ async fn the_system_clock_store_keeps_leases_across_a_restart() {
     );
 }
 
+// ---- Time across a stop, by the host's uptime (issue 22) ----
+
+/// A manual clock at `start`, in the host's boot `boot`, up for `since_boot` then.
+fn booted(start: Timestamp, boot: &str, since_boot: Duration) -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(start).in_boot(boot, since_boot))
+}
+
+#[tokio::test]
+async fn in_one_boot_a_stop_keeps_every_expires_at_and_takes_the_time_that_passed() {
+    // Granted, 4 s of running, then stopped for 9 s while the wall clock was stepped an hour
+    // ahead: the lease and the permit end when they were acknowledged to, 13 s nearer.
+    let dir = tempfile::tempdir().unwrap();
+    let minute = ttl(Duration::from_secs(60));
+    let clock = booted(T0, "boot-1", HOUR);
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let lease = grant(&store, "r", "a", minute).await;
+    let permit = grant_hold(&store, "s", "a", PERMIT, minute).await;
+    clock.advance(Duration::from_secs(4));
+    store.close().await;
+
+    let passed = Duration::from_secs(13);
+    let stepped = booted(after(T0, HOUR + passed), "boot-1", HOUR + passed);
+    let store = SqliteStore::open_with_clock(db(&dir), stepped.clone()).unwrap();
+    assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease.clone()));
+    assert_eq!(holds(&store, HoldKind::Semaphore, "s").await, [permit]);
+    assert_eq!(left(&store, &lease).await, Duration::from_secs(47));
+    // The store's time went on from where it stood, not from the stepped wall clock.
+    let next = grant(&store, "n", "b", minute).await;
+    assert_eq!(next.acquired_at, after(T0, passed));
+    stepped.advance(Duration::from_secs(47));
+    assert_eq!(store.get(&lease.resource).await.unwrap(), None);
+    assert_eq!(holds(&store, HoldKind::Semaphore, "s").await, []);
+    store.close().await;
+
+    // Once more, a second later in the same boot: the record the store left holds too.
+    let again = booted(
+        after(T0, 2 * HOUR),
+        "boot-1",
+        HOUR + passed + Duration::from_secs(48),
+    );
+    let store = SqliteStore::open_with_clock(db(&dir), again).unwrap();
+    assert_eq!(store.get(&next.resource).await.unwrap(), Some(next.clone()));
+    assert_eq!(left(&store, &next).await, Duration::from_secs(12));
+}
+
+#[tokio::test]
+async fn after_a_reboot_a_stop_takes_no_time_from_a_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let minute = ttl(Duration::from_secs(60));
+    let store = SqliteStore::open_with_clock(db(&dir), booted(T0, "boot-1", HOUR)).unwrap();
+    let lease = grant(&store, "r", "a", minute).await;
+    let permit = grant_hold(&store, "s", "a", PERMIT, minute).await;
+    store.close().await;
+
+    // Rebooted: up for 5 s, two minutes of wall clock later. The uptime cannot tell how long
+    // the store was stopped, and the wall clock may have been stepped: no time is counted.
+    let down = Duration::from_secs(120);
+    let rebooted = booted(after(T0, down), "boot-2", Duration::from_secs(5));
+    let store = SqliteStore::open_with_clock(db(&dir), rebooted).unwrap();
+    assert_eq!(
+        store.get(&lease.resource).await.unwrap(),
+        Some(later(&lease, down))
+    );
+    assert_eq!(left(&store, &lease).await, Duration::from_secs(60));
+    assert_eq!(
+        holds(&store, HoldKind::Semaphore, "s").await,
+        [later_hold(&permit, down)]
+    );
+}
+
+#[tokio::test]
+async fn an_uptime_that_went_back_in_one_boot_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_with_clock(db(&dir), booted(T0, "boot-1", HOUR)).unwrap();
+    let lease = grant(&store, "r", "a", ttl(Duration::from_secs(60))).await;
+    store.close().await;
+
+    // No uptime goes back in one boot: a record that says so is not counted on.
+    let down = Duration::from_secs(120);
+    let odd = booted(after(T0, down), "boot-1", Duration::from_secs(5));
+    let store = SqliteStore::open_with_clock(db(&dir), odd).unwrap();
+    assert_eq!(left(&store, &lease).await, Duration::from_secs(60));
+}
+
+#[tokio::test]
+async fn the_system_clock_store_keeps_every_expires_at_across_a_restart_but_not_a_reboot() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(&dir)).unwrap();
+    let lease = grant(&store, "r", "a", long()).await;
+    store.close().await;
+    let store = SqliteStore::open(db(&dir)).unwrap();
+    assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease.clone()));
+    store.close().await;
+
+    // Another boot written into the file, with the time an hour earlier: as after a reboot,
+    // the lease keeps the time it had left then.
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    conn.execute(
+        "UPDATE meta SET boot_id = 'another', last_now = last_now - 3600000",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(db(&dir)).unwrap();
+    let kept = store.get(&lease.resource).await.unwrap().expect("still held");
+    assert!(
+        kept.expires_at >= after(lease.expires_at, HOUR),
+        "{kept:?} ends less than an hour after {lease:?}"
+    );
+}
+
 #[tokio::test]
 async fn the_token_counter_is_never_reset() {
     let dir = tempfile::tempdir().unwrap();
@@ -777,7 +888,7 @@ async fn a_version_2_file_keeps_its_leases_when_migrated_to_keep_holds() {
 }
 
 /// The schema version of this fencelock's files.
-const LATEST: i64 = 6;
+const LATEST: i64 = 7;
 
 /// Makes the store file at `path` one of schema version `to`, by removing what each later
 /// version added, last first.
@@ -800,6 +911,9 @@ fn downgrade(path: &Path, to: i64) {
         // 6: the lease's terms.
         "ALTER TABLE leases DROP COLUMN hold_until;
          ALTER TABLE leases DROP COLUMN lock_delay;",
+        // 7: the host's boot and uptime with the last time.
+        "ALTER TABLE meta DROP COLUMN boot_id;
+         ALTER TABLE meta DROP COLUMN since_boot;",
     ];
     let conn = rusqlite::Connection::open(path).unwrap();
     for version in (to + 1..=LATEST).rev() {
@@ -975,6 +1089,10 @@ impl Clock for GateClock {
         }
         gate.holding = false;
         T0
+    }
+
+    fn uptime(&self) -> Option<fencelock_core::Uptime> {
+        None
     }
 }
 

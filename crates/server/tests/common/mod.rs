@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fencelock_core::{Call, Layer, Layered, LockStore, ManualClock, MemoryStore, StoreError, Timestamp};
+use fencelock_core::{
+    Call, Layer, Layered, LockStore, ManualClock, MemoryStore, Names, StoreError, Timestamp,
+};
 use fencelock_server::Config;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
@@ -400,6 +402,7 @@ impl Layer for Unreachable {
     async fn around<T: Send>(
         &self,
         _: Call,
+        _: Names<'_>,
         _: impl Future<Output = Result<T, StoreError>> + Send,
     ) -> Result<T, StoreError> {
         Err(StoreError::Unavailable {
@@ -427,6 +430,7 @@ impl Layer for Hangs {
     async fn around<T: Send>(
         &self,
         _: Call,
+        _: Names<'_>,
         inner: impl Future<Output = Result<T, StoreError>> + Send,
     ) -> Result<T, StoreError> {
         if self.hung.load(Ordering::Acquire) {

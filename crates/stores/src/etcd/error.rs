@@ -2,7 +2,7 @@
 
 use fencelock_core::StoreError;
 
-use super::MAX_ATTEMPTS;
+use crate::retry::GaveUp;
 
 /// Every failure of the etcd store, driver errors included; none of it crosses the
 /// [`LockStore`](fencelock_core::LockStore) trait but as a [`StoreError`].
@@ -18,9 +18,10 @@ pub(super) enum EtcdError {
     /// etcd answered, and refused.
     #[error("etcd: {doing}: {reason}")]
     Refused { doing: &'static str, reason: String },
-    /// Another caller changed the key (or the keys of the name) between every read and write.
-    #[error("etcd: {doing}: another call changed it under every one of {MAX_ATTEMPTS} tries")]
-    Contended { doing: &'static str },
+    /// Other servers changed the key (or the keys of the name) between every read and write
+    /// until the call's deadline.
+    #[error("etcd: {doing}: {gave_up}")]
+    Contended { doing: &'static str, gave_up: GaveUp },
     /// A key or value that no lock has.
     #[error("{0}")]
     Corrupt(String),
@@ -33,6 +34,11 @@ impl EtcdError {
     /// Makes an [`EtcdError::Request`] of a driver error while `doing`.
     pub(super) fn request(doing: &'static str) -> impl FnOnce(etcd_client::Error) -> Self {
         move |source| Self::Request { doing, source }
+    }
+
+    /// Makes an [`EtcdError::Contended`] of a call `doing` that gave up.
+    pub(super) fn contended(doing: &'static str) -> impl FnOnce(GaveUp) -> Self {
+        move |gave_up| Self::Contended { doing, gave_up }
     }
 }
 

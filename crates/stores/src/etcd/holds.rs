@@ -5,30 +5,38 @@ use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, Txn
 use fencelock_core::hold::{Verdict, judge};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    Claim, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Lease, ListQuery, Owner,
+    Claim, EndedLease, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Intent, ListQuery, Owner,
     ReleaseOutcome, RenewOutcome, Resource, Timestamp, Ttl,
 };
 
 use super::codec::{self, Kept, Range};
 use super::error::EtcdError;
 use super::txn::{Granted, allowed, ended};
-use super::{EXPIRY_RECHECK, EtcdStore, MAX_ATTEMPTS};
+use super::{EXPIRY_RECHECK, EtcdStore};
+
+/// What recording a writer's intent is called in errors.
+const INTENT: &str = "record a writer's intent";
 
 /// How many keys one request of [`EtcdStore::try_list_holds`] reads.
 const LIST_BATCH: i64 = 256;
 
-/// An etcd lease granted at most once in a call, when the call first needs it, and kept for
-/// its retries; revoked at the end unless a key was put on it.
+/// An etcd lease granted when a call first needs it, and kept for its retries unless a later
+/// try read the name after it was asked for (see [`Granted::asked_at`]); revoked at the end
+/// unless a key was put on it.
 #[derive(Default)]
 struct Spare(Option<Granted>);
 
 impl Spare {
-    async fn get(&mut self, store: &EtcdStore, ttl: Ttl) -> Result<Granted> {
-        if let Some(granted) = self.0 {
-            return Ok(granted);
+    /// The lease for a try that read the name before `read_at`.
+    async fn get(&mut self, store: &EtcdStore, ttl: Ttl, read_at: Timestamp) -> Result<Granted> {
+        match self.0 {
+            Some(granted) if granted.asked_at >= read_at => return Ok(granted),
+            Some(stale) => store.revoke(stale.id),
+            None => {}
         }
+        self.0 = None;
         // Holds keep no terms.
-        let granted = store.grant(ttl, |_| Kept::NONE).await?;
+        let granted = store.grant(ttl, Kept::NONE).await?;
         self.0 = Some(granted);
         Ok(granted)
     }
@@ -86,8 +94,12 @@ impl EtcdStore {
         let kind = claim.kind();
         let holds = self.holds.holds_of(kind, name);
         let intents = (kind == HoldKind::RwLock).then(|| self.holds.intents_of(name));
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let read = self.read_name(&holds, intents.as_ref()).await?;
+            // Read after the name was: the time of what this try grants or extends, which it
+            // writes only if no hold was created or rewritten since (see the module docs).
+            let now = Timestamp::now_wall();
             let own = read.holds.iter().find(|(h, _)| h.lease.owner == *owner);
             // Intents are by the owner's name: recording the caller's replaces the one under
             // its name, whoever's it is, but a grant only takes the caller's own away.
@@ -99,7 +111,7 @@ impl EtcdStore {
             // Written only if no hold on the name was created or rewritten since the read:
             // holds that expired or were released meanwhile only make the verdict cautious.
             let mut when = vec![holds.unchanged_since(read.revision)];
-            let verdict = judge_existing(Timestamp::now_wall(), &read, owner, claim);
+            let verdict = judge_existing(now, &read, owner, claim);
             let granted = match verdict {
                 Verdict::LimitMismatch(limit) => return Ok(HoldOutcome::LimitMismatch { limit }),
                 Verdict::Busy(busy) => {
@@ -108,14 +120,14 @@ impl EtcdStore {
                     };
                     // The intent is recorded only together with the refusal, so that a
                     // release in between makes the writer ask again rather than wait.
-                    let lease = intent_lease.get(self, intent).await?;
+                    let lease = intent_lease.get(self, intent, now).await?;
                     let put = TxnOp::put(
                         self.holds.intent(name, owner),
-                        codec::encode_intent(owner, lease.expires_at)?,
+                        codec::encode_intent(owner, lease.ends(lease.asked_at))?,
                         Some(PutOptions::new().with_lease(lease.id)),
                     );
                     if self
-                        .txn("record a writer's intent", Txn::new().when(when).and_then([put]))
+                        .txn(INTENT, Txn::new().when(when).and_then([put]))
                         .await?
                         .succeeded()
                     {
@@ -125,9 +137,10 @@ impl EtcdStore {
                         }
                         return Ok(HoldOutcome::Busy(busy));
                     }
+                    backoff.pause().await.map_err(EtcdError::contended(INTENT))?;
                     continue;
                 }
-                Verdict::Grant | Verdict::Extend => hold_lease.get(self, ttl).await?,
+                Verdict::Grant | Verdict::Extend => hold_lease.get(self, ttl, now).await?,
             };
             let key = self.holds.hold(name, owner, claim);
             let mut ops = Vec::new();
@@ -157,7 +170,7 @@ impl EtcdStore {
                     ops.push(TxnOp::delete(intent, None));
                 }
             }
-            let value = codec::encode_hold(owner, claim, granted.asked_at, granted.expires_at)?;
+            let value = codec::encode_hold(owner, claim, now, granted.ends(now))?;
             ops.push(TxnOp::put(
                 key.clone(),
                 value,
@@ -168,6 +181,10 @@ impl EtcdStore {
                 .txn("acquire a hold", Txn::new().when(when).and_then(ops))
                 .await?;
             if !answer.succeeded() {
+                backoff
+                    .pause()
+                    .await
+                    .map_err(EtcdError::contended("acquire a hold"))?;
                 continue;
             }
             hold_lease.used();
@@ -189,10 +206,6 @@ impl EtcdStore {
                 },
             });
         }
-        Err(EtcdError::Contended {
-            doing: "acquire a hold",
-        }
-        .into())
     }
 
     /// Revokes `old`, the etcd lease of a key that a committed transaction deleted or moved
@@ -263,20 +276,22 @@ impl EtcdStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let found = self.own_hold(kind, name, owner).await?;
             let (kv, hold) = match allowed(found, |h: &Hold| &h.lease, owner, token) {
                 Ok(allowed) => allowed,
                 Err(refusal) => return Ok(refusal.into()),
             };
+            let ended = ended(hold.lease);
             if self.delete_unchanged("release a hold", &kv).await? {
-                return Ok(ended(hold.lease));
+                return Ok(ended);
             }
+            backoff
+                .pause()
+                .await
+                .map_err(EtcdError::contended("release a hold"))?;
         }
-        Err(EtcdError::Contended {
-            doing: "release a hold",
-        }
-        .into())
     }
 
     pub(super) async fn try_renew_hold(
@@ -287,7 +302,8 @@ impl EtcdStore {
         ttl: Ttl,
         token: Option<FencingToken>,
     ) -> Result<RenewOutcome<Hold>> {
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let found = self.own_hold(kind, name, owner).await?;
             let (kv, hold) = match allowed(found, |h: &Hold| &h.lease, owner, token) {
                 Ok(allowed) => allowed,
@@ -303,11 +319,11 @@ impl EtcdStore {
                 renewed.lease.expires_at = expires_at;
                 return Ok(RenewOutcome::Renewed(renewed));
             }
+            backoff
+                .pause()
+                .await
+                .map_err(EtcdError::contended("renew a hold"))?;
         }
-        Err(EtcdError::Contended {
-            doing: "renew a hold",
-        }
-        .into())
     }
 
     /// Reads the holds of `kind` in key order (which is the order of the names' bytes), in
@@ -361,7 +377,8 @@ impl EtcdStore {
     /// another principal under that name is theirs to withdraw).
     pub(super) async fn try_withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
         let key = self.holds.intent(name, owner);
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let mut read = self.get("read an intent", &key, None).await?;
             let Some(kv) = read.take_kvs().into_iter().next() else {
                 return Ok(());
@@ -373,25 +390,32 @@ impl EtcdStore {
             if self.delete_unchanged("withdraw an intent", &kv).await? {
                 return Ok(());
             }
+            let doing = "withdraw an intent";
+            backoff.pause().await.map_err(EtcdError::contended(doing))?;
         }
-        Err(EtcdError::Contended {
-            doing: "withdraw an intent",
-        }
-        .into())
     }
 
     /// Ends every hold of `kind` on `name`, whoever holds it, in one request; writers'
-    /// intents stay (they hold nothing). Returns the holds' leases, in token order.
-    pub(super) async fn force_release_holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Lease>> {
+    /// intents stay (they hold nothing). Returns the holds' leases, in token order, ended at
+    /// this server's time before the request.
+    pub(super) async fn force_release_holds(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+    ) -> Result<Vec<EndedLease>> {
+        let ended_at = Timestamp::now_wall();
         let deleted = self
             .delete_range("force-release holds", &self.holds.holds_of(kind, name))
             .await?;
-        let mut leases = deleted
+        let mut ended = deleted
             .iter()
-            .map(|kv| Ok(self.holds.decode(kv)?.lease))
+            .map(|kv| {
+                let lease = self.holds.decode(kv)?.lease;
+                Ok(EndedLease { lease, ended_at })
+            })
             .collect::<Result<Vec<_>, EtcdError>>()?;
-        leases.sort_by_key(|l| l.token);
-        Ok(leases)
+        ended.sort_by_key(|e| e.lease.token);
+        Ok(ended)
     }
 }
 

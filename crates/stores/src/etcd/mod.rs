@@ -27,23 +27,44 @@
 //!   on an acquire deletes the key (if unchanged) and creates it anew. A release deletes the
 //!   key, so no delay follows it.
 //! - Acquire, of one lock or of several ([`LockStore::acquire_all`]), is one transaction
-//!   for all the keys. It first tries the likely case, every key absent: an etcd lease per
-//!   key, then a transaction that creates every key only if none exists
-//!   (`create_revision == 0`), and reads them all back either way. On what it read it
-//!   judges each key: another owner's live lease or a lock-delay refuses the whole acquire
-//!   (every refusal, in the order given, nothing changed); a key that is over is deleted
-//!   first; otherwise a transaction whose compares cover every key — absent, or the exact
-//!   version read (`mod_revision`) for the caller's own live leases, which it extends,
-//!   keeping their terms — writes them all, or, if any compare fails, reads them all again
-//!   for the next try (up to 32). The keys created by one transaction share its revision as
-//!   their token. Its success branch has two operations per key, a put and a get: 128 for
-//!   the most locks one acquire may take (64), which is etcd's default `--max-txn-ops`; a
-//!   cluster that allows fewer refuses the largest acquires. An etcd lease known to be unused is revoked; after an error it is left to
-//!   run out instead, since a lost answer may hide that a key was put on it.
+//!   for all the keys. It first reads them all (a read-only transaction: one revision, no
+//!   write to the log), and judges each key on what it read: another owner's live lease or a
+//!   lock-delay refuses the whole acquire (every refusal, in the order given, nothing
+//!   changed, no etcd lease asked for); a key that is over is deleted first, and the keys
+//!   read again; otherwise it takes an etcd lease per key (asked for after the read: see
+//!   "Times"), and a transaction whose compares cover every key — absent
+//!   (`create_revision == 0`), or the exact version read (`mod_revision`) for the caller's
+//!   own live leases, which it extends, keeping their terms — writes them all and reads them
+//!   back, or, if any compare fails, reads them all for the next try. The keys created by
+//!   one transaction share its revision as their token. Its success branch has two
+//!   operations per key, a put and a get: 128 for the most locks one acquire may take (64),
+//!   which is etcd's default `--max-txn-ops`; a cluster that allows fewer refuses the largest
+//!   acquires. An etcd lease known to be unused is revoked; after an error it is left to run
+//!   out instead, since a lost answer may hide that a key was put on it.
 //! - Release and renew read the key (a linearizable read), judge the caller on what they
 //!   read (absent or over, other owner, other token), and then delete or rewrite the key in
 //!   a transaction that only succeeds if the key is still that same version
 //!   (`mod_revision`) with that token (`create_revision`); otherwise they start over.
+//! - **Contention.** A compare fails only when another call changed a key between the read
+//!   and the write: another server's, since the calls of one server on a name take turns
+//!   ([`fencelock_core::Turns`], where [`crate::open`] opens the store). The call then reads
+//!   and judges again, after a random pause that doubles with each try, until its deadline:
+//!   contention costs time, not an error.
+//! - **Times.** etcd has no clock to read: a lease's times are the servers'. The time of a
+//!   call — the `acquired_at` of what it grants or extends, the `ended_at` of what it
+//!   releases — is this server's clock read *after* the read that the call judged on and
+//!   *before* its write, which succeeds only if the keys are still as read. So a grant's
+//!   `acquired_at` comes after the release (or expiry) that freed the lock, and no earlier
+//!   than that release's `ended_at`, whichever servers made them (with their clocks
+//!   synchronised). Only a lock granted and released again by another server between this
+//!   call's read and its write — a whole lease within one round trip — could end after this
+//!   grant's `acquired_at`. The etcd lease is asked for after that time (a try after a
+//!   failed compare asks for another), and `expires_at` is `acquired_at` plus the whole
+//!   seconds etcd granted: etcd starts counting later still, so a lease never outlives its
+//!   etcd lease, and lasts at least its TTL. (A renewal's `expires_at` is counted from its
+//!   time before it asked for the new etcd lease.) Reading first costs a grant one round
+//!   trip more than writing at once did (a linearizable read, no write to the log), and
+//!   saves a refused acquire the etcd lease and the transaction it wrote.
 //! - Renew grants a **new** etcd lease with the new TTL and moves the key onto it (then
 //!   revokes the old lease): an etcd keep-alive could only restart the old lease's original
 //!   TTL, while a renew may ask for a shorter one. Renewals and extensions are cut at the
@@ -81,10 +102,10 @@
 //! range) — nor, for a reader, in its range of intents — and the owner's own hold, if it
 //! extends or replaces one, is still there. Keys deleted meanwhile (released or expired) can
 //! only have made the decision more cautious than it needed to be. If the compare fails,
-//! another call changed the name: the acquire reads and decides again, up to 32 times, then
-//! answers [`StoreError::Unavailable`]. So the limit, the exclusion of readers and writer,
-//! and the intents hold across every server. A refusal writes nothing (but an intent): it
-//! is what the name was at `R`.
+//! another server changed the name: the acquire reads and decides again, after a pause, as
+//! an acquire of a lock does. So the limit, the exclusion of readers and writer, and the
+//! intents hold across every server. A refusal writes nothing (but an intent): it is what
+//! the name was at `R`. A hold's times are taken as a lock's are.
 //!
 //! - A key exists as long as etcd keeps its lease alive, so every hold and intent read is
 //!   judged live, as a lock's key is, even past its `expires_at` by this server's clock
@@ -161,6 +182,7 @@ use fencelock_core::{
 use tokio::sync::broadcast;
 
 use crate::deadline::{Deadline, Within, within};
+use crate::retry::Backoff;
 use crate::subscription::{AbortOnDrop, keep_subscribed};
 
 mod codec;
@@ -175,11 +197,6 @@ use watch::{Watch, Watched};
 
 /// The store's name in error messages.
 const STORE: &str = "etcd";
-
-/// How often a call reads and writes again when the key changed between the two, before it
-/// gives up. Each retry means another caller changed the key meanwhile, so this is only hit
-/// under extreme contention on one resource.
-pub(super) const MAX_ATTEMPTS: usize = 32;
 
 /// How long a caller told "held" is asked to wait when the holder's `expires_at` has passed
 /// but etcd has not yet deleted the key (it finds expired leases about every half second).
@@ -308,6 +325,11 @@ impl EtcdStore {
     fn key(&self, resource: &Resource) -> Vec<u8> {
         [self.options.prefix.as_bytes(), resource.as_str().as_bytes()].concat()
     }
+
+    /// The pauses of a call between its tries, for as long as its deadline allows.
+    fn backoff(&self) -> Backoff {
+        Backoff::within(self.options.call_deadline())
+    }
 }
 
 #[async_trait]
@@ -410,7 +432,7 @@ impl LockStore for EtcdStore {
     }
 
     async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
-        let ended = match key.kind.hold_kind() {
+        let ended: Vec<_> = match key.kind.hold_kind() {
             None => self.force_release_lock(&key.name).await?.into_iter().collect(),
             Some(kind) => self.force_release_holds(kind, &key.name).await?,
         };
@@ -418,7 +440,7 @@ impl LockStore for EtcdStore {
         Ok(if ended.is_empty() {
             ForceOutcome::NotFound
         } else {
-            ForceOutcome::Released(ended.into_iter().map(txn::ended_now).collect())
+            ForceOutcome::Released(ended)
         })
     }
 

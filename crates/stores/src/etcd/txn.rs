@@ -14,7 +14,7 @@ use fencelock_core::{
 
 use super::codec::{self, Kept};
 use super::error::EtcdError;
-use super::{EXPIRY_RECHECK, EtcdStore, MAX_ATTEMPTS};
+use super::{EXPIRY_RECHECK, EtcdStore};
 
 impl EtcdStore {
     /// The key of `resource` as it is now (a linearizable read).
@@ -38,15 +38,14 @@ impl EtcdStore {
         .await
     }
 
-    /// Grants an etcd lease for a lease of `ttl` that keeps `kept` (made from `asked_at`, this
-    /// server's time before asking), of whole seconds rounded up: the TTL cut at the cap,
-    /// then the lock-delay. The lease put on it ends the delay's seconds before the etcd lease
-    /// does (etcd may grant more seconds than asked, never fewer), and at the cap if that
-    /// comes first. etcd starts counting after `asked_at`, so it deletes a key put on it no
-    /// sooner than the end of the lease's lock-delay.
-    pub(super) async fn grant(&self, ttl: Ttl, kept: impl FnOnce(Timestamp) -> Kept) -> Result<Granted> {
+    /// Grants an etcd lease for a lease of `ttl` that keeps `kept`, of whole seconds rounded
+    /// up: the TTL cut at the cap, then the lock-delay. The lease put on it ends the delay's
+    /// seconds before the etcd lease does (etcd may grant more seconds than asked, never
+    /// fewer), and at the cap if that comes first, counted from a time no later than this
+    /// server's time before it asked ([`Granted::ends`]): etcd starts counting after that,
+    /// so it deletes a key put on it no sooner than the end of the lease's lock-delay.
+    pub(super) async fn grant(&self, ttl: Ttl, kept: Kept) -> Result<Granted> {
         let asked_at = Timestamp::now_wall();
-        let kept = kept(asked_at);
         let lasts = kept.hold_until.map_or(ttl.as_duration(), |cap| {
             ttl.as_duration().min(cap.since(asked_at))
         });
@@ -69,13 +68,11 @@ impl EtcdStore {
             }
             .into());
         }
-        let ends = u64::try_from(granted.ttl().max(seconds) - delay)
-            .unwrap_or(0)
-            .saturating_mul(1000);
+        let lasts = u64::try_from(granted.ttl().max(seconds) - delay).unwrap_or(0);
         Ok(Granted {
             id: granted.id(),
             asked_at,
-            expires_at: kept.cut(Timestamp::from_millis(asked_at.as_millis().saturating_add(ends))),
+            lasts: Duration::from_secs(lasts),
             kept,
         })
     }
@@ -136,10 +133,12 @@ impl EtcdStore {
         spares: &mut [Option<Granted>],
     ) -> Result<AcquireAllOutcome> {
         let keys: Vec<Vec<u8>> = resources.iter().map(|r| self.key(r)).collect();
-        // Nothing read yet: the likely case, every key absent, is written at once, and the
-        // transaction reads every key back whether it succeeds or not.
-        let mut read: Vec<Option<KeyValue>> = vec![None; keys.len()];
-        for _ in 0..MAX_ATTEMPTS {
+        let gets: Vec<TxnOp> = keys.iter().map(|key| TxnOp::get(key.clone(), None)).collect();
+        let mut backoff = self.backoff();
+        let mut read = self.read_all("read locks", &gets).await?;
+        loop {
+            // Read after the keys were: the time of what this try grants or extends, which
+            // it writes only if every key is still as read (see the module docs).
             let now = Timestamp::now_wall();
             let (mut writes, mut refusals, mut over) = (Vec::new(), Vec::new(), Vec::new());
             for (resource, kv) in resources.iter().zip(read) {
@@ -159,7 +158,7 @@ impl EtcdStore {
                 for kv in &over {
                     self.delete_unchanged("clear an expired lock", kv).await?;
                 }
-                read = vec![None; keys.len()];
+                read = self.read_all("read locks", &gets).await?;
                 continue;
             }
             let mut when = Vec::with_capacity(keys.len());
@@ -168,8 +167,8 @@ impl EtcdStore {
                 let granted = match write {
                     Write::Create => {
                         when.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
-                        self.lease_for(spare, terms.ttl, |at| Kept::granted(at, terms))
-                            .await?
+                        let kept = Kept::granted(now, terms);
+                        self.lease_for(spare, terms.ttl, kept, now).await?
                     }
                     Write::Rewrite(kv, kept) => {
                         when.push(Compare::mod_revision(
@@ -177,25 +176,27 @@ impl EtcdStore {
                             CompareOp::Equal,
                             kv.mod_revision(),
                         ));
-                        self.lease_for(spare, terms.ttl, |_| *kept).await?
+                        self.lease_for(spare, terms.ttl, *kept, now).await?
                     }
                 };
-                let value = codec::encode(owner, granted.asked_at, granted.expires_at, granted.kept)?;
+                let value = codec::encode(owner, now, granted.ends(now), granted.kept)?;
                 puts.push(TxnOp::put(
                     key.clone(),
                     value,
                     Some(PutOptions::new().with_lease(granted.id)),
                 ));
             }
-            let gets: Vec<TxnOp> = keys.iter().map(|key| TxnOp::get(key.clone(), None)).collect();
             let txn = Txn::new()
                 .when(when)
                 .and_then(puts.into_iter().chain(gets.clone()).collect::<Vec<_>>())
-                .or_else(gets);
+                .or_else(gets.clone());
             let answer = self.txn("acquire", txn).await?;
             let kvs = codec::gets(&answer).into_iter().map(|kvs| kvs.into_iter().next());
             if !answer.succeeded() {
+                // Another server changed a key since it was read: judge again on the keys as
+                // the transaction found them.
                 read = kvs.collect();
+                backoff.pause().await.map_err(EtcdError::contended("acquire"))?;
                 continue;
             }
             let mut granted = Vec::with_capacity(keys.len());
@@ -224,20 +225,31 @@ impl EtcdStore {
             }
             return Ok(AcquireAllOutcome::Granted(granted));
         }
-        Err(EtcdError::Contended { doing: "acquire" }.into())
     }
 
-    /// The etcd lease for one key's write, which keeps `kept(asked_at)`: the one in
-    /// `spare` if it was granted for what this write keeps, or a new one, left in `spare`
-    /// (one granted for other terms is revoked: no key is on it).
+    /// The keys that `gets` read, at one revision, each `None` if absent (a read-only
+    /// transaction: linearizable, and no write to the log).
+    async fn read_all(&self, doing: &'static str, gets: &[TxnOp]) -> Result<Vec<Option<KeyValue>>> {
+        let answer = self.txn(doing, Txn::new().and_then(gets.to_vec())).await?;
+        Ok(codec::gets(&answer)
+            .into_iter()
+            .map(|kvs| kvs.into_iter().next())
+            .collect())
+    }
+
+    /// The etcd lease for one key's write, which keeps `kept`, of a try that read the keys
+    /// before `read_at`: the one in `spare` if it was granted for that since, or a new one,
+    /// left in `spare` (one granted before, or for other terms — a cap measured from an
+    /// earlier try — is revoked: no key is on it).
     async fn lease_for(
         &self,
         spare: &mut Option<Granted>,
         ttl: Ttl,
-        kept: impl Fn(Timestamp) -> Kept,
+        kept: Kept,
+        read_at: Timestamp,
     ) -> Result<Granted> {
         match *spare {
-            Some(granted) if granted.kept == kept(granted.asked_at) => Ok(granted),
+            Some(granted) if granted.kept == kept && granted.asked_at >= read_at => Ok(granted),
             unfit => {
                 if let Some(unfit) = unfit {
                     self.revoke(unfit.id);
@@ -307,10 +319,11 @@ impl EtcdStore {
         kept: Kept,
         value: impl FnOnce(Timestamp) -> Result<Vec<u8>, EtcdError>,
     ) -> Result<Option<Timestamp>> {
-        let granted = self.grant(ttl, |_| kept).await?;
+        let granted = self.grant(ttl, kept).await?;
+        let expires_at = granted.ends(granted.asked_at);
         let put = TxnOp::put(
             kv.key(),
-            value(granted.expires_at)?,
+            value(expires_at)?,
             Some(PutOptions::new().with_lease(granted.id)),
         );
         // On an error, the new lease is left to run out rather than revoked: the lost
@@ -321,7 +334,7 @@ impl EtcdStore {
             .succeeded()
         {
             self.revoke(kv.lease());
-            Ok(Some(granted.expires_at))
+            Ok(Some(expires_at))
         } else {
             self.revoke(granted.id);
             Ok(None)
@@ -352,19 +365,22 @@ impl EtcdStore {
     /// Ends the live lease on `resource`, whoever holds it: deletes its key if it is still
     /// the version read, so that it ends exactly what it reports. A lease that expired is
     /// not there to end, and its lock-delay stays.
-    pub(super) async fn force_release_lock(&self, resource: &Resource) -> Result<Option<Lease>> {
-        for _ in 0..MAX_ATTEMPTS {
+    pub(super) async fn force_release_lock(&self, resource: &Resource) -> Result<Option<EndedLease>> {
+        let mut backoff = self.backoff();
+        loop {
             let Some((kv, lease)) = self.read_live(resource).await? else {
                 return Ok(None);
             };
+            let ended = EndedLease {
+                lease,
+                ended_at: Timestamp::now_wall(),
+            };
             if self.delete_unchanged("force-release a lock", &kv).await? {
-                return Ok(Some(lease));
+                return Ok(Some(ended));
             }
+            let doing = "force-release a lock";
+            backoff.pause().await.map_err(EtcdError::contended(doing))?;
         }
-        Err(EtcdError::Contended {
-            doing: "force-release a lock",
-        }
-        .into())
     }
 
     pub(super) async fn try_release(
@@ -373,16 +389,18 @@ impl EtcdStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let (kv, lease) = match self.judge(resource, owner, token).await? {
                 Ok(allowed) => allowed,
                 Err(refusal) => return Ok(refusal.into()),
             };
+            let ended = ended(lease);
             if self.delete_unchanged("release", &kv).await? {
-                return Ok(ended(lease));
+                return Ok(ended);
             }
+            backoff.pause().await.map_err(EtcdError::contended("release"))?;
         }
-        Err(EtcdError::Contended { doing: "release" }.into())
     }
 
     pub(super) async fn try_renew(
@@ -392,7 +410,8 @@ impl EtcdStore {
         ttl: Ttl,
         token: Option<FencingToken>,
     ) -> Result<RenewOutcome> {
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = self.backoff();
+        loop {
             let (kv, lease) = match self.judge(resource, owner, token).await? {
                 Ok(allowed) => allowed,
                 Err(refusal) => return Ok(refusal.into()),
@@ -402,8 +421,8 @@ impl EtcdStore {
             if let Some(expires_at) = self.move_unchanged("renew", &kv, ttl, kept, value).await? {
                 return Ok(RenewOutcome::Renewed(Lease { expires_at, ..lease }));
             }
+            backoff.pause().await.map_err(EtcdError::contended("renew"))?;
         }
-        Err(EtcdError::Contended { doing: "renew" }.into())
     }
 
     /// Reads the locks in key order (which is the order of the names' bytes), in batches of
@@ -458,13 +477,31 @@ impl EtcdStore {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Granted {
     pub(super) id: i64,
-    /// The time before it was asked for: the `acquired_at` of a lease put on it.
+    /// This server's time before it asked for it. A lease put on it may be counted from no
+    /// later ([`Granted::ends`]): one asked for before a call read its keys would end less
+    /// than a TTL after the `acquired_at` the call gives it (a time after that read), so a
+    /// try uses none older.
     pub(super) asked_at: Timestamp,
-    /// When a lease put on it ends; etcd deletes the key no sooner than this plus `kept`'s
-    /// lock-delay.
-    pub(super) expires_at: Timestamp,
+    /// How long a lease put on it lasts (until the cap, if that comes first), and etcd keeps
+    /// its key for `kept`'s lock-delay more.
+    lasts: Duration,
     /// What a lease put on it keeps: what it was granted for.
     pub(super) kept: Kept,
+}
+
+impl Granted {
+    /// When a lease put on it ends, counted from `from` (its `acquired_at`, or the renewal's
+    /// time), which must be no later than [`Granted::asked_at`]: so the lease ends no later
+    /// than etcd keeps its key.
+    pub(super) fn ends(&self, from: Timestamp) -> Timestamp {
+        debug_assert!(
+            from <= self.asked_at,
+            "a lease counted from after its etcd lease was asked for"
+        );
+        let lasts = u64::try_from(self.lasts.as_millis()).unwrap_or(u64::MAX);
+        self.kept
+            .cut(Timestamp::from_millis(from.as_millis().saturating_add(lasts)))
+    }
 }
 
 /// `duration` in whole seconds, rounded up, as etcd takes a TTL.
@@ -554,18 +591,14 @@ pub(super) fn allowed<T>(
     Ok((kv, held))
 }
 
-/// A release's outcome: `lease` ended now.
+/// A release's outcome if it deletes `lease`'s key now, once read and judged. etcd has no
+/// clock to read: the lease's times are this server's, and so is the time it ended, read
+/// after the key was and before the deletion (see the module docs).
 pub(super) fn ended(lease: Lease) -> ReleaseOutcome {
-    ReleaseOutcome::Released(Some(ended_now(lease)))
-}
-
-/// `lease`, ended now. etcd has no clock to read: the lease's times are this server's, and
-/// so is the time it ended.
-pub(super) fn ended_now(lease: Lease) -> EndedLease {
-    EndedLease {
+    ReleaseOutcome::Released(Some(EndedLease {
         lease,
         ended_at: Timestamp::now_wall(),
-    }
+    }))
 }
 
 /// How often a request is sent again when no member took it.

@@ -2,7 +2,7 @@
 
 use fencelock_core::StoreError;
 
-use super::MAX_ATTEMPTS;
+use crate::retry::GaveUp;
 
 /// Every failure of the ZooKeeper store, driver errors included; none of it crosses the
 /// [`LockStore`](fencelock_core::LockStore) trait but as a [`StoreError`].
@@ -16,9 +16,10 @@ pub(super) enum ZkError {
         #[source]
         source: zookeeper_client::Error,
     },
-    /// Another caller changed the name's node between every read and write.
-    #[error("ZooKeeper: {doing}: another call changed it under every one of {MAX_ATTEMPTS} tries")]
-    Contended { doing: &'static str },
+    /// Other servers changed the name's node between every read and write until the call's
+    /// deadline.
+    #[error("ZooKeeper: {doing}: {gave_up}")]
+    Contended { doing: &'static str, gave_up: GaveUp },
     /// A node whose path or data no state of fencelock has.
     #[error("{0}")]
     Corrupt(String),
@@ -31,6 +32,11 @@ impl ZkError {
     /// Makes a [`ZkError::Request`] of a driver error while `doing`.
     pub(super) fn request(doing: &'static str) -> impl FnOnce(zookeeper_client::Error) -> Self {
         move |source| Self::Request { doing, source }
+    }
+
+    /// Makes a [`ZkError::Contended`] of a call `doing` that gave up.
+    pub(super) fn contended(doing: &'static str) -> impl FnOnce(GaveUp) -> Self {
+        move |gave_up| Self::Contended { doing, gave_up }
     }
 }
 

@@ -22,7 +22,10 @@
 //!   to the table, and write the new state with `setData` at the version read, in one `multi`
 //!   with every other parent the call touches (a `check` for those it left unchanged). On
 //!   `BadVersion` (or `NoNode`: a purge deleted an empty parent) another call changed the
-//!   name in between: read again and judge again, up to 32 times. Several
+//!   name in between — another server's, since the calls of one server on a name take turns
+//!   ([`fencelock_core::Turns`], where [`crate::open`] opens the store) — so read again and
+//!   judge again, after a random pause that doubles with each try, until the call's deadline
+//!   ([`ZooKeeperOptions::call_timeout`]): contention costs time, not an error. Several
 //!   locks at once ([`LockStore::acquire_all`]) are one `multi` over every parent, so all are
 //!   granted or none. A refusal writes nothing, but its `multi` still checks the version it
 //!   was judged on: writes go through the leader, so the refusal is of the name as it is, not
@@ -156,6 +159,7 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{self as zk, MultiWriteError};
 
 use crate::deadline::{Deadline, Within, within};
+use crate::retry::Backoff;
 
 mod error;
 mod session;
@@ -167,10 +171,6 @@ use state::{Holder, Read, State, Versioned};
 
 /// The store's name in error messages.
 const STORE: &str = "ZooKeeper";
-
-/// How often a call reads and writes again when the name's node changed between the two,
-/// before it gives up: each retry means another caller changed it meanwhile.
-pub(super) const MAX_ATTEMPTS: usize = 32;
 
 /// How many parents a list reads at once.
 const READ_BATCH: usize = 64;
@@ -355,7 +355,8 @@ impl ZooKeeperStore {
         mut apply: impl FnMut(&mut LockTable, Timestamp) -> Result<T>,
     ) -> Result<T> {
         let client = self.session.client().await?;
-        for _ in 0..MAX_ATTEMPTS {
+        let mut backoff = Backoff::within(self.call_timeout);
+        loop {
             let reads = try_join_all(keys.iter().map(|key| self.read(&client, key))).await?;
             let missing: Vec<&Read> = reads.iter().filter(|r| r.stat.is_none()).collect();
             if !missing.is_empty() {
@@ -440,15 +441,15 @@ impl ZooKeeperStore {
                     }
                     return Ok(outcome);
                 }
-                // The name changed, a purge deleted its node, or a holder's node went.
+                // The name changed (another server's call: this server's take turns), a
+                // purge deleted its node, or a holder's node went.
                 Err(MultiWriteError::OperationFailed {
                     source: zk::Error::BadVersion | zk::Error::NoNode,
                     ..
-                }) => continue,
+                }) => backoff.pause().await.map_err(ZkError::contended(doing))?,
                 Err(e) => return Err(ZkError::request(doing)(e.into()).into()),
             }
         }
-        Err(ZkError::Contended { doing }.into())
     }
 
     /// The names of `kind` that have a node, in the order of their bytes, from `query`'s
