@@ -247,7 +247,9 @@ macro_rules! suite {
             names_are_stored_as_given,
             releases_are_announced,
             shortened_leases_are_announced,
-            ping_answers
+            ping_answers,
+            a_token_of_zero_is_checked_like_any_other,
+            the_shortest_ttl_is_granted
         );
         $crate::suite!(@each $make; holds:
             a_semaphore_grants_up_to_its_limit,

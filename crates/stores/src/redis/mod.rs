@@ -133,6 +133,12 @@ pub struct RedisOptions {
     pub call_deadline: Duration,
     /// The server's clock, by which a Redlock lease is shown and its tokens proposed.
     pub clock: Arc<dyn Clock>,
+    /// How long marking the nodes of a new Redlock may take: a node found without the mark
+    /// beside one marked more recently than this is taken to be one of the new Redlock's
+    /// (another server is marking it), not one that lost its data and must be brought up to
+    /// date first. So a node that loses its data within this time of a Redlock's first use is
+    /// taken back as it is.
+    pub marking_window: Duration,
 }
 
 impl Default for RedisOptions {
@@ -142,6 +148,7 @@ impl Default for RedisOptions {
             node_timeout: Duration::from_secs(1),
             call_deadline: Duration::from_secs(5),
             clock: Arc::new(SystemClock::new()),
+            marking_window: Duration::from_secs(10),
         }
     }
 }
@@ -232,6 +239,7 @@ impl RedisStore {
             quorum,
             clock: options.clock,
             timeout: options.node_timeout,
+            marking_window: options.marking_window,
             amnesiac,
         });
         let store = Self {

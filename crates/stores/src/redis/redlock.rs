@@ -116,21 +116,15 @@ pub(super) struct Proposal {
 struct Last {
     /// Whether the node keeps Redlock's state (it was marked, and has not lost its data).
     marked: bool,
-    /// Whether it was marked so recently (by its clock) that others of a new Redlock may be
-    /// being marked still ([`FRESH`]).
-    fresh: bool,
+    /// How long ago (by its clock) it was marked.
+    age: Duration,
     /// Per name: the last token, and the slots other owners' permits take.
     names: Vec<(u64, Vec<u64>)>,
 }
 
-/// How long the marking of a new Redlock's nodes may take: a node found without a mark
-/// beside one this young is taken to be one of the new Redlock's, not one that lost its data.
-const FRESH: Duration = Duration::from_secs(10);
-
 fn read_last(mut reply: Reply) -> Result<Last> {
     let since = reply.number()?;
-    let fresh_ms = u64::try_from(FRESH.as_millis()).unwrap_or(u64::MAX);
-    let (marked, fresh) = (since > 0, reply.now.saturating_sub(since) < fresh_ms);
+    let (marked, age) = (since > 0, Duration::from_millis(reply.now.saturating_sub(since)));
     let mut names = Vec::new();
     while !reply.is_empty() {
         let token = reply.number()?;
@@ -138,7 +132,7 @@ fn read_last(mut reply: Reply) -> Result<Last> {
         let slots = (0..count).map(|_| reply.number()).collect::<Result<_>>()?;
         names.push((token, slots));
     }
-    Ok(Last { marked, fresh, names })
+    Ok(Last { marked, age, names })
 }
 
 /// The nodes of a Redlock, and what it knows of each.
@@ -149,6 +143,8 @@ pub(super) struct Nodes {
     pub(super) clock: Arc<dyn Clock>,
     /// How long a node may take to answer one call.
     pub(super) timeout: Duration,
+    /// How long a new Redlock's marking may take ([`super::RedisOptions::marking_window`]).
+    pub(super) marking_window: Duration,
     /// Nodes that lost their data (found without the mark while others have it): they count
     /// for nothing until they are brought up to date (see `repair`).
     pub(super) amnesiac: Vec<AtomicBool>,
@@ -405,11 +401,15 @@ impl Nodes {
             .filter(|(_, l)| !l.marked)
             .map(|(at, _)| at)
             .collect();
-        let young = answers.answers().any(|(_, l)| l.marked && l.fresh);
-        let new = (marked == 0 && unmarked.len() >= quorum) || young;
+        let young = answers
+            .answers()
+            .any(|(_, l)| l.marked && l.age < self.marking_window);
+        // A new Redlock needs every node to answer: a majority without the mark could be a
+        // node that lost its data beside one that was never part of it.
+        let new = (marked == 0 && unmarked.len() == self.list.len()) || young;
         if new {
-            // A new Redlock (or one whose every answering node lost its data, which no
-            // algorithm survives): these nodes keep its state from now on.
+            // A new Redlock (or one whose every node lost its data, which no algorithm
+            // survives): these nodes keep its state from now on.
             self.mark(&unmarked).await;
         } else if marked > 0 {
             for &at in &unmarked {
