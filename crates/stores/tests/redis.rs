@@ -696,6 +696,10 @@ async fn a_waiter_on_one_redlock_store_is_woken_by_a_release_through_another() {
 async fn releases_are_heard_on_another_store_with_a_node_down() {
     let nodes = own_nodes(3).await;
     let (one, other) = (open(&nodes.url()).await, open(&nodes.url()).await);
+    // A new Redlock starts with every node answering.
+    grant_and_release(one.as_ref(), &shared::unique("warm"))
+        .await
+        .unwrap();
     let nodes = with_nodes(nodes, |nodes| nodes.stop(2)).await;
     let mut heard = other.releases().expect("a Redis store announces releases");
     let long = ttl(Duration::from_secs(60));
@@ -1100,5 +1104,46 @@ async fn a_node_restarted_empty_never_lets_tokens_go_back() {
         next.token,
         first.token
     );
+    drop(nodes);
+}
+
+/// An all-or-none acquire of 20 names with one node of three dead, given up on by its caller
+/// after a second (a client that hung up, a deadline): either it was granted whole in that
+/// time, or it takes nothing — no name is left to the caller on a majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_all_or_none_given_up_on_with_a_node_dead_is_whole_or_nothing() {
+    let nodes = own_nodes(3).await;
+    let redlock = open(&nodes.url()).await;
+    grant_and_release(redlock.as_ref(), &shared::unique("warm"))
+        .await
+        .unwrap();
+    let nodes = with_nodes(nodes, |nodes| nodes.stop(2)).await;
+    let wanted = names("dead-node", 20);
+    let who = owner("impatient");
+    let long = Terms::ttl(ttl(Duration::from_secs(60)));
+    let answer = tokio::time::timeout(Duration::from_secs(1), redlock.acquire_all(&wanted, &who, long)).await;
+    let held = |lease: Option<Lease>| lease.is_some_and(|l| l.owner == who);
+    if let Ok(Ok(AcquireAllOutcome::Granted(_))) = answer {
+        for name in wanted.as_slice() {
+            assert!(
+                held(redlock.get(name).await.unwrap()),
+                "{name}: granted whole, yet not held"
+            );
+        }
+    } else {
+        fencelock_testkit::eventually(
+            Duration::from_secs(20),
+            "no name left to the caller",
+            async || {
+                for name in wanted.as_slice() {
+                    if held(redlock.get(name).await.ok()?) {
+                        return None;
+                    }
+                }
+                Some(())
+            },
+        )
+        .await;
+    }
     drop(nodes);
 }
