@@ -434,6 +434,15 @@ impl LockStore for LateGrants {
         Ok(outcome)
     }
 
+    async fn acquire_all(
+        &self,
+        resources: &fencelock_core::Resources,
+        o: &Owner,
+        t: Terms,
+    ) -> Result<fencelock_core::AcquireAllOutcome, StoreError> {
+        self.inner.acquire_all(resources, o, t).await
+    }
+
     async fn get(&self, r: &Resource) -> Result<Option<Lease>, StoreError> {
         self.inner.get(r).await
     }

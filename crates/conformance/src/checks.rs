@@ -4,8 +4,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireOutcome, Capabilities, FencingToken, Key, Kind, Lease, ListQuery, LockStore, ReleaseNotice,
-    ReleaseOutcome, RenewOutcome, Resource, StoreError,
+    AcquireOutcome, Capabilities, Claim, FencingToken, HoldOutcome, Key, Kind, Lease, ListQuery, LockStore,
+    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, StoreError,
 };
 
 use crate::{Harness, owner, ttl};
@@ -625,4 +625,82 @@ pub(crate) async fn announced_key(
 /// The store answers a readiness check.
 pub async fn ping_answers(h: &Harness) {
     h.store.ping().await.expect("ping");
+}
+
+/// A fencing token of 0 is a token like any other: sent with a release or renewal of a lease,
+/// a permit or a hold whose token is another, it is refused as a conflict and changes nothing
+/// (not taken as "no token").
+pub async fn a_token_of_zero_is_checked_like_any_other(h: &Harness) {
+    let zero = Some(FencingToken(0));
+    let ttl = h.long_ttl();
+    let lease = grant(h, "zero", "a", ttl).await;
+    let r = &lease.resource;
+    assert_eq!(
+        h.store.renew(r, &owner("a"), ttl, zero).await.unwrap(),
+        RenewOutcome::Conflict
+    );
+    assert_eq!(
+        h.store.release(r, &owner("a"), zero).await.unwrap(),
+        ReleaseOutcome::Conflict
+    );
+    assert_eq!(h.store.get(r).await.unwrap(), Some(lease.clone()), "unchanged");
+    for claim in [Claim::Permit { limit: 2 }, Claim::Write] {
+        let name = h.resource(&format!("zero-{}", claim.kind()));
+        let hold = match h
+            .store
+            .acquire_hold(&name, &owner("a"), claim, ttl, None)
+            .await
+            .unwrap()
+        {
+            HoldOutcome::Granted { hold, .. } => hold,
+            other => panic!("{claim:?}: {other:?}"),
+        };
+        let kind = claim.kind();
+        assert_eq!(
+            h.store
+                .renew_hold(kind, &name, &owner("a"), ttl, zero)
+                .await
+                .unwrap(),
+            RenewOutcome::Conflict,
+            "{claim:?}"
+        );
+        assert_eq!(
+            h.store
+                .release_hold(kind, &name, &owner("a"), zero)
+                .await
+                .unwrap(),
+            ReleaseOutcome::Conflict,
+            "{claim:?}"
+        );
+        assert_eq!(
+            h.store.holds(kind, &name).await.unwrap(),
+            [hold],
+            "{claim:?}: unchanged"
+        );
+    }
+}
+
+/// The shortest TTL (1 ms) is granted, never refused as an error, on every kind: a store whose
+/// nature cannot keep so short a lease raises it to its floor, which the lease shows.
+pub async fn the_shortest_ttl_is_granted(h: &Harness) {
+    let shortest = fencelock_core::Ttl::from_const_millis(1);
+    let lease = granted(
+        h.store
+            .acquire(&h.resource("shortest"), &owner("a"), shortest)
+            .await
+            .unwrap(),
+    );
+    assert!(lease.expires_at > lease.acquired_at, "{lease:?}");
+    for claim in [Claim::Permit { limit: 2 }, Claim::Read, Claim::Write] {
+        let name = h.resource(&format!("shortest-{claim:?}"));
+        let outcome = h
+            .store
+            .acquire_hold(&name, &owner("a"), claim, shortest, None)
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, HoldOutcome::Granted { .. }),
+            "{claim:?}: {outcome:?}"
+        );
+    }
 }

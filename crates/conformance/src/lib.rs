@@ -248,7 +248,9 @@ macro_rules! suite {
             names_are_stored_as_given,
             releases_are_announced,
             shortened_leases_are_announced,
-            ping_answers
+            ping_answers,
+            a_token_of_zero_is_checked_like_any_other,
+            the_shortest_ttl_is_granted
         );
         $crate::suite!(@each $make; holds:
             a_semaphore_grants_up_to_its_limit,
@@ -285,6 +287,8 @@ macro_rules! suite {
         $crate::suite!(@each $make; terms:
             several_locks_are_acquired_all_or_none,
             opposite_orders_never_both_win,
+            a_refused_all_or_none_leaves_the_callers_leases_as_they_were,
+            tokens_of_several_locks_follow_the_order_given,
             a_lock_delay_keeps_an_expired_lock_closed,
             a_release_has_no_lock_delay_and_a_delay_refuses_all_or_none,
             the_cap_cuts_the_ttl_renewals_and_extensions,

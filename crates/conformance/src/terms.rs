@@ -1,42 +1,25 @@
 //! Several locks at once, all or none, and the terms a lease keeps for its whole life: the cap
 //! on holding (`max_hold`) and the lock-delay after an expiry.
-//!
-//! The all-or-none checks run twice on every store: through the store's own
-//! [`LockStore::acquire_all`] (one step, where the store can) and through
-//! [`acquire_in_order`], the fallback in canonical order with undo, so that the fallback is
-//! held to the same rules on every store.
 
 use std::time::{Duration, Instant};
 
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Lease, LockStore, Owner, RenewOutcome, Resources, Terms, Ttl,
-    acquire_in_order,
 };
 
 use crate::checks::{grant, granted};
 use crate::{Harness, owner, ttl};
 
-/// Which way a check takes several locks.
-#[derive(Debug, Clone, Copy)]
-enum Way {
-    /// The store's own [`LockStore::acquire_all`].
-    Store,
-    /// [`acquire_in_order`] over the store.
-    InOrder,
-}
-
 async fn acquire_all(
-    way: Way,
     store: &dyn LockStore,
     resources: &Resources,
     who: &Owner,
     terms: Terms,
 ) -> AcquireAllOutcome {
-    let outcome = match way {
-        Way::Store => store.acquire_all(resources, who, terms).await,
-        Way::InOrder => acquire_in_order(store, resources, who, terms).await,
-    };
-    outcome.unwrap_or_else(|e| panic!("{way:?}: acquire_all: {e}"))
+    store
+        .acquire_all(resources, who, terms)
+        .await
+        .unwrap_or_else(|e| panic!("acquire_all: {e}"))
 }
 
 fn names(h: &Harness, names: &[&str]) -> Resources {
@@ -57,114 +40,94 @@ fn all_granted(outcome: AcquireAllOutcome) -> Vec<Lease> {
 /// Several locks are granted together, in the order asked, or none is: a refusal names every
 /// lock in the way, and leaves the free ones free.
 pub async fn several_locks_are_acquired_all_or_none(h: &Harness) {
-    for way in [Way::Store, Way::InOrder] {
-        let tag = format!("{way:?}").to_lowercase();
-        let (a, b, c) = (format!("{tag}-a"), format!("{tag}-b"), format!("{tag}-c"));
-        let held_b = grant(h, &b, "other", h.long_ttl()).await;
-        let wanted = names(h, &[&c, &b, &a]);
-        let me = owner("me");
-        let terms = Terms::ttl(h.long_ttl());
-        match acquire_all(way, &*h.store, &wanted, &me, terms).await {
-            AcquireAllOutcome::Refused(refusals) => match refusals.as_slice() {
-                [AcquireOutcome::Held { holder, expires_in }] => {
-                    assert_eq!(holder, &held_b, "{way:?}");
-                    assert!(*expires_in > Duration::ZERO, "{way:?}");
-                }
-                other => panic!("{way:?}: b alone is in the way, got {other:?}"),
-            },
-            granted => panic!("{way:?}: b is held, yet {granted:?}"),
-        }
-        for free in [&a, &c] {
-            assert_eq!(
-                h.store.get(&h.resource(free)).await.unwrap(),
-                None,
-                "{way:?}: {free} was left acquired by a refused all-or-none"
-            );
-        }
-        // Two locks in the way: both named, in the order asked.
-        let held_a = grant(h, &a, "third", h.long_ttl()).await;
-        match acquire_all(way, &*h.store, &wanted, &me, terms).await {
-            AcquireAllOutcome::Refused(refusals) => {
-                let holders: Vec<&Lease> = refusals
-                    .iter()
-                    .map(|r| match r {
-                        AcquireOutcome::Held { holder, .. } => holder,
-                        other => panic!("{way:?}: {other:?}"),
-                    })
-                    .collect();
-                assert_eq!(holders, [&held_b, &held_a], "{way:?}");
+    let held_b = grant(h, "b", "other", h.long_ttl()).await;
+    let wanted = names(h, &["c", "b", "a"]);
+    let me = owner("me");
+    let terms = Terms::ttl(h.long_ttl());
+    match acquire_all(&*h.store, &wanted, &me, terms).await {
+        AcquireAllOutcome::Refused(refusals) => match refusals.as_slice() {
+            [AcquireOutcome::Held { holder, expires_in }] => {
+                assert_eq!(holder, &held_b);
+                assert!(*expires_in > Duration::ZERO);
             }
-            granted => panic!("{way:?}: a and b are held, yet {granted:?}"),
-        }
-        assert_eq!(h.store.get(&h.resource(&c)).await.unwrap(), None, "{way:?}");
-        for lease in [&held_a, &held_b] {
-            h.store
-                .release(&lease.resource, &lease.owner, Some(lease.token))
-                .await
-                .unwrap();
-        }
-        // All free (one already ours): every lock, in the order asked; ours is extended with
-        // its token, the others are new grants with tokens above the ones before.
-        let mine = grant(h, &a, "me", h.long_ttl()).await;
-        let outcome = acquire_all(way, &*h.store, &wanted, &me, terms).await;
-        let AcquireAllOutcome::Granted(outcomes) = &outcome else {
-            panic!("{way:?}: all free, yet {outcome:?}");
-        };
-        assert!(
-            matches!(&outcomes[2], AcquireOutcome::Extended(lease) if lease.token == mine.token),
-            "{way:?}: {outcomes:?}"
+            other => panic!("b alone is in the way, got {other:?}"),
+        },
+        granted => panic!("b is held, yet {granted:?}"),
+    }
+    for free in ["a", "c"] {
+        assert_eq!(
+            h.store.get(&h.resource(free)).await.unwrap(),
+            None,
+            "{free} was left acquired by a refused all-or-none"
         );
-        let leases = all_granted(outcome);
-        let order: Vec<_> = leases.iter().map(|l| l.resource.clone()).collect();
-        assert_eq!(order, wanted.as_slice(), "{way:?}: in the order asked");
-        assert!(leases[1].token > held_b.token, "{way:?}: {leases:?}");
-        for lease in &leases {
-            assert_eq!(lease.owner, me, "{way:?}");
-            assert_eq!(h.store.get(&lease.resource).await.unwrap().as_ref(), Some(lease));
+    }
+    // Two locks in the way: both named, in the order asked.
+    let held_a = grant(h, "a", "third", h.long_ttl()).await;
+    match acquire_all(&*h.store, &wanted, &me, terms).await {
+        AcquireAllOutcome::Refused(refusals) => {
+            let holders: Vec<&Lease> = refusals
+                .iter()
+                .map(|r| match r {
+                    AcquireOutcome::Held { holder, .. } => holder,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(holders, [&held_b, &held_a]);
         }
+        granted => panic!("a and b are held, yet {granted:?}"),
+    }
+    assert_eq!(h.store.get(&h.resource("c")).await.unwrap(), None);
+    for lease in [&held_a, &held_b] {
+        h.store
+            .release(&lease.resource, &lease.owner, Some(lease.token))
+            .await
+            .unwrap();
+    }
+    // All free (one already ours): every lock, in the order asked; ours is extended with its
+    // token, the others are new grants with tokens above the ones before.
+    let mine = grant(h, "a", "me", h.long_ttl()).await;
+    let outcome = acquire_all(&*h.store, &wanted, &me, terms).await;
+    let AcquireAllOutcome::Granted(outcomes) = &outcome else {
+        panic!("all free, yet {outcome:?}");
+    };
+    assert!(
+        matches!(&outcomes[2], AcquireOutcome::Extended(lease) if lease.token == mine.token),
+        "{outcomes:?}"
+    );
+    let leases = all_granted(outcome);
+    let order: Vec<_> = leases.iter().map(|l| l.resource.clone()).collect();
+    assert_eq!(order, wanted.as_slice(), "in the order asked");
+    assert!(leases[1].token > held_b.token, "{leases:?}");
+    for lease in &leases {
+        assert_eq!(lease.owner, me);
+        assert_eq!(h.store.get(&lease.resource).await.unwrap().as_ref(), Some(lease));
     }
 }
 
 /// Two owners take the same two locks at once in opposite orders, 20 times: exactly one gets
 /// both, the other gets neither, and once the winner releases, the other gets both.
 pub async fn opposite_orders_never_both_win(h: &Harness) {
-    for way in [Way::Store, Way::InOrder] {
-        for round in 0..20 {
-            let (x, y) = (format!("{way:?}-x-{round}"), format!("{way:?}-y-{round}"));
-            let forward = names(h, &[&x, &y]);
-            let backward = names(h, &[&y, &x]);
-            let (p, q) = (owner("p"), owner("q"));
-            let terms = Terms::ttl(h.long_ttl());
-            let (first, second) = tokio::join!(
-                acquire_all(way, &*h.store, &forward, &p, terms),
-                acquire_all(way, &*h.store, &backward, &q, terms),
-            );
-            let (winner, loser, wanted) = match (&first, &second) {
-                (AcquireAllOutcome::Granted(_), AcquireAllOutcome::Refused(_)) => (&p, &q, &backward),
-                (AcquireAllOutcome::Refused(_), AcquireAllOutcome::Granted(_)) => (&q, &p, &forward),
-                // The fallback may refuse both when each took its first lock before the other's
-                // second: never both granted, and nothing is left held.
-                (AcquireAllOutcome::Refused(_), AcquireAllOutcome::Refused(_))
-                    if matches!(way, Way::InOrder) =>
-                {
-                    for name in [&x, &y] {
-                        assert_eq!(h.store.get(&h.resource(name)).await.unwrap(), None);
-                    }
-                    continue;
-                }
-                _ => panic!("{way:?} round {round}: one winner, got {first:?} and {second:?}"),
-            };
-            for name in [&x, &y] {
-                let lease = h.store.get(&h.resource(name)).await.unwrap();
-                assert_eq!(
-                    lease.map(|l| l.owner).as_ref(),
-                    Some(winner),
-                    "{way:?} round {round}"
-                );
-                h.store.release(&h.resource(name), winner, None).await.unwrap();
-            }
-            all_granted(acquire_all(way, &*h.store, wanted, loser, terms).await);
+    for round in 0..20 {
+        let (x, y) = (format!("x-{round}"), format!("y-{round}"));
+        let forward = names(h, &[&x, &y]);
+        let backward = names(h, &[&y, &x]);
+        let (p, q) = (owner("p"), owner("q"));
+        let terms = Terms::ttl(h.long_ttl());
+        let (first, second) = tokio::join!(
+            acquire_all(&*h.store, &forward, &p, terms),
+            acquire_all(&*h.store, &backward, &q, terms),
+        );
+        let (winner, loser, wanted) = match (&first, &second) {
+            (AcquireAllOutcome::Granted(_), AcquireAllOutcome::Refused(_)) => (&p, &q, &backward),
+            (AcquireAllOutcome::Refused(_), AcquireAllOutcome::Granted(_)) => (&q, &p, &forward),
+            _ => panic!("round {round}: one winner, got {first:?} and {second:?}"),
+        };
+        for name in [&x, &y] {
+            let lease = h.store.get(&h.resource(name)).await.unwrap();
+            assert_eq!(lease.map(|l| l.owner).as_ref(), Some(winner), "round {round}");
+            h.store.release(&h.resource(name), winner, None).await.unwrap();
         }
+        all_granted(acquire_all(&*h.store, wanted, loser, terms).await);
     }
 }
 
@@ -455,5 +418,75 @@ pub async fn terms_hold_across_servers(h: &Harness) {
     {
         RenewOutcome::Renewed(renewed) => assert_cut(h, &renewed, cap, "a renewal on the other server"),
         other => panic!("renew through the other server: {other:?}"),
+    }
+}
+
+/// A refused all-or-none changes nothing, the caller's own leases included: a lock it already
+/// held keeps its owner, token, `acquired_at`, `expires_at` and `hold_until` exactly, whether
+/// the refusal comes at once or after a wait, and whether the lock it holds comes before or
+/// after the one in the way (in the order asked, or of the names' bytes).
+pub async fn a_refused_all_or_none_leaves_the_callers_leases_as_they_were(h: &Harness) {
+    let me = owner("me");
+    let long = Terms::ttl(h.long_ttl()).max_hold(Some(ttl(Duration::from_secs(3600))));
+    let mine = granted(
+        h.store
+            .acquire_with(&h.resource("a-mine"), &me, long)
+            .await
+            .unwrap(),
+    );
+    let theirs = grant(h, "b-theirs", "other", h.long_ttl()).await;
+    let waiters = fencelock_core::Waiters::new(h.store.clone());
+    let gone = tokio_util::sync::CancellationToken::new();
+    let short = Terms::ttl(h.short_ttl());
+    for order in [["a-mine", "b-theirs"], ["b-theirs", "a-mine"]] {
+        let wanted = names(h, &order);
+        let refused = h.store.acquire_all(&wanted, &me, short).await.unwrap();
+        assert!(
+            matches!(&refused, AcquireAllOutcome::Refused(r) if r.len() == 1),
+            "{order:?}: b is held, yet {refused:?}"
+        );
+        assert_eq!(
+            h.store.get(&mine.resource).await.unwrap().as_ref(),
+            Some(&mine),
+            "{order:?}: a refused all-or-none changed the caller's own lease"
+        );
+        let waited = waiters
+            .acquire_all_unless(&wanted, &me, short, Duration::from_millis(200), &gone)
+            .await
+            .unwrap();
+        assert!(
+            matches!(&waited.outcome, AcquireAllOutcome::Refused(_)),
+            "{order:?}: b is held, yet {waited:?}"
+        );
+        assert_eq!(
+            h.store.get(&mine.resource).await.unwrap().as_ref(),
+            Some(&mine),
+            "{order:?}: a refused all-or-none after a wait changed the caller's own lease"
+        );
+    }
+    assert_eq!(
+        h.store.get(&theirs.resource).await.unwrap().as_ref(),
+        Some(&theirs)
+    );
+}
+
+/// The tokens of an all-or-none grant follow the order given, not the names' bytes: each is
+/// at least the one before it in the list (equal where one write grants them all).
+pub async fn tokens_of_several_locks_follow_the_order_given(h: &Harness) {
+    for order in [["z", "m", "a"], ["a", "m", "z"], ["m", "z", "a"]] {
+        let tag = order.concat();
+        let list: Vec<String> = order.iter().map(|n| format!("order-{tag}-{n}")).collect();
+        let wanted = names(h, &list.iter().map(String::as_str).collect::<Vec<_>>());
+        let leases = all_granted(
+            h.store
+                .acquire_all(&wanted, &owner("me"), Terms::ttl(h.long_ttl()))
+                .await
+                .unwrap(),
+        );
+        let tokens: Vec<u64> = leases.iter().map(|l| l.token.0).collect();
+        assert!(
+            tokens.windows(2).all(|w| w[0] <= w[1]),
+            "{order:?}: tokens {tokens:?} decrease along the list"
+        );
     }
 }

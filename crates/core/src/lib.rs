@@ -45,7 +45,6 @@ pub use model::{
 pub use store::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Drift, EndedLease, ForceOutcome, LeasePage, ListQuery,
     LockStore, Refusal, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError, Watch,
-    acquire_in_order,
 };
 pub use table::LockTable;
 pub use turns::Turns;

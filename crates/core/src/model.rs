@@ -315,15 +315,6 @@ impl Resources {
     pub fn as_slice(&self) -> &[Resource] {
         &self.0
     }
-
-    /// The positions of the resources in the order of their names' bytes: the one order in
-    /// which every caller takes several locks, so that two callers never wait for each other
-    /// in a circle.
-    pub fn canonical(&self) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.0.len()).collect();
-        order.sort_by(|&a, &b| self.0[a].cmp(&self.0[b]));
-        order
-    }
 }
 
 /// A point in time: milliseconds since the Unix epoch, UTC.
@@ -608,6 +599,5 @@ mod tests {
         );
         let set = Resources::new(vec![r("b"), r("é"), r("a"), r("B")]).unwrap();
         assert_eq!(set.as_slice()[0], r("b"), "the order given is kept");
-        assert_eq!(set.canonical(), [3, 2, 0, 1], "B < a < b < é, by bytes");
     }
 }

@@ -94,66 +94,6 @@ impl AcquireAllOutcome {
     }
 }
 
-/// [`LockStore::acquire_all`] for a store that cannot take several locks in one step: one
-/// lock at a time in the order of their names' bytes (so that two callers never wait for
-/// each other in a circle), and at the first refusal, the locks this call granted are
-/// released again (by token) before it answers. Locks the owner already held are extended
-/// and stay so. If the store fails half-way, what was granted is released as far as the
-/// store lets, and the error is returned.
-pub async fn acquire_in_order<S: LockStore + ?Sized>(
-    store: &S,
-    resources: &Resources,
-    owner: &Owner,
-    terms: Terms,
-) -> Result<AcquireAllOutcome> {
-    let names = resources.as_slice();
-    let mut outcomes: Vec<Option<AcquireOutcome>> = vec![None; names.len()];
-    let mut refused = None;
-    for at in resources.canonical() {
-        match store.acquire_with(&names[at], owner, terms).await {
-            Ok(outcome) if outcome.lease().is_some() => outcomes[at] = Some(outcome),
-            Ok(refusal) => {
-                refused = Some((at, refusal));
-                break;
-            }
-            Err(error) => {
-                undo(store, &outcomes, owner).await;
-                return Err(error);
-            }
-        }
-    }
-    let Some((at, refusal)) = refused else {
-        return Ok(AcquireAllOutcome::Granted(
-            outcomes.into_iter().flatten().collect(),
-        ));
-    };
-    undo(store, &outcomes, owner).await;
-    // Report every lock in the way, not only the first: the ones not tried yet are read.
-    let mut refusals = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        if i == at {
-            refusals.push(refusal.clone());
-        } else if outcomes[i].is_none()
-            && let Some(holder) = store.get(name).await?
-            && holder.owner != *owner
-        {
-            let expires_in = holder.expires_at.since(Timestamp::now_wall());
-            refusals.push(AcquireOutcome::Held { holder, expires_in });
-        }
-    }
-    Ok(AcquireAllOutcome::Refused(refusals))
-}
-
-/// Releases the leases an [`acquire_in_order`] granted (not the ones it only extended).
-async fn undo<S: LockStore + ?Sized>(store: &S, outcomes: &[Option<AcquireOutcome>], owner: &Owner) {
-    for outcome in outcomes.iter().flatten() {
-        if let AcquireOutcome::Granted { lease, .. } = outcome {
-            // Should this fail too, the lease ends by itself at its expiry.
-            let _ = store.release(&lease.resource, owner, Some(lease.token)).await;
-        }
-    }
-}
-
 /// What a release did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseOutcome {
@@ -522,16 +462,14 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
 
     /// Acquires every lock of `resources` for `owner` on `terms`, or none: as one
     /// [`LockStore::acquire_with`] each, in one step, or [`AcquireAllOutcome::Refused`] with
-    /// nothing changed. The default, for a store that cannot do it in one step, is
-    /// [`acquire_in_order`].
+    /// nothing changed — not even the caller's own leases, which a grant would extend. New
+    /// tokens follow the order of `resources`: each at least the one before it.
     async fn acquire_all(
         &self,
         resources: &Resources,
         owner: &Owner,
         terms: Terms,
-    ) -> Result<AcquireAllOutcome> {
-        acquire_in_order(self, resources, owner, terms).await
-    }
+    ) -> Result<AcquireAllOutcome>;
 
     /// The live lease on `resource`, if any.
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>>;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::{
-    AcquireOutcome, Capabilities, Claim, Drift, FencingToken, HoldKind, HoldOutcome, Lease, LockStore, Owner,
-    ReleaseOutcome, RenewOutcome, Resource, StoreError, Waiters,
+    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Drift, FencingToken, HoldKind, HoldOutcome,
+    Lease, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Terms, Timestamp, Waiters,
 };
 use fencelock_testkit::{Proxy, RedisNodes, shared_redis, shared_redis_nodes};
 
@@ -252,21 +252,32 @@ async fn a_free_majority_and_only_a_free_majority_grants(n: usize, take: Take) {
             Ok(_) => {}
             Err(e) => wrong.push(format!("{case}: {e}")),
         }
-        for (i, node) in alone.iter().enumerate() {
-            let leases = take.held(node.as_ref(), &name).await;
-            let seen: Vec<(&str, FencingToken)> =
-                leases.iter().map(|l| (l.owner.as_str(), l.token)).collect();
-            let owners: Vec<&str> = seen.iter().map(|(owner, _)| *owner).collect();
-            let fine = if held_on.contains(&i) {
-                owners == [other.as_str()]
-            } else if let Ok(Taken::Granted(lease)) = &taken {
-                seen == [(me.as_str(), lease.token)]
-            } else {
-                seen.is_empty()
-            };
-            if !fine {
-                wrong.push(format!("{case}: node {i} holds {seen:?}"));
+        // A majority decides; a node that answered late gets the grant, or its undo, just
+        // after: look until every node is as it should be, or a deadline passes.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut off = Vec::new();
+            for (i, node) in alone.iter().enumerate() {
+                let leases = take.held(node.as_ref(), &name).await;
+                let seen: Vec<(&str, FencingToken)> =
+                    leases.iter().map(|l| (l.owner.as_str(), l.token)).collect();
+                let owners: Vec<&str> = seen.iter().map(|(owner, _)| *owner).collect();
+                let fine = if held_on.contains(&i) {
+                    owners == [other.as_str()]
+                } else if let Ok(Taken::Granted(lease)) = &taken {
+                    seen == [(me.as_str(), lease.token)]
+                } else {
+                    seen.is_empty()
+                };
+                if !fine {
+                    off.push(format!("{case}: node {i} holds {seen:?}"));
+                }
             }
+            if off.is_empty() || Instant::now() > deadline {
+                wrong.extend(off);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     assert!(
@@ -468,10 +479,9 @@ async fn tokens_grow_across_nodes_started_again_empty(n: usize, together: usize)
             }
         })
         .await;
-        // A majority kept its data and answers: no retry is needed.
-        let token = grant_and_release(redlock.as_ref(), &name)
-            .await
-            .unwrap_or_else(|e| panic!("nodes {emptied:?} started again empty: {e}"));
+        // A majority kept its data; the nodes that lost theirs are brought up to date before
+        // they count again, which the last ones emptied may wait for.
+        let token = grant_and_release_until_it_works(redlock.as_ref(), &name, Duration::from_secs(30)).await;
         assert!(
             token > last,
             "nodes {emptied:?} started again empty: token {token} after {last}"
@@ -686,6 +696,10 @@ async fn a_waiter_on_one_redlock_store_is_woken_by_a_release_through_another() {
 async fn releases_are_heard_on_another_store_with_a_node_down() {
     let nodes = own_nodes(3).await;
     let (one, other) = (open(&nodes.url()).await, open(&nodes.url()).await);
+    // A new Redlock starts with every node answering.
+    grant_and_release(one.as_ref(), &shared::unique("warm"))
+        .await
+        .unwrap();
     let nodes = with_nodes(nodes, |nodes| nodes.stop(2)).await;
     let mut heard = other.releases().expect("a Redis store announces releases");
     let long = ttl(Duration::from_secs(60));
@@ -774,4 +788,362 @@ async fn a_semaphore_on_redlock_never_grants_more_than_its_limit_across_a_partit
         live.len(),
         owners(&live)
     );
+}
+
+/// How a node of a Redlock fails in the fault tests.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Killed: connections are refused.
+    Dead,
+    /// Stopped where it stands (SIGSTOP): connections stay open, nothing is answered.
+    Hung,
+}
+
+impl Fault {
+    fn hit(self, nodes: &mut RedisNodes, i: usize) {
+        match self {
+            Self::Dead => nodes.stop(i),
+            Self::Hung => nodes.pause(i),
+        }
+    }
+
+    /// Ends the fault: a dead node starts again empty, a hung one goes on.
+    fn heal(self, nodes: &mut RedisNodes, i: usize) {
+        match self {
+            Self::Dead => nodes.start_again(i),
+            Self::Hung => nodes.resume(i),
+        }
+    }
+}
+
+/// `n` fresh names of this test.
+fn names(tag: &str, n: usize) -> fencelock_core::Resources {
+    let prefix = fencelock_testkit::fixtures::unique_prefix();
+    fencelock_core::Resources::new(
+        (0..n)
+            .map(|i| Resource::new(format!("{prefix}{tag}-{i}")).unwrap())
+            .collect(),
+    )
+    .unwrap()
+}
+
+/// With one node of three dead, or hung, Redlock works as it does with all three: every
+/// single acquire (500 ms leases) and release is answered, all-or-none acquires of 20 names
+/// are granted whole, or refused with nothing taken on the nodes that answer, permits and
+/// holds are granted — nothing is answered 503. A node that comes back (empty, if it died)
+/// takes part again without the store being opened anew.
+async fn one_node_of_three_failing_changes_nothing_a_caller_sees(fault: Fault) {
+    let nodes = own_nodes(3).await;
+    let redlock = open(&nodes.url()).await;
+    grant_and_release(redlock.as_ref(), &shared::unique("warm"))
+        .await
+        .unwrap();
+    let mut nodes = with_nodes(nodes, move |nodes| fault.hit(nodes, 2)).await;
+    let alone: Vec<Arc<dyn LockStore>> = vec![open(&nodes.node_url(0)).await, open(&nodes.node_url(1)).await];
+    let who = owner("a");
+
+    for i in 0..20 {
+        let name = shared::unique(&format!("short-{i}"));
+        let outcome = redlock
+            .acquire(&name, &who, fencelock_testkit::fixtures::ttl_ms(500))
+            .await;
+        let lease = shared::granted(outcome.unwrap_or_else(|e| panic!("{fault:?}: acquire {i}: {e}")));
+        let released = redlock.release(&name, &who, Some(lease.token)).await;
+        assert!(
+            matches!(released, Ok(ReleaseOutcome::Released(_))),
+            "{fault:?}: release {i}: {released:?}"
+        );
+    }
+
+    let all = names("all", 20);
+    let long = Terms::ttl(ttl(Duration::from_secs(60)));
+    match redlock.acquire_all(&all, &who, long).await {
+        Ok(AcquireAllOutcome::Granted(outcomes)) => {
+            let tokens: Vec<u64> = outcomes.iter().map(|o| o.lease().unwrap().token.0).collect();
+            assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "{fault:?}: {tokens:?}");
+        }
+        other => panic!("{fault:?}: 20 free names, yet {other:?}"),
+    }
+
+    let some = names("some", 20);
+    let in_the_way = &some.as_slice()[13];
+    shared::granted(
+        redlock
+            .acquire(in_the_way, &owner("other"), ttl(Duration::from_secs(60)))
+            .await
+            .unwrap(),
+    );
+    match redlock.acquire_all(&some, &who, long).await {
+        Ok(AcquireAllOutcome::Refused(refusals)) => assert_eq!(refusals.len(), 1, "{fault:?}: {refusals:?}"),
+        other => panic!("{fault:?}: one name of 20 held, yet {other:?}"),
+    }
+    for node in &alone {
+        for name in some.as_slice() {
+            let lease = node.get(name).await.unwrap();
+            assert!(
+                lease.is_none_or(|l| l.owner != who),
+                "{fault:?}: a refused all-or-none left {name} to its caller on a node"
+            );
+        }
+    }
+
+    for take in [Take::Permit, Take::Write] {
+        let name = shared::unique(&format!("{fault:?}-{take:?}"));
+        let taken = take.take(redlock.as_ref(), &name, &who).await;
+        assert!(
+            matches!(taken, Ok(Taken::Granted(_))),
+            "{fault:?}: {take:?}: {taken:?}"
+        );
+    }
+
+    // Back: the node takes part again (brought up to date first, if it lost its data), so a
+    // grant reaches it.
+    nodes = with_nodes(nodes, move |nodes| fault.heal(nodes, 2)).await;
+    let node = open(&nodes.node_url(2)).await;
+    let name = shared::unique("back");
+    fencelock_testkit::eventually(
+        Duration::from_secs(30),
+        "the node that came back to take part",
+        async || {
+            let lease = match redlock.acquire(&name, &who, ttl(Duration::from_secs(60))).await {
+                Ok(AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease)) => lease,
+                Ok(other) => panic!("{fault:?}: nobody else takes it: {other:?}"),
+                Err(_) => return None,
+            };
+            let on_node = node.get(&name).await.ok().flatten();
+            let back = on_node.is_some_and(|l| l.token == lease.token);
+            if !back {
+                // The next try takes it anew.
+                let _ = redlock.release(&name, &who, Some(lease.token)).await;
+            }
+            back.then_some(())
+        },
+    )
+    .await;
+    drop(nodes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_of_three_dead_changes_nothing_a_caller_sees() {
+    one_node_of_three_failing_changes_nothing_a_caller_sees(Fault::Dead).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_of_three_hung_changes_nothing_a_caller_sees() {
+    one_node_of_three_failing_changes_nothing_a_caller_sees(Fault::Hung).await;
+}
+
+/// An all-or-none acquire whose caller gives up (its deadline passed, its client hung up)
+/// while two nodes of three hang takes nothing: when they answer again, what they were sent
+/// meanwhile changes nothing, and every name is free for anyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_all_or_none_its_caller_gave_up_on_takes_nothing_when_hung_nodes_come_back() {
+    let nodes = own_nodes(3).await;
+    let redlock = open(&nodes.url()).await;
+    grant_and_release(redlock.as_ref(), &shared::unique("warm"))
+        .await
+        .unwrap();
+    let nodes = with_nodes(nodes, |nodes| {
+        nodes.pause(1);
+        nodes.pause(2);
+    })
+    .await;
+    let wanted = names("given-up", 10);
+    let who = owner("gave-up");
+    let long = Terms::ttl(ttl(Duration::from_secs(60)));
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        redlock.acquire_all(&wanted, &who, long),
+    )
+    .await;
+    assert!(
+        !matches!(gave_up, Ok(Ok(AcquireAllOutcome::Granted(_)))),
+        "granted with two nodes of three hung: {gave_up:?}"
+    );
+    let nodes = with_nodes(nodes, |nodes| {
+        nodes.resume(1);
+        nodes.resume(2);
+    })
+    .await;
+    let alone: Vec<Arc<dyn LockStore>> = vec![
+        open(&nodes.node_url(0)).await,
+        open(&nodes.node_url(1)).await,
+        open(&nodes.node_url(2)).await,
+    ];
+    // What the hung nodes were sent is carried out when they go on: the undo that follows
+    // it must leave nothing.
+    fencelock_testkit::eventually(
+        Duration::from_secs(20),
+        "every name free on every node",
+        async || {
+            for node in &alone {
+                for name in wanted.as_slice() {
+                    if node.get(name).await.ok()?.is_some() {
+                        return None;
+                    }
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let other = owner("next");
+    let granted = redlock.acquire_all(&wanted, &other, long).await.unwrap();
+    assert!(matches!(granted, AcquireAllOutcome::Granted(_)), "{granted:?}");
+}
+
+/// A try that cannot decide never takes the caller's own lease away. The owner holds a lock
+/// on a bare majority (nodes 0 and 1); with node 1 hung, its acquire again (an extension) is
+/// extended on node 0 and granted anew on node 2 — no majority either way. Undoing that try
+/// must put node 0's lease back as it was, not delete it: once node 1 answers again, the lease
+/// is still the owner's on a majority, and nobody else is granted the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecided_extension_never_takes_the_callers_lease_away() {
+    let nodes = own_nodes(3).await;
+    let redlock = open(&nodes.url()).await;
+    grant_and_release(redlock.as_ref(), &shared::unique("warm"))
+        .await
+        .unwrap();
+    let (partial, _proxies) = cut_off_from(&nodes, 2).await;
+    let name = shared::unique("bare-majority");
+    let holder = owner("holder");
+    let long = ttl(Duration::from_secs(60));
+    let lease = shared::granted(partial.acquire(&name, &holder, long).await.unwrap());
+    let nodes = with_nodes(nodes, |nodes| nodes.pause(1)).await;
+    let again = redlock.acquire(&name, &holder, long).await;
+    assert!(
+        !matches!(again, Ok(AcquireOutcome::Granted { .. })),
+        "a new lease while the old one stands on a majority: {again:?}"
+    );
+    let nodes = with_nodes(nodes, |nodes| nodes.resume(1)).await;
+    fencelock_testkit::eventually(
+        Duration::from_secs(20),
+        "the holder's lease on a majority",
+        async || {
+            let now = redlock.get(&name).await.ok()?;
+            now.is_some_and(|l| l.token == lease.token && l.owner == holder)
+                .then_some(())
+        },
+    )
+    .await;
+    let other = redlock.acquire(&name, &owner("other"), long).await.unwrap();
+    assert!(matches!(other, AcquireOutcome::Held { .. }), "{other:?}");
+    drop(nodes);
+}
+
+/// Token order survives a node that restarted empty while another is cut off, even from a
+/// server whose clock is ten seconds behind: the empty node takes no part until it is brought up
+/// to date from the node that kept the last grant, so a majority never proposes a token below
+/// one already issued. (Without that: tokens from the empty node and one that never saw the
+/// grant, with the slow clock's floor, go back.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_empty_never_lets_tokens_go_back() {
+    let nodes = own_nodes(3).await;
+    grant_and_release(open(&nodes.url()).await.as_ref(), &shared::unique("warm"))
+        .await
+        .unwrap();
+    // Server A reaches nodes 0 and 1, not 2.
+    let (a, _a_proxies) = cut_off_from(&nodes, 2).await;
+    let name = shared::unique("empty-restart");
+    let first = shared::granted(
+        a.acquire(&name, &owner("a"), ttl(Duration::from_secs(60)))
+            .await
+            .unwrap(),
+    );
+    a.release(&name, &owner("a"), Some(first.token)).await.unwrap();
+    let nodes = with_nodes(nodes, |nodes| {
+        nodes.stop(1);
+        nodes.start_again(1);
+    })
+    .await;
+    // Server B reaches nodes 1 and 2, not 0, and its clock is ten seconds behind (more than
+    // this test takes between A's grant and B's).
+    let proxies: Vec<Proxy> = (0..3).map(|i| Proxy::start(nodes.port(i))).collect();
+    proxies[0].cut();
+    let through: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("127.0.0.1:{}", p.port()))
+        .collect();
+    let behind = Timestamp::from_millis(Timestamp::now_wall().as_millis() - 10_000);
+    let options = fencelock_stores::redis::RedisOptions {
+        clock: Arc::new(fencelock_core::TokioClock::new(behind)),
+        marking_window: Duration::ZERO,
+        ..Default::default()
+    };
+    let b =
+        fencelock_stores::redis::RedisStore::connect_with(&format!("redis://{}", through.join(",")), options)
+            .await
+            .unwrap();
+    let short = ttl(Duration::from_secs(60));
+    match b.acquire(&name, &owner("b"), short).await {
+        Ok(AcquireOutcome::Granted { lease, .. }) => {
+            assert!(
+                lease.token > first.token,
+                "token {} after {}",
+                lease.token,
+                first.token
+            );
+        }
+        Ok(other) => panic!("nobody holds it: {other:?}"),
+        Err(StoreError::Unavailable { .. }) => {}
+        Err(other) => panic!("{other}"),
+    }
+    // Node 0 reachable again: node 1 is brought up to date, and tokens go on above.
+    proxies[0].restore();
+    let next = fencelock_testkit::eventually(Duration::from_secs(30), "a grant through B", async || match b
+        .acquire(&name, &owner("b"), short)
+        .await
+    {
+        Ok(AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease)) => Some(lease),
+        _ => None,
+    })
+    .await;
+    assert!(
+        next.token > first.token,
+        "token {} after {}",
+        next.token,
+        first.token
+    );
+    drop(nodes);
+}
+
+/// An all-or-none acquire of 20 names with one node of three dead, given up on by its caller
+/// after a second (a client that hung up, a deadline): either it was granted whole in that
+/// time, or it takes nothing — no name is left to the caller on a majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_all_or_none_given_up_on_with_a_node_dead_is_whole_or_nothing() {
+    let nodes = own_nodes(3).await;
+    let redlock = open(&nodes.url()).await;
+    grant_and_release(redlock.as_ref(), &shared::unique("warm"))
+        .await
+        .unwrap();
+    let nodes = with_nodes(nodes, |nodes| nodes.stop(2)).await;
+    let wanted = names("dead-node", 20);
+    let who = owner("impatient");
+    let long = Terms::ttl(ttl(Duration::from_secs(60)));
+    let answer = tokio::time::timeout(Duration::from_secs(1), redlock.acquire_all(&wanted, &who, long)).await;
+    let held = |lease: Option<Lease>| lease.is_some_and(|l| l.owner == who);
+    if let Ok(Ok(AcquireAllOutcome::Granted(_))) = answer {
+        for name in wanted.as_slice() {
+            assert!(
+                held(redlock.get(name).await.unwrap()),
+                "{name}: granted whole, yet not held"
+            );
+        }
+    } else {
+        fencelock_testkit::eventually(
+            Duration::from_secs(20),
+            "no name left to the caller",
+            async || {
+                for name in wanted.as_slice() {
+                    if held(redlock.get(name).await.ok()?) {
+                        return None;
+                    }
+                }
+                Some(())
+            },
+        )
+        .await;
+    }
+    drop(nodes);
 }

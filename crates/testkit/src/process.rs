@@ -148,6 +148,24 @@ impl Proc {
     }
 }
 
+impl Proc {
+    /// Stops the process where it stands (SIGSTOP): it keeps its sockets and its memory, but
+    /// runs nothing until [`Proc::resume`], as a hung process or a paused VM would.
+    pub(crate) fn pause(&self) {
+        self.signal(Signal::SIGSTOP);
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub(crate) fn resume(&self) {
+        self.signal(Signal::SIGCONT);
+    }
+
+    fn signal(&self, signal: Signal) {
+        let pid = i32::try_from(self.pid()).expect("a pid fits an i32");
+        kill(Pid::from_raw(pid), signal).unwrap_or_else(|e| panic!("{signal} to {pid}: {e}"));
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -19,7 +19,7 @@ const START_DEADLINE: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub struct Redis {
     // Declared before `dir` so that the server stops before its folder is removed.
-    _server: Proc,
+    server: Proc,
     port: u16,
     _dir: tempfile::TempDir,
 }
@@ -64,7 +64,7 @@ impl Redis {
         );
         if ready && !exited {
             return Ok(Self {
-                _server: server,
+                server,
                 port,
                 _dir: dir,
             });
@@ -84,6 +84,19 @@ impl Redis {
     /// The loopback TCP port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Stops the server where it stands (SIGSTOP): connections stay open and nothing is
+    /// answered, as from a hung process, until [`Redis::resume`]. Dropping a paused server
+    /// still kills it.
+    pub fn pause(&self) {
+        self.server.pause();
+    }
+
+    /// Lets a paused server answer again (SIGCONT); what was sent meanwhile is then carried
+    /// out.
+    pub fn resume(&self) {
+        self.server.resume();
     }
 }
 
@@ -177,6 +190,24 @@ impl RedisNodes {
     pub fn stop(&mut self, i: usize) {
         // Dropping a server kills it and waits for it.
         self.nodes[i].server = None;
+    }
+
+    /// Pauses node `i` (SIGSTOP): it hangs, keeping its data and connections, until
+    /// [`RedisNodes::resume`]. Panics if it is stopped.
+    pub fn pause(&self, i: usize) {
+        self.running(i).pause();
+    }
+
+    /// Lets the paused node `i` answer again. Panics if it is stopped.
+    pub fn resume(&self, i: usize) {
+        self.running(i).resume();
+    }
+
+    fn running(&self, i: usize) -> &Redis {
+        self.nodes[i]
+            .server
+            .as_ref()
+            .unwrap_or_else(|| panic!("redis node {i} is stopped"))
     }
 
     /// Starts the stopped node `i` again on its port, empty, and waits until it takes

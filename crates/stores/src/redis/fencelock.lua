@@ -16,6 +16,14 @@
 --   P index:L, P index:S, P index:R
 --                           names with a lease, permit or hold (score 0: ordered by bytes)
 --   P due                   KIND US NAME, scored by when something of it ends (purge)
+--   P call: CALL            under Redlock, what one try of a grant changed on this node: for
+--                           each lease it extended or hold it replaced, the record before
+--                           ('b' US KIND US NAME) and the one it wrote ('w' US KIND US NAME);
+--                           and 'cancelled' once the try was undone
+--   P node                  when this node began to keep Redlock's state (see `mark`)
+--   P gone:KIND: NAME       under Redlock, the tokens of leases and holds of the name that a
+--                           release, a force-release or an undo ended here, until they would
+--                           have ended anyway (see `bury`)
 --   P released              the channel where freed names are announced: KIND US NAME
 --
 -- A record is "token US acquired_at US expires_at US hold_until US lock_delay US claim US
@@ -96,6 +104,7 @@ local function shown(a, i)
 end
 
 local function lock_key(name) return P .. 'lock:' .. name end
+local function gone_key(kind, name) return P .. 'gone:' .. kind .. ':' .. name end
 local function holds_key(kind, name) return P .. 'holds:' .. kind .. ':' .. name end
 local function intents_key(name) return P .. 'intents:' .. name end
 local function token_key(kind, name) return P .. 'token:' .. kind .. ':' .. name end
@@ -104,6 +113,32 @@ local DUE = P .. 'due'
 
 local function announce(kind, name)
   redis.call('PUBLISH', P .. 'released', kind .. US .. name)
+end
+
+-- A try of a Redlock grant, CALL ('' on one node), sent at FROM by the server's clock for a
+-- lease of TTL: whether it must change nothing here, and why. A try that was undone before
+-- it arrived (this node hung, or the undo overtook it) is 'cancelled'; one that arrives so
+-- late that its lease could be over (and its undo's record gone) is 'late'. So a grant
+-- that a server gave up on never takes effect afterwards, however long a node held it back.
+local function call_key(call) return P .. 'call:' .. call end
+
+local function barred(call, from, ttl)
+  if call == '' then return nil end
+  -- A node that lost its data votes for nothing until it is brought up to date (`adopt`,
+  -- then `mark`): its empty state would grant what the others hold.
+  if redis.call('EXISTS', P .. 'node') == 0 then return 'unmarked' end
+  if redis.call('HEXISTS', call_key(call), 'cancelled') == 1 then return 'cancelled' end
+  if NOW > from + ttl + GRACE / 2 then return 'late' end
+  return nil
+end
+
+-- Keeps what try CALL changed of the record FIELD (KIND US NAME): BEFORE, and what it wrote,
+-- so that its undo puts back exactly what was there. Nothing on one node, which never undoes.
+local function remember(call, field, before, written, ttl)
+  if call == '' then return end
+  local key = call_key(call)
+  redis.call('HSET', key, 'b' .. US .. field, before, 'w' .. US .. field, written)
+  redis.call('PEXPIRE', key, num(ttl + GRACE))
 end
 
 -- The token of a new grant: the proposal if above the node's counter (Redlock), else none;
@@ -121,6 +156,18 @@ local function next_token(kind, name, proposal)
   end
   redis.call('SET', key, num(token))
   return token
+end
+
+-- Under Redlock (a marked node), remembers that the lease or hold R of NAME was ended here —
+-- released, force-released or undone — until it would have ended anyway. A node brought up
+-- to date from the others (`adopt`) takes this in too, so that a copy the release missed on
+-- one node (it was cut off then) never comes back to life as a majority.
+local function bury(kind, name, r)
+  if redis.call('EXISTS', P .. 'node') == 0 then return end
+  local key = gone_key(kind, name)
+  redis.call('HSET', key, num(r.token), '1')
+  local left = r['until'] - NOW + GRACE
+  if redis.call('PTTL', key) < left then redis.call('PEXPIRE', key, num(left)) end
 end
 
 -- Locks ----------------------------------------------------------------------------------
@@ -152,39 +199,43 @@ local function live_lock(name)
   return nil
 end
 
--- acquire OWNER PRINCIPAL TTL MAX_HOLD LOCK_DELAY PROPOSAL SHOWN_FROM SHOWN_PER_MILLE
--- SHOWN_FIXED NAME...:
--- every lock or none.
--- Reply: NOW, then per name STATUS RECORD PREVIOUS: granted (the new lease, the expired one
--- it replaced or ''), extended (the lease, ''), held (the holder's lease, ''), delayed (the
+-- acquire OWNER PRINCIPAL TTL MAX_HOLD LOCK_DELAY CALL SHOWN_FROM SHOWN_PER_MILLE SHOWN_FIXED
+-- (NAME PROPOSAL)...: every lock or none, each new lease with its PROPOSAL as its token
+-- (Redlock) or the next token (PROPOSAL 0, one node).
+-- Reply: NOW, then 'unmarked', 'cancelled' or 'late' alone (see `barred`: nothing was
+-- written), or per
+-- name STATUS RECORD PREVIOUS: granted (the new lease, the expired one it replaced or ''),
+-- extended (the lease, the lease before), held (the holder's lease, ''), delayed (the
 -- expired lease, ''), stale (the node's last token, ''), or, when another name was refused,
 -- free (the expired lease or '', ''). Nothing is written unless every name is granted or
 -- extended.
 local function acquire(a)
   local owner, principal = a[2], a[3]
-  local ttl, max_hold, delay, proposal = tonumber(a[4]), tonumber(a[5]), tonumber(a[6]), tonumber(a[7])
+  local ttl, max_hold, delay, call = tonumber(a[4]), tonumber(a[5]), tonumber(a[6]), a[7]
   local at, ends = shown(a, 8)
+  local bar = barred(call, at, ttl)
+  if bar then return { NOW, bar } end
   local judged, refused = {}, false
-  for i = 11, #a do
-    local name = a[i]
+  for i = 11, #a, 2 do
+    local name, proposal = a[i], tonumber(a[i + 1])
     local r = read_lock(name)
     if r and NOW < r['until'] and r.owner == owner and r.principal == principal then
-      judged[#judged + 1] = { name, 'extended', r }
+      judged[#judged + 1] = { name, 'extended', r, proposal }
     elseif r and NOW < r['until'] then
-      judged[#judged + 1] = { name, 'held', r }
+      judged[#judged + 1] = { name, 'held', r, proposal }
       refused = true
     elseif r and NOW < closed_until(r) then
-      judged[#judged + 1] = { name, 'delayed', r }
+      judged[#judged + 1] = { name, 'delayed', r, proposal }
       refused = true
     else
-      judged[#judged + 1] = { name, 'granted', r }
+      judged[#judged + 1] = { name, 'granted', r, proposal }
     end
   end
-  if not refused and proposal > 0 then
+  if not refused then
     for _, j in ipairs(judged) do
-      if j[2] == 'granted' then
+      if j[2] == 'granted' and j[4] > 0 then
         local last = tonumber(redis.call('GET', token_key('L', j[1])) or '0')
-        if proposal <= last then
+        if j[4] <= last then
           j[2], j[3], refused = 'stale', { raw = num(last) }, true
         end
       end
@@ -192,7 +243,7 @@ local function acquire(a)
   end
   local reply = { NOW }
   for _, j in ipairs(judged) do
-    local name, status, r = j[1], j[2], j[3]
+    local name, status, r, proposal = j[1], j[2], j[3], j[4]
     local previous = ''
     if not refused and status == 'granted' then
       if r then previous = r.raw end
@@ -205,8 +256,10 @@ local function acquire(a)
       write_lock(name, r)
     elseif not refused and status == 'extended' then
       local before = r['until']
+      previous = r.raw
       r.acquired, r.expires, r['until'] = at, ends(ttl, r.hold_until), cut(NOW + ttl, r.cap)
       write_lock(name, r)
+      remember(call, 'L' .. US .. name, previous, r.raw, ttl)
       if r['until'] < before then announce('L', name) end
     end
     if refused and status == 'granted' then status = 'free' end
@@ -227,17 +280,18 @@ end
 local function check(r, owner, principal, token)
   if not r then return 'notfound' end
   if r.owner ~= owner or r.principal ~= principal then return 'forbidden' end
-  if token > 0 and r.token ~= token then return 'conflict' end
+  if token and r.token ~= token then return 'conflict' end
   return nil
 end
 
--- release NAME OWNER PRINCIPAL TOKEN (0: any). Reply: NOW, STATUS, the lease released or ''.
+-- release NAME OWNER PRINCIPAL TOKEN ('': none given). Reply: NOW, STATUS, the lease released or ''.
 local function release(a)
   local name = a[2]
   local r = live_lock(name)
   local refusal = check(r, a[3], a[4], tonumber(a[5]))
   if refusal then return { NOW, refusal, '' } end
   forget_lock(name)
+  bury('L', name, r)
   announce('L', name)
   return { NOW, 'released', r.raw }
 end
@@ -345,7 +399,7 @@ local function settle(kind, name)
   end
 end
 
--- acquire_hold KIND NAME OWNER PRINCIPAL CLAIM LIMIT TTL INTENT PROPOSAL SLOT SHOWN_FROM
+-- acquire_hold KIND NAME OWNER PRINCIPAL CLAIM LIMIT TTL INTENT PROPOSAL SLOT CALL SHOWN_FROM
 -- SHOWN_PER_MILLE SHOWN_FIXED: as fencelock_core::hold::judge decides; and, for a permit with
 -- a SLOT (1 to LIMIT, under Redlock), only if no other live permit has that slot here: a
 -- permit under Redlock is an exclusive lock on one of LIMIT slots, so that permits granted by
@@ -353,12 +407,15 @@ end
 -- three nodes, limit 2, permits on nodes 1+2, 2+3 and 1+3). Reply: NOW, STATUS, RECORD, REPLACED, WRITER_WAITS,
 -- RETRY_IN, LIMIT, then every other owner's live hold (busy only). STATUS: granted (the new
 -- hold, the owner's hold it replaced or ''), extended, busy, limit (the live permits' limit),
--- stale (RECORD: the node's last token).
+-- stale (RECORD: the node's last token); or 'unmarked', 'cancelled' or 'late' alone (see
+-- `barred`).
 local function acquire_hold(a)
   local kind, name, owner, principal, claim = a[2], a[3], a[4], a[5], a[6]
   local limit, ttl, intent, proposal = tonumber(a[7]), tonumber(a[8]), tonumber(a[9]), tonumber(a[10])
-  local slot = tonumber(a[11])
-  local at, ends = shown(a, 12)
+  local slot, call = tonumber(a[11]), a[12]
+  local at, ends = shown(a, 13)
+  local bar = barred(call, at, ttl)
+  if bar then return { NOW, bar } end
   local live = live_holds(kind, name)
   local own, others = nil, {}
   for _, h in ipairs(live) do
@@ -434,9 +491,10 @@ local function acquire_hold(a)
   end
   local key = holds_key(kind, name)
   if verdict == 'extend' then
-    local before = own['until']
+    local before, raw = own['until'], own.raw
     own.acquired, own.expires, own['until'] = at, ends(ttl, 0), NOW + ttl
     redis.call('HSET', key, owner, encode(own))
+    remember(call, kind .. US .. name, raw, own.raw, ttl)
     settle(kind, name)
     if own['until'] < before then announce(kind, name) end
     return { NOW, 'extended', own.raw, '', 0, 0, 0 }
@@ -447,6 +505,7 @@ local function acquire_hold(a)
     claim = claim, limit = claim == 'permit' and limit or 0, principal = principal, owner = owner,
     ['until'] = NOW + ttl, cap = 0, slot = slot }
   redis.call('HSET', key, owner, encode(h))
+  if own then remember(call, kind .. US .. name, own.raw, h.raw, ttl) end
   if claim == 'write' then
     local i = redis.call('HGET', intents_key(name), owner)
     if i and split(i)[2] == principal then redis.call('HDEL', intents_key(name), owner) end
@@ -470,7 +529,7 @@ local function own_hold(kind, name, owner, principal, token)
   local h = s and decode(s)
   if not h or NOW >= h['until'] then return nil, 'notfound' end
   if h.principal ~= principal then return nil, 'forbidden' end
-  if token > 0 and h.token ~= token then return nil, 'conflict' end
+  if token and h.token ~= token then return nil, 'conflict' end
   return h
 end
 
@@ -480,6 +539,7 @@ local function release_hold(a)
   local h, refusal = own_hold(kind, name, owner, a[5], tonumber(a[6]))
   if not h then return { NOW, refusal, '' } end
   redis.call('HDEL', holds_key(kind, name), owner)
+  bury(kind, name, h)
   settle(kind, name)
   announce(kind, name)
   return { NOW, 'released', h.raw }
@@ -538,11 +598,13 @@ local function force_release(a)
     local r = live_lock(name)
     if r then
       forget_lock(name)
+      bury(kind, name, r)
       reply[2] = r.raw
     end
   else
     for _, h in ipairs(live_holds(kind, name)) do
       redis.call('HDEL', holds_key(kind, name), h.owner)
+      bury(kind, name, h)
       reply[#reply + 1] = h.raw
     end
     settle(kind, name)
@@ -590,39 +652,168 @@ end
 
 -- Redlock ----------------------------------------------------------------------------------
 
--- last KIND NAME OWNER PRINCIPAL: the last token the node issued for the name. Reply: NOW,
--- TOKEN, then the slots of the live permits of other owners.
+-- last KIND OWNER PRINCIPAL NAME...: since when this node keeps Redlock's state (MARKED, its
+-- time then, or 0 for a node that is new or lost its data), then per name the last token the
+-- node issued for it, how many slots follow, and the slots of the live permits of other
+-- owners. Reply: NOW, MARKED, then TOKEN COUNT SLOT... per name.
 local function last(a)
-  local reply = { NOW, redis.call('GET', token_key(a[2], a[3])) or '0' }
-  if a[2] == 'S' then
-    for _, h in ipairs(live_holds('S', a[3])) do
-      if not (h.owner == a[4] and h.principal == a[5]) then reply[#reply + 1] = h.slot end
+  local kind, owner, principal = a[2], a[3], a[4]
+  local reply = { NOW, redis.call('GET', P .. 'node') or '0' }
+  for i = 5, #a do
+    reply[#reply + 1] = redis.call('GET', token_key(kind, a[i])) or '0'
+    local slots = {}
+    if kind == 'S' then
+      for _, h in ipairs(live_holds('S', a[i])) do
+        if not (h.owner == owner and h.principal == principal) then slots[#slots + 1] = h.slot end
+      end
+    end
+    reply[#reply + 1] = #slots
+    for _, slot in ipairs(slots) do reply[#reply + 1] = slot end
+  end
+  return reply
+end
+
+-- undo CALL MODE KIND OWNER PRINCIPAL TTL (NAME TOKEN)...: with MODE 'cancel', takes back what
+-- try CALL of a grant did to each NAME here: a lease or hold it extended or replaced is put
+-- back as it was (unless it changed since), one it granted anew (token TOKEN) is deleted; and
+-- marks the try cancelled, so that it changes nothing should it arrive later. With MODE
+-- 'stray' (a try that won elsewhere), only deletes what it granted anew here with TOKEN where
+-- the winning token is another. Reply: NOW.
+local function undo(a)
+  local call, mode, kind, owner, principal, ttl = a[2], a[3], a[4], a[5], a[6], tonumber(a[7])
+  local cancel = mode == 'cancel'
+  local key = call_key(call)
+  for i = 8, #a, 2 do
+    local name, token = a[i], tonumber(a[i + 1])
+    local field = kind .. US .. name
+    local before, written
+    if cancel then
+      before = redis.call('HGET', key, 'b' .. US .. field)
+      written = redis.call('HGET', key, 'w' .. US .. field)
+    end
+    local current
+    if kind == 'L' then
+      current = read_lock(name)
+    else
+      local s = redis.call('HGET', holds_key(kind, name), owner)
+      current = s and decode(s)
+    end
+    local mine = current and current.owner == owner and current.principal == principal
+    if mine and before and current.raw == written then
+      if kind == 'L' then
+        write_lock(name, decode(before))
+      else
+        redis.call('HSET', holds_key(kind, name), owner, before)
+        settle(kind, name)
+      end
+      announce(kind, name)
+    elseif mine and current.token == token then
+      if kind == 'L' then
+        forget_lock(name)
+      else
+        redis.call('HDEL', holds_key(kind, name), owner)
+        settle(kind, name)
+      end
+      bury(kind, name, current)
+      announce(kind, name)
+    end
+  end
+  if cancel then
+    redis.call('HSET', key, 'cancelled', '1')
+    redis.call('PEXPIRE', key, num(ttl + GRACE))
+  end
+  return { NOW }
+end
+
+-- mark: this node keeps Redlock's state from now on (it took part from the start, or was
+-- brought up to date after it lost its data). Reply: NOW.
+local function mark(a)
+  redis.call('SET', P .. 'node', num(NOW), 'NX')
+  return { NOW }
+end
+
+-- export CURSOR PATTERN COUNT: one step of a SCAN over this node's keys (PATTERN: the
+-- prefix, escaped, then *), for bringing a node that lost its data up to date. Reply: NOW,
+-- the next cursor, then per key of state: 't' KIND NAME TOKEN (a token counter), 'l' NAME
+-- RECORD (a lock's lease), 'h' KIND NAME COUNT (OWNER RECORD)... (a semaphore's permits or
+-- a read-write lock's holds), or 'g' KIND NAME PTTL COUNT TOKEN... (what was ended here).
+local function export(a)
+  local found = redis.call('SCAN', a[2], 'MATCH', a[3], 'COUNT', a[4])
+  local reply = { NOW, found[1] }
+  local function add(...)
+    for _, x in ipairs({ ... }) do reply[#reply + 1] = x end
+  end
+  for _, key in ipairs(found[2]) do
+    local rest = string.sub(key, #P + 1)
+    local head, tail = string.match(rest, '^(%a+):(.*)$')
+    if head == 'token' then
+      add('t', string.sub(tail, 1, 1), string.sub(tail, 3), redis.call('GET', key) or '0')
+    elseif head == 'lock' then
+      local r = redis.call('GET', key)
+      if r then add('l', tail, r) end
+    elseif head == 'holds' then
+      local flat = redis.call('HGETALL', key)
+      add('h', string.sub(tail, 1, 1), string.sub(tail, 3), #flat / 2)
+      for _, x in ipairs(flat) do reply[#reply + 1] = x end
+    elseif head == 'gone' then
+      local tokens = redis.call('HKEYS', key)
+      add('g', string.sub(tail, 1, 1), string.sub(tail, 3), redis.call('PTTL', key), #tokens)
+      for _, x in ipairs(tokens) do reply[#reply + 1] = x end
     end
   end
   return reply
 end
 
--- undo KIND NAME OWNER TOKEN REPLACED: takes back a grant of TOKEN that did not win a
--- majority, putting back the owner's hold it replaced (REPLACED, or ''). Reply: NOW.
-local function undo(a)
-  local kind, name, owner, token, replaced = a[2], a[3], a[4], tonumber(a[5]), a[6]
-  if kind == 'L' then
-    local r = read_lock(name)
-    if r and r.token == token and r.owner == owner then
-      forget_lock(name)
-      announce(kind, name)
-    end
-    return { NOW }
-  end
-  local s = redis.call('HGET', holds_key(kind, name), owner)
-  if s and decode(s).token == token then
-    if replaced ~= '' then
-      redis.call('HSET', holds_key(kind, name), owner, replaced)
+-- adopt ITEM...: what `export` read on other nodes, taken in where it is more than this node
+-- keeps: a token counter raised to TOKEN, a lease or hold that is still live here, newer
+-- than this node's and not ended on any node ('g', which also ends such a copy taken in
+-- before). Reply: NOW.
+local function adopt(a)
+  local i = 2
+  while i <= #a do
+    local what = a[i]
+    if what == 't' then
+      local key = token_key(a[i + 1], a[i + 2])
+      local last = tonumber(redis.call('GET', key) or '0')
+      if tonumber(a[i + 3]) > last then redis.call('SET', key, a[i + 3]) end
+      i = i + 4
+    elseif what == 'l' then
+      local name, r = a[i + 1], decode(a[i + 2])
+      local mine = read_lock(name)
+      local ended = redis.call('HEXISTS', gone_key('L', name), num(r.token)) == 1
+      if not ended and NOW < closed_until(r) and (not mine or mine.token < r.token) then write_lock(name, r) end
+      i = i + 3
+    elseif what == 'g' then
+      local kind, name, pttl, count = a[i + 1], a[i + 2], tonumber(a[i + 3]), tonumber(a[i + 4])
+      local key = gone_key(kind, name)
+      for j = 1, count do
+        local token = a[i + 4 + j]
+        redis.call('HSET', key, token, '1')
+        if kind == 'L' then
+          local r = read_lock(name)
+          if r and num(r.token) == token then forget_lock(name) end
+        else
+          for _, h in ipairs(read_holds(kind, name)) do
+            if num(h.token) == token then redis.call('HDEL', holds_key(kind, name), h.owner) end
+          end
+          settle(kind, name)
+        end
+      end
+      if pttl > 0 and redis.call('PTTL', key) < pttl then redis.call('PEXPIRE', key, pttl) end
+      i = i + 5 + count
     else
-      redis.call('HDEL', holds_key(kind, name), owner)
+      local kind, name, count = a[i + 1], a[i + 2], tonumber(a[i + 3])
+      for j = 0, count - 1 do
+        local owner, h = a[i + 4 + 2 * j], decode(a[i + 5 + 2 * j])
+        local s = redis.call('HGET', holds_key(kind, name), owner)
+        local ended = redis.call('HEXISTS', gone_key(kind, name), num(h.token)) == 1
+        if not ended and NOW < h['until'] and (not s or decode(s).token < h.token) then
+          redis.call('HSET', holds_key(kind, name), owner, h.raw)
+        end
+      end
+      settle(kind, name)
+      i = i + 4 + 2 * count
     end
-    settle(kind, name)
-    announce(kind, name)
   end
   return { NOW }
 end
@@ -631,7 +822,8 @@ local ops = {
   acquire = acquire, get = get, release = release, renew = renew, list = list,
   acquire_hold = acquire_hold, holds = holds, release_hold = release_hold,
   renew_hold = renew_hold, list_holds = list_holds, withdraw_intent = withdraw_intent,
-  force_release = force_release, purge = purge, last = last, undo = undo,
+  force_release = force_release, purge = purge, last = last, undo = undo, mark = mark,
+  export = export, adopt = adopt,
 }
 
 local op = ops[ARGV[1]]

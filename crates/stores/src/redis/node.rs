@@ -1,26 +1,23 @@
-//! One Redis node: its connection, the script ([`fencelock.lua`](self)) and what its replies
-//! say, in the node's own time.
+//! One Redis node: its connection and the script ([`fencelock.lua`](self)).
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use fencelock_core::store::Result;
-use fencelock_core::{
-    Claim, FencingToken, Hold, HoldKind, Kind, Lease, Owner, Principal, Resource, StoreError,
-};
 use redis::Value;
 use redis::aio::ConnectionManager;
 use tokio::sync::OnceCell;
+
+use super::error::{RedisError, Result};
+use super::reply::{Arg, Reply};
 
 /// The script of every operation, loaded once per node and called by its SHA (loaded again
 /// by the driver when the node answers `NOSCRIPT`, e.g. after a restart).
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(include_str!("fencelock.lua")));
 
-/// The separator of a record's fields (byte 31), which no name, owner or principal contains.
-const US: char = '\u{1f}';
-
 /// One Redis node, connected on first use and reconnected by the driver whenever the
-/// connection is lost; every call has a timeout.
+/// connection is lost; every call has a timeout. Every call is sent, even to a node that
+/// failed a moment ago: under Redlock a majority decides without waiting for it (see
+/// `fanout`), and a node that answers late must still get every change, in order.
 pub(super) struct Node {
     /// `host:port`, for messages.
     pub(super) address: String,
@@ -41,7 +38,7 @@ impl std::fmt::Debug for Node {
 impl Node {
     pub(super) fn new(address: &str, prefix: &str, timeout: Duration) -> Result<Self> {
         let client = redis::Client::open(format!("redis://{address}"))
-            .map_err(|e| StoreError::Invalid(format!("Redis node {address:?}: {e}")))?;
+            .map_err(|e| RedisError::Invalid(format!("Redis node {address:?}: {e}")))?;
         Ok(Self {
             address: address.to_owned(),
             client,
@@ -51,9 +48,32 @@ impl Node {
         })
     }
 
+    /// Connects in a task of its own, trying again until the node answers: so a connection
+    /// does not depend on a call that may be dropped before it is made (a majority answered
+    /// without this node), and a node that comes back is connected to without being asked.
+    pub(super) fn connect_in_background(self: &Arc<Self>) {
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(50);
+            while let Some(node) = node.upgrade() {
+                if node.connection("connect").await.is_ok() {
+                    return;
+                }
+                drop(node);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+        });
+    }
+
     /// The driver's client, for subscriptions.
     pub(super) fn client(&self) -> &redis::Client {
         &self.client
+    }
+
+    /// The start of every key of the store on this node.
+    pub(super) fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// The channel where the script announces freed names.
@@ -61,347 +81,76 @@ impl Node {
         format!("{}released", self.prefix)
     }
 
-    async fn connection(&self) -> Result<ConnectionManager> {
+    async fn connection(&self, doing: &'static str) -> Result<ConnectionManager> {
         let connect = || async {
             let config = redis::aio::ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(self.timeout))
                 .set_response_timeout(Some(self.timeout))
-                .set_number_of_retries(1);
+                .set_number_of_retries(0);
             redis::aio::ConnectionManager::new_with_config(self.client.clone(), config)
                 .await
-                .map_err(|e| self.unavailable("connect", e))
+                .map_err(|source| self.driver(doing, source))
         };
         self.connection.get_or_try_init(connect).await.cloned()
     }
 
-    fn unavailable(&self, doing: &str, e: redis::RedisError) -> StoreError {
-        StoreError::unavailable(format!("Redis {}: {doing}", self.address), e)
+    fn driver(&self, doing: &'static str, source: redis::RedisError) -> RedisError {
+        RedisError::Driver {
+            node: self.address.clone(),
+            doing,
+            source,
+        }
     }
 
-    /// Runs operation `op` of the script with `args`; the reply after its first item, the
-    /// node's time.
-    pub(super) async fn call(&self, op: &'static str, args: &[Arg<'_>]) -> Result<Reply> {
-        let mut connection = self.connection().await?;
+    /// Runs operation `op` of the script with `args` within `timeout` (at most the node's
+    /// own); the reply after its first item, the node's time.
+    pub(super) async fn call(&self, op: &'static str, args: &[Arg], timeout: Duration) -> Result<Reply> {
         let mut invocation = SCRIPT.key(&self.prefix);
         invocation.arg(op);
         for arg in args {
             match arg {
-                Arg::Text(text) => invocation.arg(*text),
-                Arg::Bytes(bytes) => invocation.arg(*bytes),
+                Arg::Text(text) => invocation.arg(text),
+                Arg::Bytes(bytes) => invocation.arg(bytes),
                 Arg::Number(n) => invocation.arg(*n),
             };
         }
-        let answer = tokio::time::timeout(
-            self.timeout,
-            invocation.invoke_async::<Vec<Value>>(&mut connection),
-        )
-        .await
-        .map_err(|_| StoreError::Unavailable {
-            message: format!(
-                "Redis {}: {op}: no answer within {:?}",
-                self.address, self.timeout
-            ),
-            source: None,
-        })?
-        .map_err(|e| self.unavailable(op, e))?;
+        let answer = self
+            .guarded(op, timeout, async |connection| {
+                invocation.invoke_async::<Vec<Value>>(connection).await
+            })
+            .await?;
         Reply::new(&self.address, op, answer)
     }
 
     /// Answers if the node does.
     pub(super) async fn ping(&self) -> Result<()> {
-        let mut connection = self.connection().await?;
-        tokio::time::timeout(
-            self.timeout,
-            redis::cmd("PING").query_async::<String>(&mut connection),
-        )
+        self.guarded("ping", self.timeout, async |connection| {
+            redis::cmd("PING").query_async::<String>(connection).await
+        })
         .await
-        .map_err(|_| StoreError::Unavailable {
-            message: format!(
-                "Redis {}: ping: no answer within {:?}",
-                self.address, self.timeout
-            ),
-            source: None,
-        })?
         .map(drop)
-        .map_err(|e| self.unavailable("ping", e))
     }
-}
 
-/// An argument of the script.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Arg<'a> {
-    Text(&'a str),
-    Bytes(&'a [u8]),
-    Number(u64),
-}
-
-/// The arguments naming `owner`: its name and its principal (empty for none).
-pub(super) fn owner_args(owner: &Owner) -> [Arg<'_>; 2] {
-    [
-        Arg::Text(owner.as_str()),
-        Arg::Text(owner.principal().map_or("", Principal::as_str)),
-    ]
-}
-
-/// What the script answered: the node's time, then the operation's items, read in order.
-#[derive(Debug)]
-pub(super) struct Reply {
-    /// The node's time when it ran the call, in milliseconds since the epoch.
-    pub(super) now: u64,
-    items: std::vec::IntoIter<Value>,
-    address: String,
-    op: &'static str,
-}
-
-impl Reply {
-    fn new(address: &str, op: &'static str, answer: Vec<Value>) -> Result<Self> {
-        let mut reply = Self {
-            now: 0,
-            items: answer.into_iter(),
-            address: address.to_owned(),
-            op,
+    /// `ask` on the node's connection within `timeout` (at most the node's own).
+    async fn guarded<T>(
+        &self,
+        doing: &'static str,
+        timeout: Duration,
+        ask: impl AsyncFnOnce(&mut ConnectionManager) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let timeout = timeout.min(self.timeout);
+        let asked = async {
+            let mut connection = self.connection(doing).await?;
+            ask(&mut connection)
+                .await
+                .map_err(|source| self.driver(doing, source))
         };
-        reply.now = reply.number()?;
-        Ok(reply)
-    }
-
-    fn corrupt(&self, what: &str) -> StoreError {
-        StoreError::Corrupt(format!("Redis {}: {}: {what}", self.address, self.op))
-    }
-
-    /// Whether items are left.
-    pub(super) fn is_empty(&self) -> bool {
-        self.items.len() == 0
-    }
-
-    /// The next item, as text.
-    pub(super) fn text(&mut self) -> Result<String> {
-        match self.items.next() {
-            Some(Value::BulkString(bytes)) => {
-                String::from_utf8(bytes).map_err(|_| self.corrupt("text that is not UTF-8"))
-            }
-            Some(Value::SimpleString(text)) => Ok(text),
-            other => Err(self.corrupt(&format!("expected text, got {other:?}"))),
-        }
-    }
-
-    /// The next item, as a number (an integer, or digits).
-    pub(super) fn number(&mut self) -> Result<u64> {
-        match self.items.next() {
-            Some(Value::Int(n)) => {
-                u64::try_from(n).map_err(|_| self.corrupt(&format!("negative number {n}")))
-            }
-            Some(Value::BulkString(bytes)) => std::str::from_utf8(&bytes)
-                .ok()
-                .and_then(|digits| digits.parse().ok())
-                .ok_or_else(|| self.corrupt("a number that is not digits")),
-            other => Err(self.corrupt(&format!("expected a number, got {other:?}"))),
-        }
-    }
-
-    /// The next item, as a record (`None` for an empty one).
-    pub(super) fn record(&mut self) -> Result<Option<Record>> {
-        let text = self.text()?;
-        if text.is_empty() {
-            return Ok(None);
-        }
-        Record::parse(&text)
-            .map(Some)
-            .map_err(|why| self.corrupt(&format!("record {text:?}: {why}")))
-    }
-
-    /// The next two items: an acquire's status and its record (none when the status is
-    /// `stale`, whose second item is the node's last token, or when it is empty).
-    pub(super) fn status(&mut self) -> Result<(String, Option<Record>)> {
-        let status = self.text()?;
-        if status == "stale" {
-            self.text()?;
-            return Ok((status, None));
-        }
-        Ok((status, self.record()?))
-    }
-
-    /// The next item, as a record that must be there.
-    pub(super) fn some_record(&mut self) -> Result<Record> {
-        self.record()?.ok_or_else(|| self.corrupt("an empty record"))
-    }
-
-    /// Every item left, as records.
-    pub(super) fn records(&mut self) -> Result<Vec<Record>> {
-        let mut records = Vec::new();
-        while !self.is_empty() {
-            records.push(self.some_record()?);
-        }
-        Ok(records)
-    }
-}
-
-/// A lease, permit or hold as a node keeps it (see the script's header).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Record {
-    pub(super) token: u64,
-    pub(super) acquired_at: u64,
-    pub(super) expires_at: u64,
-    pub(super) hold_until: u64,
-    pub(super) lock_delay: u64,
-    pub(super) claim: String,
-    pub(super) limit: u32,
-    pub(super) principal: String,
-    pub(super) owner: String,
-    /// The end by the node's clock.
-    pub(super) until: u64,
-    /// The record as the node keeps it.
-    pub(super) raw: String,
-}
-
-impl Record {
-    fn parse(text: &str) -> Result<Self, String> {
-        let fields: Vec<&str> = text.split(US).collect();
-        let [
-            token,
-            acquired_at,
-            expires_at,
-            hold_until,
-            lock_delay,
-            claim,
-            limit,
-            principal,
-            owner,
-            until,
-            _cap,
-            _slot,
-        ] = fields[..]
-        else {
-            return Err(format!("{} fields, not 12", fields.len()));
-        };
-        let number = |field: &str| {
-            field
-                .parse::<u64>()
-                .map_err(|_| format!("{field:?} is not a number"))
-        };
-        Ok(Self {
-            token: number(token)?,
-            acquired_at: number(acquired_at)?,
-            expires_at: number(expires_at)?,
-            hold_until: number(hold_until)?,
-            lock_delay: number(lock_delay)?,
-            claim: claim.to_owned(),
-            limit: u32::try_from(number(limit)?).map_err(|_| format!("limit {limit} is too large"))?,
-            principal: principal.to_owned(),
-            owner: owner.to_owned(),
-            until: number(until)?,
-            raw: text.to_owned(),
+        tokio::time::timeout(timeout, asked).await.unwrap_or_else(|_| {
+            Err(RedisError::Timeout {
+                node: self.address.clone(),
+                doing,
+                timeout,
+            })
         })
     }
-
-    /// How long until the record ends, by the node's clock, at the node's `now`.
-    pub(super) fn left(&self, now: u64) -> Duration {
-        Duration::from_millis(self.until.saturating_sub(now))
-    }
-
-    /// How long until its lock-delay ends, by the node's clock, at the node's `now`.
-    pub(super) fn closed_for(&self, now: u64) -> Duration {
-        Duration::from_millis((self.until + self.lock_delay).saturating_sub(now))
-    }
-
-    fn owner(&self) -> Result<Owner, String> {
-        let principal = match self.principal.as_str() {
-            "" => None,
-            name => Some(Principal::new(name).map_err(|e| format!("principal {name:?}: {e}"))?),
-        };
-        Ok(Owner::new(&self.owner)
-            .map_err(|e| format!("owner {:?}: {e}", self.owner))?
-            .of(principal))
-    }
-
-    /// The lease of `resource` this record is.
-    pub(super) fn lease(&self, resource: &Resource) -> Result<Lease> {
-        let corrupt = |why: String| StoreError::Corrupt(format!("Redis: {resource}: {why}"));
-        Ok(Lease {
-            resource: resource.clone(),
-            owner: self.owner().map_err(corrupt)?,
-            token: FencingToken(self.token),
-            acquired_at: fencelock_core::Timestamp::from_millis(self.acquired_at),
-            expires_at: fencelock_core::Timestamp::from_millis(self.expires_at),
-            hold_until: (self.hold_until > 0)
-                .then(|| fencelock_core::Timestamp::from_millis(self.hold_until)),
-            lock_delay: Duration::from_millis(self.lock_delay),
-        })
-    }
-
-    /// The hold on `name` this record is.
-    pub(super) fn hold(&self, name: &Resource) -> Result<Hold> {
-        let claim = match self.claim.as_str() {
-            "permit" => Claim::Permit { limit: self.limit },
-            "read" => Claim::Read,
-            "write" => Claim::Write,
-            other => {
-                return Err(StoreError::Corrupt(format!(
-                    "Redis: {name}: a hold claims {other:?}"
-                )));
-            }
-        };
-        Ok(Hold {
-            lease: self.lease(name)?,
-            claim,
-        })
-    }
-
-    /// Whether `other` is the same lease as this (from another node): all but the node's own
-    /// end alike.
-    pub(super) fn same_lease(&self, other: &Self) -> bool {
-        let shown = |r: &Self| {
-            (
-                r.token,
-                r.acquired_at,
-                r.expires_at,
-                r.hold_until,
-                r.lock_delay,
-                r.claim.clone(),
-                r.limit,
-                r.principal.clone(),
-                r.owner.clone(),
-            )
-        };
-        shown(self) == shown(other)
-    }
-}
-
-/// The letter of a kind in the node's keys and notices.
-pub(super) fn letter(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Lock => "L",
-        Kind::Semaphore => "S",
-        Kind::RwLock => "R",
-    }
-}
-
-/// The kind of a letter.
-pub(super) fn kind_of(letter: &str) -> Option<Kind> {
-    match letter {
-        "L" => Some(Kind::Lock),
-        "S" => Some(Kind::Semaphore),
-        "R" => Some(Kind::RwLock),
-        _ => None,
-    }
-}
-
-/// The letter of a hold kind.
-pub(super) fn hold_letter(kind: HoldKind) -> &'static str {
-    letter(kind.into())
-}
-
-/// The claim as the script writes it.
-pub(super) fn claim_text(claim: Claim) -> &'static str {
-    match claim {
-        Claim::Permit { .. } => "permit",
-        Claim::Read => "read",
-        Claim::Write => "write",
-    }
-}
-
-/// The kind and name of a release notice (`KIND US NAME`).
-pub(super) fn notice(message: &str) -> Option<(Kind, Resource)> {
-    let (letter, name) = message.split_once(US)?;
-    Some((kind_of(letter)?, Resource::new(name).ok()?))
 }

@@ -2,47 +2,7 @@
 
 use std::collections::HashMap;
 
-use fencelock_core::StoreError;
-use fencelock_core::store::Result;
-
-use super::node::Record;
-
-/// The answers of the nodes that answered, if they are at least `quorum`; else the error of
-/// one that did not.
-pub(super) fn answered<T>(results: Vec<Result<T>>, quorum: usize, doing: &str) -> Result<Vec<T>> {
-    let nodes = results.len();
-    let mut answers = Vec::with_capacity(nodes);
-    let mut failure = None;
-    for result in results {
-        match result {
-            Ok(answer) => answers.push(answer),
-            Err(e) => failure = Some(e),
-        }
-    }
-    if answers.len() >= quorum {
-        return Ok(answers);
-    }
-    Err(no_majority(answers.len(), nodes, doing, failure))
-}
-
-/// [`StoreError::Unavailable`]: fewer than a majority of the nodes answered.
-pub(super) fn no_majority(
-    answers: usize,
-    nodes: usize,
-    doing: &str,
-    failure: Option<StoreError>,
-) -> StoreError {
-    match failure {
-        Some(e) if nodes == 1 => e,
-        failure => StoreError::Unavailable {
-            message: format!(
-                "Redis: {doing}: {answers} of {nodes} nodes answered, fewer than a majority{}",
-                failure.map(|e| format!(" (e.g. {e})")).unwrap_or_default()
-            ),
-            source: None,
-        },
-    }
-}
+use super::reply::Record;
 
 /// The lease, permit or hold that at least `quorum` of `records` (from different nodes) are
 /// copies of: same token, owner and principal. If the copies differ otherwise (a renewal
@@ -133,18 +93,5 @@ mod tests {
         assert_eq!(most_common(&["x", "y", "y"]), Some("y"));
         assert_eq!(most_common(&["x", "y"]), Some("x"));
         assert_eq!(most_common::<&str>(&[]), None);
-    }
-
-    #[test]
-    fn too_few_answers_are_no_majority() {
-        let down = || Err(StoreError::Invalid("down".into()));
-        assert_eq!(answered(vec![Ok(1), down(), Ok(3)], 2, "get").unwrap(), [1, 3]);
-        let error = answered(vec![Ok(1), down(), down()], 2, "get").unwrap_err();
-        assert!(error.to_string().contains("1 of 3 nodes answered"), "{error}");
-        let alone = answered::<u8>(vec![down()], 1, "get").unwrap_err();
-        assert!(
-            matches!(alone, StoreError::Invalid(_)),
-            "one node's own error: {alone}"
-        );
     }
 }
