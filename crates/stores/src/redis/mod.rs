@@ -16,8 +16,8 @@
 //! never expires**. A grant takes its token from that counter in the same script: one more
 //! than the last, and at least the node's time in microseconds, so that a node that lost its
 //! data (restarted without persistence) does not hand out a token again unless its clock went
-//! back. Release and renew compare owner (and principal) and token in the script. Several
-//! locks at once are one script: every lock or none.
+//! back. Release and renew compare owner (and principal) and token in the script (a token
+//! of 0 is a token like any other). Several locks at once are one script: every lock or none.
 //!
 //! Names are listed from one sorted set per kind (score 0, so ordered by the names' bytes);
 //! a sorted set scored by when things end tells a purge what may be over. Every change that
@@ -27,30 +27,52 @@
 //!
 //! # Redlock
 //!
-//! With three or more nodes, every call goes to all of them at once, and a majority
-//! (`N / 2 + 1`) decides:
+//! With three or more nodes, every call goes to all of them at once, and is decided as soon
+//! as the answers settle it: a node that is dead or hung is never waited for while a
+//! majority (`N / 2 + 1`) answers (see `fanout`). A node that answers late still gets every
+//! call, in the order the store made them.
 //!
-//! - **Acquire** is granted when a majority granted it and the time it took leaves some of the
-//!   TTL: the validity `ttl − elapsed − drift`, with `drift = ttl × 1 % + 2 ms`
-//!   ([`Drift::REDLOCK`]), is positive. The lease says `acquired_at` = when the call was sent
-//!   and `expires_at` = `acquired_at + ttl − drift`, on the fencelock server's clock: every
-//!   node keeps that (so every server reports the same lease), and judges liveness by its
-//!   own copy of the TTL on its own clock. A grant that failed is undone on every node that
-//!   made it. Release and renew need a majority too; a read (get, list, holds) reports what
-//!   a majority keeps alike.
-//! - **Fencing tokens** still strictly increase from grant to grant, whatever the clocks do,
-//!   for as long as a majority of nodes keep their data. An acquire first reads the token
-//!   counter of the name from every node, and *proposes* one more than the greatest a majority
-//!   answered (and at least the server's time in microseconds); a node grants a proposal only
-//!   if it is greater than its own counter, which it then sets to it, in the same script.
-//!   Take two grants that succeeded, A and then B (B sent after A was answered). A's majority
-//!   and B's majority share a node (two majorities of N always do). That node ran A's script
-//!   before B's, so its counter was at least A's token when B's proposal came, and it accepted
-//!   B's proposal: B's token is greater than A's. A node restarted empty answers a counter of
-//!   0, which changes nothing while the others of a majority still have theirs. Two acquirers
-//!   that propose the same token cannot both win: a node accepts one of them only. An
-//!   acquire whose proposal was refused by enough nodes that it could not win reads and
-//!   proposes again (up to eight times).
+//! - **Acquire** (of one lock, several locks all or none, a permit or a hold) is a grant in
+//!   tries (see `redlock`): propose a token per name, send one script to each node, which
+//!   applies all of its names or none; granted when for every name a majority applied the same
+//!   token and the time taken leaves some of the TTL — the validity `ttl − elapsed − drift`,
+//!   with `drift = ttl × 1 % + 2 ms` ([`Drift::REDLOCK`]), is positive. The lease says
+//!   `acquired_at` = when the try was sent and `expires_at` = `acquired_at + ttl − drift`, on
+//!   the fencelock server's clock: every node keeps that (so every server reports the same
+//!   lease), and judges liveness by its own copy of the TTL on its own clock. A try waits at
+//!   most a third of the TTL for a node; a TTL below 100 ms is raised to 100 ms.
+//! - **A try that did not win is undone whole**, from a task of its own whatever becomes of
+//!   the caller: each node keeps, under the try's call id, what it replaced of the owner's own
+//!   leases, and the undo puts that back exactly (an extension is never turned into a
+//!   deletion), deletes what it granted anew, and marks the try cancelled there, so that a
+//!   node that hung and goes on later changes nothing. A node refuses a grant that arrives so
+//!   late (the TTL and 30 s after it was sent, by its clock) that its undo may be forgotten:
+//!   keep the servers' clocks within 30 s of the nodes'. A grant that wins after its caller
+//!   left is given back.
+//! - **Release, renew and reads** are settled by a majority too: a release or renewal when a
+//!   majority did it or refused it for one same reason; a read (get, list, holds) reports what
+//!   a majority keeps alike, once no further answer could change it.
+//! - **Fencing tokens** strictly increase from grant to grant, whatever the clocks do, as long
+//!   as every node that took part in a grant keeps its data or is brought up to date before it
+//!   counts again. A try first reads the name's token counter from a majority of the nodes,
+//!   and *proposes* one more than the greatest (at least the server's time in microseconds,
+//!   and above the proposal for the name before it in the call); a node grants a proposal only
+//!   if it is greater than its own counter, which it then sets to it, in the same script. Take
+//!   two grants that succeeded, A and then B. A's majority and B's majority share a node (two
+//!   majorities of N always do). That node ran A's script before B's, so its counter was at
+//!   least A's token when B's proposal came, and it accepted B's proposal: B's token is
+//!   greater than A's. Two tries that propose the same token cannot both win: a node accepts
+//!   one of them only.
+//! - **A node that lost its data** (restarted without persistence) would break that argument
+//!   and exclusion with it: it and a node that missed a grant make a majority that knows
+//!   nothing of it. Every node that keeps Redlock's state carries a mark (`P node`); a node
+//!   found without it beside marked ones takes part in nothing until it has been brought up to
+//!   date from the others — every token counter, every live lease and hold, and every lease a
+//!   release, force-release or undo ended (so none comes back) — and marked (see `repair`). A
+//!   new Redlock is marked when every one of its nodes answers (a majority without the mark
+//!   could be a node that lost its data beside one that was never marked); one whose nodes are
+//!   found unmarked within [`RedisOptions::marking_window`] of the first mark is taken to be
+//!   still being marked by another server.
 //! - Exclusion, unlike token order, rests on time: a node frees a lease when its own copy of
 //!   the TTL has passed, so a node whose clock runs fast, or a server paused past
 //!   `expires_at`, can see two holders at once. Redlock does not solve the pause problem:
@@ -58,26 +80,32 @@
 //!
 //! # Restarts and failover
 //!
-//! A node keeps what its configuration keeps (`--save ""` and no AOF: nothing). A node that
-//! comes back empty has forgotten the leases it held: on one node, every lock is then free
-//! while its holders may still be working; under Redlock, a lease that was kept by a bare
-//! majority is then on a minority, and can be granted again. Fencing tokens stay in order
-//! either way (on one node because they are at least the node's time in microseconds, as long
-//! as its clock did not go back; under Redlock while a majority kept its counters), so a
-//! protected resource that checks them rejects the old holder. To keep exclusion too, keep
-//! an empty node out for longer than the longest TTL before it takes calls again (Redlock's
-//! "delayed restart"), or turn on `appendonly yes` with `appendfsync always`. A failover to
-//! an asynchronous replica is the same: it may lack the last grants and releases.
-//!
-//! Several locks at once take the locks one by one in the order of their names' bytes, and
-//! give back what they took when one is refused ([`fencelock_core::acquire_in_order`]).
+//! One node keeps what its configuration keeps (`--save ""` and no AOF: nothing). A node that
+//! comes back empty has forgotten the leases it held: every lock is then free while its
+//! holders may still be working. Its tokens stay in order (they are at least the node's time
+//! in microseconds, as long as its clock did not go back), so a protected resource that
+//! checks them rejects the old holder. A failover to an asynchronous replica is the same: it
+//! may lack the last grants and releases. Under Redlock, a node that lost its data is
+//! brought up to date before it counts again (above).
 //!
 //! # Failure
 //!
 //! Every node call has a timeout ([`RedisOptions::node_timeout`]) and every store call a
 //! deadline ([`RedisOptions::call_deadline`]); the driver reconnects by itself. Without a
 //! majority of nodes answering, a call returns [`StoreError::Unavailable`] (503 through the
-//! server), after undoing what it did on the minority that answered.
+//! server), after undoing what it did on the minority that answered. Contention is never an
+//! error: racing tries are undone and tried again after a random pause, until the call's
+//! deadline.
+//!
+//! # Layout
+//!
+//! - this module: [`RedisStore`], its options, and the [`LockStore`] calls;
+//! - `node`: one node's connection and the script; `reply`: arguments, replies, records;
+//! - `fanout`: a call on every node, settled by the first answers; `read`: reads, releases and
+//!   renewals settled by a majority; `quorum`: what a majority agrees on;
+//! - `grant`: acquires on one node and under Redlock; `redlock`: proposals, tries and undo;
+//!   `repair`: a node that lost its data brought up to date;
+//! - `listen`: the subscription to other servers' releases; `error`: the store's own errors.
 
 use std::fmt;
 use std::sync::Arc;
