@@ -66,20 +66,7 @@ impl Drop for TestServer {
 #[allow(unused_imports)] // Not every test file uses the fixtures.
 pub use fencelock_testkit::fixtures::{owner, resource, ttl_ms as ttl};
 
-/// Polls `check` every 5 ms until it gives a value, failing the test after `limit`.
-pub async fn eventually<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
+pub use fencelock_testkit::eventually;
 
 /// Tries to acquire until granted (the holder's lease must end first).
 pub async fn take_over(client: &Client, resource: &Resource, owner: &Owner, ttl: Ttl) -> LeaseGuard {

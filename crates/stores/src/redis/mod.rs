@@ -322,14 +322,11 @@ impl RedisStore {
         read: fn(Reply) -> Result<T>,
     ) -> Result<Vec<T>> {
         let quorum = self.nodes.quorum;
-        let mut answers = self
-            .nodes
-            .gather((op, args), read, |a| {
+        self.nodes
+            .majority((op, args), read, |a| {
                 a.answered() >= quorum || a.answered() + a.pending() < quorum
             })
-            .await;
-        answers.majority(quorum, op)?;
-        Ok(answers.into_answers())
+            .await
     }
 }
 

@@ -135,12 +135,9 @@ impl RedisStore {
         read: fn(Reply) -> Result<T>,
     ) -> Result<Vec<T>> {
         let quorum = self.nodes.quorum;
-        let mut answers = self
-            .nodes
-            .gather((doing, args), read, |answers| settled(answers, quorum))
-            .await;
-        answers.majority(quorum, doing)?;
-        Ok(answers.into_answers())
+        self.nodes
+            .majority((doing, args), read, |answers| settled(answers, quorum))
+            .await
     }
 
     /// The live lease of `name` that a majority keeps alike, if any.
@@ -229,10 +226,8 @@ impl RedisStore {
             }
             counts.iter().any(|c| *c >= quorum)
         };
-        let mut answers = self.nodes.gather((op, args), read_judged, settled).await;
-        answers.majority(quorum, op)?;
         let (mut done, mut refusals) = (Vec::new(), Vec::new());
-        for judged in answers.into_answers() {
+        for judged in self.nodes.majority((op, args), read_judged, settled).await? {
             match judged {
                 Judged::Done { record, now } => done.push((record, now)),
                 Judged::Refused(refusal) => refusals.push(refusal),

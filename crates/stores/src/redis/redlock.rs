@@ -183,6 +183,19 @@ impl Nodes {
         answers
     }
 
+    /// [`Nodes::gather`], then the answers of the nodes that answered if they are a
+    /// majority; else [`RedisError::NoMajority`].
+    pub(super) async fn majority<T: Send + 'static>(
+        &self,
+        (op, args): (&'static str, Vec<Arg>),
+        read: fn(Reply) -> Result<T>,
+        settled: impl FnMut(&Answers<T>) -> bool,
+    ) -> Result<Vec<T>> {
+        let mut answers = self.gather((op, args), read, settled).await;
+        answers.majority(self.quorum, op)?;
+        Ok(answers.into_answers())
+    }
+
     /// Starts a grant in a task of its own; its decision, once made.
     pub(super) fn grant<V: Vote>(
         self: &Arc<Self>,
