@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::access::CaCertificates;
 use crate::guard::{
     GuardOptions, HoldGuard, InvalidGuardOptions, Keeper, LeaseGuard, LostReason, MultiGuard, Timing,
+    Unconfirmed,
 };
 use crate::http::{HttpOptions, HttpStore, InvalidServerAddress};
 
@@ -177,6 +178,12 @@ pub enum AcquireError {
         /// What the store's refusal says happened to it.
         reason: LostReason,
     },
+}
+
+impl From<Unconfirmed> for AcquireError {
+    fn from(Unconfirmed { lease, reason }: Unconfirmed) -> Self {
+        Self::LostBeforeConfirmed { lease, reason }
+    }
 }
 
 impl From<StoreError> for AcquireError {
