@@ -16,6 +16,8 @@
 //!   whole however their client closes, and graceful shutdown.
 //! - [`tls`]: HTTPS — the certificate and key from PEM files, reloadable.
 //! - [`routes`]: one file per endpoint; [`routes::ApiDoc`] is the OpenAPI description.
+//! - `route`: [`Route`](routes::Route), each route by its template, for the router and the
+//!   metrics.
 //! - [`extract`]: reading the resource and the JSON body, with every input check.
 //! - [`problem`]: every failure turned into an RFC 9457 problem, in one place.
 //! - [`events`]: one structured log line per lease event.
@@ -31,6 +33,7 @@ pub mod listener;
 pub mod metrics;
 pub mod observe;
 pub mod problem;
+mod route;
 pub mod routes;
 pub mod state;
 pub mod timed;

@@ -38,6 +38,8 @@ use crate::observe::{Asked, Observed, observe};
 use crate::problem::{ApiError, render_problems};
 use crate::state::App;
 
+pub use crate::route::Route;
+
 /// The OpenAPI 3.1 description, generated from the handlers and the wire types.
 #[derive(OpenApi)]
 #[openapi(
@@ -223,91 +225,6 @@ fn problems(kinds: &[(ProblemKind, &str)]) -> BTreeMap<String, RefOr<Described>>
             (kind.status().to_string(), RefOr::T(response))
         })
         .collect()
-}
-
-/// A route of the API, as the router matches it and `fencelock_http_requests_total` names it
-/// (by its template, never the path, which holds resource names).
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum Route {
-    /// `/locks`.
-    Locks,
-    /// `/locks/{resource}`.
-    Lock,
-    /// `/locks/{resource}/renew`.
-    Renew,
-    /// `/semaphores` or `/rwlocks`.
-    Holds(HoldKind),
-    /// `/semaphores/{name}` or `/rwlocks/{name}`.
-    Hold(HoldKind),
-    /// `/semaphores/{name}/renew` or `/rwlocks/{name}/renew`.
-    HoldRenew(HoldKind),
-    /// `/healthz`.
-    Healthz,
-    /// `/readyz`.
-    Readyz,
-    /// `/metrics`.
-    Metrics,
-    /// `/openapi.json`.
-    OpenApi,
-    /// No route matched.
-    Other,
-}
-
-impl Route {
-    const MATCHED: [Self; 13] = [
-        Self::Locks,
-        Self::Lock,
-        Self::Renew,
-        Self::Holds(HoldKind::Semaphore),
-        Self::Hold(HoldKind::Semaphore),
-        Self::HoldRenew(HoldKind::Semaphore),
-        Self::Holds(HoldKind::RwLock),
-        Self::Hold(HoldKind::RwLock),
-        Self::HoldRenew(HoldKind::RwLock),
-        Self::Healthz,
-        Self::Readyz,
-        Self::Metrics,
-        Self::OpenApi,
-    ];
-
-    /// The router's template (`other` for no route).
-    pub fn template(self) -> &'static str {
-        match self {
-            Self::Locks => "/locks",
-            Self::Lock => "/locks/{resource}",
-            Self::Renew => "/locks/{resource}/renew",
-            Self::Holds(HoldKind::Semaphore) => "/semaphores",
-            Self::Hold(HoldKind::Semaphore) => "/semaphores/{name}",
-            Self::HoldRenew(HoldKind::Semaphore) => "/semaphores/{name}/renew",
-            Self::Holds(HoldKind::RwLock) => "/rwlocks",
-            Self::Hold(HoldKind::RwLock) => "/rwlocks/{name}",
-            Self::HoldRenew(HoldKind::RwLock) => "/rwlocks/{name}/renew",
-            Self::Healthz => "/healthz",
-            Self::Readyz => "/readyz",
-            Self::Metrics => "/metrics",
-            Self::OpenApi => "/openapi.json",
-            Self::Other => "other",
-        }
-    }
-
-    /// Whether the route needs no token: the operations' routes.
-    fn is_open(self) -> bool {
-        matches!(
-            self,
-            Self::Healthz | Self::Readyz | Self::Metrics | Self::OpenApi | Self::Other
-        )
-    }
-
-    /// The route the router matched, if any.
-    fn of(matched: Option<&MatchedPath>) -> Self {
-        matched
-            .and_then(|path| {
-                Self::MATCHED
-                    .into_iter()
-                    .find(|route| route.template() == path.as_str())
-            })
-            .unwrap_or(Self::Other)
-    }
 }
 
 /// The whole API as an axum router: the routes of locks, semaphores and read-write locks
