@@ -15,7 +15,8 @@ use crate::observe::{Asked, Observed, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, BodyProblems, Deadlocked, Denied, acquiring, hold_kind, waiting};
+use super::responses::{AuthProblems, BodyProblems, Deadlocked, Denied};
+use super::{acquiring, hold_kind, waiting};
 
 /// Acquire a lock.
 ///

@@ -16,7 +16,8 @@ use crate::problem::ApiError;
 use crate::state::App;
 
 use super::acquire::give_back;
-use super::{AuthProblems, BodyProblems, Deadlocked, Denied, acquiring, waiting};
+use super::responses::{AuthProblems, BodyProblems, Deadlocked, Denied};
+use super::{acquiring, waiting};
 
 /// Acquire several locks at once, all or none.
 ///

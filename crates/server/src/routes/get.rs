@@ -13,7 +13,7 @@ use crate::observe::observe;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, Denied, PathProblems};
+use super::responses::{AuthProblems, Denied, PathProblems};
 
 /// The live lease on a resource.
 ///

@@ -26,7 +26,8 @@ use crate::problem::ApiError;
 use crate::state::App;
 
 use super::acquire::give_back;
-use super::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, acquiring, problems, waiting};
+use super::responses::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, problems};
+use super::{acquiring, waiting};
 
 /// In the OpenAPI description: the two 409s of a semaphore's acquire.
 struct SemaphoreConflicts;

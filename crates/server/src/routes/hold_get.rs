@@ -13,7 +13,7 @@ use crate::observe::observe;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, Denied, PathProblems};
+use super::responses::{AuthProblems, Denied, PathProblems};
 
 /// The live permits of a semaphore, in token order, with its limit. Needs the `read` right.
 #[utoipa::path(get, path = "/semaphores/{name}", tag = "semaphores",

@@ -13,7 +13,7 @@ use crate::problem::ApiError;
 use crate::state::App;
 
 use super::list::{parse_query, readable};
-use super::{AuthProblems, PathProblems};
+use super::responses::{AuthProblems, PathProblems};
 
 /// List semaphores with live permits.
 ///

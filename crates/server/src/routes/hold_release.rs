@@ -13,7 +13,8 @@ use crate::problem::ApiError;
 use crate::state::App;
 
 use super::force::force_release;
-use super::{AuthProblems, BodyProblems, Judge, OfHold, judged};
+use super::responses::{AuthProblems, BodyProblems};
+use super::{Judge, OfHold, judged};
 
 /// Release a permit.
 ///

@@ -13,7 +13,8 @@ use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, BodyProblems, Judge, OfHold, judged};
+use super::responses::{AuthProblems, BodyProblems};
+use super::{Judge, OfHold, judged};
 
 /// Renew a permit.
 ///

@@ -12,7 +12,7 @@ use crate::observe::observe;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, PathProblems};
+use super::responses::{AuthProblems, PathProblems};
 
 /// List live leases.
 ///

@@ -1,4 +1,6 @@
-//! The routes: one file per endpoint (parse, validate, call the store, map the answer).
+//! The routes: one file per endpoint (parse, validate, call the store, map the answer), and
+//! [`ApiDoc`], the OpenAPI description assembled from them (`openapi.rs`, with the problems
+//! every route may answer written once in `responses.rs`).
 
 mod acquire;
 mod acquire_all;
@@ -11,10 +13,11 @@ mod hold_list;
 mod hold_release;
 mod hold_renew;
 mod list;
+mod openapi;
 mod release;
 mod renew;
+mod responses;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::Router;
@@ -27,10 +30,6 @@ use axum::{Extension, Json};
 use fencelock_core::{HoldKind, Kind, LockStore, Owner, Refusal, Resource, StoreError};
 use fencelock_wire::{FieldError, HoldItem, Judged, LeaseBody, Op, ProblemKind, hold, outcome};
 use tokio::time::Instant;
-use utoipa::OpenApi;
-use utoipa::openapi::response::{Response as Described, ResponseBuilder};
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
-use utoipa::openapi::{Content, Ref, RefOr};
 
 use crate::auth::{Caller, Right, authenticate};
 use crate::listener::{Peer, Waiting};
@@ -39,193 +38,7 @@ use crate::problem::{ApiError, render_problems};
 use crate::state::App;
 
 pub use crate::route::Route;
-
-/// The OpenAPI 3.1 description, generated from the handlers and the wire types.
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "fencelock",
-        description = "Leases with fencing tokens for distributed mutual exclusion."
-    ),
-    paths(
-        acquire::acquire,
-        acquire_all::acquire_all,
-        get::get,
-        release::release,
-        renew::renew,
-        list::list,
-        hold_acquire::acquire_semaphore,
-        hold_get::get_semaphore,
-        hold_release::release_semaphore,
-        hold_renew::renew_semaphore,
-        hold_list::list_semaphores,
-        hold_acquire::acquire_rwlock,
-        hold_get::get_rwlock,
-        hold_release::release_rwlock,
-        hold_renew::renew_rwlock,
-        hold_list::list_rwlocks,
-        health::healthz,
-        health::readyz,
-        health::metrics
-    ),
-    modifiers(&Bearer),
-    components(schemas(
-        fencelock_wire::ForceReleaseRequest,
-        fencelock_wire::Granted,
-        fencelock_wire::Held,
-        fencelock_wire::Delayed,
-        fencelock_wire::AllGranted,
-        fencelock_wire::AllRefused,
-        fencelock_wire::LockRefusal,
-        fencelock_wire::FieldError,
-        fencelock_wire::PermitGranted,
-        fencelock_wire::SemaphoreBusy,
-        fencelock_wire::HoldGranted,
-        fencelock_wire::RwLockBusy,
-        fencelock_wire::PermitBody,
-        fencelock_wire::HoldBody,
-        fencelock_wire::Mode
-    ))
-)]
-pub struct ApiDoc;
-
-/// In the OpenAPI description: the problems of a request with a JSON body, besides those of
-/// its own operation.
-struct BodyProblems;
-
-impl utoipa::IntoResponses for BodyProblems {
-    fn responses() -> BTreeMap<String, RefOr<Described>> {
-        problems(&[
-            (
-                ProblemKind::BadRequest,
-                "The body is not a JSON object (or is nested too deep)",
-            ),
-            (
-                ProblemKind::PayloadTooLarge,
-                "The body is over the limit (default 16384 bytes)",
-            ),
-            (
-                ProblemKind::UnsupportedMediaType,
-                "The body is not application/json",
-            ),
-            (
-                ProblemKind::InvalidFields,
-                "Invalid fields, each listed in errors",
-            ),
-            (
-                ProblemKind::Unavailable,
-                "The store is unreachable or failing. The outcome is unknown (a call that timed out may still have been applied): read the lease before retrying",
-            ),
-        ])
-    }
-}
-
-/// In the OpenAPI description: the problems of a route behind [`authenticate`].
-struct AuthProblems;
-
-impl utoipa::IntoResponses for AuthProblems {
-    fn responses() -> BTreeMap<String, RefOr<Described>> {
-        problems(&[
-            (
-                ProblemKind::Unauthorized,
-                "No bearer token, or an unknown one (the server has an authentication file); with WWW-Authenticate: Bearer",
-            ),
-            (
-                ProblemKind::TooManyRequests,
-                "Over the request rate of the caller's principal (of all callers without authentication); with Retry-After in seconds",
-            ),
-        ])
-    }
-}
-
-/// In the OpenAPI description: the 403 of a route that no store refuses with 403.
-struct Denied;
-
-impl utoipa::IntoResponses for Denied {
-    fn responses() -> BTreeMap<String, RefOr<Described>> {
-        problems(&[(
-            ProblemKind::Denied,
-            "The caller's principal has no grant of the right this needs on this name (says nothing of whether it is held)",
-        )])
-    }
-}
-
-/// In the OpenAPI description: the 409 of an acquire whose wait would close a cycle.
-struct Deadlocked;
-
-impl utoipa::IntoResponses for Deadlocked {
-    fn responses() -> BTreeMap<String, RefOr<Described>> {
-        problems(&[(ProblemKind::Deadlock, DEADLOCK)])
-    }
-}
-
-/// What the 409 `deadlock` of an acquire means, for the OpenAPI description.
-const DEADLOCK: &str = "Waiting would close a cycle of owners that wait for each other on this server (problem type ending in deadlock; detail names the cycle, e.g. `b waits for lock \"x\" held by a; a waits for lock \"y\" held by b`). Answered at once; nothing was acquired, and nothing the caller held was released";
-
-/// In the OpenAPI description: the bearer token scheme, required by every route behind
-/// [`authenticate`] (not by health, readiness and metrics).
-struct Bearer;
-
-impl utoipa::Modify for Bearer {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let scheme = HttpBuilder::new()
-            .scheme(HttpAuthScheme::Bearer)
-            .description(Some(
-                "A token of the server's authentication file (`fencelock serve --auth FILE`); a server without one needs none",
-            ))
-            .build();
-        openapi
-            .components
-            .get_or_insert_with(Default::default)
-            .add_security_scheme(BEARER, SecurityScheme::Http(scheme));
-        for route in Route::MATCHED.into_iter().filter(|route| !route.is_open()) {
-            let Some(item) = openapi.paths.paths.get_mut(route.template()) else {
-                continue;
-            };
-            for operation in [&mut item.get, &mut item.post, &mut item.delete]
-                .into_iter()
-                .flatten()
-            {
-                operation.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
-            }
-        }
-    }
-}
-
-/// The name of the bearer scheme in the OpenAPI description.
-const BEARER: &str = "bearer";
-
-/// In the OpenAPI description: the problems of a request without a body.
-struct PathProblems;
-
-impl utoipa::IntoResponses for PathProblems {
-    fn responses() -> BTreeMap<String, RefOr<Described>> {
-        problems(&[
-            (
-                ProblemKind::InvalidFields,
-                "Invalid name or parameters, each listed in errors",
-            ),
-            (
-                ProblemKind::Unavailable,
-                "The store is unreachable or failing: try again",
-            ),
-        ])
-    }
-}
-
-fn problems(kinds: &[(ProblemKind, &str)]) -> BTreeMap<String, RefOr<Described>> {
-    kinds
-        .iter()
-        .map(|(kind, description)| {
-            let content = Content::new(Some(Ref::from_schema_name("Problem")));
-            let response = ResponseBuilder::new()
-                .description(*description)
-                .content("application/problem+json", content)
-                .build();
-            (kind.status().to_string(), RefOr::T(response))
-        })
-        .collect()
-}
+pub use openapi::ApiDoc;
 
 /// The whole API as an axum router: the routes of locks, semaphores and read-write locks
 /// behind [`authenticate`], the operations' routes open to all.
@@ -273,7 +86,7 @@ pub fn router(app: App) -> Router {
         .route(Route::Healthz.template(), get(health::healthz))
         .route(Route::Readyz.template(), get(health::readyz))
         .route(Route::Metrics.template(), get(health::metrics))
-        .route(Route::OpenApi.template(), get(openapi))
+        .route(Route::OpenApi.template(), get(openapi::openapi))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(render_problems))
@@ -289,10 +102,6 @@ async fn count_http(State(app): State<App>, request: Request, next: Next) -> Res
     let problem = response.extensions().get::<ProblemKind>().copied();
     app.metrics.http_request(route, response.status(), problem);
     response
-}
-
-async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
 }
 
 /// No route: a 404 problem — except `/locks/` and `/locks//renew` (and the same of

@@ -12,7 +12,8 @@ use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, BodyProblems, Judge, judged};
+use super::responses::{AuthProblems, BodyProblems};
+use super::{Judge, judged};
 
 /// Renew a lock.
 ///
