@@ -16,7 +16,7 @@ use crate::problem::ApiError;
 use crate::state::App;
 
 use super::responses::{AuthProblems, BodyProblems, Deadlocked, Denied};
-use super::{acquiring, hold_kind, waiting};
+use super::{acquiring, waiting};
 
 /// Acquire a lock.
 ///
@@ -84,7 +84,7 @@ pub async fn acquire(
 pub(super) async fn give_back(app: &App, kind: Kind, lease: &Lease) {
     let started = Instant::now();
     let (store, token) = (app.waiters.store(), Some(lease.token));
-    let outcome = match hold_kind(kind) {
+    let outcome = match kind.hold_kind() {
         None => store.release(&lease.resource, &lease.owner, token).await,
         Some(kind) => {
             store

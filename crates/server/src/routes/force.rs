@@ -12,7 +12,7 @@ use crate::observe::{Forced, observe};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{detached, hold_kind};
+use super::detached;
 
 /// Ends every lease, permit or hold of `key` if `caller` has the `admin` right on its name:
 /// 204, or 404 when nothing was held. Each lease ended is one audit line; waiters on the name
@@ -47,7 +47,7 @@ pub(super) async fn force_release(app: App, caller: &Caller, key: Key) -> Result
 }
 
 fn not_found_detail(kind: Kind, forced: &Forced) -> String {
-    match hold_kind(kind) {
+    match kind.hold_kind() {
         None => outcome::not_found_detail(&forced.resource),
         Some(kind) => outcome::hold_not_found_detail(kind, &forced.resource),
     }

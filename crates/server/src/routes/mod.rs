@@ -238,18 +238,9 @@ async fn judged<J: Judge>(
 /// The problem's `detail` for a refusal of a call on `kind`.
 fn refusal_detail(kind: Kind, refusal: Refusal, asked: &Asked) -> String {
     let (name, owner) = (&asked.resource, &asked.owner);
-    match hold_kind(kind) {
+    match kind.hold_kind() {
         None => outcome::refusal_detail(refusal, name, owner),
         Some(kind) => outcome::hold_refusal_detail(kind, refusal, name, owner),
-    }
-}
-
-/// The kind of hold a namespace holds; `None` for locks.
-fn hold_kind(kind: Kind) -> Option<HoldKind> {
-    match kind {
-        Kind::Lock => None,
-        Kind::Semaphore => Some(HoldKind::Semaphore),
-        Kind::RwLock => Some(HoldKind::RwLock),
     }
 }
 
