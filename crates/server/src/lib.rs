@@ -64,7 +64,7 @@ pub async fn serve(
         metrics,
     };
     let purger = tokio::spawn(purge_expired(app.clone()));
-    let result = listener::run(listener, app.clone(), shutdown).await;
+    let result = listener::run(listener, routes::router(app.clone()), app.clone(), shutdown).await;
     purger.abort();
     result
 }
