@@ -82,7 +82,7 @@ pub fn router(app: App) -> Router {
             post(hold_renew::renew_rwlock),
         )
         // Only the routes above: health, readiness, metrics and the description need no token.
-        .route_layer(axum::middleware::from_fn_with_state(app.clone(), authenticate))
+        .route_layer(axum::middleware::from_fn_with_state(app.gate(), authenticate))
         .route(Route::Healthz.template(), get(health::healthz))
         .route(Route::Readyz.template(), get(health::readyz))
         .route(Route::Metrics.template(), get(health::metrics))
