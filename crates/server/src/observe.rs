@@ -1,5 +1,5 @@
-//! [`observe`]: after every call to the store, one call that counts it and writes its log
-//! lines, whatever the operation and its outcome.
+//! [`observed`]: every call a route makes to the store, timed, then counted and logged
+//! ([`observe`]) in one place, whatever the operation and its outcome.
 
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use fencelock_core::{
     Kind, Lease, LeasePage, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource, StoreError,
 };
 use fencelock_wire::{Label, Op, Outcome};
+use tokio::time::Instant;
 
 use crate::events;
 use crate::metrics::Metrics;
@@ -31,6 +32,21 @@ pub trait Observed: Outcome {
 
     /// Writes the log lines of this outcome of `op` on `kind`, which took `took`.
     fn record(&self, kind: Kind, op: Op, asked: &Self::Asked, took: Duration, metrics: &Metrics);
+}
+
+/// Makes `call`, the call to the store of an `op` on `kind` that `asked` tells of, and
+/// [`observe`]s it with the time it took.
+pub async fn observed<O: Observed>(
+    app: &App,
+    kind: Kind,
+    op: Op,
+    asked: &O::Asked,
+    call: impl Future<Output = Result<O, StoreError>>,
+) -> Result<O, StoreError> {
+    let started = Instant::now();
+    let outcome = call.await;
+    observe(app, kind, op, asked, &outcome, started.elapsed());
+    outcome
 }
 
 /// Counts a call to the store on `kind` and writes its log lines. A deadlock refused by the

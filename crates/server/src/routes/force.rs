@@ -5,10 +5,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use fencelock_core::{ForceOutcome, Key, Kind};
 use fencelock_wire::{Op, ProblemKind, outcome};
-use tokio::time::Instant;
 
 use crate::auth::{Caller, Right};
-use crate::observe::{Forced, observe};
+use crate::observe::{Forced, observed};
 use crate::problem::ApiError;
 use crate::state::App;
 
@@ -21,21 +20,12 @@ pub(super) async fn force_release(app: App, caller: &Caller, key: Key) -> Result
     caller.may(Right::Admin, &key.name)?;
     let by = caller.principal().cloned();
     detached(async move {
-        let started = Instant::now();
-        let outcome = app.waiters.store().force_release(&key).await;
         let forced = Forced {
-            resource: key.name,
+            resource: key.name.clone(),
             by,
         };
-        observe(
-            &app,
-            key.kind,
-            Op::ForceRelease,
-            &forced,
-            &outcome,
-            started.elapsed(),
-        );
-        match outcome? {
+        let call = app.waiters.store().force_release(&key);
+        match observed(&app, key.kind, Op::ForceRelease, &forced, call).await? {
             ForceOutcome::Released(_) => Ok(StatusCode::NO_CONTENT.into_response()),
             ForceOutcome::NotFound => Err(ApiError::Problem(
                 ProblemKind::NotFound,
