@@ -11,7 +11,7 @@ use crate::observe::{Forced, observed};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::detached;
+use super::detached::detached;
 
 /// Ends every lease, permit or hold of `key` if `caller` has the `admin` right on its name:
 /// 204, or 404 when nothing was held. Each lease ended is one audit line; waiters on the name

@@ -1,9 +1,13 @@
 //! The routes: one file per endpoint (parse, validate, call the store, map the answer), and
 //! [`ApiDoc`], the OpenAPI description assembled from them (`openapi.rs`, with the problems
 //! every route may answer written once in `responses.rs`).
+//!
+//! Every release and renewal goes through the one judged path of `judge.rs`, which makes its
+//! call to the store in a task of its own (`detached.rs`).
 
 mod acquire;
 mod acquire_all;
+mod detached;
 mod force;
 mod get;
 mod health;
@@ -12,6 +16,7 @@ mod hold_get;
 mod hold_list;
 mod hold_release;
 mod hold_renew;
+mod judge;
 mod list;
 mod openapi;
 mod release;
@@ -20,22 +25,22 @@ mod responses;
 
 use std::time::Duration;
 
+use axum::Extension;
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{Method, Uri};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
-use axum::{Extension, Json};
-use fencelock_core::{HoldKind, Kind, LockStore, Owner, Refusal, Resource, StoreError};
-use fencelock_wire::{FieldError, HoldItem, Judged, LeaseBody, Op, ProblemKind, hold, outcome};
-use tokio::time::Instant;
+use fencelock_core::{HoldKind, StoreError};
+use fencelock_wire::{FieldError, ProblemKind, hold};
 
-use crate::auth::{Caller, Right, authenticate};
+use crate::auth::authenticate;
 use crate::listener::{Peer, Waiting};
-use crate::observe::{Asked, Observed, observe};
 use crate::problem::{ApiError, render_problems};
 use crate::state::App;
+
+use detached::detached;
 
 pub use crate::route::Route;
 pub use openapi::ApiDoc;
@@ -131,23 +136,6 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
-/// Runs `work` — a call to the store, with its logging and counting — in a task of its own,
-/// and waits for it. When a client hangs up, hyper drops the request's future; `work` still
-/// runs to its end, so that nothing the store committed goes unannounced, unlogged or
-/// uncounted.
-async fn detached<T: Send + 'static>(
-    work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
-) -> Result<T, ApiError> {
-    match tokio::spawn(work).await {
-        Ok(answer) => answer,
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Err(_) => Err(ApiError::Problem(
-            ProblemKind::Unavailable,
-            "the server is shutting down".into(),
-        )),
-    }
-}
-
 /// The connection's watch on its client, for an acquire that waits up to `wait` (none for one
 /// that does not wait): see [`Peer::waiting`].
 fn waiting(peer: Option<Extension<Peer>>, wait: Duration) -> Option<Waiting> {
@@ -181,100 +169,4 @@ async fn acquiring<T: Send + 'static>(
         }
         Ok(answer) => answer,
     }
-}
-
-/// A call on a held lease that the store judges (release, renew, of a lock's lease or of a
-/// semaphore's permit or a read-write lock's hold): a call adds an `impl` of this, and
-/// [`judged`] does the rest.
-trait Judge: Sized + Send + Sync + 'static {
-    /// The operation, for metrics and log lines.
-    const OP: Op;
-    /// What the store answers.
-    type Outcome: Judged<Body: Reply> + Observed<Asked = Asked> + Send + 'static;
-
-    /// The kind of lease the call is on.
-    fn kind(&self) -> Kind;
-    /// The owner the call is for, which the caller's principal is given to.
-    fn owner(&mut self) -> &mut Owner;
-    /// What the log lines tell of the request.
-    fn asked(self, resource: Resource) -> Asked;
-    /// Asks the store.
-    fn call(
-        &self,
-        store: &dyn LockStore,
-        resource: &Resource,
-    ) -> impl Future<Output = Result<Self::Outcome, StoreError>> + Send;
-}
-
-/// Given the caller and the checked name and request: check the caller's `lock` right, make
-/// the owner the caller's, call the store (in a task of its own), observe, encode — the whole
-/// of a judged call.
-async fn judged<J: Judge>(
-    app: App,
-    caller: &Caller,
-    resource: Resource,
-    mut request: J,
-) -> Result<Response, ApiError> {
-    caller.may(Right::Lock, &resource)?;
-    let owner = request.owner();
-    *owner = caller.owns(owner.clone());
-    detached(async move {
-        let started = Instant::now();
-        let kind = request.kind();
-        let outcome = request.call(app.waiters.store().as_ref(), &resource).await;
-        let asked = request.asked(resource);
-        observe(&app, kind, J::OP, &asked, &outcome, started.elapsed());
-        match outcome?.judged() {
-            Ok(done) => Ok(J::Outcome::encode(done).reply(J::Outcome::DONE_STATUS)),
-            Err(refusal) => Err(ApiError::Problem(
-                refusal.into(),
-                refusal_detail(kind, refusal, &asked),
-            )),
-        }
-    })
-    .await
-}
-
-/// The problem's `detail` for a refusal of a call on `kind`.
-fn refusal_detail(kind: Kind, refusal: Refusal, asked: &Asked) -> String {
-    let (name, owner) = (&asked.resource, &asked.owner);
-    match kind.hold_kind() {
-        None => outcome::refusal_detail(refusal, name, owner),
-        Some(kind) => outcome::hold_refusal_detail(kind, refusal, name, owner),
-    }
-}
-
-/// A release or renewal (`R`) of a semaphore's permit or a read-write lock's hold.
-struct OfHold<R> {
-    kind: HoldKind,
-    request: R,
-}
-
-/// The body of a done call as an answer with `status`.
-trait Reply {
-    /// The answer.
-    fn reply(self, status: u16) -> Response;
-}
-
-/// No body (204).
-impl Reply for () {
-    fn reply(self, status: u16) -> Response {
-        status_code(status).into_response()
-    }
-}
-
-impl Reply for LeaseBody {
-    fn reply(self, status: u16) -> Response {
-        (status_code(status), Json(self)).into_response()
-    }
-}
-
-impl Reply for HoldItem {
-    fn reply(self, status: u16) -> Response {
-        (status_code(status), Json(self)).into_response()
-    }
-}
-
-fn status_code(status: u16) -> StatusCode {
-    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
