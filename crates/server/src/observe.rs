@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Acquired, FencingToken, ForceOutcome, Hold, HoldOutcome, HoldPage,
-    Kind, Lease, LeasePage, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource, StoreError,
+    Kind, Lease, LeasePage, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError,
 };
 use fencelock_wire::{Label, Op, Outcome};
 use tokio::time::Instant;
@@ -23,6 +23,15 @@ pub struct Asked {
     pub owner: Owner,
     /// The token the caller sent, if any.
     pub token: Option<FencingToken>,
+}
+
+/// What an acquire of several locks asked for, as its log lines tell it.
+#[derive(Debug, Clone)]
+pub struct AskedAll {
+    /// The locks, all or none.
+    pub resources: Resources,
+    /// Who asked.
+    pub owner: Owner,
 }
 
 /// An outcome with the log lines (and lease metrics) it is recorded with.
@@ -114,9 +123,10 @@ fn log_refusal(kind: Kind, op: Op, refusal: &AcquireOutcome, owner: &Owner) {
 /// Several locks: each grant or extension as a single acquire's; a refusal, one line per lock
 /// in the way, counted once as delayed if a lock-delay closed any of them.
 impl Observed for AcquireAllOutcome {
-    type Asked = Owner;
+    type Asked = AskedAll;
 
-    fn record(&self, kind: Kind, op: Op, owner: &Owner, took: Duration, metrics: &Metrics) {
+    fn record(&self, kind: Kind, op: Op, asked: &AskedAll, took: Duration, metrics: &Metrics) {
+        let owner = &asked.owner;
         match self {
             Self::Granted(granted) => {
                 for outcome in granted {

@@ -2,11 +2,15 @@
 //! [`ApiDoc`], the OpenAPI description assembled from them (`openapi.rs`, with the problems
 //! every route may answer written once in `responses.rs`).
 //!
-//! Every release and renewal goes through the one judged path of `judge.rs`, which makes its
-//! call to the store in a task of its own (`detached.rs`).
+//! Every acquire — of a lock, of several locks, of a permit or a hold — goes through the one
+//! acquire flow of `acquiring.rs`; every release and renewal through the one judged path of
+//! `judge.rs`; both make their call to the store in a task of its own (`detached.rs`). Each
+//! call to the store is timed, counted and logged in one place,
+//! [`observed`](crate::observe::observed).
 
 mod acquire;
 mod acquire_all;
+mod acquiring;
 mod detached;
 mod force;
 mod get;
@@ -23,24 +27,18 @@ mod release;
 mod renew;
 mod responses;
 
-use std::time::Duration;
-
-use axum::Extension;
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, Uri};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
-use fencelock_core::{HoldKind, StoreError};
+use fencelock_core::HoldKind;
 use fencelock_wire::{FieldError, ProblemKind, hold};
 
 use crate::auth::authenticate;
-use crate::listener::{Peer, Waiting};
 use crate::problem::{ApiError, render_problems};
 use crate::state::App;
-
-use detached::detached;
 
 pub use crate::route::Route;
 pub use openapi::ApiDoc;
@@ -134,39 +132,4 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         ProblemKind::MethodNotAllowed,
         format!("{method} is not allowed on {}", uri.path()),
     )
-}
-
-/// The connection's watch on its client, for an acquire that waits up to `wait` (none for one
-/// that does not wait): see [`Peer::waiting`].
-fn waiting(peer: Option<Extension<Peer>>, wait: Duration) -> Option<Waiting> {
-    peer.filter(|_| !wait.is_zero())
-        .map(|Extension(peer)| peer.waiting())
-}
-
-/// Runs an acquire's `work` as [`detached`] does, and answers it — but once the server is
-/// shutting down, for at most a third of [`Config::shutdown_grace`](crate::Config): then, or
-/// if the store fails meanwhile, the answer is `stopped()`, `acquired: false` with
-/// `"shutting_down": true`. At shutdown every waiter makes one last try; a store that hangs
-/// (or fails) must not leave a waiter unanswered when its connection is closed, whatever the
-/// store does. The work goes on in its task: the route's end cancels its `gone`, so a grant
-/// the store makes after all is given back.
-async fn acquiring<T: Send + 'static>(
-    app: App,
-    stopped: impl FnOnce() -> T,
-    work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
-) -> Result<T, ApiError> {
-    let mut answer = std::pin::pin!(detached(work));
-    tokio::select! {
-        answer = &mut answer => return answer,
-        () = app.waiters.shutting_down() => {}
-    }
-    match tokio::time::timeout(app.config.shutdown_grace / 3, answer).await {
-        Ok(Err(ApiError::Store(StoreError::Unavailable { .. }))) | Err(_) => {
-            tracing::warn!(
-                "shutting down: an acquire is answered acquired: false without its store's answer"
-            );
-            Ok(stopped())
-        }
-        Ok(answer) => answer,
-    }
 }
