@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Deadlock, Expired, FencingToken, ForceOutcome,
-    Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner,
+    Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner, Refusal,
     ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Ttl,
 };
 use fencelock_wire::body::InvalidLease;
@@ -351,11 +351,10 @@ impl LockStore for HttpStore {
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
         let response = self.send(self.http.get(self.lock_url(resource))).await?;
-        match ProblemKind::from_status(response.status().as_u16()) {
-            None if response.status() == StatusCode::OK => Ok(Some(lease(read_json(response).await?)?)),
-            Some(ProblemKind::NotFound) => Ok(None),
-            _ => Err(unexpected(response).await),
+        if response.status() != StatusCode::OK {
+            return nothing_held(response).await.map(|()| None);
         }
+        Ok(Some(lease(read_json(response).await?)?))
     }
 
     async fn release(
@@ -430,14 +429,11 @@ impl LockStore for HttpStore {
 
     async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
         let response = self.send(self.http.get(self.hold_url(kind, name))).await?;
-        match ProblemKind::from_status(response.status().as_u16()) {
-            None if response.status() == StatusCode::OK => {
-                let body: HoldsBody = read_json(response).await?;
-                outcome::decode_holds(body).map_err(invalid_lease)
-            }
-            Some(ProblemKind::NotFound) => Ok(Vec::new()),
-            _ => Err(unexpected(response).await),
+        if response.status() != StatusCode::OK {
+            return nothing_held(response).await.map(|()| Vec::new());
         }
+        let body: HoldsBody = read_json(response).await?;
+        outcome::decode_holds(body).map_err(invalid_lease)
     }
 
     async fn release_hold(
@@ -495,11 +491,10 @@ impl LockStore for HttpStore {
     async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
         let body = ForceReleaseRequest { force: true };
         let response = self.send(self.http.delete(self.key_url(key)).json(&body)).await?;
-        match response.status() {
-            StatusCode::NO_CONTENT => Ok(ForceOutcome::Released(Vec::new())),
-            StatusCode::NOT_FOUND => Ok(ForceOutcome::NotFound),
-            _ => Err(unexpected(response).await),
+        if response.status() != StatusCode::NO_CONTENT {
+            return nothing_held(response).await.map(|()| ForceOutcome::NotFound);
         }
+        Ok(ForceOutcome::Released(Vec::new()))
     }
 
     /// Asks the server's readiness check, which asks its store.
@@ -573,6 +568,17 @@ async fn read_json<T: serde::de::DeserializeOwned>(response: Response) -> Result
         .map_err(|e| StoreError::unavailable("the answer is not what a fencelock server sends", e))
 }
 
+/// Nothing, if `response` is the 404 of a name with nothing live on it; else the error it
+/// tells of (a 404 `no-route` among them: the server has no such path, which says nothing of
+/// the name).
+async fn nothing_held(response: Response) -> Result<()> {
+    let refused = Refused::read(response).await;
+    match refused.refusal() {
+        Some(Refusal::NotFound) => Ok(()),
+        _ => Err(refused.error()),
+    }
+}
+
 /// The error for an answer that is not an outcome of the call: a problem (503, 422, 401, …),
 /// or something that is not a fencelock server at all.
 async fn unexpected(response: Response) -> StoreError {
@@ -606,21 +612,22 @@ impl Refused {
     }
 
     /// The refusal of a release or renewal this tells of: no lease (404), another owner's
-    /// (403) or another token (409). A 403 whose problem is not that of another owner's
-    /// lease is about the caller's rights: no refusal, an error.
-    fn refusal(&self) -> Option<fencelock_core::Refusal> {
+    /// (403) or another token (409). A problem of another type with the same status is no
+    /// refusal but an error: a 403 `denied` is about the caller's rights, a 404 `no-route`
+    /// about the server's paths, neither about the lease.
+    fn refusal(&self) -> Option<Refusal> {
         let kind = ProblemKind::from_status(self.status.as_u16())?;
-        if kind == ProblemKind::Forbidden && !self.is_of_the_lease() {
+        if !self.is_of_the_lease(kind) {
             return None;
         }
         kind.refusal()
     }
 
-    /// Whether a 403 is the one of a lease held by another owner (or principal), as opposed
-    /// to a right the caller lacks.
-    fn is_of_the_lease(&self) -> bool {
-        let forbidden = ProblemKind::Forbidden.type_uri();
-        self.problem.as_ref().is_none_or(|p| p.type_uri == forbidden)
+    /// Whether the answer is the problem of `kind`, the refusal its status stands for (an
+    /// answer without a problem body is taken by its status).
+    fn is_of_the_lease(&self, kind: ProblemKind) -> bool {
+        let type_uri = kind.type_uri();
+        self.problem.as_ref().is_none_or(|p| p.type_uri == type_uri)
     }
 
     /// The error this answer tells of.
