@@ -184,15 +184,9 @@ impl HttpStore {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireOutcome> {
-        let wait = wait.min(self.options.max_wait_per_request);
         // The cap travels; the lock-delay does not: the server applies its own.
-        let body = AcquireRequest::new(owner, terms, wait);
-        let request = self
-            .http
-            .post(self.lock_url(resource))
-            .json(&body)
-            .timeout(self.options.request_timeout + wait);
-        let response = self.send(request).await?;
+        let body = |wait| AcquireRequest::new(owner, terms, wait);
+        let response = self.post_acquire(self.lock_url(resource), wait, body).await?;
         if response.status() != StatusCode::OK {
             return Err(unexpected(response).await);
         }
@@ -211,14 +205,9 @@ impl HttpStore {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireAllOutcome> {
-        let wait = wait.min(self.options.max_wait_per_request);
-        let body = AcquireAllRequest::new(resources, owner, terms, wait);
-        let request = self
-            .http
-            .post(format!("{}/locks", self.base))
-            .json(&body)
-            .timeout(self.options.request_timeout + wait);
-        let response = self.send(request).await?;
+        let body = |wait| AcquireAllRequest::new(resources, owner, terms, wait);
+        let url = format!("{}/locks", self.base);
+        let response = self.post_acquire(url, wait, body).await?;
         if response.status() != StatusCode::OK {
             return Err(unexpected(response).await);
         }
@@ -237,14 +226,10 @@ impl HttpStore {
         ttl: Ttl,
         wait: Duration,
     ) -> Result<HoldOutcome> {
-        let wait = wait.min(self.options.max_wait_per_request);
-        let body = HoldAcquireRequest::new(owner, claim, ttl, wait);
-        let request = self
-            .http
-            .post(self.hold_url(claim.kind(), name))
-            .json(&body)
-            .timeout(self.options.request_timeout + wait);
-        let response = self.send(request).await?;
+        let body = |wait| HoldAcquireRequest::new(owner, claim, ttl, wait);
+        let response = self
+            .post_acquire(self.hold_url(claim.kind(), name), wait, body)
+            .await?;
         if response.status() == StatusCode::OK {
             let answer: HoldAcquireResponse = read_json(response).await?;
             return outcome::decode_hold_acquire(answer).map_err(invalid_lease);
@@ -254,6 +239,24 @@ impl HttpStore {
             Some(mismatch) => Ok(mismatch),
             None => Err(refused.error()),
         }
+    }
+
+    /// Posts the acquire `body(wait)` to `url`: `wait` cut to what one request may wait, and
+    /// the request given that long on top of its timeout, so that waiting in line does not
+    /// time it out.
+    async fn post_acquire<B: serde::Serialize>(
+        &self,
+        url: String,
+        wait: Duration,
+        body: impl FnOnce(Duration) -> B,
+    ) -> Result<Response> {
+        let wait = wait.min(self.options.max_wait_per_request);
+        let request = self
+            .http
+            .post(url)
+            .json(&body(wait))
+            .timeout(self.options.request_timeout + wait);
+        self.send(request).await
     }
 
     fn hold_url(&self, kind: HoldKind, name: &Resource) -> String {
