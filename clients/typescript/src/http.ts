@@ -55,6 +55,9 @@ const TLS_CODES = new Set([
 /** Errors raised before the request could reach the server: nothing was done. */
 const UNSENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 
+/** No answer came within the time a request was given. */
+export class TimeoutError extends ConnectionError {}
+
 /** A server's address and a pool of keep-alive connections to it. */
 export class Http {
   /** The address without a trailing `/` (a path prefix, for a server behind a proxy, stays). */
@@ -93,7 +96,7 @@ export class Http {
       // A timer of our own rather than the socket's idle timeout: the whole request counts.
       const timer = setTimeout(() => {
         const late = `the fencelock server at ${this.base} did not answer within ${timeoutMs} ms`;
-        const error = new ConnectionError(late, { outcomeUnknown: true });
+        const error = new TimeoutError(late, { outcomeUnknown: true });
         request.destroy(error);
         fail(error);
       }, timeoutMs);

@@ -31,7 +31,7 @@
 import "./dispose";
 
 import { LostError, type LostReason } from "./errors";
-import { failure, type Http } from "./http";
+import { failure, TimeoutError, type Http } from "./http";
 import { stringify } from "./json";
 import { leaseOf, pathOf, type Kind, type LeaseInfo } from "./wire";
 
@@ -115,12 +115,14 @@ interface Round {
   readonly refused?: { readonly at: number; readonly reason: Refusal };
   /** Why the first failed renewal failed, if one did. */
   readonly error?: string;
+  /** Whether every failed renewal failed by getting no answer in time. */
+  readonly timedOut: boolean;
 }
 
 /** Renews every lease of `infos` at once, each carrying its token, each within `timeoutMs`. */
 async function renewAll(http: Http, infos: readonly LeaseInfo[], ttlMs: number, timeoutMs: number): Promise<Round> {
   const answers = await Promise.allSettled(infos.map((info) => renewOne(http, info, ttlMs, timeoutMs)));
-  const round: { renewed: (LeaseInfo | undefined)[]; refused?: Round["refused"]; error?: string } = { renewed: [] };
+  const round: { -readonly [K in keyof Round]: Round[K] } = { renewed: [], timedOut: true };
   answers.forEach((answer, at) => {
     if (answer.status === "fulfilled" && typeof answer.value === "object") {
       round.renewed.push(answer.value);
@@ -132,6 +134,7 @@ async function renewAll(http: Http, infos: readonly LeaseInfo[], ttlMs: number, 
     } else {
       const message = answer.reason instanceof Error ? answer.reason.message : String(answer.reason);
       round.error ??= infos.length > 1 ? `${infos[at].name}: ${message}` : message;
+      round.timedOut &&= answer.reason instanceof TimeoutError;
     }
   });
   return round;
@@ -426,13 +429,13 @@ export class Lease extends EventTarget implements AsyncDisposable {
     const firstRetry = Math.min(Math.max(renewEveryMs / 8, 5), 500);
     let next = sent + renewEveryMs;
     let retry = firstRetry;
-    let lastError = "no renewal was attempted";
+    let lastError: string | undefined;
     for (;;) {
       const giveUpAt = this.giveUpAt();
       await this.sleepUntil(Math.min(next, giveUpAt));
       if (!this.isHeld) return;
       if (now() >= giveUpAt) {
-        this.lose(this.giveUpReason(), lastError);
+        this.lose(this.giveUpReason(), lastError ?? "no renewal was attempted");
         return;
       }
       const at = now();
@@ -453,7 +456,10 @@ export class Lease extends EventTarget implements AsyncDisposable {
         this.setState("held");
         continue;
       }
-      lastError = round.error;
+      // A renewal cut short by the give-up point says less than the failure before it (a
+      // 503, a refused connection): that one stays the reason given.
+      const cutShort = round.timedOut && limit < requestTimeoutMs;
+      if (!cutShort || lastError === undefined) lastError = round.error;
       this.setState("jeopardy");
       next = now() + retry;
       retry = Math.max(Math.min(retry * 2, renewEveryMs / 2), firstRetry);
