@@ -18,16 +18,22 @@ function granted(acquired: Acquired): Lease {
   return acquired;
 }
 
-/** When (wall clock, the server's too: the same host) each of the guard's events came, and in what order. */
-function watch(lease: Lease): { events: string[]; lostAt: () => number } {
+/**
+ * The guard's events in order, and where lost fell: by the wall clock (the server's too: the
+ * same host), and against the lease's end as the holder was told it — on this process's
+ * clock (`heldUntil`) and on the server's (`expiresAt`).
+ */
+function watch(lease: Lease): { events: string[]; lostAt: () => number; beforeTheEnd: () => boolean } {
   const events: string[] = [];
   let lostAt = Number.NaN;
+  let beforeTheEnd = false;
   lease.addEventListener("jeopardy", () => events.push("jeopardy"));
   lease.signal.addEventListener("abort", () => {
     lostAt = Date.now();
+    beforeTheEnd = performance.now() < lease.heldUntil && lostAt < lease.expiresAt.getTime();
     events.push("lost");
   });
-  return { events, lostAt: () => lostAt };
+  return { events, lostAt: () => lostAt, beforeTheEnd: () => beforeTheEnd };
 }
 
 /** Resolves with the lease's loss, or rejects if it has not come within `ms`. */
@@ -72,6 +78,7 @@ describe("losing a lease", () => {
     }
     assert.equal(lost.reason, "not-renewed");
     assert.deepEqual(seen.events, ["jeopardy", "lost"], "jeopardy first, from the first failed renewal");
+    assert.ok(seen.beforeTheEnd(), "lost fired before the end of the lease as the holder was told it");
     const next = granted(await other.lock("stopped", { ttlMs, waitMs: 10_000 }));
     reportMargin(t, "server stopped", seen.lostAt(), next.info.acquiredAt);
     assert.ok(next.token > lease.token);
@@ -94,6 +101,7 @@ describe("losing a lease", () => {
       const next = granted(await waiting);
       assert.equal(lease.lostReason?.reason, "not-renewed", "lost by the time the other owner is answered");
       assert.deepEqual(seen.events, ["jeopardy", "lost"]);
+      assert.ok(seen.beforeTheEnd(), "lost fired before the end of the lease as the holder was told it");
       reportMargin(t, "holder cut off", seen.lostAt(), next.info.acquiredAt);
       await next.release();
     } finally {
@@ -136,6 +144,7 @@ describe("losing a lease", () => {
     const lost = await lostWithin(lease, 3_000);
     assert.equal(lost.reason, "cap-reached");
     assert.ok(seen.lostAt() < holdUntil.getTime(), "before the cap");
+    assert.ok(seen.beforeTheEnd());
     await lease.release();
     client.close();
   });
