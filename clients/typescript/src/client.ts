@@ -26,7 +26,12 @@ export interface ClientOptions {
   readonly authToken?: string;
   /** For `https://`: a PEM file of the CAs to trust, in place of Node's. Default: `$FENCELOCK_CACERT`, if set. */
   readonly caFile?: string;
-  /** Who holds what this client acquires, unless an acquire names another. Default: `HOST:PID`. */
+  /**
+   * Who holds what this client acquires, unless an acquire names another. Acquires by one
+   * owner extend each other's lease (same token): they do not exclude each other. Default:
+   * `HOST:PID:N`, with N new for every acquire, so that two holders in one process exclude
+   * each other as two processes do.
+   */
   readonly owner?: string;
   /** The longest one request may take, a waiting acquire's wait not counted. Default 10 s. */
   readonly requestTimeoutMs?: number;
@@ -44,7 +49,7 @@ export interface AcquireOptions {
   readonly ttlMs: number;
   /** How long to wait in line (first come, first served) while it is held by others. Default 0: answer at once. */
   readonly waitMs?: number;
-  /** The owner, in place of the client's. */
+  /** The owner, in place of the client's (see {@link ClientOptions.owner}). */
   readonly owner?: string;
   /** How often to renew. Default: a third of the TTL. */
   readonly renewEveryMs?: number;
@@ -86,9 +91,8 @@ export type Acquired = Lease | NotAcquired;
  * ```
  */
 export class Client {
-  /** The owner of what this client acquires, unless an acquire names another. */
-  readonly owner: string;
   private readonly http: Http;
+  private readonly owner?: string;
   private readonly requestTimeoutMs: number;
   private readonly maxWaitPerRequestMs: number;
 
@@ -107,7 +111,7 @@ export class Client {
     }
     const caFile = options.caFile ?? fromEnv(CACERT_VAR);
     this.http = new Http(address, { authToken, ca: caFile === undefined ? undefined : readCa(caFile) });
-    this.owner = options.owner ?? `${hostname()}:${process.pid}`;
+    this.owner = options.owner;
     this.requestTimeoutMs = whole(options.requestTimeoutMs ?? 10_000, "requestTimeoutMs", 1);
     this.maxWaitPerRequestMs = whole(options.maxWaitPerRequestMs ?? 300_000, "maxWaitPerRequestMs", 1);
   }
@@ -196,7 +200,7 @@ export class Client {
     if (maxHoldMs !== undefined && maxHoldMs <= timing.safetyMarginMs) {
       throw new RangeError(`a cap on holding of ${maxHoldMs} ms is no longer than the safety margin (${timing.safetyMarginMs} ms): the lease would start lost`);
     }
-    const { path, fields } = acquireRequest(target, options.owner ?? this.owner, ttlMs, maxHoldMs);
+    const { path, fields } = acquireRequest(target, options.owner ?? this.owner ?? defaultOwner(), ttlMs, maxHoldMs);
     const deadline = performance.now() + waitMs;
     for (;;) {
       const wait = Math.min(Math.max(0, Math.round(deadline - performance.now())), this.maxWaitPerRequestMs);
@@ -212,6 +216,19 @@ export class Client {
       if (!waitedOut || performance.now() >= deadline) return outcome;
     }
   }
+}
+
+/** How many acquires this process made without an owner: each gets one of its own. */
+let acquiresWithoutOwner = 0;
+
+/**
+ * `HOST:PID:N`, new for every acquire: in one Node process many tasks run at once, and two
+ * of them acquiring as one owner would both hold the lock (the second acquire extends the
+ * first's lease, with the same token).
+ */
+function defaultOwner(): string {
+  acquiresWithoutOwner += 1;
+  return `${hostname()}:${process.pid}:${acquiresWithoutOwner}`;
 }
 
 /** What {@link Client.using} acquires for `target` and `options`. */

@@ -5,6 +5,7 @@
  */
 
 import assert from "node:assert/strict";
+import { hostname } from "node:os";
 import { after, before, describe, it } from "node:test";
 
 import { Client, LostError, NotAcquired, type Lease } from "fencelock";
@@ -139,6 +140,17 @@ describe("a lock", () => {
     assert.ok(granted.acquired, "granted to the second request");
     await granted.release();
     other.close();
+  });
+
+  it("is not held twice in one process: without an owner, every acquire is an owner of its own", async () => {
+    const shared = new Client(server.url);
+    await shared.using("job:in-process", { ttlMs: 30_000 }, async (first) => {
+      assert.match(first.owner, new RegExp(`^${hostname()}:${process.pid}:\\d+$`));
+      const second = await shared.lock("job:in-process", { ttlMs: 30_000 });
+      assert.ok(second instanceof NotAcquired, "a second task of this process is refused, as another process would be");
+      assert.equal(second.holder?.owner, first.owner);
+    });
+    shared.close();
   });
 
   it("refuses options that cannot work before sending anything", async () => {
