@@ -214,7 +214,7 @@ export class Lease extends EventTarget implements AsyncDisposable {
   private wake?: () => void;
   private releasing?: Promise<void>;
 
-  /** Made by the client's acquire calls ({@link Lease.start}). */
+  /** Made by the client's acquire calls. */
   private constructor(http: Http, kept: Kept[], sent: number, timing: Timing, failedRenewal?: string) {
     super();
     this.http = http;

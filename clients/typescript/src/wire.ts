@@ -167,7 +167,7 @@ export function leaseOf(kind: Kind, value: unknown): LeaseInfo {
   if (typeof name !== "string" || typeof v.owner !== "string" || token === undefined) {
     throw invalid(`a lease without a name, an owner or a fencing token: ${JSON.stringify(value)}`);
   }
-  const info: LeaseInfo = {
+  return {
     kind,
     name,
     owner: v.owner,
@@ -179,7 +179,6 @@ export function leaseOf(kind: Kind, value: unknown): LeaseInfo {
     mode: v.mode === "read" || v.mode === "write" ? v.mode : undefined,
     principal: typeof v.principal === "string" ? v.principal : undefined,
   };
-  return info;
 }
 
 function dateOf(value: unknown, field: string): Date {
