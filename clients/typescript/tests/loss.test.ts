@@ -10,7 +10,7 @@ import { after, before, describe, it, type TestContext } from "node:test";
 
 import { Client, LostError, type Acquired, type Lease } from "fencelock";
 
-import { CutProxy } from "./support/proxy";
+import { TestProxy } from "./support/proxy";
 import { principals, TestServer, tempDir, waitUntil } from "./support/server";
 
 function granted(acquired: Acquired): Lease {
@@ -88,7 +88,7 @@ describe("losing a lease", () => {
   });
 
   it("fires lost before a waiting owner is granted the name when the holder is cut off from the server", async (t) => {
-    const proxy = await CutProxy.start(server.url);
+    const proxy = await TestProxy.start(server.url);
     const holder = new Client(proxy.url, { owner: "holder", requestTimeoutMs: 5_000 });
     const other = new Client(server.url, { owner: "other" });
     try {
@@ -106,6 +106,24 @@ describe("losing a lease", () => {
       await next.release();
     } finally {
       [holder, other].forEach((c) => c.close());
+      await proxy.close();
+    }
+  });
+
+  it("starts lost when the grant was answered so late that no more than the safety margin was left of it", async () => {
+    const proxy = await TestProxy.start(server.url);
+    const client = new Client(proxy.url, { owner: "slow" });
+    try {
+      proxy.delay(900);
+      // 900 ms of a 1,000 ms lease have passed when the answer comes: its give-up point (800 ms) is behind.
+      const lease = granted(await client.lock("late", { ttlMs: 1_000 }));
+      assert.equal(lease.state, "lost", "never reported held");
+      assert.equal(lease.lostReason?.reason, "not-renewed");
+      assert.match(lease.lostReason?.message ?? "", /answered too late/);
+      assert.ok(lease.signal.aborted);
+      await lease.release();
+    } finally {
+      client.close();
       await proxy.close();
     }
   });
