@@ -65,7 +65,9 @@ async function timeline(a: Client, b: Client): Promise<boolean> {
 
   // A resumes where it stopped, still believing it holds the lock, and writes.
   const late = ledger.write(leaseA.token, "A's entry");
-  say(`A resumes and writes with token ${leaseA.token}: ${late ? "accepted!" : `REJECTED (${leaseA.token} < ${leaseB.token})`}`);
+  say(
+    `A resumes and writes with token ${leaseA.token}: ${late ? "accepted!" : `REJECTED (${leaseA.token} < ${leaseB.token})`}`,
+  );
   say(`A's guard says: ${leaseA.lostReason?.message ?? "still held"}`);
   say(`the ledger holds ${JSON.stringify(ledger.entries)}`);
   return !late;

@@ -107,7 +107,9 @@ export class Client {
     const authToken = options.authToken ?? fromEnv(AUTH_TOKEN_VAR);
     // A header value with a space or a control character would be refused or, worse, split.
     if (authToken !== undefined && !/^[\x21-\x7e]+$/.test(authToken)) {
-      throw new TypeError("the auth token must be printable ASCII without spaces, as `fencelock auth new-token` prints it");
+      throw new TypeError(
+        "the auth token must be printable ASCII without spaces, as `fencelock auth new-token` prints it",
+      );
     }
     const caFile = options.caFile ?? fromEnv(CACERT_VAR);
     this.http = new Http(address, { authToken, ca: caFile === undefined ? undefined : readCa(caFile) });
@@ -198,7 +200,9 @@ export class Client {
     const maxHoldMs = options.maxHoldMs === undefined ? undefined : whole(options.maxHoldMs, "maxHoldMs", 1);
     const timing = timingOf(ttlMs, this.requestTimeoutMs, options.renewEveryMs, options.safetyMarginMs);
     if (maxHoldMs !== undefined && maxHoldMs <= timing.safetyMarginMs) {
-      throw new RangeError(`a cap on holding of ${maxHoldMs} ms is no longer than the safety margin (${timing.safetyMarginMs} ms): the lease would start lost`);
+      throw new RangeError(
+        `a cap on holding of ${maxHoldMs} ms is no longer than the safety margin (${timing.safetyMarginMs} ms): the lease would start lost`,
+      );
     }
     const { path, fields } = acquireRequest(target, options.owner ?? this.owner ?? defaultOwner(), ttlMs, maxHoldMs);
     const deadline = performance.now() + waitMs;
@@ -234,9 +238,11 @@ function defaultOwner(): string {
 /** What {@link Client.using} acquires for `target` and `options`. */
 function usingTarget(target: string | readonly string[], options: UsingOptions): Target {
   const { limit, mode } = options;
-  if (limit !== undefined && mode !== undefined) throw new TypeError("give a semaphore's limit or a read-write lock's mode, not both");
+  if (limit !== undefined && mode !== undefined)
+    throw new TypeError("give a semaphore's limit or a read-write lock's mode, not both");
   if (typeof target !== "string") {
-    if (limit !== undefined || mode !== undefined) throw new TypeError("several names are locks: a limit or a mode needs one name");
+    if (limit !== undefined || mode !== undefined)
+      throw new TypeError("several names are locks: a limit or a mode needs one name");
     return { kind: "locks", names: target };
   }
   if (limit !== undefined) return { kind: "semaphore", name: target, limit };

@@ -149,7 +149,10 @@ function answer(response: http.IncomingMessage, text: string): Answer {
     body = text === "" ? undefined : parse(text);
   } catch (error) {
     if (status < 400) {
-      throw new FencelockError(`the answer (HTTP ${status}) is not what a fencelock server sends: ${text.slice(0, 200)}`, { outcomeUnknown: true, cause: error });
+      throw new FencelockError(
+        `the answer (HTTP ${status}) is not what a fencelock server sends: ${text.slice(0, 200)}`,
+        { outcomeUnknown: true, cause: error },
+      );
     }
   }
   return { status, body, problem: status >= 400 ? problemOf(status, response, body) : undefined };
@@ -182,5 +185,8 @@ function readProblem(status: number, statusText: string | undefined, body: unkno
 
 /** The error an answer tells of when its status is not an outcome of the call. */
 export function failure(answer: Answer): FencelockError {
-  return answer.problem ?? new FencelockError(`unexpected answer from the fencelock server: HTTP ${answer.status}`, { outcomeUnknown: true });
+  return (
+    answer.problem ??
+    new FencelockError(`unexpected answer from the fencelock server: HTTP ${answer.status}`, { outcomeUnknown: true })
+  );
 }

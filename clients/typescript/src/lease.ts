@@ -50,7 +50,12 @@ export interface Timing {
 }
 
 /** The timing of a guard over a lease of `ttlMs`; a RangeError if it leaves no time to renew. */
-export function timingOf(ttlMs: number, requestTimeoutMs: number, renewEveryMs?: number, safetyMarginMs?: number): Timing {
+export function timingOf(
+  ttlMs: number,
+  requestTimeoutMs: number,
+  renewEveryMs?: number,
+  safetyMarginMs?: number,
+): Timing {
   const timing = {
     ttlMs,
     renewEveryMs: renewEveryMs ?? ttlMs / 3,
@@ -58,7 +63,11 @@ export function timingOf(ttlMs: number, requestTimeoutMs: number, renewEveryMs?:
     requestTimeoutMs,
   };
   // A renewal must be due before the guard gives up, or it would only ever run out its grant.
-  if (!(timing.renewEveryMs > 0) || !(timing.safetyMarginMs >= 0) || timing.renewEveryMs + timing.safetyMarginMs >= ttlMs) {
+  if (
+    !(timing.renewEveryMs > 0) ||
+    !(timing.safetyMarginMs >= 0) ||
+    timing.renewEveryMs + timing.safetyMarginMs >= ttlMs
+  ) {
     throw new RangeError(
       `renewing every ${timing.renewEveryMs} ms with a safety margin of ${timing.safetyMarginMs} ms leaves no time to renew a lease of ${ttlMs} ms: their sum must be below the TTL`,
     );
@@ -227,7 +236,10 @@ export class Lease extends EventTarget implements AsyncDisposable {
     this.lost = new Promise((resolve) => (this.resolveLost = resolve));
     // Before anyone can read `state`: a lease that may already be another's is never "held".
     if (now() >= this.giveUpAt()) {
-      this.lose(this.giveUpReason(), failedRenewal ?? "the grant was answered too late: only the safety margin, or less, was left of the lease");
+      this.lose(
+        this.giveUpReason(),
+        failedRenewal ?? "the grant was answered too late: only the safety margin, or less, was left of the lease",
+      );
       return;
     }
     // Every failure inside is a failed renewal already; this only keeps a bug from going unseen.
@@ -371,7 +383,9 @@ export class Lease extends EventTarget implements AsyncDisposable {
     this.lose("released");
     // A lease the server already said is not ours is not released again.
     const mine = this.kept.filter((_, at) => at !== lostOn);
-    const results = await Promise.allSettled(mine.map((k) => releaseOne(this.http, k.info, this.timing.requestTimeoutMs)));
+    const results = await Promise.allSettled(
+      mine.map((k) => releaseOne(this.http, k.info, this.timing.requestTimeoutMs)),
+    );
     const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
     if (failed !== undefined) throw failed.reason;
   }

@@ -154,7 +154,9 @@ export function decodeAcquire(target: Target, body: unknown): LeaseInfo[] | NotA
   const answer = objectOf(body, "the answer to an acquire");
   if (answer.acquired === false) return new NotAcquired(kind, namesOf(target), answer);
   if (answer.acquired !== true) throw invalid("the answer to an acquire has no acquired: true or false");
-  const granted = { lock: answer.lock, locks: answer.locks, semaphore: answer.permit, rwlock: answer.hold }[target.kind];
+  const granted = { lock: answer.lock, locks: answer.locks, semaphore: answer.permit, rwlock: answer.hold }[
+    target.kind
+  ];
   const leases = Array.isArray(granted) ? granted : [granted];
   return leases.map((lease) => leaseOf(kind, lease));
 }
@@ -183,7 +185,8 @@ export function leaseOf(kind: Kind, value: unknown): LeaseInfo {
 
 function dateOf(value: unknown, field: string): Date {
   const date = typeof value === "string" ? new Date(value) : undefined;
-  if (date === undefined || Number.isNaN(date.getTime())) throw invalid(`${field} is not a timestamp: ${String(value)}`);
+  if (date === undefined || Number.isNaN(date.getTime()))
+    throw invalid(`${field} is not a timestamp: ${String(value)}`);
   return date;
 }
 
@@ -202,5 +205,7 @@ function objectOf(value: unknown, what: string): Record<string, unknown> {
 
 /** An answer no fencelock server sends: like a 503, nothing is known of the outcome. */
 function invalid(message: string): FencelockError {
-  return new FencelockError(`the server answered what a fencelock server does not send: ${message}`, { outcomeUnknown: true });
+  return new FencelockError(`the server answered what a fencelock server does not send: ${message}`, {
+    outcomeUnknown: true,
+  });
 }

@@ -57,7 +57,10 @@ describe("errors", () => {
     const anonymous = new Client(guarded.url, { authToken: undefined });
     const viewer = new Client(guarded.url, { authToken: auth.tokens.viewer });
     try {
-      await assert.rejects(anonymous.lock("payment:1", { ttlMs: 1_000 }), (error) => !!problem(error, "unauthorized", 401));
+      await assert.rejects(
+        anonymous.lock("payment:1", { ttlMs: 1_000 }),
+        (error) => !!problem(error, "unauthorized", 401),
+      );
       await assert.rejects(viewer.lock("payment:1", { ttlMs: 1_000 }), (error) => !!problem(error, "denied", 403));
     } finally {
       [anonymous, viewer].forEach((c) => c.close());
@@ -125,10 +128,58 @@ describe("errors", () => {
   it("an https:// server is trusted through the CA file given, and refused without it", async () => {
     const dir = tempDir();
     const openssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir.path, stdio: "pipe" });
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=fencelock test CA");
-    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "key.pem", "-out", "server.csr", "-subj", "/CN=127.0.0.1");
-    writeFileSync(join(dir.path, "ext.cnf"), "subjectAltName = IP:127.0.0.1\nbasicConstraints = CA:FALSE\nextendedKeyUsage = serverAuth\n");
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "cert.pem", "-days", "2", "-extfile", "ext.cnf");
+    openssl(
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-keyout",
+      "ca.key",
+      "-out",
+      "ca.pem",
+      "-days",
+      "2",
+      "-subj",
+      "/CN=fencelock test CA",
+    );
+    openssl(
+      "req",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-keyout",
+      "key.pem",
+      "-out",
+      "server.csr",
+      "-subj",
+      "/CN=127.0.0.1",
+    );
+    writeFileSync(
+      join(dir.path, "ext.cnf"),
+      "subjectAltName = IP:127.0.0.1\nbasicConstraints = CA:FALSE\nextendedKeyUsage = serverAuth\n",
+    );
+    openssl(
+      "x509",
+      "-req",
+      "-in",
+      "server.csr",
+      "-CA",
+      "ca.pem",
+      "-CAkey",
+      "ca.key",
+      "-CAcreateserial",
+      "-out",
+      "cert.pem",
+      "-days",
+      "2",
+      "-extfile",
+      "ext.cnf",
+    );
     const tls = await TestServer.start({
       tls: true,
       args: ["--tls-cert", join(dir.path, "cert.pem"), "--tls-key", join(dir.path, "key.pem")],
@@ -146,7 +197,10 @@ describe("errors", () => {
         assert.equal(error.outcomeUnknown, false);
         return true;
       });
-      assert.throws(() => new Client(tls.url, { caFile: join(dir.path, "missing.pem") }), /cannot read the CA file .*missing\.pem/);
+      assert.throws(
+        () => new Client(tls.url, { caFile: join(dir.path, "missing.pem") }),
+        /cannot read the CA file .*missing\.pem/,
+      );
     } finally {
       [trusting, untrusting].forEach((c) => c.close());
       await tls.stop();

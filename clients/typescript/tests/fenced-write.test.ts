@@ -20,7 +20,8 @@ it("the fenced-write example: B's write is accepted, A's late write with the old
   const example = join(__dirname, "..", "examples", "fenced-write.js");
   const { stdout } = await promisify(execFile)(process.execPath, [example, server.url], { timeout: 30_000 });
   const lines = stdout.trim().split("\n");
-  const tokenOf = (who: string) => BigInt(/fencing token (\d+)/.exec(lines.find((l) => l.includes(`${who} acquires`)) ?? "")?.[1] ?? "0");
+  const tokenOf = (who: string) =>
+    BigInt(/fencing token (\d+)/.exec(lines.find((l) => l.includes(`${who} acquires`)) ?? "")?.[1] ?? "0");
   assert.ok(tokenOf("B") > tokenOf("A") && tokenOf("A") > 0n, stdout);
   assert.match(stdout, /B writes with token \d+: accepted/);
   assert.match(stdout, /A resumes and writes with token \d+: REJECTED/);

@@ -101,7 +101,10 @@ describe("the kinds", () => {
     await other.release();
     const tokens = await clerk.using(["account:1", "account:2"], { ttlMs }, (both) => {
       assert.deepEqual(both.names, ["account:1", "account:2"]);
-      assert.deepEqual(both.leases.map((l) => l.name), ["account:1", "account:2"]);
+      assert.deepEqual(
+        both.leases.map((l) => l.name),
+        ["account:1", "account:2"],
+      );
       return [both.tokenOf("account:1"), both.tokenOf("account:2")];
     });
     assert.ok(Array.isArray(tokens));

@@ -102,7 +102,10 @@ describe("a lock", () => {
     assert.deepEqual(refused.held, ["job:busy"]);
     assert.equal(refused.holder?.owner, "worker-a");
     assert.equal(refused.holder?.token, held.token);
-    assert.ok(refused.retryInMs !== undefined && refused.retryInMs > 0 && refused.retryInMs <= 30_000, `${refused.retryInMs}`);
+    assert.ok(
+      refused.retryInMs !== undefined && refused.retryInMs > 0 && refused.retryInMs <= 30_000,
+      `${refused.retryInMs}`,
+    );
     // using runs nothing when not acquired, and says why.
     let ran = false;
     const outcome = await other.using("job:busy", { ttlMs: 30_000 }, () => (ran = true));
@@ -158,7 +161,10 @@ describe("a lock", () => {
     await assert.rejects(client.lock("job:bad", { ttlMs: 1_000, waitMs: -1 }), RangeError);
     await assert.rejects(client.lock("job:bad", { ttlMs: 1_000, maxHoldMs: 200 }), /safety margin/);
     await assert.rejects(client.lock("job:bad", { ttlMs: 1_000, renewEveryMs: 900 }), /no time to renew/);
-    await assert.rejects(client.using("job:bad", { ttlMs: 1_000, limit: 2, mode: "read" } as never, () => 0), TypeError);
+    await assert.rejects(
+      client.using("job:bad", { ttlMs: 1_000, limit: 2, mode: "read" } as never, () => 0),
+      TypeError,
+    );
     assert.equal((await server.call("GET", "/locks/job:bad")).status, 404);
     assert.throws(() => new Client("ftp://127.0.0.1:1"), /expected http:\/\/ or https:\/\//);
     assert.throws(() => new Client("http://127.0.0.1:1", { authToken: "two words" }), TypeError);

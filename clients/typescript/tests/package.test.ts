@@ -21,7 +21,10 @@ it("loads by name from CommonJS and from an ES module, with its declarations shi
   const cjs = `const m = require("fencelock"); ${check} console.log(typeof Symbol.asyncDispose);`;
   const esm = `import * as m from "fencelock"; ${check} console.log(typeof Symbol.asyncDispose);`;
   assert.equal(execFileSync(process.execPath, ["-e", cjs], { cwd: root, encoding: "utf8" }).trim(), "symbol");
-  assert.equal(execFileSync(process.execPath, ["--input-type=module", "-e", esm], { cwd: root, encoding: "utf8" }).trim(), "symbol");
+  assert.equal(
+    execFileSync(process.execPath, ["--input-type=module", "-e", esm], { cwd: root, encoding: "utf8" }).trim(),
+    "symbol",
+  );
   assert.ok(existsSync(join(root, "dist", "index.d.ts")));
 });
 
