@@ -127,7 +127,9 @@ export class Client {
    * Acquires the lock `name`: a {@link Lease}, renewed in the background until released or
    * lost, or {@link NotAcquired} (held by another owner; with `waitMs`, still held when the
    * wait ran out). A refused request rejects with a {@link ProblemError}, an unreachable
-   * server with a {@link ConnectionError}.
+   * server with a {@link ConnectionError}, and a grant that came after a wait but was gone
+   * before the guard could confirm it with a {@link LostError} (the same holds for every
+   * acquire call).
    *
    * ```ts
    * await using lease = await client.lock("report:daily", { ttlMs: 30_000 });
