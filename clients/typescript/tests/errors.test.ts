@@ -6,8 +6,6 @@
  */
 
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { writeFileSync } from "node:fs";
 import * as net from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -15,6 +13,7 @@ import { after, before, describe, it } from "node:test";
 import { ConnectionError, Client, ProblemError } from "fencelock";
 
 import { freePort, principals, TestRedis, TestServer, tempDir } from "./support/server";
+import { testCertificates } from "./support/tls";
 
 /** `error` as a problem of `kind` and `status`, failing the test otherwise. */
 function problem(error: unknown, kind: string, status: number): ProblemError {
@@ -127,64 +126,12 @@ describe("errors", () => {
 
   it("an https:// server is trusted through the CA file given, and refused without it", async () => {
     const dir = tempDir();
-    const openssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir.path, stdio: "pipe" });
-    openssl(
-      "req",
-      "-x509",
-      "-newkey",
-      "ec",
-      "-pkeyopt",
-      "ec_paramgen_curve:prime256v1",
-      "-nodes",
-      "-keyout",
-      "ca.key",
-      "-out",
-      "ca.pem",
-      "-days",
-      "2",
-      "-subj",
-      "/CN=fencelock test CA",
-    );
-    openssl(
-      "req",
-      "-newkey",
-      "ec",
-      "-pkeyopt",
-      "ec_paramgen_curve:prime256v1",
-      "-nodes",
-      "-keyout",
-      "key.pem",
-      "-out",
-      "server.csr",
-      "-subj",
-      "/CN=127.0.0.1",
-    );
-    writeFileSync(
-      join(dir.path, "ext.cnf"),
-      "subjectAltName = IP:127.0.0.1\nbasicConstraints = CA:FALSE\nextendedKeyUsage = serverAuth\n",
-    );
-    openssl(
-      "x509",
-      "-req",
-      "-in",
-      "server.csr",
-      "-CA",
-      "ca.pem",
-      "-CAkey",
-      "ca.key",
-      "-CAcreateserial",
-      "-out",
-      "cert.pem",
-      "-days",
-      "2",
-      "-extfile",
-      "ext.cnf",
-    );
+    const certificates = testCertificates(dir.path);
     const tls = await TestServer.start({
       tls: true,
-      args: ["--tls-cert", join(dir.path, "cert.pem"), "--tls-key", join(dir.path, "key.pem")],
+      args: ["--tls-cert", certificates.cert, "--tls-key", certificates.key],
     });
-    const trusting = new Client(tls.url, { caFile: join(dir.path, "ca.pem"), owner: "tls" });
+    const trusting = new Client(tls.url, { caFile: certificates.ca, owner: "tls" });
     const untrusting = new Client(tls.url);
     try {
       assert.match(tls.url, /^https:/);
