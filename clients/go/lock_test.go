@@ -15,7 +15,7 @@ import (
 func TestEveryKindIsRenewedInTheBackgroundAndReleased(t *testing.T) {
 	s := startServer(t)
 	client := newClient(t, s)
-	ttl := 600 * time.Millisecond
+	ttl := time.Second
 	cases := []struct {
 		kind    fencelock.Kind
 		names   []string
@@ -234,18 +234,19 @@ func TestAWaiterGetsTheLockWhenTheHolderReleases(t *testing.T) {
 }
 
 func TestAWaitLongerThanTheServersMaximumIsSentAsSeveralWaits(t *testing.T) {
-	// The server refuses a wait over 2 s; the holder never renews its 3 s lease.
+	// The server refuses a wait over 2 s; the holder never renews its 4 s lease.
 	s := startServer(t, "--max-wait", "2s")
 	client := newClient(t, s, fencelock.WithMaxWaitPerRequest(2*time.Second))
-	status, crashed := raw(t, "POST", s.URL+"/locks/nightly", "", map[string]any{"owner": "crashed", "ttl_ms": 3000})
+	status, crashed := raw(t, "POST", s.URL+"/locks/nightly", "", map[string]any{"owner": "crashed", "ttl_ms": 4000})
 	if status != http.StatusOK || crashed["acquired"] != true {
 		t.Fatalf("the holder's acquire: %d %v", status, crashed)
 	}
 
 	// A TTL far shorter than the wait: counted from the send of the request that was
-	// granted, the lease would start lost; the guard confirms it by a renewal instead.
+	// granted (2 s before the grant), the lease would start lost; the guard confirms it by a
+	// renewal instead.
 	lease, err := client.Lock(context.Background(), "nightly", fencelock.Owner("next"),
-		fencelock.TTL(600*time.Millisecond), fencelock.Wait(20*time.Second))
+		fencelock.TTL(time.Second), fencelock.Wait(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

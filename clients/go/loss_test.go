@@ -160,7 +160,9 @@ func TestARefusedRenewalIsLostAtOnceWithTheReason(t *testing.T) {
 func TestJeopardyWhileRenewalsFailEndsWithTheNextRenewal(t *testing.T) {
 	s := startServer(t)
 	client := newClient(t, s)
-	lease := lock(t, client, "report", "worker", fencelock.TTL(3*time.Second))
+	// Renewing every fifth of the TTL leaves time between the first renewal that times out
+	// and the give-up point for the next to succeed.
+	lease := lock(t, client, "report", "worker", fencelock.TTL(3*time.Second), fencelock.RenewEvery(600*time.Millisecond))
 	defer lease.Release(context.Background())
 	jeopardy := lease.Jeopardy()
 	if isClosed(jeopardy) {
@@ -195,10 +197,9 @@ func TestRenewalsAnswered503AreJeopardyThenLost(t *testing.T) {
 		t.Fatalf("lost at the first failed renewal: %v", lease.Err())
 	}
 	closedWithin(t, lease.Lost(), 10*time.Second, "lost once only the safety margin is left")
-	lost := lostError(t, lease)
-	var problem *fencelock.Problem
-	if lost.Reason != fencelock.ReasonNotRenewed || !errors.As(lost, &problem) || problem.Status != http.StatusServiceUnavailable ||
-		problem.Type != fencelock.ProblemUnavailable || !errors.Is(lost, fencelock.ErrOutcomeUnknown) {
+	// The cause is the last renewal's failure: a 503, or a retry cut short by the give-up
+	// point. Either way the renewal's outcome is unknown.
+	if lost := lostError(t, lease); lost.Reason != fencelock.ReasonNotRenewed || !errors.Is(lost, fencelock.ErrOutcomeUnknown) {
 		t.Fatalf("lost: %v", lost)
 	}
 }
@@ -206,10 +207,10 @@ func TestRenewalsAnswered503AreJeopardyThenLost(t *testing.T) {
 func TestALeaseWithACapIsLostBeforeTheCap(t *testing.T) {
 	s := startServer(t)
 	client := newClient(t, s)
-	lease := lock(t, client, "reindex", "job", fencelock.TTL(time.Second), fencelock.MaxHold(2*time.Second))
+	lease := lock(t, client, "reindex", "job", fencelock.TTL(2*time.Second), fencelock.MaxHold(4*time.Second))
 	defer lease.Release(context.Background())
 	granted := lease.Grants()[0]
-	if !granted.HoldUntil.Equal(granted.AcquiredAt.Add(2 * time.Second)) {
+	if !granted.HoldUntil.Equal(granted.AcquiredAt.Add(4 * time.Second)) {
 		t.Fatalf("hold_until %v for a grant at %v", granted.HoldUntil, granted.AcquiredAt)
 	}
 	lostAt := closedWithin(t, lease.Lost(), 10*time.Second, "lost before the cap")
