@@ -2,7 +2,6 @@ package fencelock
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 )
@@ -342,6 +341,3 @@ func (detached) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (detached) Done() <-chan struct{}       { return nil }
 func (detached) Err() error                  { return nil }
 func (d detached) Value(key any) any         { return d.parent.Value(key) }
-
-// errLate is why a lease starts lost when its grant came too late.
-var errLate = errors.New("the grant was answered too late: only the safety margin, or less, was left of the lease")

@@ -62,6 +62,9 @@ func cut(until, cap time.Time) time.Time {
 	return until
 }
 
+// errLate is why a lease starts lost when its grant came too late.
+var errLate = errors.New("the grant was answered too late: only the safety margin, or less, was left of the lease")
+
 // start starts the guard over granted, granted by a request sent at sent. A grant that came
 // late (more than a tenth of the TTL after the send, e.g. after a wait in line) is renewed at
 // once, so that the guard counts from that renewal and not from before the wait. If the
@@ -78,6 +81,7 @@ func (c *Client) start(ctx context.Context, kind Kind, granted []Grant, t terms,
 		resent := time.Now()
 		results := c.renewAll(ctx, kind, l.granted, t.ttl, c.requestTimeout)
 		if err := l.confirmed(ctx, results, resent); err != nil {
+			l.cancel()
 			return nil, err
 		}
 		// A grant whose renewal failed may still be ours: it counts from the first send,

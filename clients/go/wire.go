@@ -20,7 +20,13 @@ const (
 
 // path is where a name of this kind lives on the server, e.g. /locks/payment:42.
 func (k Kind) path(name string) string {
-	collection := map[Kind]string{KindLock: "/locks/", KindSemaphore: "/semaphores/", KindRWLock: "/rwlocks/"}[k]
+	collection := "/locks/"
+	switch k {
+	case KindSemaphore:
+		collection = "/semaphores/"
+	case KindRWLock:
+		collection = "/rwlocks/"
+	}
 	// PathEscape turns a "/" in the name into %2F: the name is one path segment.
 	return collection + url.PathEscape(name)
 }
