@@ -3,9 +3,12 @@ package fencelock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -203,6 +206,35 @@ func TestAnotherOwnerIsToldNotAcquiredWithTheHolder(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "held by a") {
 		t.Fatalf("the message names no holder: %v", err)
+	}
+}
+
+func TestWithoutAnOwnerTwoGoroutinesOfOneProcessExcludeEachOther(t *testing.T) {
+	s := startServer(t)
+	client := newClient(t, s)
+	ctx := context.Background()
+	first, err := client.Lock(ctx, "job:in-process")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Release(ctx)
+	host, _ := os.Hostname()
+	if !regexp.MustCompile(fmt.Sprintf(`^%s:%d:\d+$`, regexp.QuoteMeta(host), os.Getpid())).MatchString(first.Owner()) {
+		t.Fatalf("the default owner is %q, not HOST:PID:N", first.Owner())
+	}
+
+	refused := make(chan error, 1)
+	go func() {
+		second, err := client.Lock(ctx, "job:in-process")
+		if err == nil {
+			_ = second.Release(ctx)
+		}
+		refused <- err
+	}()
+	// As another process would be: not acquired, not an extension of the first's lease.
+	var busy *fencelock.NotAcquired
+	if err := <-refused; !errors.As(err, &busy) || len(busy.Holders) != 1 || busy.Holders[0].Owner != first.Owner() {
+		t.Fatalf("a second goroutine of this process: %v; want not acquired, held by %s", err, first.Owner())
 	}
 }
 

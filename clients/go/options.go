@@ -3,6 +3,7 @@ package fencelock
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,8 +42,11 @@ func MaxHold(d time.Duration) Option {
 	return func(t *terms) { t.maxHold = d.Truncate(time.Millisecond) }
 }
 
-// Owner names the holder (default "HOST:PID"). The same owner acquiring a name it holds
-// extends its lease (same token): give each holder that must exclude the others its own.
+// Owner names the holder. The same owner acquiring a name it holds extends its lease (same
+// token): give one owner to several acquires only where that is meant. Without it, every
+// acquire is an owner of its own, "HOST:PID:N" (N counted per process), so that two
+// goroutines of one process exclude each other as two processes do; the requests of one
+// acquire (a long wait sent as several) share it.
 func Owner(name string) Option {
 	return func(t *terms) { t.owner = name }
 }
@@ -63,9 +67,12 @@ func SafetyMargin(d time.Duration) Option {
 
 // newTerms applies options over the defaults and checks them, for an acquire of kind.
 func newTerms(kind Kind, options []Option) (terms, error) {
-	t := terms{ttl: 30 * time.Second, owner: defaultOwner()}
+	t := terms{ttl: 30 * time.Second}
 	for _, option := range options {
 		option(&t)
+	}
+	if t.owner == "" {
+		t.owner = defaultOwner()
 	}
 	if t.renewEvery == 0 {
 		t.renewEvery = t.ttl / 3
@@ -96,13 +103,18 @@ func invalidOption(format string, args ...any) error {
 	return fmt.Errorf("fencelock: %w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
 }
 
-// defaultOwner is "HOST:PID": unique to this process, and says where it runs.
+// acquiresWithoutOwner counts the acquires of this process made without an [Owner].
+var acquiresWithoutOwner atomic.Uint64
+
+// defaultOwner is "HOST:PID:N", new for every acquire: it says where the holder runs, and
+// two goroutines acquiring as one owner would both hold the lock (the second acquire would
+// extend the first's lease, with the same token).
 func defaultOwner() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "localhost"
 	}
-	return fmt.Sprintf("%s:%d", host, os.Getpid())
+	return fmt.Sprintf("%s:%d:%d", host, os.Getpid(), acquiresWithoutOwner.Add(1))
 }
 
 // body is the acquire's body, waiting up to wait.
