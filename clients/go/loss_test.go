@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -95,6 +96,27 @@ func TestLostFiresBeforeAnotherOwnerIsGrantedWhenTheHolderIsCutOff(t *testing.T)
 	var unanswered *fencelock.RequestError
 	if err := lease.Release(context.Background()); !errors.As(err, &unanswered) || !errors.Is(err, fencelock.ErrOutcomeUnknown) {
 		t.Fatalf("a release cut off from the server: %v", err)
+	}
+}
+
+func TestAGrantAnsweredTooLateStartsLost(t *testing.T) {
+	s := startServer(t)
+	link := startProxy(t, s.URL)
+	// Every answer takes 900 ms to come back. The grant, late, is confirmed by a renewal sent
+	// when it came; that renewal is answered 900 ms after its send, when less than the safety
+	// margin (200 ms) is left of the second that the lease surely lasts from it.
+	link.slow(900 * time.Millisecond)
+	client, err := fencelock.New(link.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := lock(t, client, "payment:42", "holder", fencelock.TTL(time.Second))
+	defer lease.Release(context.Background())
+	if !isClosed(lease.Lost()) {
+		t.Fatalf("a grant with less than the safety margin left is reported %v", lease.State())
+	}
+	if lost := lostError(t, lease); lost.Reason != fencelock.ReasonNotRenewed || !strings.Contains(lost.Error(), "too late") {
+		t.Fatalf("lost: %v", lost)
 	}
 }
 
@@ -222,11 +244,13 @@ func TestALeaseWithACapIsLostBeforeTheCap(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP connections to a server until it is cut: from then on every byte either
-// way is dropped, as in a network partition (connections stay open; nothing arrives).
+// proxy forwards TCP connections to a server, its answers each held back for a delay (a slow
+// link), until it is cut: from then on every byte either way is dropped, as in a network
+// partition (connections stay open; nothing arrives).
 type proxy struct {
 	URL     string
 	severed atomic.Bool
+	delay   atomic.Int64 // how long each piece of an answer is held back, in nanoseconds
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -262,6 +286,9 @@ func startProxy(t *testing.T, target string) *proxy {
 
 func (p *proxy) cut() { p.severed.Store(true) }
 
+// slow holds back every answer from now on by delay: the time a slow link adds.
+func (p *proxy) slow(delay time.Duration) { p.delay.Store(int64(delay)) }
+
 func (p *proxy) forward(client net.Conn, address string, done chan struct{}) {
 	defer client.Close()
 	server, err := net.Dial("tcp", address)
@@ -269,16 +296,20 @@ func (p *proxy) forward(client net.Conn, address string, done chan struct{}) {
 		return
 	}
 	defer server.Close()
-	go p.pump(server, client)
-	go p.pump(client, server)
+	go p.pump(server, client, false)
+	go p.pump(client, server, true)
 	<-done
 }
 
-// pump copies from to to until either closes, dropping what it reads once the proxy is cut.
-func (p *proxy) pump(to, from net.Conn) {
+// pump copies from to to until either closes, holding back what it reads for the delay if it
+// carries answers, and dropping it once the proxy is cut.
+func (p *proxy) pump(to, from net.Conn, answers bool) {
 	buffer := make([]byte, 32*1024)
 	for {
 		n, err := from.Read(buffer)
+		if n > 0 && answers {
+			time.Sleep(time.Duration(p.delay.Load())) // the link's latency, not a wait for state
+		}
 		if n > 0 && !p.severed.Load() {
 			if _, err := to.Write(buffer[:n]); err != nil {
 				return
