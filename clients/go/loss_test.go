@@ -26,16 +26,22 @@ func lostError(t *testing.T, lease *fencelock.Lease) *fencelock.LostError {
 	return lost
 }
 
-// lostBeforeGrant checks that the lease, lost at lostAt, was lost before the other owner's
-// grant, and reports by how much. Both clocks are this host's: the server's acquired_at and
-// the moment the test saw the loss (at or after it).
-func lostBeforeGrant(t *testing.T, lostAt time.Time, other *fencelock.Lease, how string) {
+// lostBeforeGrant checks that lease, lost at lostAt, was lost before its end as the holder was
+// last told it (expires_at) and before the other owner's grant, and reports by how much. Both
+// clocks are this host's: the server's timestamps, and the moment the test saw the loss (at or
+// after it).
+func lostBeforeGrant(t *testing.T, lease *fencelock.Lease, lostAt time.Time, other *fencelock.Lease, how string) {
 	t.Helper()
+	told := lease.ExpiresAt()
+	if !lostAt.Before(told) {
+		t.Fatalf("lost at %v, not before the lease's end as the holder was told it, %v", lostAt, told)
+	}
 	margin := other.Grants()[0].AcquiredAt.Sub(lostAt)
 	if margin <= 0 {
 		t.Fatalf("lost at %v, %v after the other owner's grant at %v", lostAt, -margin, other.Grants()[0].AcquiredAt)
 	}
-	t.Logf("loss margin (%s): lost fired %d ms before the other owner's grant", how, margin.Milliseconds())
+	t.Logf("loss margin (%s): lost fired %d ms before the other owner's grant (%d ms before expires_at as told)",
+		how, margin.Milliseconds(), told.Sub(lostAt).Milliseconds())
 }
 
 func TestLostFiresBeforeAnotherOwnerIsGrantedWhenTheServerIsStopped(t *testing.T) {
@@ -59,7 +65,7 @@ func TestLostFiresBeforeAnotherOwnerIsGrantedWhenTheServerIsStopped(t *testing.T
 	if other.Token() <= lease.Token() {
 		t.Fatalf("the other owner's token %d is not above %d", other.Token(), lease.Token())
 	}
-	lostBeforeGrant(t, lostAt, other, "server stopped with SIGSTOP")
+	lostBeforeGrant(t, lease, lostAt, other, "server stopped with SIGSTOP")
 }
 
 func TestLostFiresBeforeAnotherOwnerIsGrantedWhenTheHolderIsCutOff(t *testing.T) {
@@ -91,7 +97,7 @@ func TestLostFiresBeforeAnotherOwnerIsGrantedWhenTheHolderIsCutOff(t *testing.T)
 	if lost := lostError(t, lease); lost.Reason != fencelock.ReasonNotRenewed {
 		t.Fatalf("lost: %v", lost)
 	}
-	lostBeforeGrant(t, lostAt, other, "holder cut off from the server")
+	lostBeforeGrant(t, lease, lostAt, other, "holder cut off from the server")
 	// Its release cannot reach the server either: an error, the outcome unknown.
 	var unanswered *fencelock.RequestError
 	if err := lease.Release(context.Background()); !errors.As(err, &unanswered) || !errors.Is(err, fencelock.ErrOutcomeUnknown) {
