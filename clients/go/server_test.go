@@ -80,6 +80,13 @@ func launch(args ...string) (*server, error) {
 	defer logFile.Close()
 	s := &server{Dir: dir, cmd: exec.Command(bin, full...), exited: make(chan struct{})}
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
+	// Configured by its flags only: a FENCELOCK_AUTH or FENCELOCK_LOCK_DELAY of the caller's
+	// shell would change what the tests see.
+	for _, variable := range os.Environ() {
+		if !strings.HasPrefix(variable, "FENCELOCK_") {
+			s.cmd.Env = append(s.cmd.Env, variable)
+		}
+	}
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
