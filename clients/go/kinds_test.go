@@ -176,3 +176,34 @@ func TestSeveralLocksAreTakenAllOrNone(t *testing.T) {
 		}
 	}
 }
+
+func TestSeveralLocksAreLostTogetherAndTheRestReleased(t *testing.T) {
+	s := startServer(t)
+	client := newClient(t, s)
+	ctx := context.Background()
+	both, err := client.LockAll(ctx, []string{"account:alice", "account:bob"}, fencelock.Owner("clerk"), fencelock.TTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer both.Release(ctx)
+	// Behind the guard's back, bob's lease is released: its next renewal is refused (404).
+	bob, _ := both.TokenOf("account:bob")
+	if status, _ := raw(t, "DELETE", s.URL+"/locks/account:bob", "", map[string]any{"owner": "clerk", "fencing_token": bob}); status != http.StatusNoContent {
+		t.Fatalf("releasing bob: %d", status)
+	}
+	closedWithin(t, both.Lost(), 5*time.Second, "both are lost once bob's renewal is refused")
+	var lost *fencelock.LostError
+	if !errors.As(both.Err(), &lost) || lost.Reason != fencelock.ReasonGone || lost.Name != "account:bob" || lost.Token != bob || both.Context().Err() == nil {
+		t.Fatalf("lost: %v", both.Err())
+	}
+	// Alice is still held until the release gives it back.
+	if status, _ := raw(t, "GET", s.URL+"/locks/account:alice", "", nil); status != http.StatusOK {
+		t.Fatalf("alice before the release: GET %d", status)
+	}
+	if err := both.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := raw(t, "GET", s.URL+"/locks/account:alice", "", nil); status != http.StatusNotFound {
+		t.Fatalf("alice after the release: GET %d", status)
+	}
+}
