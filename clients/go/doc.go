@@ -4,9 +4,15 @@
 // with the lease's token.
 //
 //	client, err := fencelock.New("http://127.0.0.1:7070")
+//	if err != nil {
+//		return err
+//	}
 //	lease, err := client.Lock(ctx, "payment:42", fencelock.TTL(30*time.Second))
-//	defer lease.Release(ctx)
-//	err = charge(lease.Context(), lease.Token()) // cancelled if the lease is lost; the token fences every write
+//	if err != nil {
+//		return err // a *fencelock.NotAcquired if another owner holds it
+//	}
+//	defer lease.Release(ctx)                      // with its fencing token, also on a panic
+//	return charge(lease.Context(), lease.Token()) // cancelled if the lease is lost
 //
 // # Layout
 //
