@@ -4,14 +4,15 @@ margins the loss tests measured, shown at the end of the run."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import pytest
 
 import fencelock
 
-from .support import Process, Redis, Server, principal
+from .support import Lost, Process, Redis, Server, principal
 
 #: What the loss tests recorded: (test, milliseconds by which lost fired before the grant).
 MARGINS: list[tuple[str, float]] = []
@@ -77,6 +78,30 @@ def redis(tmp_path: Path) -> Iterator[Redis]:
     redis = Redis(tmp_path / "redis")
     yield redis
     redis.stop()
+
+
+#: Checks a loss against the lease and the other owner's grant (:func:`lost_in_time`).
+LostInTime = Callable[[Union[fencelock.Lease, fencelock.AsyncLease], Lost, datetime], None]
+
+
+@pytest.fixture
+def lost_in_time(record_property: Callable[[str, object], None]) -> LostInTime:
+    """Checks that a lease's loss fired before the lease's end as its holder was told it — on
+    the guard's clock (``held_until``) and on the server's (``expires_at``): a guard with no
+    safety margin fails here, though it may still beat the other owner by a few ms — and
+    before the other owner's grant (its ``acquired_at``); the margin is shown at the end of
+    the run."""
+
+    def check(
+        lease: Union[fencelock.Lease, fencelock.AsyncLease], lost: Lost, granted_at: datetime
+    ) -> None:
+        assert lost.monotonic < lease.held_until, "lost after the end the guard counted on"
+        assert lost.wall < lease.info.expires_at, "lost after the end the server told of"
+        margin = (granted_at - lost.wall).total_seconds() * 1000
+        record_property(MARGIN, margin)
+        assert margin > 0, f"lost fired {-margin:.0f} ms after the other owner's grant"
+
+    return check
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

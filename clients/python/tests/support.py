@@ -14,11 +14,15 @@ import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 from urllib.parse import quote
 
 import httpx
+
+import fencelock
 
 T = TypeVar("T")
 
@@ -37,6 +41,31 @@ def eventually(check: Callable[[], Optional[T]], what: str, deadline: float = DE
         if time.monotonic() > end:
             raise AssertionError(f"waited {deadline} s for {what}")
         time.sleep(0.01)
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A loss as a lease's ``on_lost`` callback was told it, and when: by the wall clock (the
+    server's too: the same host) and by this process's monotonic clock (the guard's)."""
+
+    loss: fencelock.Loss
+    wall: datetime
+    monotonic: float
+
+
+class LossWatch:
+    """An ``on_lost`` callback that keeps what it is called with."""
+
+    def __init__(self) -> None:
+        self.seen: list[Lost] = []
+
+    def __call__(self, loss: fencelock.Loss) -> None:
+        self.seen.append(Lost(loss, datetime.now(timezone.utc), time.monotonic()))
+
+    def once(self) -> Lost:
+        """The one loss seen (the callback is called once)."""
+        [lost] = self.seen
+        return lost
 
 
 def program(name: str) -> str:

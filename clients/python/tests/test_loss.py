@@ -4,7 +4,6 @@ renewals, and jeopardy — with the sync client (the asyncio one: ``test_async.p
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -12,8 +11,8 @@ import pytest
 
 import fencelock
 
-from .conftest import MARGIN, Auth
-from .support import Redis, Server, eventually
+from .conftest import Auth, LostInTime
+from .support import LossWatch, Redis, Server, eventually
 
 
 def now() -> datetime:
@@ -21,10 +20,10 @@ def now() -> datetime:
 
 
 def test_lost_fires_before_another_owner_is_granted_the_lock_of_a_stopped_server(
-    server: Server, client: fencelock.Client, record_property: Callable[[str, object], None]
+    server: Server, client: fencelock.Client, lost_in_time: LostInTime
 ) -> None:
-    lost_at: list[datetime] = []
-    lease = client.lock("payment:42", ttl=3, on_lost=lambda _: lost_at.append(now())).acquire()
+    watch = LossWatch()
+    lease = client.lock("payment:42", ttl=3, on_lost=watch).acquire()
     assert isinstance(lease, fencelock.Lease)
     # The server stops (as a stopped VM would): renewals go unanswered. Another owner asks
     # meanwhile; its request waits in the kernel's queue.
@@ -43,10 +42,7 @@ def test_lost_fires_before_another_owner_is_granted_the_lock_of_a_stopped_server
         theirs = granted[0]
         assert isinstance(theirs, fencelock.Lease) and theirs.token > lease.token
         assert lease.loss is not None and lease.loss.reason is fencelock.LostReason.NOT_RENEWED
-        [lost] = lost_at
-        margin = (theirs.info.acquired_at - lost).total_seconds() * 1000
-        record_property(MARGIN, margin)
-        assert lost < theirs.info.acquired_at, f"lost fired {-margin:.0f} ms after the grant"
+        lost_in_time(lease, watch.once(), theirs.info.acquired_at)
         assert theirs.release() is True
     assert lease.release() is False, "the lease had passed on: nothing of it to release"
 
@@ -62,12 +58,10 @@ def test_lost_fires_before_another_owner_is_granted_the_lock_of_a_stopped_server
 def test_a_refused_renewal_fires_lost_at_once_with_the_reason(
     auth: Auth, meanwhile: str, reason: fencelock.LostReason
 ) -> None:
-    losses: list[tuple[fencelock.Loss, float]] = []
+    watch = LossWatch()
     with (
         fencelock.Client(auth.server.url, auth_token=auth.app) as client,
-        client.lock(
-            "invoice:7", ttl=3, on_lost=lambda loss: losses.append((loss, time.monotonic()))
-        ) as lease,
+        client.lock("invoice:7", ttl=3, on_lost=watch) as lease,
     ):
         # While the guard sends nothing, an administrator frees the lock, and maybe someone
         # takes it: the next renewal is refused.
@@ -82,10 +76,10 @@ def test_a_refused_renewal_fires_lost_at_once_with_the_reason(
         give_up = lease.held_until - lease.safety_margin
         lease._resume_renewal()
         eventually(lease.lost.is_set, "the refused renewal to fire lost")
-        [(loss, at)] = losses
-        assert (loss.reason, loss.name) == (reason, "invoice:7")
-        assert lease.loss == loss and str(lease.token) in loss.detail
-        assert at < give_up, "lost at once, not by running out of renewals"
+        lost = watch.once()
+        assert (lost.loss.reason, lost.loss.name) == (reason, "invoice:7")
+        assert lease.loss == lost.loss and str(lease.token) in lost.loss.detail
+        assert lost.monotonic < give_up, "lost at once, not by running out of renewals"
     # Leaving the block sends no release of a lease the server said is not this holder's.
     if meanwhile != "force-released":
         assert auth.server.lease("invoice:7", token=auth.app) is not None
@@ -108,16 +102,12 @@ def test_renewals_answered_503_put_the_lease_in_jeopardy_then_lose_it_in_time(
     start: Callable[..., Server], redis: Redis
 ) -> None:
     server = start(store=f"redis://127.0.0.1:{redis.port}")
-    lost_at: list[float] = []
-    with (
-        fencelock.Client(server.url) as client,
-        client.lock("r", ttl=2, on_lost=lambda _: lost_at.append(time.monotonic())) as lease,
-    ):
+    watch = LossWatch()
+    with fencelock.Client(server.url) as client, client.lock("r", ttl=2, on_lost=watch) as lease:
         redis.stop()  # the server's store dies: every renewal is answered 503
         eventually(lambda: lease.jeopardy, "a renewal answered 503")
         eventually(lease.lost.is_set, "the lease to be lost")
         assert lease.loss is not None and lease.loss.reason is fencelock.LostReason.NOT_RENEWED
         assert "503" in lease.loss.detail
         # Lost while the lease was still surely held: its holder had the margin to stop.
-        [at] = lost_at
-        assert at < lease.held_until
+        assert watch.once().monotonic < lease.held_until
