@@ -6,14 +6,14 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Union
 
 import pytest
 
 import fencelock
 
-from .support import Server, eventually
+from .support import LossWatch, Server, eventually
 
 
 def lease_of(outcome: Union[fencelock.Lease, fencelock.NotAcquired]) -> fencelock.Lease:
@@ -24,10 +24,6 @@ def lease_of(outcome: Union[fencelock.Lease, fencelock.NotAcquired]) -> fenceloc
 def not_acquired(outcome: Union[fencelock.Lease, fencelock.NotAcquired]) -> fencelock.NotAcquired:
     assert isinstance(outcome, fencelock.NotAcquired), f"expected not acquired, got {outcome}"
     return outcome
-
-
-def now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def stamp(value: str) -> datetime:
@@ -260,16 +256,14 @@ def test_several_locks_are_taken_all_or_none_and_held_together(
 def test_a_cap_on_holding_ends_the_lease_before_the_server_does(
     server: Server, client: fencelock.Client
 ) -> None:
-    losses: list[tuple[fencelock.Loss, datetime]] = []
-    with client.lock(
-        "reindex", ttl=3, max_hold=4, on_lost=lambda loss: losses.append((loss, now()))
-    ) as lease:
+    watch = LossWatch()
+    with client.lock("reindex", ttl=3, max_hold=4, on_lost=watch) as lease:
         cap = lease.hold_until
         assert cap is not None and cap == stamp(server.lease("reindex")["hold_until"])
         eventually(lease.lost.is_set, "the lease to reach its cap")
         assert lease.loss is not None and lease.loss.reason is fencelock.LostReason.CAP_REACHED
-    [(loss, at)] = losses
-    assert loss.reason is fencelock.LostReason.CAP_REACHED
+    lost = watch.once()
+    assert lost.loss.reason is fencelock.LostReason.CAP_REACHED
     # The guard gave up before the cap by the server's clock (the same machine's): no renewal
     # could have kept the lease, and the holder had its margin to stop.
-    assert at < cap
+    assert lost.wall < cap

@@ -85,6 +85,19 @@ def test_a_refused_renewal_fires_lost_at_once_with_the_reason(
         assert auth.server.lease("invoice:7", token=auth.app) is not None
 
 
+def test_several_locks_are_lost_together_and_the_rest_released_on_exit(auth: Auth) -> None:
+    watch = LossWatch()
+    with fencelock.Client(auth.server.url, auth_token=auth.app) as client:
+        with client.locks(["ledger:a", "ledger:b"], ttl=1.5, on_lost=watch) as both:
+            auth.force_release("ledger:b")
+            eventually(both.lost.is_set, "the refused renewal of one lock to lose them all")
+            lost = watch.once()
+            assert (lost.loss.reason, lost.loss.name) == (fencelock.LostReason.GONE, "ledger:b")
+            assert auth.server.lease("ledger:a", token=auth.app) is not None
+        # Leaving the block released the lock the server still had for this holder.
+        assert auth.server.lease("ledger:a", token=auth.app) is None
+
+
 def test_a_renewal_that_times_out_puts_the_lease_in_jeopardy_until_one_succeeds(
     server: Server,
 ) -> None:
