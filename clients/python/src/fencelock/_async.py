@@ -13,10 +13,8 @@ import httpx
 
 from . import _flows as flows
 from ._common import (
-    DEFAULT_URL,
     Asked,
     ClientBase,
-    Duration,
     LeaseView,
     Settings,
     answer_of,
@@ -46,16 +44,9 @@ class AsyncClient(ClientBase["AsyncLeaseRequest"]):
     manager.
     """
 
-    def __init__(
-        self,
-        url: str = DEFAULT_URL,
-        *,
-        auth_token: Optional[str] = None,
-        ca_file: Optional[str] = None,
-        timeout: Duration = 10.0,
-        max_wait_per_request: Duration = 300.0,
-    ) -> None:
-        settings = Settings.of(url, auth_token, ca_file, timeout, max_wait_per_request)
+    _transport: AsyncTransport
+
+    def _open(self, settings: Settings) -> None:
         self._transport = AsyncTransport(settings)
 
     def _ask(self, asked: Asked) -> AsyncLeaseRequest:

@@ -258,6 +258,21 @@ class ClientBase(Generic[R]):
     event loop).
     """
 
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        auth_token: Optional[str] = None,
+        ca_file: Optional[str] = None,
+        timeout: Duration = 10.0,
+        max_wait_per_request: Duration = 300.0,
+    ) -> None:
+        self._open(Settings.of(url, auth_token, ca_file, timeout, max_wait_per_request))
+
+    def _open(self, settings: Settings) -> None:
+        """Makes the client's transport, which talks to the server as ``settings`` say."""
+        raise NotImplementedError
+
     def _ask(self, asked: Asked) -> R:
         raise NotImplementedError
 

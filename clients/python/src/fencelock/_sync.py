@@ -15,10 +15,8 @@ import httpx
 
 from . import _flows as flows
 from ._common import (
-    DEFAULT_URL,
     Asked,
     ClientBase,
-    Duration,
     LeaseView,
     Settings,
     answer_of,
@@ -54,16 +52,9 @@ class Client(ClientBase["LeaseRequest"]):
             charge(order, fencing_token=lease.token)
     """
 
-    def __init__(
-        self,
-        url: str = DEFAULT_URL,
-        *,
-        auth_token: Optional[str] = None,
-        ca_file: Optional[str] = None,
-        timeout: Duration = 10.0,
-        max_wait_per_request: Duration = 300.0,
-    ) -> None:
-        settings = Settings.of(url, auth_token, ca_file, timeout, max_wait_per_request)
+    _transport: Transport
+
+    def _open(self, settings: Settings) -> None:
         self._transport = Transport(settings)
 
     def _ask(self, asked: Asked) -> LeaseRequest:
