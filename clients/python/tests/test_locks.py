@@ -45,12 +45,13 @@ def test_the_block_holds_the_lease_with_its_token_and_releases_it_on_exit(
     assert lease.loss.reason is fencelock.LostReason.RELEASED
 
 
+@pytest.mark.parametrize("error", [KeyError("the work failed"), KeyboardInterrupt()])
 def test_leaving_the_block_by_an_exception_releases_the_lease(
-    server: Server, client: fencelock.Client
+    server: Server, client: fencelock.Client, error: BaseException
 ) -> None:
-    with pytest.raises(KeyError), client.lock("job") as lease:
+    with pytest.raises(type(error)), client.lock("job") as lease:
         assert server.lease("job")["fencing_token"] == lease.token
-        raise KeyError("the work failed")
+        raise error
     assert server.lease("job") is None
 
 
