@@ -187,10 +187,7 @@ impl HttpStore {
         // The cap travels; the lock-delay does not: the server applies its own.
         let body = |wait| AcquireRequest::new(owner, terms, wait);
         let response = self.post_acquire(self.lock_url(resource), wait, body).await?;
-        if response.status() != StatusCode::OK {
-            return Err(unexpected(response).await);
-        }
-        outcome::decode_acquire(read_json::<AcquireResponse>(response).await?).map_err(invalid_lease)
+        outcome::decode_acquire(ok_json::<AcquireResponse>(response).await?).map_err(invalid_lease)
     }
 
     /// Acquires every lock of `resources` for `owner` on `terms` (as
@@ -208,10 +205,7 @@ impl HttpStore {
         let body = |wait| AcquireAllRequest::new(resources, owner, terms, wait);
         let url = format!("{}/locks", self.base);
         let response = self.post_acquire(url, wait, body).await?;
-        if response.status() != StatusCode::OK {
-            return Err(unexpected(response).await);
-        }
-        outcome::decode_acquire_all(read_json::<AcquireAllResponse>(response).await?).map_err(invalid_lease)
+        outcome::decode_acquire_all(ok_json::<AcquireAllResponse>(response).await?).map_err(invalid_lease)
     }
 
     /// Acquires a hold of `claim` on `name` for `owner`; while it is busy, the server keeps
@@ -395,10 +389,7 @@ impl LockStore for HttpStore {
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
         let response = self.send(self.http.get(self.list_url("/locks", query))).await?;
-        if response.status() != StatusCode::OK {
-            return Err(unexpected(response).await);
-        }
-        let page: ListResponse = read_json(response).await?;
+        let page: ListResponse = ok_json(response).await?;
         let leases = page.locks.into_iter().map(lease).collect::<Result<Vec<_>>>()?;
         let next = match page.next_cursor {
             None => None,
@@ -477,10 +468,7 @@ impl LockStore for HttpStore {
     async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
         let url = self.list_url(collection(kind), query);
         let response = self.send(self.http.get(url)).await?;
-        if response.status() != StatusCode::OK {
-            return Err(unexpected(response).await);
-        }
-        let page: HoldListResponse = read_json(response).await?;
+        let page: HoldListResponse = ok_json(response).await?;
         outcome::decode_hold_page(page).map_err(invalid_lease)
     }
 
@@ -580,6 +568,14 @@ async fn nothing_held(response: Response) -> Result<()> {
         Some(Refusal::NotFound) => Ok(()),
         _ => Err(refused.error()),
     }
+}
+
+/// The body of a 200 answer; any other answer is the error it tells of.
+async fn ok_json<T: serde::de::DeserializeOwned>(response: Response) -> Result<T> {
+    if response.status() != StatusCode::OK {
+        return Err(unexpected(response).await);
+    }
+    read_json(response).await
 }
 
 /// The error for an answer that is not an outcome of the call: a problem (503, 422, 401, …),
