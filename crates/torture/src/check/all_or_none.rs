@@ -17,21 +17,24 @@ pub(crate) fn check(index: &Index<'_>) -> Tally {
         }
     }
     let refused = first_refusals(index);
-    let judged: HashSet<OpId> = refused.values().flatten().copied().collect();
+    // An acquire of several names is judged once, not once a name.
+    let judged: HashSet<OpId> = refused
+        .values()
+        .flat_map(|r| r.refusals.iter().copied())
+        .collect();
     tally.checked += judged.len();
     for id in 0..index.ops.len() {
         let op = index.op(id);
         for seen in &op.leases {
             let holder = (op.kind, seen.name.as_str(), seen.owner.as_str());
-            let Some(refusals) = refused.get(&holder) else {
+            let Some(refused) = refused.get(&holder) else {
                 continue;
             };
             // The owner's first acquire that was not refused may have granted what is seen.
-            let granted_from = first_not_refused(index, &holder);
-            if granted_from.is_some_and(|from| from < op.completed) {
+            if refused.granted_from.is_some_and(|from| from < op.completed) {
                 continue;
             }
-            for &refusal in refusals {
+            for &refusal in &refused.refusals {
                 let asked = index.op(refusal);
                 if asked.completed >= op.invoked {
                     continue;
@@ -83,34 +86,38 @@ fn whole(index: &Index<'_>, id: OpId, tally: &mut Tally) {
     });
 }
 
-/// The refused acquires that came before any acquire of the name by the same owner that was
-/// not refused: those that, refused, leave the owner holding nothing of the name.
-fn first_refusals<'h>(index: &Index<'h>) -> HashMap<Holder<'h>, Vec<OpId>> {
-    let mut refused: HashMap<Holder<'h>, Vec<OpId>> = HashMap::new();
-    for (holder, ids) in &index.acquires {
-        let from = first_not_refused(index, holder);
-        let judged: Vec<OpId> = ids
-            .iter()
-            .copied()
-            .filter(|&id| {
-                let op = index.op(id);
-                op.outcome == Outcome::Refused && from.is_none_or(|from| op.invoked < from)
-            })
-            .collect();
-        if !judged.is_empty() {
-            refused.insert(*holder, judged);
-        }
-    }
-    refused
+/// An owner's refused acquires of a name that leave it holding nothing of the name.
+struct Refused {
+    /// Those sent before any of its acquires of the name that was not refused.
+    refusals: Vec<OpId>,
+    /// When it first sent an acquire of the name that was not refused: from then on it may
+    /// hold the name.
+    granted_from: Option<Mono>,
 }
 
-/// When the owner first sent an acquire of the name that was not refused.
-fn first_not_refused(index: &Index<'_>, holder: &Holder<'_>) -> Option<Mono> {
-    index
-        .acquires_of(holder)
-        .iter()
-        .map(|&id| index.op(id))
-        .filter(|op| op.outcome != Outcome::Refused)
-        .map(|op| op.invoked)
-        .min()
+/// The judged refusals of every owner and name that has any (most have none: computed once
+/// per holder, not per operation that shows it).
+fn first_refusals<'h>(index: &Index<'h>) -> HashMap<Holder<'h>, Refused> {
+    let mut refused = HashMap::new();
+    for (holder, ids) in &index.acquires {
+        let ops = || ids.iter().map(|&id| (id, index.op(id)));
+        if ops().all(|(_, op)| op.outcome != Outcome::Refused) {
+            continue;
+        }
+        let granted_from = index.first_try_not_refused(holder).map(|m| m.at);
+        let refusals = ops()
+            .filter(|(_, op)| {
+                op.outcome == Outcome::Refused && granted_from.is_none_or(|from| op.invoked < from)
+            })
+            .map(|(id, _)| id)
+            .collect();
+        refused.insert(
+            *holder,
+            Refused {
+                refusals,
+                granted_from,
+            },
+        );
+    }
+    refused
 }

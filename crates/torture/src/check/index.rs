@@ -239,9 +239,19 @@ impl<'h> Index<'h> {
         about
     }
 
-    /// The owner's acquires on the name, of the kind.
-    pub fn acquires_of(&self, holder: &Holder<'h>) -> &[OpId] {
-        self.acquires.get(holder).map_or(&[], Vec::as_slice)
+    /// When the owner first sent an acquire of the name that was not refused: the earliest
+    /// it can have been granted anything of the name.
+    pub fn first_try_not_refused(&self, holder: &Holder<'h>) -> Option<Moment> {
+        self.acquires
+            .get(holder)
+            .into_iter()
+            .flatten()
+            .filter(|&&id| self.op(id).outcome != Outcome::Refused)
+            .map(|&id| Moment {
+                at: self.op(id).invoked,
+                op: id,
+            })
+            .fold(None, |first, m| Moment::earliest(first, Some(m)))
     }
 
     fn learn_shown(&mut self, id: OpId) {
@@ -350,22 +360,18 @@ impl<'h> Index<'h> {
     /// A lease no answer showed as granted (its acquire's outcome was unknown) was granted
     /// no earlier than its owner's first acquire of the name that was not refused.
     fn learn_asked(&mut self) {
-        for lease in &mut self.leases {
-            if lease.asked.is_some() {
-                continue;
-            }
-            let first = self
-                .acquires
-                .get(&(lease.key.kind, lease.key.name, lease.key.owner))
-                .into_iter()
-                .flatten()
-                .filter(|&&id| self.ops[id].1.outcome != Outcome::Refused)
-                .map(|&id| Moment {
-                    at: self.ops[id].1.invoked,
-                    op: id,
-                })
-                .fold(None, |first, m| Moment::earliest(first, Some(m)));
-            lease.asked = first;
+        let unasked: Vec<(LeaseId, Option<Moment>)> = self
+            .leases
+            .iter()
+            .enumerate()
+            .filter(|(_, lease)| lease.asked.is_none())
+            .map(|(id, lease)| {
+                let key = lease.key;
+                (id, self.first_try_not_refused(&(key.kind, key.name, key.owner)))
+            })
+            .collect();
+        for (id, asked) in unasked {
+            self.leases[id].asked = asked;
         }
     }
 
