@@ -22,6 +22,11 @@ pub fn ms(t: u64) -> Mono {
     Mono(START + t * 1_000_000)
 }
 
+/// The milliseconds after the run's start of a time made by [`ms`].
+pub fn at_ms(t: Mono) -> u64 {
+    (t.0 - START) / 1_000_000
+}
+
 /// An operation of a lock, answered ok, numbered when pushed into a [`History`].
 pub fn op(client: u32, call: Call, name: &str, owner: &str, from: u64, to: u64) -> Op {
     Op {
@@ -178,6 +183,12 @@ impl History {
             })],
             next_op: HashMap::new(),
         }
+    }
+
+    /// The same, with other settings of the run.
+    pub fn run(mut self, run: RunInfo) -> Self {
+        self.entries[0] = Entry::Run(run);
+        self
     }
 
     /// Records an operation; returns its number (for writes made under it).
