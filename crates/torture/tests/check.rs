@@ -239,12 +239,16 @@ fn a_lease_left_to_expire_then_granted_to_another_passes() {
 
 #[test]
 fn a_grant_answered_after_its_held_until_counts_for_nothing() {
-    // The guard starts lost: c1 never believed it held the lock.
+    // c0 was granted at once (wall 20) but told only at 1500, after its held until (1020):
+    // its guard starts lost, and it never believed it held the lock. Its lease expired at
+    // 1020, and c1, granted at 1100, still believed at 1500.
     let mut h = History::new();
-    h.push(grant(0, "c0-0", "x", 1, 0, 10));
-    h.push(grant(1, "c1-0", "x", 2, 20, 1500).held_until(1020));
-    h.push(release(0, "c0-0", "x", 1, 1600, 1610));
-    assert_pass(&h.check(), Property::Exclusion);
+    h.push(grant(0, "c0-0", "x", 1, 20, 1500));
+    h.push(grant(1, "c1-0", "x", 2, 1100, 1110));
+    let report = h.check();
+    assert_pass(&report, Property::Exclusion);
+    assert_pass(&report, Property::HolderSafety);
+    assert_ok(&report);
 }
 
 #[test]
