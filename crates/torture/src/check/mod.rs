@@ -122,7 +122,25 @@ pub struct Bounds {
     pub liveness: Duration,
 }
 
-/// Judges a history: one verdict per property, in the order of [`Property::ALL`].
+/// Judges a history: one verdict per property, in the order of [`Property::ALL`]. The whole
+/// API a caller needs: [`Report::is_ok`] (no property failed; one with nothing to judge does
+/// not fail, see [`Report::unjudged`]) and the report's `Display` (the seed, a line per
+/// property, each failure's slice).
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock_torture::check::{Bounds, check};
+/// use fencelock_torture::history::parse;
+///
+/// let text = r#"
+/// {"entry":"run","store":"sqlite","seed":7,"seconds":10,"clients":1,"servers":1,"faults":[]}
+/// {"entry":"op","client":0,"op":0,"phase":"faults","call":"acquire","kind":"lock","names":["x"],"owner":"0-0","ttl_ms":1000,"invoked":5000000,"completed":6000000,"outcome":"ok","leases":[{"name":"x","owner":"0-0","token":1,"acquired_at":1800000000000,"expires_at":1800000001000}]}
+/// "#;
+/// let entries = parse(text).expect("a history");
+/// let report = check(&entries, Bounds { liveness: Duration::from_secs(10) });
+/// assert!(report.is_ok());
+/// assert!(report.to_string().starts_with("seed 7 (store sqlite"));
+/// ```
 pub fn check(entries: &[Entry], bounds: Bounds) -> Report {
     let index = Index::new(entries);
     let tallies = [
