@@ -28,12 +28,8 @@ pub(crate) fn as_told(index: &Index<'_>) -> Tally {
             let holders = describe_all(index, in_the_way);
             Finding {
                 explanation: format!(
-                    "{} {:?}: {} was told it holds it at {} while {} still believed {}",
-                    kind_word(lease.key.kind),
-                    lease.key.name,
-                    describe(lease),
-                    at(index, lease.told),
-                    holders,
+                    "{} while {holders} still believed {}",
+                    told(index, lease),
                     belief_words(index, in_the_way),
                 ),
                 entries: evidence(index, later, in_the_way, Lease::belief_end),
@@ -71,14 +67,7 @@ pub(crate) fn holder_safety(index: &Index<'_>) -> Tally {
                 lines.push(format!("{} {said}, and the grant came {whose}", describe(holder)));
             }
             Finding {
-                explanation: format!(
-                    "{} {:?}: {} was told it holds it at {}; {}",
-                    kind_word(lease.key.kind),
-                    lease.key.name,
-                    describe(lease),
-                    at(index, lease.told),
-                    lines.join("; "),
-                ),
+                explanation: format!("{}; {}", told(index, lease), lines.join("; ")),
                 entries: evidence(index, later, in_the_way, guard_end),
             }
         });
@@ -256,6 +245,18 @@ fn kind_word(kind: Kind) -> &'static str {
         Kind::Semaphore => "semaphore",
         Kind::Rwlock => "rwlock",
     }
+}
+
+/// `lock "x": "c1-3" (token 6) was told it holds it at +1.234s`: how an exclusion's
+/// explanation begins.
+fn told(index: &Index<'_>, lease: &Lease<'_>) -> String {
+    format!(
+        "{} {:?}: {} was told it holds it at {}",
+        kind_word(lease.key.kind),
+        lease.key.name,
+        describe(lease),
+        at(index, lease.told),
+    )
 }
 
 /// `"c1-3" (token 6)`, with a hold's mode.
