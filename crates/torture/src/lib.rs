@@ -14,10 +14,15 @@
 //!   processes on it, each behind proxies of its own, in [`server`]), [`resource`] (the
 //!   fenced resource), the client processes ([`client`], doing the [`workload`]), the
 //!   [`nemesis`], and the history written in the end ([`sink`] gathers it).
-//! - [`verdict`]: the hook that hands a history to the checker and prints its report.
 //! - [`clock`]: the monotonic clock every process of a run reads; [`rng`]: the seeded
 //!   randomness.
+//! - [`check`]: the checker. [`check::check`] judges a history, with no knowledge of the
+//!   nemesis, property by property (fenced writes, token order, exclusion, holder safety,
+//!   releases, all or none, liveness), and its [`check::Report`] prints a verdict per
+//!   property, the seed, and for each violation the slice of history that shows it.
+//! - [`verdict`]: the hook that hands a run's history to the checker and prints its report.
 
+pub mod check;
 pub mod client;
 pub mod clock;
 pub mod history;

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
         Command::Run(args) => match run::run(&args) {
             Ok(ran) => {
                 let judged = verdict::judge_file(&ran.history);
-                if ran.problems.is_empty() && judged.unwrap_or(true) {
+                if ran.problems.is_empty() && judged == Some(true) {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::FAILURE

@@ -119,7 +119,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Ran> {
     let stepped = faults.contains(&FaultKind::ClockStep);
     let mut target = Target::start(kind, servers as usize, &fencelock, dir.path(), stepped)?;
     let resource = Resource::start(&dir.path().join("resource.sock"), sink.clone())?;
-    let liveness = ttls.longest() * 2 + Duration::from_secs(10);
+    let liveness = crate::verdict::liveness_bound(kind);
     let mut clients = (0..args.clients)
         .map(|id| {
             ClientProcess::start(

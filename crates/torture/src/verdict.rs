@@ -1,15 +1,29 @@
-//! The hook between a run and the checker: reads a history and prints the checker's report.
-//!
-//! The checker (`check`, issue 23's other half) is written on its own branch; until it lands,
-//! [`judge`] only says so and judges nothing, and a run stands on what the runner itself
-//! sees (every fault healed, every client through its liveness acquires).
+//! The hook between a run and the checker: reads a history, judges it with
+//! [`crate::check::check`], and prints the report.
 
 use std::path::Path;
+use std::time::Duration;
 
+use clap::ValueEnum as _;
+
+use crate::check::{Bounds, check};
 use crate::history::{self, Entry};
+use crate::target::StoreKind;
 
-/// Reads the history at `path` and judges it; prints what it finds. `Some(ok)` once the
-/// checker exists, `None` if nothing could be judged (the file unreadable, or no checker).
+/// Time a client has, past twice the longest TTL it asks for, to be granted a lock once
+/// every fault has healed: a store that is up again must grant one by then.
+const LIVENESS_SLACK: Duration = Duration::from_secs(10);
+
+/// How long after the faults healed each client must be granted a lock, on `kind`: the
+/// leases taken before may take two of the longest TTLs to end (one to expire, one more
+/// for a lease a paused server renewed late), and a store may take a few seconds more to
+/// elect a leader or reconnect.
+pub fn liveness_bound(kind: StoreKind) -> Duration {
+    kind.ttls().longest() * 2 + LIVENESS_SLACK
+}
+
+/// Reads the history at `path` and judges it; prints the report. `Some(ok)`, or `None` if
+/// nothing could be judged (the file unreadable, or not a history).
 pub fn judge_file(path: &Path) -> Option<bool> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
@@ -19,7 +33,7 @@ pub fn judge_file(path: &Path) -> Option<bool> {
         }
     };
     match history::parse(&text) {
-        Ok(entries) => judge(&entries),
+        Ok(entries) => Some(judge(&entries)),
         Err(error) => {
             eprintln!("checker: {} is not a history: {error}", path.display());
             None
@@ -27,14 +41,30 @@ pub fn judge_file(path: &Path) -> Option<bool> {
     }
 }
 
-/// Judges a history and prints the report; whether every property held (`None` until the
-/// checker is built).
-pub fn judge(entries: &[Entry]) -> Option<bool> {
-    // The lead wires the checker here at merge: `crate::check::check(entries, …)`, print
-    // its report, and return `Some(report.is_ok())`.
-    println!(
-        "checker: not built yet ({} entries not judged): the checker of issue 23 lands on its own branch",
-        entries.len()
+/// Judges a history with the bounds of its store, prints the report; whether every
+/// property held.
+pub fn judge(entries: &[Entry]) -> bool {
+    let report = check(entries, bounds(entries));
+    print!("{report}");
+    report.is_ok()
+}
+
+/// The bounds a history is held to: its store's (the longest a run ever allows, for a
+/// history that does not say its store).
+pub fn bounds(entries: &[Entry]) -> Bounds {
+    let store = entries.iter().find_map(|entry| match entry {
+        Entry::Run(info) => StoreKind::from_str(&info.store, false).ok(),
+        _ => None,
+    });
+    let liveness = store.map_or_else(
+        || {
+            StoreKind::value_variants()
+                .iter()
+                .map(|kind| liveness_bound(*kind))
+                .max()
+                .unwrap_or(LIVENESS_SLACK)
+        },
+        liveness_bound,
     );
-    None
+    Bounds { liveness }
 }
