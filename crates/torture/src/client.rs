@@ -44,6 +44,11 @@ const TICK: Duration = Duration::from_millis(50);
 /// the CPU for as long, which to a holder is the same).
 const WOKE_AFTER: Duration = Duration::from_millis(300);
 
+/// Longest a client waits after an answer it could not read (a server down, a store
+/// unreachable) before it asks again: a client that asked at once would fill the history with
+/// thousands of refused connections while a server restarts.
+const BACKOFF: Duration = Duration::from_millis(200);
+
 /// The stream of a client's random numbers: the seed's stream for client `id`.
 const CLIENT_STREAMS: u64 = 1_000;
 
@@ -147,6 +152,8 @@ struct Recorder {
     next: u64,
     phase: Phase,
     anchor: Anchor,
+    /// Whether the last operation recorded had an unknown outcome.
+    unknown: bool,
 }
 
 impl Recorder {
@@ -156,6 +163,7 @@ impl Recorder {
             next: 0,
             phase: Phase::Faults,
             anchor: Anchor::now(),
+            unknown: false,
         }
     }
 
@@ -172,7 +180,8 @@ impl Recorder {
     }
 
     /// Writes one operation, whole, as one line.
-    fn record(&self, op: Op) {
+    fn record(&mut self, op: Op) {
+        self.unknown = op.outcome == Outcome::Unknown;
         let line = match serde_json::to_string(&Entry::Op(op)) {
             Ok(line) => line,
             Err(error) => {
@@ -332,6 +341,10 @@ impl Worker {
                 let idle = self.rng.millis(Duration::ZERO, Duration::from_millis(200));
                 tokio::time::sleep(idle).await;
             }
+        }
+        if self.recorder.unknown {
+            let backoff = self.rng.millis(Duration::from_millis(20), BACKOFF);
+            tokio::time::sleep(backoff).await;
         }
         Ok(())
     }

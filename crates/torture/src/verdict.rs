@@ -1,13 +1,16 @@
 //! The hook between a run and the checker: reads a history, judges it with
-//! [`crate::check::check`], and prints the report.
+//! [`crate::check::check`], and decides whether the run passed — every property held, but
+//! for the ones the store's guarantee gives up under a fault the run injected ([`Waiver`]).
 
+use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
 use clap::ValueEnum as _;
 
-use crate::check::{Bounds, check};
+use crate::check::{Bounds, Judgement, Property, Report, check};
 use crate::history::{self, Entry};
+use crate::nemesis::FaultKind;
 use crate::target::StoreKind;
 
 /// Time a client has, past twice the longest TTL it asks for, to be granted a lock once
@@ -22,8 +25,71 @@ pub fn liveness_bound(kind: StoreKind) -> Duration {
     kind.ttls().longest() * 2 + LIVENESS_SLACK
 }
 
-/// Reads the history at `path` and judges it; prints the report. `Some(ok)`, or `None` if
-/// nothing could be judged (the file unreadable, or not a history).
+/// A property that may fail in a run, because the run injected a fault under which the
+/// guarantee (the table in `fencelock_stores`, or the nature of locks) does not promise it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiver {
+    pub property: Property,
+    /// Why, for the report.
+    pub why: &'static str,
+}
+
+/// The checker's report on a run, and the run's verdict.
+#[derive(Debug, Clone)]
+pub struct RunVerdict {
+    pub report: Report,
+    /// The properties that failed and may, by the store's guarantee under this run's faults.
+    pub waived: Vec<Waiver>,
+}
+
+impl RunVerdict {
+    /// Every property held, or failed only where the guarantee says it may.
+    pub fn passed(&self) -> bool {
+        self.report.verdicts.iter().all(|verdict| {
+            !matches!(verdict.judgement, Judgement::Fail { .. })
+                || self.waived.iter().any(|w| w.property == verdict.property)
+        })
+    }
+
+    /// Whether `property` held.
+    pub fn holds(&self, property: Property) -> bool {
+        self.report
+            .verdict(property)
+            .is_some_and(|verdict| !matches!(verdict.judgement, Judgement::Fail { .. }))
+    }
+}
+
+impl fmt::Display for RunVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.report)?;
+        for waiver in &self.waived {
+            writeln!(
+                f,
+                "\nWAIVED {}: {} (see docs/TORTURE.md)",
+                waiver.property.label(),
+                waiver.why
+            )?;
+        }
+        let word = if self.passed() { "PASS" } else { "FAIL" };
+        writeln!(f, "\nverdict: {word}")
+    }
+}
+
+/// Judges a history with the bounds of its store; the report and what the guarantee waives.
+pub fn judge(entries: &[Entry]) -> RunVerdict {
+    let report = check(entries, bounds(entries));
+    let (store, faults) = match entries.iter().find_map(run_info) {
+        Some((store, faults)) => (Some(store), faults),
+        None => (None, Vec::new()),
+    };
+    let waived = store
+        .map(|store| waivers(store, &faults, &report))
+        .unwrap_or_default();
+    RunVerdict { report, waived }
+}
+
+/// Reads the history at `path`, judges it and prints the report and the verdict; `Some`
+/// whether it passed, or `None` if nothing could be judged (unreadable, not a history).
 pub fn judge_file(path: &Path) -> Option<bool> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
@@ -33,7 +99,11 @@ pub fn judge_file(path: &Path) -> Option<bool> {
         }
     };
     match history::parse(&text) {
-        Ok(entries) => Some(judge(&entries)),
+        Ok(entries) => {
+            let verdict = judge(&entries);
+            print!("{verdict}");
+            Some(verdict.passed())
+        }
         Err(error) => {
             eprintln!("checker: {} is not a history: {error}", path.display());
             None
@@ -41,30 +111,71 @@ pub fn judge_file(path: &Path) -> Option<bool> {
     }
 }
 
-/// Judges a history with the bounds of its store, prints the report; whether every
-/// property held.
-pub fn judge(entries: &[Entry]) -> bool {
-    let report = check(entries, bounds(entries));
-    print!("{report}");
-    report.is_ok()
-}
-
 /// The bounds a history is held to: its store's (the longest a run ever allows, for a
 /// history that does not say its store).
 pub fn bounds(entries: &[Entry]) -> Bounds {
-    let store = entries.iter().find_map(|entry| match entry {
-        Entry::Run(info) => StoreKind::from_str(&info.store, false).ok(),
-        _ => None,
-    });
-    let liveness = store.map_or_else(
-        || {
-            StoreKind::value_variants()
-                .iter()
-                .map(|kind| liveness_bound(*kind))
-                .max()
-                .unwrap_or(LIVENESS_SLACK)
-        },
-        liveness_bound,
-    );
+    let liveness = match entries.iter().find_map(run_info) {
+        Some((store, _)) => liveness_bound(store),
+        None => StoreKind::value_variants()
+            .iter()
+            .map(|kind| liveness_bound(*kind))
+            .max()
+            .unwrap_or(LIVENESS_SLACK),
+    };
     Bounds { liveness }
+}
+
+fn run_info(entry: &Entry) -> Option<(StoreKind, Vec<FaultKind>)> {
+    let Entry::Run(info) = entry else { return None };
+    let store = StoreKind::from_str(&info.store, false).ok()?;
+    let faults = info
+        .faults
+        .iter()
+        .filter_map(|name| FaultKind::parse(name))
+        .collect();
+    Some((store, faults))
+}
+
+/// What the guarantee gives up on `store` under `faults`, of what failed in `report`.
+fn waivers(store: StoreKind, faults: &[FaultKind], report: &Report) -> Vec<Waiver> {
+    let failed = |property| {
+        report
+            .verdict(property)
+            .is_some_and(|verdict| matches!(verdict.judgement, Judgement::Fail { .. }))
+    };
+    let mut waived = Vec::new();
+    let mut waive = |property, why| {
+        if failed(property) && !waived.iter().any(|w: &Waiver| w.property == property) {
+            waived.push(Waiver { property, why });
+        }
+    };
+    // The store's stated caveats: exclusion is not promised under them (token order and
+    // fenced writes still are).
+    let caveat = |fault| faults.contains(&fault) && store.caveats().iter().any(|(f, _)| *f == fault);
+    if caveat(FaultKind::KillNode) || caveat(FaultKind::ClockStep) {
+        let why = "the store's guarantee states this caveat for a fault the run injected: a lease may end early, so two holders may overlap; tokens stay ordered and the fenced resource refuses the stale writer";
+        waive(Property::Exclusion, why);
+        waive(Property::ExclusionByServerClocks, why);
+        waive(Property::HolderSafety, why);
+    }
+    // A server whose wall clock is stepped reports wall times off by the step, where its
+    // clock is the lease's clock (Redlock's validity, ZooKeeper's expiry); the embedded
+    // store's times do not move with the clock, so they are held to it.
+    if faults.contains(&FaultKind::ClockStep) && store != StoreKind::Sqlite {
+        waive(
+            Property::ExclusionByServerClocks,
+            "a server's wall clock was stepped, so the acquired_at and expires_at it reported are off by the step",
+        );
+    }
+    // A client stopped past its lease's end learns of the loss only when it runs again: no
+    // lock service can tell it sooner. That is what fencing tokens are for; every violation
+    // of exclusion as told is one of holder safety too, so with exclusion held the store
+    // did its part.
+    if faults.contains(&FaultKind::PauseClient) && !failed(Property::Exclusion) {
+        waive(
+            Property::HolderSafety,
+            "a paused client's guard said lost only once it ran again, after the store had rightly granted the lease to another; the fenced resource refuses its old token once a newer one has written",
+        );
+    }
+    waived
 }
