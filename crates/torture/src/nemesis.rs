@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use fencelock_testkit::Direction;
+use fencelock_testkit::{Direction, Proxy};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -197,95 +197,159 @@ impl<'a> Infrastructure<'a> {
             FaultKind::PauseServer => {
                 let i = self.pick_server();
                 let lasts = self.longest_ttl + self.lasting(300, 2_000);
-                if !Self::fits(lasts, end) {
-                    return Ok(false);
-                }
                 let name = format!("server {i}");
-                self.begin(kind, &name, format!("for {lasts:?}"));
-                self.target.server(i).pause();
-                std::thread::sleep(lasts);
-                self.target.server(i).resume();
-                self.heal(kind, &name);
+                let detail = format!("for {lasts:?}");
+                self.episode(
+                    kind,
+                    &name,
+                    detail,
+                    lasts,
+                    end,
+                    |t| {
+                        t.server(i).pause();
+                        Ok(())
+                    },
+                    |t| {
+                        t.server(i).resume();
+                        Ok(())
+                    },
+                )
             }
             FaultKind::KillServer => {
                 let i = self.pick_server();
                 let down = self.lasting(0, 2_000);
-                if !Self::fits(down, end) {
-                    return Ok(false);
-                }
                 let name = format!("server {i}");
-                self.begin(kind, &name, format!("down for {down:?}"));
-                self.target.server(i).kill();
-                std::thread::sleep(down);
-                self.target.server(i).start_again()?;
-                self.heal(kind, &name);
+                let detail = format!("down for {down:?}");
+                self.episode(
+                    kind,
+                    &name,
+                    detail,
+                    down,
+                    end,
+                    |t| {
+                        t.server(i).kill();
+                        Ok(())
+                    },
+                    |t| t.server(i).start_again(),
+                )
             }
             FaultKind::PauseNode => {
                 let i = self.pick_node();
                 let lasts = self.lasting(1_000, 4_000);
-                if !Self::fits(lasts, end) {
-                    return Ok(false);
-                }
                 let name = self.target.node_name(i);
-                self.begin(kind, &name, format!("for {lasts:?}"));
-                self.target.pause_node(i);
-                std::thread::sleep(lasts);
-                self.target.resume_node(i);
-                self.heal(kind, &name);
+                let detail = format!("for {lasts:?}");
+                self.episode(
+                    kind,
+                    &name,
+                    detail,
+                    lasts,
+                    end,
+                    |t| {
+                        t.pause_node(i);
+                        Ok(())
+                    },
+                    |t| {
+                        t.resume_node(i);
+                        Ok(())
+                    },
+                )
             }
             FaultKind::KillNode => {
                 let i = self.pick_node();
                 let down = self.lasting(500, 3_000);
-                if !Self::fits(down, end) {
-                    return Ok(false);
-                }
                 let name = self.target.node_name(i);
-                self.begin(kind, &name, format!("down for {down:?}"));
-                self.target.kill_node(i);
-                std::thread::sleep(down);
-                self.target.restart_node(i);
-                self.heal(kind, &name);
+                let detail = format!("down for {down:?}");
+                self.episode(
+                    kind,
+                    &name,
+                    detail,
+                    down,
+                    end,
+                    |t| {
+                        t.kill_node(i);
+                        Ok(())
+                    },
+                    |t| {
+                        t.restart_node(i);
+                        Ok(())
+                    },
+                )
             }
-            FaultKind::Partition => return Ok(self.partition(kind, end)),
+            FaultKind::Partition => self.partition(kind, end),
             FaultKind::SlowNetwork => {
                 let i = self.pick_server();
                 let (lasts, delay) = (self.lasting(1_000, 4_000), self.lasting(20, 400));
-                if !Self::fits(lasts, end) {
-                    return Ok(false);
-                }
                 let name = format!("server {i} -> store");
-                self.begin(kind, &name, format!("each chunk {delay:?} late, for {lasts:?}"));
-                self.target.proxies(i).iter().for_each(|proxy| proxy.delay(delay));
-                std::thread::sleep(lasts);
-                self.target.proxies(i).iter().for_each(|proxy| proxy.restore());
-                self.heal(kind, &name);
+                let detail = format!("each chunk {delay:?} late, for {lasts:?}");
+                self.episode(
+                    kind,
+                    &name,
+                    detail,
+                    lasts,
+                    end,
+                    |t| {
+                        t.proxies(i).iter().for_each(|proxy| proxy.delay(delay));
+                        Ok(())
+                    },
+                    |t| {
+                        t.proxies(i).iter().for_each(Proxy::restore);
+                        Ok(())
+                    },
+                )
             }
             FaultKind::PartitionMember => {
                 let i = self.pick_node();
                 let lasts = self.lasting(2_000, 5_000);
-                if !Self::fits(lasts, end) {
-                    return Ok(false);
-                }
                 let name = self.target.node_name(i);
-                self.begin(
+                let detail = format!("parted from the other members for {lasts:?}");
+                self.episode(
                     kind,
                     &name,
-                    format!("parted from the other members for {lasts:?}"),
-                );
-                self.target.cut_member(i);
-                std::thread::sleep(lasts);
-                self.target.reconnect_member(i);
-                self.heal(kind, &name);
+                    detail,
+                    lasts,
+                    end,
+                    |t| {
+                        t.cut_member(i);
+                        Ok(())
+                    },
+                    |t| {
+                        t.reconnect_member(i);
+                        Ok(())
+                    },
+                )
             }
-            FaultKind::ClockStep => return self.clock_step(kind, end),
-            FaultKind::PauseClient => return Ok(false),
+            FaultKind::ClockStep => self.clock_step(kind, end),
+            FaultKind::PauseClient => Ok(false),
         }
+    }
+
+    /// One fault on the target: recorded as begun, `start`ed, held for `lasts`, `stop`ped,
+    /// recorded as healed; `false` if it would not heal before `end`, and was not begun.
+    #[allow(clippy::too_many_arguments)]
+    fn episode(
+        &mut self,
+        kind: FaultKind,
+        name: &str,
+        detail: String,
+        lasts: Duration,
+        end: Instant,
+        start: impl FnOnce(&mut Target) -> anyhow::Result<()>,
+        stop: impl FnOnce(&mut Target) -> anyhow::Result<()>,
+    ) -> anyhow::Result<bool> {
+        if !Self::fits(lasts, end) {
+            return Ok(false);
+        }
+        self.begin(kind, name, detail);
+        start(self.target)?;
+        std::thread::sleep(lasts);
+        stop(self.target)?;
+        self.heal(kind, name);
         Ok(true)
     }
 
     /// Cuts a server from all its store's nodes, or from one, in one of the ways a network
     /// fails.
-    fn partition(&mut self, kind: FaultKind, end: Instant) -> bool {
+    fn partition(&mut self, kind: FaultKind, end: Instant) -> anyhow::Result<bool> {
         let i = self.pick_server();
         let nodes = self.target.proxies(i).len();
         let only = (nodes > 1 && self.rng.percent(50)).then(|| self.rng.below(nodes as u64) as usize);
@@ -294,31 +358,38 @@ impl<'a> Infrastructure<'a> {
             .pick(&["cut", "blackhole", "requests-lost", "answers-lost"])
             .unwrap_or(&"cut");
         let lasts = self.lasting(1_000, 5_000);
-        if !Self::fits(lasts, end) {
-            return false;
-        }
         let name = match only {
             Some(node) => format!("server {i} -> {}", self.target.node_name(node)),
             None => format!("server {i} -> store"),
         };
-        self.begin(kind, &name, format!("{how} for {lasts:?}"));
-        let proxies = self.target.proxies(i);
-        let hit = proxies
-            .iter()
-            .enumerate()
-            .filter(|(at, _)| only.is_none_or(|node| node == *at));
-        for (_, proxy) in hit {
-            match how {
-                "blackhole" => proxy.blackhole(),
-                "requests-lost" => proxy.cut_one_way(Direction::ToTarget),
-                "answers-lost" => proxy.cut_one_way(Direction::FromTarget),
-                _ => proxy.cut(),
-            }
-        }
-        std::thread::sleep(lasts);
-        self.target.proxies(i).iter().for_each(|proxy| proxy.restore());
-        self.heal(kind, &name);
-        true
+        let detail = format!("{how} for {lasts:?}");
+        self.episode(
+            kind,
+            &name,
+            detail,
+            lasts,
+            end,
+            |t| {
+                let hit = t
+                    .proxies(i)
+                    .iter()
+                    .enumerate()
+                    .filter(|(at, _)| only.is_none_or(|node| node == *at));
+                for (_, proxy) in hit {
+                    match how {
+                        "blackhole" => proxy.blackhole(),
+                        "requests-lost" => proxy.cut_one_way(Direction::ToTarget),
+                        "answers-lost" => proxy.cut_one_way(Direction::FromTarget),
+                        _ => proxy.cut(),
+                    }
+                }
+                Ok(())
+            },
+            |t| {
+                t.proxies(i).iter().for_each(Proxy::restore);
+                Ok(())
+            },
+        )
     }
 
     /// Steps a server's wall clock, and steps it back when healing. On the embedded store,
@@ -339,31 +410,39 @@ impl<'a> Infrastructure<'a> {
         };
         let across_restart = self.target.kind() == StoreKind::Sqlite && self.rng.percent(50);
         let lasts = self.lasting(1_000, 4_000);
-        if !Self::fits(lasts, end) {
-            return Ok(false);
-        }
         let name = format!("server {i}");
         let how = if across_restart {
             "across a restart"
         } else {
             "while it runs"
         };
-        self.begin(kind, &name, format!("{offset:+} ms {how}, for {lasts:?}"));
-        if across_restart {
-            self.target.server(i).kill();
-        }
-        if let Some(clock) = self.target.server(i).clock() {
-            clock.set_offset_ms(offset);
-        }
-        if across_restart {
-            self.target.server(i).start_again()?;
-        }
-        std::thread::sleep(lasts);
-        if let Some(clock) = self.target.server(i).clock() {
-            clock.set_offset_ms(0);
-        }
-        self.heal(kind, &name);
-        Ok(true)
+        let detail = format!("{offset:+} ms {how}, for {lasts:?}");
+        self.episode(
+            kind,
+            &name,
+            detail,
+            lasts,
+            end,
+            |t| {
+                // Across a restart, the server starts on the stepped clock.
+                if across_restart {
+                    t.server(i).kill();
+                }
+                if let Some(clock) = t.server(i).clock() {
+                    clock.set_offset_ms(offset);
+                }
+                if across_restart {
+                    t.server(i).start_again()?;
+                }
+                Ok(())
+            },
+            |t| {
+                if let Some(clock) = t.server(i).clock() {
+                    clock.set_offset_ms(0);
+                }
+                Ok(())
+            },
+        )
     }
 }
 
