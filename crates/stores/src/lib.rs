@@ -37,6 +37,11 @@
 //! | [`zookeeper`] (cargo feature `zookeeper`) | `zookeeper://host:port[,host:port…]` | the fencelock servers': a name's state (its leases, holds, intents) is one node's data, changed by compare-and-set, and a lease is live while `now < expires_at` by the clock of the server that judges the call: keep the servers' clocks synchronised. ZooKeeper's sessions decide nothing: a server whose session expires keeps its leases until their `expires_at` | 1 ms: a lease lasts exactly its TTL | yes: a quorum has logged it before the answer (`forceSync=yes`, ZooKeeper's default) | nothing answered | correctness with fencing tokens: a token is the zxid of the write that granted it (the `czxid` of the holder's node), so it never goes back while the ensemble keeps its data (only a new, empty ensemble starts again low). Each holder also has an ephemeral sequential node (`lease-{hex owner}-{sequence}`, the owner as data) under its name's node, so `ls` shows who holds what in grant order; it goes with its server's session, the lease does not. Only servers with waiters for a name watch it |
 //! | in-memory ([`MemoryStore`]) | `memory://` | the server's, as the embedded store's while it runs | 1 ms | no | everything: nothing survives the process | tests, one process |
 //!
+//! What each store survived under faults — servers, store nodes and clients paused and
+//! killed, partitions, slow networks, stepped clocks — is in the torture suite's table
+//! (`docs/TORTURE.md`, with the command that reproduces each row): every row above holds,
+//! its caveats where they are stated.
+//!
 //! # Layout
 //!
 //! - [`SCHEMES`]: one row per store address scheme (its names, cargo feature, example

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::process::{Proc, find_binary, free_port, log_tail, port_answers, scratch_dir, wait_until};
+use crate::proxy::Proxy;
 
 /// How long members may take to start and elect a leader on a busy two-core machine.
 const START_DEADLINE: Duration = Duration::from_secs(60);
@@ -48,7 +49,9 @@ pub fn shared_etcd() -> &'static Etcd {
 }
 
 /// An etcd cluster of N members on loopback ports, each in its own data folder, whose
-/// members can be killed and restarted one by one.
+/// members can be killed, paused and restarted one by one — and, started with
+/// [`EtcdCluster::start_with_peer_proxies`], cut off from each other while clients still
+/// reach them.
 #[derive(Debug)]
 pub struct EtcdCluster {
     // Declared before `dir` so that the members stop before their folders are removed.
@@ -61,25 +64,51 @@ pub struct EtcdCluster {
 struct Member {
     name: String,
     client_port: u16,
+    /// Where the member listens for its peers.
     peer_port: u16,
+    /// Where its peers reach it: a proxy to `peer_port`, if the cluster has them.
+    peer_proxy: Option<Proxy>,
     server: Option<Proc>,
+}
+
+impl Member {
+    /// The port the member tells its peers to reach it on.
+    fn advertised_peer_port(&self) -> u16 {
+        self.peer_proxy.as_ref().map_or(self.peer_port, Proxy::port)
+    }
 }
 
 impl EtcdCluster {
     /// Starts `size` members and waits until every one reports itself healthy (a leader is
     /// elected and reads go through).
     pub fn start(size: usize) -> Self {
+        Self::start_members(size, false)
+    }
+
+    /// [`EtcdCluster::start`], with the members' peer traffic through a proxy per member:
+    /// each member reaches member `i` through `i`'s proxy, so that
+    /// [`EtcdCluster::cut_off`] can silence `i` towards the others while its clients still
+    /// reach it.
+    pub fn start_with_peer_proxies(size: usize) -> Self {
+        Self::start_members(size, true)
+    }
+
+    fn start_members(size: usize, proxied: bool) -> Self {
         assert!(size > 0, "a cluster needs a member");
         let bin = find_binary("etcd", &[], "etcd-server");
         // The free ports may be taken by someone else before the members bind them: try anew.
         for _attempt in 0..3 {
             let mut cluster = Self {
                 members: (0..size)
-                    .map(|i| Member {
-                        name: format!("m{i}"),
-                        client_port: free_port(),
-                        peer_port: free_port(),
-                        server: None,
+                    .map(|i| {
+                        let peer_port = free_port();
+                        Member {
+                            name: format!("m{i}"),
+                            client_port: free_port(),
+                            peer_port,
+                            peer_proxy: proxied.then(|| Proxy::start(peer_port)),
+                            server: None,
+                        }
                     })
                     .collect(),
                 bin: bin.clone(),
@@ -132,6 +161,48 @@ impl EtcdCluster {
         if let Some(mut server) = self.members[i].server.take() {
             server.stop(Signal::SIGKILL, Duration::from_secs(10));
         }
+    }
+
+    /// Stops member `i` where it stands (SIGSTOP): its connections stay open and it answers
+    /// neither clients nor peers, as a hung host, until [`EtcdCluster::resume`]. Panics if it
+    /// is killed.
+    pub fn pause(&self, i: usize) {
+        self.running(i).pause();
+    }
+
+    /// Lets the paused member `i` run again (SIGCONT).
+    pub fn resume(&self, i: usize) {
+        self.running(i).resume();
+    }
+
+    fn running(&self, i: usize) -> &Proc {
+        self.members[i]
+            .server
+            .as_ref()
+            .unwrap_or_else(|| panic!("etcd member {i} is killed"))
+    }
+
+    /// Cuts member `i` off from its peers (on a cluster started with
+    /// [`EtcdCluster::start_with_peer_proxies`]): every connection to its peer port is held
+    /// back both ways. etcd's members each send on connections their peers open to them, so
+    /// nothing `i` says reaches the others (its heartbeats, votes and answers); what the
+    /// others send `i` still arrives, on connections `i` opened. A leader cut off loses its
+    /// followers, who elect another; a follower cut off can neither vote nor forward a
+    /// proposal. Its clients still reach it. Panics on a cluster without peer proxies.
+    pub fn cut_off(&self, i: usize) {
+        self.peer_proxy(i).cut();
+    }
+
+    /// Undoes [`EtcdCluster::cut_off`]: what was held back passes.
+    pub fn reconnect(&self, i: usize) {
+        self.peer_proxy(i).restore();
+    }
+
+    fn peer_proxy(&self, i: usize) -> &Proxy {
+        self.members[i]
+            .peer_proxy
+            .as_ref()
+            .expect("a cluster started with peer proxies (EtcdCluster::start_with_peer_proxies)")
     }
 
     /// Starts the killed member `i` again on its data and ports, and waits until its client
@@ -240,7 +311,7 @@ impl EtcdCluster {
         let initial_cluster = self
             .members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.advertised_peer_port()))
             .collect::<Vec<_>>()
             .join(",");
         // Unique per cluster, so that members of two test clusters can never join each other.
@@ -255,6 +326,7 @@ impl EtcdCluster {
         let member = &mut self.members[i];
         let client = format!("http://127.0.0.1:{}", member.client_port);
         let peer = format!("http://127.0.0.1:{}", member.peer_port);
+        let advertised = format!("http://127.0.0.1:{}", member.advertised_peer_port());
         let mut command = Command::new(&self.bin);
         command
             .args(["--name", &member.name])
@@ -270,7 +342,7 @@ impl EtcdCluster {
                 "--listen-peer-urls",
                 &peer,
                 "--initial-advertise-peer-urls",
-                &peer,
+                &advertised,
             ])
             .args(["--initial-cluster", &initial_cluster])
             .args(["--initial-cluster-token", &token])

@@ -2,7 +2,9 @@
 //!
 //! Test fixtures for fencelock: names, owners and TTLs, and throwaway servers — PostgreSQL,
 //! etcd, Redis and ZooKeeper, each on free loopback ports with its data in a temporary folder,
-//! started by the test itself and stopped after it. Used only as a dev-dependency.
+//! started by the test itself and stopped after it — and the faults to break them with. Used
+//! as a dev-dependency, and by the torture runner (`fencelock-torture`), the one program
+//! that is built on it.
 //!
 //! These are test fixtures: every failure (a server that will not start, a binary that is
 //! missing) panics, failing the test that asked. A server that is not installed is a
@@ -16,12 +18,15 @@
 //!
 //! # Layout
 //!
-//! - [`Postgres`]: `initdb` and `postgres`, with [`Postgres::stop`] and
-//!   [`Postgres::start_again`] for restart tests; [`shared_postgres`] for one server per test
+//! - [`Postgres`]: `initdb` and `postgres`, with [`Postgres::stop`], [`Postgres::kill`]
+//!   and [`Postgres::start_again`] for restart tests, [`Postgres::pause`] and
+//!   [`Postgres::resume`] for a hung host; [`shared_postgres`] for one server per test
 //!   binary.
 //! - [`Etcd`]: one member; [`shared_etcd`] for one per test binary.
-//! - [`EtcdCluster`]: N members, with [`EtcdCluster::kill`], [`EtcdCluster::restart`] and
-//!   [`EtcdCluster::leader`].
+//! - [`EtcdCluster`]: N members, with [`EtcdCluster::kill`], [`EtcdCluster::restart`],
+//!   [`EtcdCluster::pause`] and [`EtcdCluster::leader`]; started with
+//!   [`EtcdCluster::start_with_peer_proxies`], a member can be cut off from the others
+//!   ([`EtcdCluster::cut_off`]) while its clients still reach it.
 //! - [`Redis`]: in memory only; [`shared_redis`] for one per test binary.
 //! - [`RedisNodes`]: N independent Redis masters for Redlock, with [`RedisNodes::stop`] and
 //!   [`RedisNodes::start_again`] (empty: a restart without persistence);
@@ -29,19 +34,26 @@
 //! - [`ZooKeeper`]: one standalone server; [`shared_zookeeper`] for one per test binary.
 //! - [`ZooKeeperEnsemble`]: N members, with [`ZooKeeperEnsemble::stop`],
 //!   [`ZooKeeperEnsemble::start_again`], [`ZooKeeperEnsemble::wait_healthy`] (a quorum
-//!   serves) and [`ZooKeeperEnsemble::wait_no_quorum`]; [`Mode`] is a member's role as its
-//!   `srvr` four-letter word reports it.
+//!   serves), [`ZooKeeperEnsemble::wait_no_quorum`] and [`ZooKeeperEnsemble::pause`];
+//!   [`ZooKeeperEnsemble::start_with_peer_proxies`] and [`ZooKeeperEnsemble::cut_off`] as
+//!   for etcd; [`Mode`] is a member's role as its `srvr` four-letter word reports it.
 //! - [`eventually`]: asking until a state holds, with a deadline.
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
 //! - [`fuzz`]: the bounded configuration, strategies and naming model of the fuzz targets.
-//! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
-//!   closing anything (a broken network, a hung host); it keeps what clients sent, to look
-//!   at the headers of their requests.
+//! - [`Proxy`]: a TCP relay that fails like a network — cut both ways or one
+//!   ([`Direction`]), slowed down, or a blackhole that loses what is in flight — for a server
+//!   that stops answering without closing anything; it keeps what clients sent, to look at
+//!   the headers of their requests.
+//! - [`FakeClock`]: a wall clock (libfaketime) that can be stepped while the processes on it
+//!   run.
+//! - [`spawn_tied`], [`signal_tree`], [`free_port`]: starting a process that dies with this
+//!   one, signalling a process and its children, a free loopback port.
 //! - [`Canned`]: an HTTP server that gives every request the same answer (a 401, a 429, …)
 //!   and keeps the requests.
 //! - [`tls`]: a CA made by the test ([`TestCa`]) and server certificates it signs.
 
 mod canned;
+mod clock;
 mod etcd;
 mod eventually;
 pub mod fixtures;
@@ -54,10 +66,12 @@ pub mod tls;
 mod zookeeper;
 
 pub use canned::Canned;
+pub use clock::FakeClock;
 pub use etcd::{Etcd, EtcdCluster, shared_etcd};
 pub use eventually::eventually;
 pub use postgres::{Postgres, shared_postgres};
-pub use proxy::Proxy;
+pub use process::{free_port, signal_tree, spawn_tied};
+pub use proxy::{Direction, Proxy};
 pub use redis::{Redis, RedisNodes, shared_redis, shared_redis_nodes};
 pub use tls::{ServerCert, TestCa};
 pub use zookeeper::{Mode, ZooKeeper, ZooKeeperEnsemble, shared_zookeeper};

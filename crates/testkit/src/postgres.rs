@@ -120,6 +120,33 @@ impl Postgres {
         );
     }
 
+    /// Kills the server and every process of it at once (SIGKILL), as a crash of its host
+    /// would, and waits until the server is gone. The data stays, as the kernel has it, for
+    /// [`Postgres::start_again`], which recovers it from the write-ahead log.
+    pub fn kill(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            server.kill_tree();
+        }
+    }
+
+    /// Stops the server and every process of it (the postmaster and one per connection)
+    /// where they stand (SIGSTOP): connections stay open and nothing is answered, as from a
+    /// hung host, until [`Postgres::resume`]. Panics if the server is stopped.
+    pub fn pause(&self) {
+        self.running().pause_tree();
+    }
+
+    /// Lets a paused server answer again (SIGCONT to every process of it).
+    pub fn resume(&self) {
+        self.running().resume_tree();
+    }
+
+    fn running(&self) -> &Proc {
+        self.server
+            .as_ref()
+            .unwrap_or_else(|| panic!("PostgreSQL on port {} is stopped", self.port))
+    }
+
     /// Whether the server runs now.
     pub fn is_running(&mut self) -> bool {
         self.server.as_mut().is_some_and(Proc::is_running)

@@ -41,8 +41,9 @@ const POLL: Duration = Duration::from_millis(20);
 type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
 
 /// Spawns `command` from the one long-lived spawner thread, so that the child gets SIGKILL
-/// when the test binary ends, however it ends (see the module docs).
-pub(crate) fn spawn(command: Command) -> io::Result<Child> {
+/// when this process ends, however it ends (see the module docs): for the servers here, and
+/// for the processes a test or the torture runner starts itself (`fencelock serve`, clients).
+pub fn spawn_tied(command: Command) -> io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
         let (requests, receive) = mpsc::channel::<SpawnRequest>();
@@ -98,7 +99,7 @@ impl Proc {
             .stdin(std::process::Stdio::null())
             .stdout(file)
             .stderr(err);
-        let child = spawn(command).unwrap_or_else(|e| panic!("start {name}: {e}"));
+        let child = spawn_tied(command).unwrap_or_else(|e| panic!("start {name}: {e}"));
         Self {
             child,
             name: name.to_owned(),
@@ -160,6 +161,25 @@ impl Proc {
         self.signal(Signal::SIGCONT);
     }
 
+    /// [`Proc::pause`] for the process and every process it started (a PostgreSQL server is
+    /// a postmaster and a process per connection: stopping the postmaster alone would leave
+    /// every open connection answering).
+    pub(crate) fn pause_tree(&self) {
+        signal_tree(self.pid(), Signal::SIGSTOP);
+    }
+
+    /// [`Proc::resume`] for the process and every process it started.
+    pub(crate) fn resume_tree(&self) {
+        signal_tree(self.pid(), Signal::SIGCONT);
+    }
+
+    /// Kills the process and every process it started at once (SIGKILL), as a crash of the
+    /// host would, and waits for the process itself.
+    pub(crate) fn kill_tree(&mut self) {
+        signal_tree(self.pid(), Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+
     fn signal(&self, signal: Signal) {
         let pid = i32::try_from(self.pid()).expect("a pid fits an i32");
         kill(Pid::from_raw(pid), signal).unwrap_or_else(|e| panic!("{signal} to {pid}: {e}"));
@@ -173,6 +193,44 @@ impl Drop for Proc {
     }
 }
 
+/// Sends `signal` to `pid` and to every process descended from it. The parent goes first,
+/// so that a stopped parent starts no new child while its children are signalled; a process
+/// that exits meanwhile is skipped.
+pub fn signal_tree(pid: u32, signal: Signal) {
+    let mut pending = vec![pid];
+    let mut seen = Vec::new();
+    while let Some(next) = pending.pop() {
+        if seen.contains(&next) {
+            continue;
+        }
+        seen.push(next);
+        if let Ok(raw) = i32::try_from(next) {
+            let _ = kill(Pid::from_raw(raw), signal);
+        }
+        pending.extend(children(next));
+    }
+}
+
+/// The processes whose parent is `pid`, from `/proc/*/stat`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| parent_of(child) == Some(pid))
+        .collect()
+}
+
+/// The parent of `pid`: the field after the command name (in parentheses, which may hold
+/// spaces and parentheses itself) and the state in `/proc/PID/stat`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The last lines of a log, for a panic message.
 pub(crate) fn log_tail(log: &Path) -> String {
     let text = fs::read_to_string(log).unwrap_or_default();
@@ -182,7 +240,7 @@ pub(crate) fn log_tail(log: &Path) -> String {
 
 /// A loopback port that nobody listened on a moment ago. Another program may take it before
 /// the server binds it; starters retry with a new port when that happens.
-pub(crate) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

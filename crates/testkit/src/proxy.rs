@@ -1,24 +1,53 @@
-//! [`Proxy`]: a TCP relay on loopback that can be cut like a network, for tests of a server
-//! that stops answering without closing anything; and that keeps what clients sent, for
+//! [`Proxy`]: a TCP relay on loopback that fails like a network — cut, cut one way, slow, or
+//! swallowing everything — for tests of a server that stops answering without closing
+//! anything, and for the torture suite's partitions; it also keeps what clients sent, for
 //! tests of what a client puts in its requests.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
 
-/// How often a relay thread looks at the cut and stop flags while it waits.
+/// How often a relay thread looks at the flags while it waits.
 const TICK: Duration = Duration::from_millis(20);
 
-/// Relays TCP connections from a free loopback port to a target port. While cut
-/// ([`Proxy::cut`]), nothing passes in either direction and new connections are accepted but
-/// not relayed, yet no connection is closed: to a client, the server simply stops answering,
-/// as behind a broken network. [`Proxy::restore`] lets everything held back through.
+/// One way through a [`Proxy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the clients that connect to the proxy to the target (requests).
+    ToTarget,
+    /// From the target back to the clients (answers).
+    FromTarget,
+}
+
+impl Direction {
+    fn index(self) -> usize {
+        match self {
+            Self::ToTarget => 0,
+            Self::FromTarget => 1,
+        }
+    }
+}
+
+/// Relays TCP connections from a free loopback port to a target port, and fails on demand
+/// like the network between them would:
 ///
-/// The relay runs on threads of the test binary, so it cannot outlive it; dropping the
-/// proxy closes every relayed connection.
+/// - [`Proxy::cut`]: nothing passes in either direction and new connections are accepted
+///   but not relayed, yet no connection is closed: to a client, the server simply stops
+///   answering, as behind a broken network. What was held back passes on
+///   [`Proxy::restore`], as TCP's retransmissions deliver it once a short partition heals.
+/// - [`Proxy::cut_one_way`]: the same, in one direction only (requests arrive and their
+///   answers are held back, or the other way round): an asymmetric partition.
+/// - [`Proxy::delay`]: everything passes, each chunk held back a while: a slow network.
+/// - [`Proxy::blackhole`]: everything sent, in either direction and on new connections too,
+///   is read and thrown away, and nothing is closed: a partition long enough that what was
+///   in flight is lost. Unlike a cut, nothing is delivered later: on [`Proxy::restore`] the
+///   connections that lost bytes are closed (their streams have a hole), and new ones relay.
+///
+/// The relay runs on threads of this process, so it cannot outlive it; dropping the proxy
+/// closes every relayed connection.
 #[derive(Debug)]
 pub struct Proxy {
     port: u16,
@@ -27,22 +56,38 @@ pub struct Proxy {
 
 #[derive(Debug, Default)]
 struct Flags {
-    cut: AtomicBool,
+    /// Per [`Direction`]: data that way is held back.
+    held: [AtomicBool; 2],
+    /// How long each chunk waits before it is passed on, in milliseconds.
+    delay_ms: AtomicU64,
+    blackhole: AtomicBool,
     stop: AtomicBool,
     /// Every byte relayed from clients to the target, in the order relayed.
     sent: Mutex<Vec<u8>>,
 }
 
 impl Flags {
-    /// Waits while cut; `false` if the proxy stops meanwhile.
-    fn wait_while_cut(&self) -> bool {
-        while self.cut.load(Ordering::Acquire) {
-            if self.stop.load(Ordering::Acquire) {
+    /// Waits while `direction` is held back; `false` if the proxy stops meanwhile.
+    fn wait_while_held(&self, direction: Direction) -> bool {
+        while self.held[direction.index()].load(Ordering::Acquire) {
+            if self.stopped() {
                 return false;
             }
             thread::sleep(TICK);
         }
-        !self.stop.load(Ordering::Acquire)
+        !self.stopped()
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn blackholed(&self) -> bool {
+        self.blackhole.load(Ordering::Acquire)
+    }
+
+    fn fully_cut(&self) -> bool {
+        self.held.iter().all(|held| held.load(Ordering::Acquire))
     }
 }
 
@@ -66,18 +111,44 @@ impl Proxy {
         self.port
     }
 
-    /// From now on, nothing passes until [`Proxy::restore`].
+    /// From now on, nothing passes either way until [`Proxy::restore`].
     pub fn cut(&self) {
-        self.flags.cut.store(true, Ordering::Release);
+        for held in &self.flags.held {
+            held.store(true, Ordering::Release);
+        }
     }
 
-    /// Lets traffic pass again, first what was held back.
+    /// From now on, nothing passes in `direction` until [`Proxy::restore`]; the other way
+    /// still flows.
+    pub fn cut_one_way(&self, direction: Direction) {
+        self.flags.held[direction.index()].store(true, Ordering::Release);
+    }
+
+    /// From now on, each chunk read on either side waits `delay` before it is passed on,
+    /// until [`Proxy::restore`].
+    pub fn delay(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.flags.delay_ms.store(ms, Ordering::Release);
+    }
+
+    /// From now on, everything that arrives, either way and on new connections, is thrown
+    /// away, until [`Proxy::restore`]; no connection is closed meanwhile.
+    pub fn blackhole(&self) {
+        self.flags.blackhole.store(true, Ordering::Release);
+    }
+
+    /// Ends every failure: traffic passes again, first what a cut held back; connections
+    /// that lost bytes to a blackhole are closed.
     pub fn restore(&self) {
-        self.flags.cut.store(false, Ordering::Release);
+        self.flags.blackhole.store(false, Ordering::Release);
+        self.flags.delay_ms.store(0, Ordering::Release);
+        for held in &self.flags.held {
+            held.store(false, Ordering::Release);
+        }
     }
 
     /// Everything clients sent through the proxy so far (for plain HTTP, their requests
-    /// with their headers), as text.
+    /// with their headers), as text. Bytes a blackhole threw away are not in it.
     pub fn sent(&self) -> String {
         let sent = self.flags.sent.lock().unwrap_or_else(PoisonError::into_inner);
         String::from_utf8_lossy(&sent).into_owned()
@@ -94,62 +165,117 @@ impl Drop for Proxy {
 
 fn accept(listener: &TcpListener, target: SocketAddr, flags: &Arc<Flags>) {
     for client in listener.incoming() {
-        if flags.stop.load(Ordering::Acquire) {
+        if flags.stopped() {
             return;
         }
         let Ok(client) = client else { continue };
         let flags = flags.clone();
-        // One thread per connection: it connects upstream once the proxy is not cut, then
+        // One thread per connection: it connects upstream once the proxy lets it, then
         // relays one direction while a second thread relays the other.
-        let _ = thread::Builder::new().name("proxy-conn".into()).spawn(move || {
-            if !flags.wait_while_cut() {
-                return;
-            }
-            let Ok(server) = TcpStream::connect(target) else {
-                let _ = client.shutdown(Shutdown::Both);
-                return;
-            };
-            let (Ok(client_reader), Ok(server_reader)) = (client.try_clone(), server.try_clone()) else {
-                return;
-            };
-            let upstream_flags = flags.clone();
-            let upstream = thread::spawn(move || pump(client_reader, server, &upstream_flags, true));
-            pump(server_reader, client, &flags, false);
-            let _ = upstream.join();
-        });
+        let _ = thread::Builder::new()
+            .name("proxy-conn".into())
+            .spawn(move || relay(client, target, &flags));
     }
 }
 
-/// Copies `from` to `to` until either closes or the proxy stops, holding data back while the
-/// proxy is cut, and keeping a copy if `upstream` (from a client). Closing one side closes
-/// the other, as a real relay would.
-fn pump(mut from: TcpStream, mut to: TcpStream, flags: &Flags, upstream: bool) {
+/// Relays one accepted connection until either side closes it or the proxy stops.
+fn relay(client: TcpStream, target: SocketAddr, flags: &Arc<Flags>) {
+    // A connection made into a blackhole or a full cut reaches nobody until it ends.
+    loop {
+        if flags.stopped() {
+            return;
+        }
+        if flags.blackholed() {
+            swallow(client, flags);
+            return;
+        }
+        if !flags.fully_cut() {
+            break;
+        }
+        thread::sleep(TICK);
+    }
+    let Ok(server) = TcpStream::connect(target) else {
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    };
+    let (Ok(client_reader), Ok(server_reader)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    // Set when either direction threw bytes away: the connection is then closed on restore.
+    let holed = Arc::new(AtomicBool::new(false));
+    let (upstream_flags, upstream_holed) = (flags.clone(), holed.clone());
+    let upstream = thread::spawn(move || {
+        pump(
+            client_reader,
+            server,
+            &upstream_flags,
+            Direction::ToTarget,
+            &upstream_holed,
+        );
+    });
+    pump(server_reader, client, flags, Direction::FromTarget, &holed);
+    let _ = upstream.join();
+}
+
+/// Reads and drops what `client` sends while the blackhole lasts, then closes it: nothing
+/// it sent reached anyone.
+fn swallow(mut client: TcpStream, flags: &Flags) {
+    let _ = client.set_read_timeout(Some(TICK));
+    let mut buffer = [0_u8; 16 * 1024];
+    while flags.blackholed() && !flags.stopped() {
+        match client.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if is_timeout(&e) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = client.shutdown(Shutdown::Both);
+}
+
+/// Copies `from` to `to` until either closes or the proxy stops, holding data back while
+/// `direction` is cut, delaying it, or throwing it away in a blackhole (and then marking the
+/// connection `holed`), and keeping a copy of what goes to the target. Closing one side
+/// closes the other, as a real relay would.
+fn pump(mut from: TcpStream, mut to: TcpStream, flags: &Flags, direction: Direction, holed: &AtomicBool) {
     let _ = from.set_read_timeout(Some(TICK));
     let mut buffer = [0_u8; 16 * 1024];
     loop {
-        if !flags.wait_while_cut() {
+        if !flags.wait_while_held(direction) {
+            break;
+        }
+        // A stream with a hole in it is broken for good: close it once the blackhole ends.
+        if holed.load(Ordering::Acquire) && !flags.blackholed() {
             break;
         }
         match from.read(&mut buffer) {
             Ok(0) => break,
+            Ok(_) if flags.blackholed() => holed.store(true, Ordering::Release),
             Ok(n) => {
-                if upstream {
+                if direction == Direction::ToTarget {
                     let mut sent = flags.sent.lock().unwrap_or_else(PoisonError::into_inner);
                     sent.extend_from_slice(&buffer[..n]);
                 }
+                let delay = flags.delay_ms.load(Ordering::Acquire);
+                if delay > 0 {
+                    thread::sleep(Duration::from_millis(delay));
+                }
                 // Data read just before a cut is held until the proxy is restored.
-                if !flags.wait_while_cut() || to.write_all(&buffer[..n]).is_err() {
+                if !flags.wait_while_held(direction) || to.write_all(&buffer[..n]).is_err() {
                     break;
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) => {}
+            Err(e) if is_timeout(&e) => {}
             Err(_) => break,
         }
     }
     let _ = to.shutdown(Shutdown::Both);
     let _ = from.shutdown(Shutdown::Both);
+}
+
+fn is_timeout(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    )
 }

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::process::{Proc, find_binary, find_file, free_port, log_tail, scratch_dir, wait_until};
+use crate::proxy::Proxy;
 
 /// How long members may take to start and elect a leader on a busy two-core machine (it
 /// usually takes a second or two).
@@ -169,14 +170,28 @@ pub fn shared_zookeeper() -> &'static ZooKeeper {
 }
 
 /// A ZooKeeper ensemble of N members on loopback ports, each with its own data folder and
-/// `myid`, whose members can be killed and started again one by one.
+/// `myid`, whose members can be killed, paused and started again one by one — and, started
+/// with [`ZooKeeperEnsemble::start_with_peer_proxies`], cut off from each other while
+/// clients still reach them.
 #[derive(Debug)]
 pub struct ZooKeeperEnsemble {
     // Declared before `dir` so that the members stop before their folders are removed.
     members: Vec<Member>,
+    /// With peer proxies: one link per ordered pair of members.
+    links: Vec<Link>,
     java: PathBuf,
     classpath: String,
     dir: tempfile::TempDir,
+}
+
+/// How member `from` reaches member `to`: a proxy to each of `to`'s peer ports, used by
+/// `from` alone (its `zoo.cfg` names them for `to`), so that a pair can be cut.
+#[derive(Debug)]
+struct Link {
+    from: usize,
+    to: usize,
+    quorum: Proxy,
+    election: Proxy,
 }
 
 #[derive(Debug)]
@@ -197,6 +212,18 @@ impl ZooKeeperEnsemble {
     /// that takes longer than a minute, and naming the package to install if ZooKeeper is not
     /// installed.
     pub fn start(size: usize) -> Self {
+        Self::start_members(size, false)
+    }
+
+    /// [`ZooKeeperEnsemble::start`], with the members' peer traffic through proxies, one
+    /// per ordered pair of members (each member's `zoo.cfg` names its own proxies for the
+    /// others), so that [`ZooKeeperEnsemble::cut_off`] can part one member from the others
+    /// both ways while its clients still reach it.
+    pub fn start_with_peer_proxies(size: usize) -> Self {
+        Self::start_members(size, true)
+    }
+
+    fn start_members(size: usize, proxied: bool) -> Self {
         assert!(size > 0, "an ensemble needs a member");
         let java = find_binary("java", &[], "zookeeperd");
         let jars = [PathBuf::from(JAR_DIR)];
@@ -221,10 +248,14 @@ impl ZooKeeperEnsemble {
                         server: None,
                     })
                     .collect(),
+                links: Vec::new(),
                 java: java.clone(),
                 classpath: classpath.clone(),
                 dir: scratch_dir("zookeeper"),
             };
+            if proxied {
+                ensemble.links = ensemble.link_every_pair();
+            }
             for i in 0..size {
                 ensemble.write_config(i);
                 ensemble.launch(i);
@@ -307,6 +338,77 @@ impl ZooKeeperEnsemble {
             "ZooKeeper member {i} did not answer after starting again:\n{}",
             self.logs()
         );
+    }
+
+    /// Stops member `i` where it stands (SIGSTOP): its connections stay open and it answers
+    /// neither clients nor peers, as a hung host or a long garbage collection, until
+    /// [`ZooKeeperEnsemble::resume`]. Panics if it is stopped.
+    pub fn pause(&self, i: usize) {
+        self.running(i).pause();
+    }
+
+    /// Lets the paused member `i` run again (SIGCONT).
+    pub fn resume(&self, i: usize) {
+        self.running(i).resume();
+    }
+
+    fn running(&self, i: usize) -> &Proc {
+        self.members[i]
+            .server
+            .as_ref()
+            .unwrap_or_else(|| panic!("ZooKeeper member {i} is stopped"))
+    }
+
+    /// Parts member `i` from the others, both ways (on an ensemble started with
+    /// [`ZooKeeperEnsemble::start_with_peer_proxies`]): every connection between it and a
+    /// peer is held back, in elections and between leader and followers. Its clients still
+    /// reach it: alone, it is no quorum, and stops serving once it notices. Panics on an
+    /// ensemble without peer proxies.
+    pub fn cut_off(&self, i: usize) {
+        for link in self.links_of(i) {
+            link.quorum.cut();
+            link.election.cut();
+        }
+    }
+
+    /// Undoes [`ZooKeeperEnsemble::cut_off`]: what was held back passes.
+    pub fn reconnect(&self, i: usize) {
+        for link in self.links_of(i) {
+            link.quorum.restore();
+            link.election.restore();
+        }
+    }
+
+    fn links_of(&self, i: usize) -> impl Iterator<Item = &Link> {
+        assert!(
+            !self.links.is_empty() || self.len() == 1,
+            "an ensemble started with peer proxies (ZooKeeperEnsemble::start_with_peer_proxies)"
+        );
+        self.links
+            .iter()
+            .filter(move |link| link.from == i || link.to == i)
+    }
+
+    fn link_every_pair(&self) -> Vec<Link> {
+        let pairs = (0..self.len()).flat_map(|from| (0..self.len()).map(move |to| (from, to)));
+        pairs
+            .filter(|(from, to)| from != to)
+            .map(|(from, to)| Link {
+                from,
+                to,
+                quorum: Proxy::start(self.members[to].quorum_port),
+                election: Proxy::start(self.members[to].election_port),
+            })
+            .collect()
+    }
+
+    /// The ports member `from` reaches member `to` on: a link's proxies, or `to`'s own.
+    fn peer_ports(&self, from: usize, to: usize) -> (u16, u16) {
+        let link = self.links.iter().find(|link| link.from == from && link.to == to);
+        match link {
+            Some(link) => (link.quorum.port(), link.election.port()),
+            None => (self.members[to].quorum_port, self.members[to].election_port),
+        }
     }
 
     /// Whether member `i` runs (it may still not serve).
@@ -447,12 +549,9 @@ impl ZooKeeperEnsemble {
         );
         // One member runs standalone: no server list, no `myid`.
         if self.len() > 1 {
-            for m in &self.members {
-                let _ = writeln!(
-                    config,
-                    "server.{}=127.0.0.1:{}:{}",
-                    m.id, m.quorum_port, m.election_port
-                );
+            for (to, m) in self.members.iter().enumerate() {
+                let (quorum, election) = self.peer_ports(i, to);
+                let _ = writeln!(config, "server.{}=127.0.0.1:{quorum}:{election}", m.id);
             }
             write(&data.join("myid"), &format!("{}\n", member.id));
         }

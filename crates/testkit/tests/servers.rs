@@ -1,17 +1,52 @@
 //! The throwaway servers start, answer, stop, start again, and leave nothing behind.
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-
-use std::time::Instant;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use fencelock_testkit::{
-    Etcd, EtcdCluster, Mode, Postgres, RedisNodes, ZooKeeper, ZooKeeperEnsemble, shared_etcd,
-    shared_postgres, shared_redis, shared_redis_nodes, shared_zookeeper,
+    Direction, Etcd, EtcdCluster, FakeClock, Mode, Postgres, Proxy, RedisNodes, ZooKeeper, ZooKeeperEnsemble,
+    shared_etcd, shared_postgres, shared_redis, shared_redis_nodes, shared_zookeeper,
 };
+
+/// How long a fault tool's effect may take to show on a busy machine (an election after a
+/// member is cut off takes a few of its timeouts, and starved JVMs may need several: a
+/// minute was once too short, with the whole suite and a release build on two cores).
+const SHOWS: Duration = Duration::from_secs(120);
 
 fn answers(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// Asks `check` until it holds; fails the test, naming `what`, after `limit`.
+fn wait_for(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The answer to `GET path` on the loopback `port`; `None` if none comes within a second.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).ok()?;
+    (!answer.is_empty()).then_some(answer)
+}
+
+/// Whether the etcd member on `port` answers that it is healthy (a leader, and a quorum
+/// behind a read); `None` if it does not answer at all.
+fn etcd_health(port: u16) -> Option<bool> {
+    http_get(port, "/health").map(|answer| answer.contains("\"health\":\"true\""))
 }
 
 fn port_of(endpoint: &str) -> u16 {
@@ -183,48 +218,266 @@ fn epoch(zk: &ZooKeeperEnsemble, i: usize) -> u64 {
     zxid >> 32
 }
 
-#[test]
-fn a_cut_proxy_holds_traffic_back_until_restored() {
-    use std::io::{Read, Write};
-    use std::time::Duration;
-
+/// An echo server on loopback: its port, and what it received, chunk by chunk.
+fn echo_server() -> (u16, mpsc::Receiver<Vec<u8>>) {
     let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let echo_port = echo.local_addr().unwrap().port();
+    let port = echo.local_addr().unwrap().port();
+    let (received, receiver) = mpsc::channel();
     std::thread::spawn(move || {
         for mut conn in echo.incoming().flatten() {
+            let received = received.clone();
             std::thread::spawn(move || {
                 let mut buffer = [0; 64];
                 while let Ok(n) = conn.read(&mut buffer) {
-                    if n == 0 || conn.write_all(&buffer[..n]).is_err() {
+                    if n == 0 {
+                        return;
+                    }
+                    let _ = received.send(buffer[..n].to_vec());
+                    if conn.write_all(&buffer[..n]).is_err() {
                         return;
                     }
                 }
             });
         }
     });
-    let proxy = fencelock_testkit::Proxy::start(echo_port);
-    let mut conn = TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
-    conn.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    (port, receiver)
+}
+
+/// A connection through `proxy` that waits `patience` for each read.
+fn connect(proxy: &Proxy, patience: Duration) -> TcpStream {
+    let conn = TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
+    conn.set_read_timeout(Some(patience)).unwrap();
+    conn
+}
+
+/// Sends four bytes on `conn` and reads four back.
+fn round_trip(conn: &mut TcpStream, what: &[u8; 4]) -> std::io::Result<[u8; 4]> {
+    conn.write_all(what)?;
     let mut answer = [0; 4];
-    conn.write_all(b"ping").unwrap();
-    conn.read_exact(&mut answer).unwrap();
-    assert_eq!(&answer, b"ping");
+    conn.read_exact(&mut answer)?;
+    Ok(answer)
+}
+
+const BRIEFLY: Duration = Duration::from_millis(300);
+const LONG: Duration = Duration::from_secs(10);
+
+#[test]
+fn a_cut_proxy_holds_traffic_back_until_restored() {
+    let (port, _received) = echo_server();
+    let proxy = Proxy::start(port);
+    let mut conn = connect(&proxy, BRIEFLY);
+    assert_eq!(&round_trip(&mut conn, b"ping").unwrap(), b"ping");
 
     proxy.cut();
-    conn.write_all(b"held").unwrap();
     assert!(
-        conn.read_exact(&mut answer).is_err(),
+        round_trip(&mut conn, b"held").is_err(),
         "traffic passed a cut proxy"
     );
     proxy.restore();
-    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    conn.set_read_timeout(Some(LONG)).unwrap();
+    let mut answer = [0; 4];
     conn.read_exact(&mut answer).unwrap();
     assert_eq!(&answer, b"held");
 }
 
+#[test]
+fn a_proxy_cut_one_way_holds_back_only_that_way() {
+    let (port, received) = echo_server();
+    let proxy = Proxy::start(port);
+    let mut conn = connect(&proxy, BRIEFLY);
+    assert_eq!(&round_trip(&mut conn, b"ping").unwrap(), b"ping");
+    assert_eq!(received.recv_timeout(LONG).unwrap(), b"ping");
+
+    // Requests held: the target hears nothing, so nothing comes back.
+    proxy.cut_one_way(Direction::ToTarget);
+    assert!(round_trip(&mut conn, b"req1").is_err());
+    assert!(received.recv_timeout(BRIEFLY).is_err(), "a request passed");
+    proxy.restore();
+    assert_eq!(received.recv_timeout(LONG).unwrap(), b"req1");
+    conn.set_read_timeout(Some(LONG)).unwrap();
+    let mut answer = [0; 4];
+    conn.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"req1");
+
+    // Answers held: the target hears the request, and its answer does not come back.
+    proxy.cut_one_way(Direction::FromTarget);
+    conn.set_read_timeout(Some(BRIEFLY)).unwrap();
+    assert!(round_trip(&mut conn, b"ans1").is_err(), "an answer passed");
+    assert_eq!(received.recv_timeout(LONG).unwrap(), b"ans1");
+    proxy.restore();
+    conn.set_read_timeout(Some(LONG)).unwrap();
+    conn.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"ans1");
+}
+
+#[test]
+fn a_slow_proxy_passes_everything_late() {
+    let (port, received) = echo_server();
+    let proxy = Proxy::start(port);
+    proxy.delay(Duration::from_secs(3));
+    let mut conn = connect(&proxy, BRIEFLY);
+    assert!(round_trip(&mut conn, b"slow").is_err(), "no delay");
+    assert_eq!(received.recv_timeout(LONG).unwrap(), b"slow");
+    conn.set_read_timeout(Some(LONG)).unwrap();
+    let mut answer = [0; 4];
+    conn.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"slow");
+    proxy.restore();
+    assert_eq!(&round_trip(&mut conn, b"fast").unwrap(), b"fast");
+}
+
+#[test]
+fn a_blackholed_proxy_loses_what_it_swallows_and_closes_those_connections() {
+    let (port, received) = echo_server();
+    let proxy = Proxy::start(port);
+    let mut conn = connect(&proxy, BRIEFLY);
+    assert_eq!(&round_trip(&mut conn, b"ping").unwrap(), b"ping");
+    assert_eq!(received.recv_timeout(LONG).unwrap(), b"ping");
+
+    proxy.blackhole();
+    assert!(round_trip(&mut conn, b"lost").is_err());
+    let mut newcomer = connect(&proxy, BRIEFLY);
+    assert!(round_trip(&mut newcomer, b"gone").is_err());
+    proxy.restore();
+    // Unlike a cut, nothing arrives late: the connections that lost bytes are closed.
+    conn.set_read_timeout(Some(LONG)).unwrap();
+    let mut rest = Vec::new();
+    let _ = conn.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "{rest:?} came through a blackhole");
+    assert!(
+        received.recv_timeout(BRIEFLY).is_err(),
+        "the target heard what was lost"
+    );
+    let mut fresh = connect(&proxy, LONG);
+    assert_eq!(&round_trip(&mut fresh, b"back").unwrap(), b"back");
+}
+
+/// The first byte PostgreSQL answers an SSLRequest with (`N` or `S`); `None` if it does not
+/// answer within a second.
+fn postgres_ssl_answer(port: u16) -> Option<u8> {
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    // Length 8, then the SSLRequest code 80877103.
+    conn.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]).ok()?;
+    let mut answer = [0; 1];
+    conn.read_exact(&mut answer).ok()?;
+    Some(answer[0])
+}
+
+#[test]
+fn postgres_is_paused_resumed_killed_and_recovers() {
+    let mut pg = Postgres::start();
+    let port = pg.port();
+    assert!(matches!(postgres_ssl_answer(port), Some(b'N' | b'S')));
+
+    pg.pause();
+    assert_eq!(postgres_ssl_answer(port), None, "a paused server answered");
+    pg.resume();
+    wait_for(SHOWS, "the resumed server to answer", || {
+        postgres_ssl_answer(port).is_some()
+    });
+
+    pg.kill();
+    assert!(!pg.is_running());
+    assert!(!answers(port));
+    pg.start_again();
+    assert!(matches!(postgres_ssl_answer(port), Some(b'N' | b'S')));
+}
+
+#[test]
+fn etcd_members_are_paused_and_cut_off_from_their_peers() {
+    let mut cluster = EtcdCluster::start_with_peer_proxies(3);
+    let ports: Vec<u16> = cluster.endpoints().iter().map(|e| port_of(e)).collect();
+
+    cluster.pause(1);
+    assert_eq!(etcd_health(ports[1]), None, "a paused member answered");
+    cluster.resume(1);
+    wait_for(SHOWS, "the resumed member to be healthy", || {
+        etcd_health(ports[1]) == Some(true)
+    });
+
+    // Cut off, the leader still answers its clients, but cannot lead: the others elect
+    // another and serve.
+    let leader = cluster.wait_for_leader();
+    cluster.cut_off(leader);
+    wait_for(SHOWS, "the cut-off member to answer unhealthy", || {
+        etcd_health(ports[leader]) == Some(false)
+    });
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    wait_for(SHOWS, "the other two to serve", || {
+        others.iter().all(|&i| etcd_health(ports[i]) == Some(true))
+    });
+    cluster.reconnect(leader);
+    assert!(cluster.wait_healthy(), "three members serve once reconnected");
+}
+
+#[test]
+fn zookeeper_members_are_paused_and_cut_off_from_their_peers() {
+    let mut zk = ZooKeeperEnsemble::start_with_peer_proxies(3);
+
+    zk.pause(0);
+    assert_eq!(zk.four_letter_word(0, "ruok"), None, "a paused member answered");
+    zk.resume(0);
+    assert!(zk.wait_healthy(), "the resumed member serves");
+
+    // Cut off, the leader still answers its clients, but serves nothing: the others
+    // elect one of them.
+    let leader = zk.wait_for_leader();
+    zk.cut_off(leader);
+    wait_for(SHOWS, "the cut-off member to stop serving", || {
+        zk.four_letter_word(leader, "srvr")
+            .is_some_and(|srvr| srvr.contains("not currently serving requests"))
+    });
+    wait_for(SHOWS, "another member to lead", || {
+        zk.leader().is_some_and(|next| next != leader)
+    });
+    zk.reconnect(leader);
+    assert!(zk.wait_healthy(), "three members serve once reconnected");
+}
+
+#[test]
+fn a_fake_clock_steps_a_running_process() {
+    let clock = FakeClock::new();
+    // Perl, which every Debian has, prints its wall clock each time it reads a line.
+    let mut command = Command::new("perl");
+    command
+        .args(["-e", "$| = 1; while (<STDIN>) { print time(), \"\\n\" }"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    clock.apply(&mut command);
+    let mut child = command.spawn().expect("start perl");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    // The process's clock ahead of ours, in seconds.
+    let mut ahead = || -> i64 {
+        writeln!(stdin).unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let theirs: i64 = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("not a time: {line:?}"));
+        let ours = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        theirs - i64::try_from(ours).unwrap()
+    };
+    assert!(ahead().abs() <= 5, "an unstepped clock is the real one");
+    clock.set_offset_ms(3_600_000);
+    assert!(
+        (ahead() - 3_600).abs() <= 5,
+        "stepped an hour ahead while it runs"
+    );
+    clock.set_offset_ms(-7_200_000);
+    assert!((ahead() + 7_200).abs() <= 5, "stepped two hours behind");
+    assert_eq!(clock.offset_ms(), -7_200_000);
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
+
 /// Sends one inline command to the Redis on `port` and returns its one-line answer.
 fn redis_says(port: u16, command: &str) -> String {
-    use std::io::{BufRead, BufReader, Write};
     let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
     conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))
         .unwrap();
