@@ -183,6 +183,15 @@ fn two_overlapping_lock_holders_fail() {
         "{explanation}"
     );
     assert_fail(&report, Property::ExclusionByServerClocks);
+    // Only those three: a caller that excuses some knows which failed.
+    assert_eq!(
+        report.failed().collect::<Vec<_>>(),
+        vec![
+            Property::Exclusion,
+            Property::ExclusionByServerClocks,
+            Property::HolderSafety
+        ]
+    );
     assert!(!report.is_ok());
 }
 

@@ -9,7 +9,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use common::*;
-use fencelock_torture::check::{Judgement, Property, Report};
+use fencelock_torture::check::{Judgement, Property};
 use fencelock_torture::history::{Call, Entry, Kind, Op, Outcome, RunInfo, Seen};
 
 /// The service simulated, and how it is broken.
@@ -459,15 +459,6 @@ fn kind_of(name: &str) -> Kind {
         .map_or(Kind::Lock, |(_, kind, _)| *kind)
 }
 
-fn failed(report: &Report) -> Vec<Property> {
-    report
-        .verdicts
-        .iter()
-        .filter(|v| matches!(v.judgement, Judgement::Fail { .. }))
-        .map(|v| v.property)
-        .collect()
-}
-
 #[test]
 fn a_correct_service_passes_every_property_on_every_seed() {
     for seed in 1..=30 {
@@ -504,7 +495,7 @@ fn every_broken_service_fails_its_property_on_every_seed() {
             let report = sim.history.check();
             assert!(sim.broke, "{target:?} seed {seed} did no harm");
             assert!(
-                failed(&report).contains(&property),
+                report.failed().any(|failed| failed == property),
                 "{target:?} seed {seed}: {property:?} did not fail:\n{report}"
             );
             // What a person gets: the seed to run it again, and a few lines that show it.
