@@ -57,8 +57,10 @@ pub(crate) fn check(index: &Index<'_>, bounds: Bounds) -> Tally {
                     bound / 1_000_000
                 ),
             };
-            // The first tries, and the one that worked.
-            let mut shown: Vec<OpId> = ids.iter().copied().take(TRIES_SHOWN).collect();
+            // The first tries, the last (past the bound), and the one that worked (a slice
+            // shows each entry once).
+            let mut shown: Vec<OpId> = ids.iter().copied().take(TRIES_SHOWN - 1).collect();
+            shown.extend(ids.last());
             shown.extend(worked);
             Finding {
                 explanation,

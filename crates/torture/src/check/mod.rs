@@ -124,8 +124,8 @@ pub struct Bounds {
 
 /// Judges a history: one verdict per property, in the order of [`Property::ALL`]. The whole
 /// API a caller needs: [`Report::is_ok`] (no property failed; one with nothing to judge does
-/// not fail, see [`Report::unjudged`]) and the report's `Display` (the seed, a line per
-/// property, each failure's slice).
+/// not fail, see [`Report::unjudged`]; [`Report::failed`] names those that did) and the
+/// report's `Display` (the seed, a line per property, each failure's slice).
 ///
 /// ```
 /// use std::time::Duration;

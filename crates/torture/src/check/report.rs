@@ -108,17 +108,25 @@ impl Report {
     /// No property failed. A property that could not be judged does not fail the run: see
     /// [`Report::unjudged`].
     pub fn is_ok(&self) -> bool {
-        !self
-            .verdicts
-            .iter()
-            .any(|v| matches!(v.judgement, Judgement::Fail { .. }))
+        self.failed().next().is_none()
+    }
+
+    /// The properties that failed: for a caller that excuses some (the servers' clocks on a
+    /// store whose expiry follows a stepped clock, holder safety under client pauses, as the
+    /// guarantee table of `fencelock-stores` says) rather than all of [`Report::is_ok`].
+    pub fn failed(&self) -> impl Iterator<Item = Property> + '_ {
+        self.properties(|j| matches!(j, Judgement::Fail { .. }))
     }
 
     /// The properties the history gave nothing to judge by.
     pub fn unjudged(&self) -> impl Iterator<Item = Property> + '_ {
+        self.properties(|j| matches!(j, Judgement::NotJudged { .. }))
+    }
+
+    fn properties(&self, which: fn(&Judgement) -> bool) -> impl Iterator<Item = Property> + '_ {
         self.verdicts
             .iter()
-            .filter(|v| matches!(v.judgement, Judgement::NotJudged { .. }))
+            .filter(move |v| which(&v.judgement))
             .map(|v| v.property)
     }
 
