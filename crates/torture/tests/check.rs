@@ -146,6 +146,33 @@ fn an_unknown_acquire_whose_lease_shows_up_later_passes() {
 }
 
 #[test]
+fn a_grant_given_back_after_its_client_gave_up_is_not_two_leases_at_once() {
+    // Seed 101 of the embedded store: c0's acquire, waiting on a paused server, timed out
+    // at the client (unknown). The server, resumed, granted it (token 3, as c2's read shows)
+    // and gave it back at once, its caller gone; 17 ms later c1 was granted the lock (token
+    // 4) inside the wall times of token 3. No release line can show the give-back.
+    let mut h = History::new();
+    h.push(grant(0, "c0-0", "x", 3, 0, 2000).outcome(Outcome::Unknown));
+    h.push(get(2, "x", 2100, 2105).shows(seen("x", "c0-0", 3, 2090, 3090)));
+    h.push(grant(1, "c1-0", "x", 4, 2107, 2110));
+    let report = h.check();
+    assert_pass(&report, Property::ExclusionByServerClocks);
+    assert_ok(&report);
+}
+
+#[test]
+fn a_lease_its_owner_was_told_of_is_not_given_back_by_a_later_unknown_acquire() {
+    // c0 holds token 3 (told); its extension times out (unknown): the server does not
+    // give back a lease its owner already held, so c1's grant inside it is two at once.
+    let mut h = History::new();
+    h.push(grant(0, "c0-0", "x", 3, 0, 10));
+    h.push(grant(0, "c0-0", "x", 3, 100, 900).extended().outcome(Outcome::Unknown));
+    h.push(grant(1, "c1-0", "x", 4, 500, 510));
+    let report = h.check();
+    assert_fail(&report, Property::ExclusionByServerClocks);
+}
+
+#[test]
 fn an_unknown_acquire_sent_after_a_grant_with_a_lower_token_fails() {
     let mut h = History::new();
     h.push(grant(0, "c0-0", "x", 5, 0, 10));

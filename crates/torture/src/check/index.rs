@@ -318,6 +318,10 @@ impl<'h> Index<'h> {
 
     fn learn_about(&mut self, id: OpId) {
         let op = self.op(id);
+        if op.call == Call::Acquire && op.outcome == Outcome::Unknown {
+            self.learn_given_up(id);
+            return;
+        }
         if !matches!(op.call, Call::Renew | Call::Release | Call::Lost) {
             return;
         }
@@ -353,6 +357,30 @@ impl<'h> Index<'h> {
                     }
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// An acquire whose client gave up on it (no answer, or a 503): the server may still
+    /// grant it, and then gives it back at once (its caller is gone), which no line of the
+    /// history shows. So a lease of that owner and name that its owner was never told of
+    /// may have been released from the moment the client gave up — as if a release had
+    /// been sent then (seed 101 of the embedded store: granted after the client's timeout
+    /// by a server resumed from a pause, given back, and the lock granted to the next
+    /// caller 17 ms later, which the servers' clocks showed as two leases at once).
+    fn learn_given_up(&mut self, id: OpId) {
+        let op = self.op(id);
+        let gave_up = Moment {
+            at: op.completed,
+            op: id,
+        };
+        for name in &op.names {
+            let holder = (op.kind, name.as_str(), op.owner.as_str());
+            for &lease_id in self.by_holder.get(&holder).into_iter().flatten() {
+                let lease = &mut self.leases[lease_id];
+                if lease.told.is_none() {
+                    Moment::keep_earliest(&mut lease.release_may_free, gave_up);
+                }
             }
         }
     }
