@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::ValueEnum as _;
 
 use crate::check::{Bounds, Judgement, Property, Report, check};
-use crate::history::{self, Entry};
+use crate::history::{self, Call, Entry, Mono};
 use crate::nemesis::FaultKind;
 use crate::target::StoreKind;
 
@@ -77,11 +77,19 @@ impl fmt::Display for RunVerdict {
 
 /// Judges a history with the bounds of its store; the report and what the guarantee waives.
 pub fn judge(entries: &[Entry]) -> RunVerdict {
-    let report = check(entries, bounds(entries));
+    let bounds = bounds(entries);
+    let report = check(entries, bounds);
     let waived = entries
         .iter()
         .find_map(store_of)
-        .map(|store| waivers(store, &injected(entries), &report))
+        .map(|store| {
+            let late_only_for_pauses = || {
+                !check(&losses_on_time(entries), bounds)
+                    .failed()
+                    .any(|property| property == Property::HolderSafety)
+            };
+            waivers(store, &injected(entries), &report, late_only_for_pauses)
+        })
         .unwrap_or_default();
     RunVerdict { report, waived }
 }
@@ -143,8 +151,63 @@ fn store_of(entry: &Entry) -> Option<StoreKind> {
     StoreKind::from_str(&info.store, false).ok()
 }
 
-/// What the guarantee gives up on `store` under `faults`, of what failed in `report`.
-fn waivers(store: StoreKind, faults: &[FaultKind], report: &Report) -> Vec<Waiver> {
+/// The history as it would read had no client been stopped: every loss a paused client's
+/// guard said late — its `held_until` fell inside a pause of that client, so it could say
+/// so only on waking — moved back to that `held_until`, when a guard that ran would have
+/// said it. Holder safety judged on this fails only for guards late for another reason.
+fn losses_on_time(entries: &[Entry]) -> Vec<Entry> {
+    let mut pauses: Vec<(u32, Mono, Mono)> = Vec::new();
+    for entry in entries {
+        let Entry::Fault(fault) = entry else { continue };
+        let client = fault
+            .target
+            .strip_prefix("client ")
+            .and_then(|id| id.parse().ok());
+        let (Some(client), Some(FaultKind::PauseClient)) = (client, FaultKind::parse(&fault.kind)) else {
+            continue;
+        };
+        match fault.phase.as_str() {
+            "begin" => pauses.push((client, fault.at, Mono(u64::MAX))),
+            _ => {
+                if let Some(pause) = pauses
+                    .iter_mut()
+                    .rev()
+                    .find(|(c, _, end)| *c == client && end.0 == u64::MAX)
+                {
+                    pause.2 = fault.at;
+                }
+            }
+        }
+    }
+    entries
+        .iter()
+        .map(|entry| match entry {
+            Entry::Op(op)
+                if op.call == Call::Lost
+                    && let Some(until) = op.held_until
+                    && until < op.completed
+                    && pauses.iter().any(|&(client, begin, end)| {
+                        client == op.client && begin <= until && until <= end
+                    }) =>
+            {
+                let mut on_time = op.clone();
+                on_time.invoked = until;
+                on_time.completed = until;
+                Entry::Op(on_time)
+            }
+            other => other.clone(),
+        })
+        .collect()
+}
+
+/// What the guarantee gives up on `store` under `faults`, of what failed in `report`;
+/// `late_only_for_pauses` says whether every late guard was a paused client's.
+fn waivers(
+    store: StoreKind,
+    faults: &[FaultKind],
+    report: &Report,
+    late_only_for_pauses: impl FnOnce() -> bool,
+) -> Vec<Waiver> {
     let failed = |property| {
         report
             .verdict(property)
@@ -185,10 +248,14 @@ fn waivers(store: StoreKind, faults: &[FaultKind], report: &Report) -> Vec<Waive
         );
     }
     // A client stopped past its lease's end learns of the loss only when it runs again: no
-    // lock service can tell it sooner. That is what fencing tokens are for; every violation
-    // of exclusion as told is one of holder safety too, so with exclusion held the store
-    // did its part.
-    if faults.contains(&FaultKind::PauseClient) && !failed(Property::Exclusion) {
+    // lock service can tell it sooner. That is what fencing tokens are for. Waived only when
+    // exclusion held and every late guard was a paused one: had each said lost at its
+    // `held_until`, holder safety would have held.
+    if faults.contains(&FaultKind::PauseClient)
+        && failed(Property::HolderSafety)
+        && !failed(Property::Exclusion)
+        && late_only_for_pauses()
+    {
         waive(
             Property::HolderSafety,
             "a paused client's guard said lost only once it ran again, after the store had rightly granted the lease to another; the fenced resource refuses its old token once a newer one has written",

@@ -166,7 +166,11 @@ fn a_lease_its_owner_was_told_of_is_not_given_back_by_a_later_unknown_acquire() 
     // give back a lease its owner already held, so c1's grant inside it is two at once.
     let mut h = History::new();
     h.push(grant(0, "c0-0", "x", 3, 0, 10));
-    h.push(grant(0, "c0-0", "x", 3, 100, 900).extended().outcome(Outcome::Unknown));
+    h.push(
+        grant(0, "c0-0", "x", 3, 100, 900)
+            .extended()
+            .outcome(Outcome::Unknown),
+    );
     h.push(grant(1, "c1-0", "x", 4, 500, 510));
     let report = h.check();
     assert_fail(&report, Property::ExclusionByServerClocks);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{History, grant, lost};
+use common::{History, With, grant, lost};
 use fencelock_torture::check::Property;
 use fencelock_torture::history::RunInfo;
 use fencelock_torture::verdict::{RunVerdict, judge};
@@ -25,19 +25,34 @@ fn waived(verdict: &RunVerdict) -> Vec<Property> {
 
 /// c0 holds "x" until 1000 by its guard and says lost only at 3000; c1 is granted "x" at
 /// 1500, after c0's lease ended: c0's guard was late. With `paused`, c0 was stopped
-/// meanwhile.
+/// meanwhile, from 100.
 fn late_guard(store: &str, paused: bool) -> History {
+    late_guard_paused_from(store, paused.then_some(100))
+}
+
+/// As [`late_guard`], with c0 stopped from `pause` (if any) until 3000.
+fn late_guard_paused_from(store: &str, pause: Option<u64>) -> History {
     let mut h = History::new().run(on(store));
     h.push(grant(0, "c0-0", "x", 1, 0, 10));
-    if paused {
-        h.fault("pause-client", "client 0", "begin", 100);
+    if let Some(from) = pause {
+        h.fault("pause-client", "client 0", "begin", from);
     }
     h.push(grant(1, "c1-0", "x", 2, 1500, 1510));
-    if paused {
+    if pause.is_some() {
         h.fault("pause-client", "client 0", "heal", 3000);
     }
-    h.push(lost(0, "c0-0", "x", 1, 3000));
+    h.push(lost(0, "c0-0", "x", 1, 3000).held_until(1000));
     h
+}
+
+#[test]
+fn a_guard_late_before_its_client_was_paused_fails_the_run() {
+    // c0's guard should have said lost at 1000; its client was stopped only at 1200: the
+    // pause does not explain the late guard, and the waiver must not hide it.
+    let verdict = judge(&late_guard_paused_from("sqlite", Some(1200)).entries);
+    assert!(verdict.holds(Property::Exclusion), "{verdict}");
+    assert!(waived(&verdict).is_empty(), "{verdict}");
+    assert!(!verdict.passed(), "{verdict}");
 }
 
 /// c1 is granted "x" at 20, while c0 holds it until 1000; with `fault`, the run injected
