@@ -332,6 +332,25 @@ pub struct Capabilities {
     pub drift: Drift,
 }
 
+impl Capabilities {
+    /// What a store that keeps every rule itself, in one process, has by nature: the
+    /// in-memory reference store's — 1 ms TTLs, nothing durable, nothing shared, every
+    /// release reported, writers' intents, principals and lock-delays kept, no drift. Every
+    /// store says how it differs from this (`Capabilities { durable: true,
+    /// ..Capabilities::BASELINE }`), so a new capability is one edit here, and one in each
+    /// store that differs.
+    pub const BASELINE: Self = Self {
+        ttl_granularity: Duration::from_millis(1),
+        durable: false,
+        knows_released_lease: true,
+        shared: false,
+        writer_intents: true,
+        principals: true,
+        lock_delays: true,
+        drift: Drift::NONE,
+    };
+}
+
 /// An allowance for clock drift: a part of the TTL and a fixed margin
 /// ([`Capabilities::drift`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

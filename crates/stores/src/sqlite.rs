@@ -613,14 +613,8 @@ impl LockStore for SqliteStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            ttl_granularity: Duration::from_millis(1),
             durable: true,
-            knows_released_lease: true,
-            shared: false,
-            writer_intents: true,
-            principals: true,
-            lock_delays: true,
-            drift: fencelock_core::Drift::NONE,
+            ..Capabilities::BASELINE
         }
     }
 }

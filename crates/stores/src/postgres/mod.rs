@@ -534,14 +534,9 @@ impl LockStore for PostgresStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            ttl_granularity: Duration::from_millis(1),
             durable: true,
-            knows_released_lease: true,
             shared: true,
-            writer_intents: true,
-            principals: true,
-            lock_delays: true,
-            drift: fencelock_core::Drift::NONE,
+            ..Capabilities::BASELINE
         }
     }
 }
