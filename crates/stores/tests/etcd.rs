@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fencelock_conformance::{Harness, checks, owner, ttl};
+use fencelock_conformance::{checks, owner, ttl};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Claim, FencingToken, ForceOutcome, HoldKind, HoldOutcome, Key,
     LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Waiters,
@@ -29,16 +29,7 @@ async fn store(url: &str) -> Arc<Deadline<EtcdStore>> {
     Arc::new(EtcdStore::connect(url).await.expect("connect to etcd"))
 }
 
-async fn harness() -> Harness {
-    let url = shared_url().await;
-    let again = move || {
-        let url = url.clone();
-        async move { store(&url).await as Arc<dyn LockStore> }
-    };
-    shared::harness(again().await, again)
-}
-
-fencelock_conformance::suite!(harness);
+fencelock_conformance::shared_suite!(|| shared_etcd().url(), store);
 
 mod shared;
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock_conformance::{Harness, owner, ttl};
+use fencelock_conformance::{owner, ttl};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind,
     HoldOutcome, Key, Kind, Lease, ListQuery, LockStore, MemoryStore, Owner, Principal, ReleaseNotice,
@@ -30,16 +30,7 @@ async fn store(url: &str) -> Arc<Deadline<PostgresStore>> {
     Arc::new(PostgresStore::connect(url).await.expect("connect to PostgreSQL"))
 }
 
-async fn harness() -> Harness {
-    let url = shared_url().await;
-    let again = move || {
-        let url = url.clone();
-        async move { store(&url).await as Arc<dyn LockStore> }
-    };
-    shared::harness(again().await, again)
-}
-
-fencelock_conformance::suite!(harness);
+fencelock_conformance::shared_suite!(|| shared_postgres().url(), store);
 
 mod shared;
 

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock_conformance::{Harness, checks, owner, ttl};
+use fencelock_conformance::{checks, owner, ttl};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Claim, FencingToken, HoldKind, HoldOutcome, Key, LockStore,
     ReleaseNotice, ReleaseOutcome, Resource, Resources, StoreError, Terms, Timestamp, Waiters,
@@ -30,16 +30,7 @@ async fn store(url: &str) -> Arc<Deadline<ZooKeeperStore>> {
     Arc::new(ZooKeeperStore::connect(url).await.expect("connect to ZooKeeper"))
 }
 
-async fn harness() -> Harness {
-    let url = shared_url().await;
-    let again = move || {
-        let url = url.clone();
-        async move { store(&url).await as Arc<dyn LockStore> }
-    };
-    shared::harness(again().await, again)
-}
-
-fencelock_conformance::suite!(harness);
+fencelock_conformance::shared_suite!(|| shared_zookeeper().url(), store);
 
 /// Short timeouts, so that calls without a quorum fail quickly; a session that outlives the
 /// loss of a member (the client moves to another one within it).

@@ -1,23 +1,11 @@
-//! What the tests of stores that many servers share (PostgreSQL, etcd, Redis) have in common; the
-//! many-servers checks themselves are in the conformance suite.
+//! What the tests of stores that many servers share (PostgreSQL, etcd, Redis, ZooKeeper) have
+//! in common; their conformance harness and the many-servers checks themselves are in the
+//! conformance suite (`fencelock_conformance::shared_suite!`).
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_conformance::Harness;
-use fencelock_core::{Key, LockStore, ReleaseNotice, Resource};
+use fencelock_core::{Key, ReleaseNotice, Resource};
 use tokio::sync::broadcast;
-
-/// The conformance harness of a store shared by many servers: `open` opens another store
-/// object over the same database or cluster, which stands both for the store reopened
-/// (durability) and for a second fencelock server.
-pub fn harness<F, Fut>(store: Arc<dyn LockStore>, open: F) -> Harness
-where
-    F: Fn() -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Arc<dyn LockStore>> + Send + 'static,
-{
-    Harness::real(store).reopening(open.clone()).sharing(open)
-}
 
 pub use fencelock_testkit::fixtures::unique;
 
