@@ -333,7 +333,9 @@ macro_rules! suite {
             a_hundred_acquirers_on_two_servers_have_one_winner,
             tokens_increase_across_servers,
             a_release_on_one_server_is_heard_on_the_other,
-            a_waiter_on_one_server_gets_the_lock_the_other_releases
+            a_waiter_on_one_server_gets_the_lock_the_other_releases,
+            fifty_acquirers_on_two_servers_get_exactly_the_limit,
+            readers_and_writers_on_two_servers_never_overlap
         );
         $crate::suite!(@each $make; terms:
             several_locks_are_acquired_all_or_none,
