@@ -12,6 +12,7 @@ use fencelock_core::{
     AcquireOutcome, Claim, FencingToken, HoldKind, HoldOutcome, Key, Owner, ReleaseOutcome, RenewOutcome,
     Resource, Waiters,
 };
+use fencelock_testkit::eventually;
 use tokio_util::sync::CancellationToken;
 
 use crate::checks::{announced, assert_released, grant, granted};
@@ -186,12 +187,11 @@ pub async fn a_waiter_on_one_server_gets_the_lock_the_other_releases(h: &Harness
                 .await
         })
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while waiters.waiting() == 0 {
-        assert!(std::time::Instant::now() < deadline, "the waiter never queued");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let released_at = std::time::Instant::now();
+    eventually(Duration::from_secs(10), "the waiter to queue", async || {
+        (waiters.waiting() > 0).then_some(())
+    })
+    .await;
+    let released_at = Instant::now();
     h.store
         .release(&lease.resource, &lease.owner, Some(lease.token))
         .await

@@ -15,7 +15,7 @@ use fencelock_core::{
 use fencelock_stores::Deadline;
 use fencelock_stores::etcd::{EtcdOptions, EtcdStore};
 use fencelock_testkit::fixtures::owner_of;
-use fencelock_testkit::{EtcdCluster, shared_etcd};
+use fencelock_testkit::{EtcdCluster, eventually, shared_etcd};
 use tokio_util::sync::CancellationToken;
 
 /// The shared server's address; starting it blocks, so not on the async worker.
@@ -52,11 +52,7 @@ async fn ttls_are_whole_seconds_rounded_up() {
     let before_expiry = lease.expires_at.since(fencelock_core::Timestamp::now_wall());
     tokio::time::sleep(before_expiry.saturating_sub(Duration::from_millis(300))).await;
     assert_eq!(store.get(&resource).await.unwrap(), Some(lease.clone()));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.get(&resource).await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "etcd did not expire the lease");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    shared::until_expired(&*store, &resource, Duration::from_secs(10)).await;
     let gone_late_by = fencelock_core::Timestamp::now_wall().since(lease.expires_at);
     eprintln!("etcd deleted the lock {gone_late_by:?} after expires_at");
 }
@@ -250,11 +246,10 @@ async fn a_lock_handed_over_between_servers_is_acquired_after_its_release() {
                 })
             })
             .collect();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while tries.load(Ordering::SeqCst) < 8 {
-            assert!(Instant::now() < deadline, "the racers never tried");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        eventually(Duration::from_secs(10), "the racers to try", async || {
+            (tries.load(Ordering::SeqCst) >= 8).then_some(())
+        })
+        .await;
         let released = from
             .release(&resource, &holder.owner, Some(holder.token))
             .await
@@ -520,15 +515,6 @@ async fn a_force_release_is_announced_on_every_server_and_leaves_waiting_writers
     assert!(readers.iter().all(|r| r.token < hold.lease.token), "{hold:?}");
 }
 
-/// Waits until `store` no longer shows the lease on `resource` (it expired), polling.
-async fn until_expired(store: &dyn LockStore, resource: &Resource, within: Duration) {
-    let deadline = Instant::now() + within;
-    while store.get(resource).await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "{resource} did not expire");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn terms(ttl_of: Duration) -> Terms {
     Terms::ttl(ttl(ttl_of))
 }
@@ -622,7 +608,7 @@ async fn a_cap_inside_etcds_whole_seconds_ends_the_lease_on_every_server() {
     assert!(expires_in <= cap, "{expires_in:?}");
 
     // Over at the cap, not at etcd's next whole second: closed for the delay from then.
-    until_expired(other.as_ref(), &resource, Duration::from_secs(10)).await;
+    shared::until_expired(other.as_ref(), &resource, Duration::from_secs(10)).await;
     let refused = other
         .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
         .await
@@ -663,7 +649,7 @@ async fn a_lock_delay_set_through_one_server_refuses_a_grant_through_the_other_u
 
     // Never released: once it expires, the other server is told to come back when the
     // delay ends, and its waiters are granted the lock then.
-    until_expired(other.as_ref(), &resource, Duration::from_secs(10)).await;
+    shared::until_expired(other.as_ref(), &resource, Duration::from_secs(10)).await;
     let refused = other
         .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
         .await
@@ -745,7 +731,7 @@ async fn a_multi_acquire_through_one_server_is_refused_whole_when_the_other_hold
     // A lock in its lock-delay stands in the way too, each refusal in the order given.
     let delayed = Terms::ttl(ttl(Duration::from_secs(1))).lock_delay(Duration::from_secs(60));
     shared::granted(other.acquire_with(&w, &owner("b"), delayed).await.unwrap());
-    until_expired(one.as_ref(), &w, Duration::from_secs(10)).await;
+    shared::until_expired(one.as_ref(), &w, Duration::from_secs(10)).await;
     let refused = one
         .acquire_all(&names(&[&x, &w, &y]), &owner("a"), Terms::ttl(long))
         .await

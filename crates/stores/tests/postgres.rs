@@ -15,7 +15,7 @@ use fencelock_core::{
 use fencelock_stores::Deadline;
 use fencelock_stores::postgres::{PostgresOptions, PostgresStore};
 use fencelock_testkit::fixtures::{owner_of, resource, unique_prefix};
-use fencelock_testkit::{Postgres, Proxy, shared_postgres};
+use fencelock_testkit::{Postgres, Proxy, eventually, shared_postgres};
 use shared::granted;
 use tokio::sync::broadcast;
 
@@ -44,11 +44,7 @@ async fn a_token_outlives_the_purge_of_its_lease() {
             .await
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.get(&resource).await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "lease did not expire");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    shared::until_expired(&*store, &resource, Duration::from_secs(10)).await;
     // Another test may purge at the same time (and take this lease, or make this purge
     // wait its turn): what matters is that the row goes, and that the next token is still
     // greater.
@@ -56,27 +52,28 @@ async fn a_token_outlives_the_purge_of_its_lease() {
         .await
         .unwrap();
     tokio::spawn(connection);
-    loop {
-        let purged = store.purge_expired().await.unwrap();
-        let now = fencelock_core::Timestamp::now_wall();
-        assert!(
-            purged.iter().all(|e| e.lease.expires_at <= now),
-            "purged a live lease: {purged:?}"
-        );
-        let rows: i64 = client
-            .query_one(
-                "SELECT count(*) FROM fencelock_leases WHERE resource = $1",
-                &[&resource.as_str()],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if rows == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the expired lease was not purged");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the expired lease to be purged",
+        async || {
+            let purged = store.purge_expired().await.unwrap();
+            let now = fencelock_core::Timestamp::now_wall();
+            assert!(
+                purged.iter().all(|e| e.lease.expires_at <= now),
+                "purged a live lease: {purged:?}"
+            );
+            let rows: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM fencelock_leases WHERE resource = $1",
+                    &[&resource.as_str()],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            (rows == 0).then_some(())
+        },
+    )
+    .await;
     let second = shared::granted(
         store
             .acquire(&resource, &owner("a"), ttl(Duration::from_secs(60)))
@@ -624,13 +621,12 @@ async fn purge_forgets_expired_holds_with_their_kind_and_ended_intents() {
             .await
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !store.holds(HoldKind::Semaphore, &name).await.unwrap().is_empty()
-        || !store.holds(HoldKind::RwLock, &name).await.unwrap().is_empty()
-    {
-        assert!(Instant::now() < deadline, "the holds did not expire");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(Duration::from_secs(10), "the holds to expire", async || {
+        let semaphore = store.holds(HoldKind::Semaphore, &name).await.unwrap();
+        let rwlock = store.holds(HoldKind::RwLock, &name).await.unwrap();
+        (semaphore.is_empty() && rwlock.is_empty()).then_some(())
+    })
+    .await;
     // The intent ends with the holds (all were stamped within one TTL of each other).
     let intents = |client: tokio_postgres::Client| async move {
         let row = client
@@ -639,7 +635,10 @@ async fn purge_forgets_expired_holds_with_their_kind_and_ended_intents() {
             .unwrap();
         row.get::<_, i64>(0)
     };
-    while intents(connected(&url).await).await > 0 {
+    eventually(Duration::from_secs(10), "the intent to be purged", async || {
+        if intents(connected(&url).await).await == 0 {
+            return Some(());
+        }
         let purged = store.purge_expired().await.unwrap();
         let mut purged: Vec<(Kind, Lease)> = purged
             .into_iter()
@@ -655,9 +654,9 @@ async fn purge_forgets_expired_holds_with_their_kind_and_ended_intents() {
                 ]
             );
         }
-        assert!(Instant::now() < deadline, "the intent was not purged");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        None
+    })
+    .await;
     assert_eq!(
         store.holds(HoldKind::RwLock, &resource("live")).await.unwrap(),
         [live]
@@ -1064,16 +1063,16 @@ async fn a_purge_forgets_a_batch_at_a_time_the_first_expired_first() {
         last = Some((lock, sem));
     }
     let (lock, sem) = last.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while store.get(&lock).await.unwrap().is_some()
-        || !store.holds(HoldKind::Semaphore, &sem).await.unwrap().is_empty()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the last lease and permit did not expire"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        "the last lease and permit to expire",
+        async || {
+            let lease = store.get(&lock).await.unwrap();
+            let permits = store.holds(HoldKind::Semaphore, &sem).await.unwrap();
+            (lease.is_none() && permits.is_empty()).then_some(())
+        },
+    )
+    .await;
     let count = |purged: &[Expired], kind: Kind| purged.iter().filter(|e| e.kind == kind).count();
     let first = store.purge_expired().await.unwrap();
     assert_eq!(count(&first, Kind::Lock), PURGE_BATCH);
@@ -1099,15 +1098,6 @@ async fn a_purge_forgets_a_batch_at_a_time_the_first_expired_first() {
 }
 
 // The terms a lease keeps, and several locks at once.
-
-/// Waits until the lease on `resource` has expired, by `store`'s answers.
-async fn until_expired(store: &dyn LockStore, resource: &Resource) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.get(resource).await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "{resource} did not expire");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 /// Terms with a cap and a lock-delay, both far from the test's TTLs.
 fn with_terms(ttl_of: Duration) -> Terms {
@@ -1185,7 +1175,7 @@ async fn every_statement_reads_a_lease_with_its_terms_through_a_new_store() {
     // Purges by others may come first: what matters is that none forgets the lease before
     // its delay has ended (by the database's clock), and that the one that does reports it
     // with its terms.
-    until_expired(&*store, &purged.resource).await;
+    shared::until_expired(&*store, &purged.resource, Duration::from_secs(10)).await;
     let db = connected(&url).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -1226,7 +1216,7 @@ async fn a_lock_delay_and_an_all_or_none_hold_across_two_servers() {
     let delay = Duration::from_millis(700);
     let terms = Terms::ttl(ttl(Duration::from_millis(100))).lock_delay(delay);
     let lease = granted(a.acquire_with(&name, &owner("crashed"), terms).await.unwrap());
-    until_expired(&*b, &name).await;
+    shared::until_expired(&*b, &name, Duration::from_secs(10)).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut refused = 0;
     let next = loop {
@@ -1533,7 +1523,7 @@ async fn a_server_of_version_3_leaves_no_stale_terms_and_is_cut_at_the_cap() {
             .await
             .unwrap(),
     );
-    until_expired(&*store, &name).await;
+    shared::until_expired(&*store, &name, Duration::from_secs(10)).await;
     let (token, _, was_granted) = acquire(name.clone(), "old", 60_000).await;
     assert!(was_granted && token > first.token, "within the lock-delay");
     let lease = store.get(&name).await.unwrap().expect("granted");

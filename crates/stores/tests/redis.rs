@@ -650,11 +650,10 @@ async fn a_waiter_on_one_redlock_store_is_woken_by_a_release_through_another() {
                 .await
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while waiters.waiting() == 0 {
-        assert!(Instant::now() < deadline, "the waiter never queued");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    fencelock_testkit::eventually(Duration::from_secs(10), "the waiter to queue", async || {
+        (waiters.waiting() > 0).then_some(())
+    })
+    .await;
     let released = one
         .release(&name, &holder.owner, Some(holder.token))
         .await

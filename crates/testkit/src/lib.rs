@@ -31,7 +31,8 @@
 //!   [`ZooKeeperEnsemble::start_again`], [`ZooKeeperEnsemble::wait_healthy`] (a quorum
 //!   serves) and [`ZooKeeperEnsemble::wait_no_quorum`]; [`Mode`] is a member's role as its
 //!   `srvr` four-letter word reports it.
-//! - [`eventually`]: asking until a state holds, with a deadline.
+//! - [`eventually`] (async) and [`eventually_blocking`]: asking until a state holds, with a
+//!   deadline.
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
 //! - [`fuzz`]: the bounded configuration, strategies and naming model of the fuzz targets.
 //! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
@@ -55,7 +56,7 @@ mod zookeeper;
 
 pub use canned::Canned;
 pub use etcd::{Etcd, EtcdCluster, shared_etcd};
-pub use eventually::eventually;
+pub use eventually::{eventually, eventually_blocking};
 pub use postgres::{Postgres, shared_postgres};
 pub use proxy::Proxy;
 pub use redis::{Redis, RedisNodes, shared_redis, shared_redis_nodes};

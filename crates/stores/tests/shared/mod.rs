@@ -2,14 +2,27 @@
 //! in common; their conformance harness and the many-servers checks themselves are in the
 //! conformance suite (`fencelock_conformance::shared_suite!`).
 
+#![allow(dead_code)] // Each test file uses a different part of this.
+
 use std::time::Duration;
 
-use fencelock_core::{Key, ReleaseNotice, Resource};
+use fencelock_core::{Key, LockStore, ReleaseNotice, Resource};
+use fencelock_testkit::eventually;
 use tokio::sync::broadcast;
 
 pub use fencelock_testkit::fixtures::unique;
 
 pub use fencelock_conformance::checks::granted;
+
+/// Waits until `store` no longer shows the lease on `resource` (it expired); fails the test
+/// after `within`.
+pub async fn until_expired(store: &dyn LockStore, resource: &Resource, within: Duration) {
+    let what = format!("{resource} to expire");
+    eventually(within, &what, async || {
+        store.get(resource).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
 
 /// Waits until `resource` comes out of `feed`; `Err` after `within`.
 pub async fn wait_for_release(
