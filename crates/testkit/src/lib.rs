@@ -33,6 +33,7 @@
 //!   `srvr` four-letter word reports it.
 //! - [`eventually`] (async) and [`eventually_blocking`]: asking until a state holds, with a
 //!   deadline.
+//! - [`logs`]: what the test binary logs, as JSON [`Lines`].
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
 //! - [`fuzz`]: the bounded configuration, strategies and naming model of the fuzz targets.
 //! - [`Proxy`]: a TCP relay that can be cut, for a server that stops answering without
@@ -47,6 +48,7 @@ mod etcd;
 mod eventually;
 pub mod fixtures;
 pub mod fuzz;
+mod logs;
 mod postgres;
 mod process;
 mod proxy;
@@ -57,6 +59,7 @@ mod zookeeper;
 pub use canned::Canned;
 pub use etcd::{Etcd, EtcdCluster, shared_etcd};
 pub use eventually::{eventually, eventually_blocking};
+pub use logs::{Lines, logs};
 pub use postgres::{Postgres, shared_postgres};
 pub use proxy::Proxy;
 pub use redis::{Redis, RedisNodes, shared_redis, shared_redis_nodes};
