@@ -299,6 +299,14 @@ pub struct LeasePage {
     pub next: Option<Resource>,
 }
 
+impl LeasePage {
+    /// The page of `leases`, read in order one past `limit` ([`crate::page::page_of`]).
+    pub fn from_one_past(leases: Vec<Lease>, limit: usize) -> Self {
+        let (leases, next) = crate::page::page_of(leases, limit, |lease| &lease.resource);
+        Self { leases, next }
+    }
+}
+
 /// How a store differs from the others by nature. The conformance suite reads these instead
 /// of skipping tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

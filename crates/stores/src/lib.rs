@@ -319,18 +319,6 @@ fn opened<S: LockStore>(
     }
 }
 
-/// A page of `leases`, fetched one past `limit` to know whether another page follows.
-#[cfg(feature = "shared")]
-fn page(mut leases: Vec<fencelock_core::Lease>, limit: usize) -> fencelock_core::LeasePage {
-    let next = if leases.len() > limit {
-        leases.truncate(limit);
-        leases.last().map(|l| l.resource.clone())
-    } else {
-        None
-    };
-    fencelock_core::LeasePage { leases, next }
-}
-
 fn invalid(address: &str, reason: &str) -> OpenError {
     OpenError::InvalidAddress {
         address: address.into(),

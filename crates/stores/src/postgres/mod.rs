@@ -391,7 +391,7 @@ impl LockStore for PostgresStore {
         let rows = self
             .query("list", sql::LIST, &[&query.prefix.as_str(), &after, &fetch])
             .await?;
-        Ok(crate::page(row::leases(&rows)?, limit))
+        Ok(LeasePage::from_one_past(row::leases(&rows)?, limit))
     }
 
     async fn purge_expired(&self) -> Result<Vec<Expired>> {
