@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    AcquireAllOutcome, AcquireOutcome, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
-    HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource,
-    Resources, StoreError, Terms, Ttl, Waiters,
+    AcquireAllOutcome, AcquireOutcome, Acquired, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind,
+    HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome,
+    Resource, Resources, StoreError, Terms, Ttl, Waiters,
 };
 #[cfg(feature = "direct")]
 use fencelock_stores::OpenError;
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::access::CaCertificates;
 use crate::guard::{
     GuardOptions, HoldGuard, InvalidGuardOptions, Keeper, LeaseGuard, LostReason, MultiGuard, Timing,
+    Unconfirmed,
 };
 use crate::http::{HttpOptions, HttpStore, InvalidServerAddress};
 
@@ -177,6 +178,12 @@ pub enum AcquireError {
         /// What the store's refusal says happened to it.
         reason: LostReason,
     },
+}
+
+impl From<Unconfirmed> for AcquireError {
+    fn from(Unconfirmed { lease, reason }: Unconfirmed) -> Self {
+        Self::LostBeforeConfirmed { lease, reason }
+    }
 }
 
 impl From<StoreError> for AcquireError {
@@ -555,24 +562,15 @@ impl Client {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireOutcome, StoreError> {
-        let wait = wait.min(FOREVER);
-        match &self.backend {
-            Backend::Direct(waiters) => {
-                // Nobody cancels: the caller stops waiting by dropping the future.
-                let never = CancellationToken::new();
-                let acquired = waiters
-                    .acquire_unless(resource, owner, terms, wait, &never)
-                    .await?;
-                Ok(acquired.outcome)
-            }
-            Backend::Server(http) => {
-                let busy = |outcome: &AcquireOutcome| outcome.retry_in().is_some();
-                in_server_line(wait, busy, |left| {
-                    http.acquire_waiting(resource, owner, terms, left)
-                })
-                .await
-            }
-        }
+        self.in_line(
+            wait,
+            |waiters, wait, never| async move {
+                waiters.acquire_unless(resource, owner, terms, wait, &never).await
+            },
+            |http, left| async move { http.acquire_waiting(resource, owner, terms, left).await },
+            |outcome: &AcquireOutcome| outcome.retry_in().is_some(),
+        )
+        .await
     }
 
     /// Acquires every lock of `resources` for `owner`, or none, and keeps all the leases
@@ -658,23 +656,17 @@ impl Client {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireAllOutcome, StoreError> {
-        let wait = wait.min(FOREVER);
-        match &self.backend {
-            Backend::Direct(waiters) => {
-                let never = CancellationToken::new();
-                let acquired = waiters
+        self.in_line(
+            wait,
+            |waiters, wait, never| async move {
+                waiters
                     .acquire_all_unless(resources, owner, terms, wait, &never)
-                    .await?;
-                Ok(acquired.outcome)
-            }
-            Backend::Server(http) => {
-                let busy = |outcome: &AcquireAllOutcome| outcome.retry_in().is_some();
-                in_server_line(wait, busy, |left| {
-                    http.acquire_all_waiting(resources, owner, terms, left)
-                })
-                .await
-            }
-        }
+                    .await
+            },
+            |http, left| async move { http.acquire_all_waiting(resources, owner, terms, left).await },
+            |outcome: &AcquireAllOutcome| outcome.retry_in().is_some(),
+        )
+        .await
     }
 
     /// Acquires one permit of the semaphore `name` of `limit` permits for `owner`, and keeps
@@ -816,23 +808,42 @@ impl Client {
                 "a semaphore's limit must be at least 1".into(),
             ));
         }
+        self.in_line(
+            wait,
+            |waiters, wait, never| async move {
+                waiters
+                    .acquire_hold_unless(name, owner, claim, ttl, wait, &never)
+                    .await
+            },
+            |http, left| async move { http.acquire_hold_waiting(name, owner, claim, ttl, left).await },
+            |outcome: &HoldOutcome| matches!(outcome, HoldOutcome::Busy(_)),
+        )
+        .await
+    }
+
+    /// One acquire of any kind, waiting up to `wait`: in line with this client's other
+    /// callers through `direct` for a store (nobody cancels its `never`: the caller stops
+    /// waiting by dropping the future), or in the server's line through `on_server` for a
+    /// server (see [`in_server_line`]; `busy` tells an answer the caller may wait past).
+    async fn in_line<O, D, S>(
+        &self,
+        wait: Duration,
+        direct: impl FnOnce(Waiters, Duration, CancellationToken) -> D,
+        on_server: impl Fn(Arc<HttpStore>, Duration) -> S,
+        busy: impl Fn(&O) -> bool,
+    ) -> Result<O, StoreError>
+    where
+        // Plain closures giving futures, as for `in_server_line`.
+        D: Future<Output = Result<Acquired<O>, StoreError>>,
+        S: Future<Output = Result<O, StoreError>>,
+    {
         let wait = wait.min(FOREVER);
         match &self.backend {
             Backend::Direct(waiters) => {
-                // Nobody cancels: the caller stops waiting by dropping the future.
                 let never = CancellationToken::new();
-                let acquired = waiters
-                    .acquire_hold_unless(name, owner, claim, ttl, wait, &never)
-                    .await?;
-                Ok(acquired.outcome)
+                Ok(direct(waiters.clone(), wait, never).await?.outcome)
             }
-            Backend::Server(http) => {
-                let busy = |outcome: &HoldOutcome| matches!(outcome, HoldOutcome::Busy(_));
-                in_server_line(wait, busy, |left| {
-                    http.acquire_hold_waiting(name, owner, claim, ttl, left)
-                })
-                .await
-            }
+            Backend::Server(http) => in_server_line(wait, busy, |left| on_server(http.clone(), left)).await,
         }
     }
 

@@ -64,8 +64,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout};
 
-use crate::client::AcquireError;
-
 /// How a [`LeaseGuard`] renews its lease and when it gives up; every field has a default that
 /// depends on the TTL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -476,6 +474,17 @@ impl<T: Held> Shared<T> {
     }
 }
 
+/// A lease granted, and lost before [`Keeper::confirm`] could confirm it: the store refused
+/// the renewal sent after a late grant. An acquire answers it as
+/// [`AcquireError::LostBeforeConfirmed`](crate::AcquireError::LostBeforeConfirmed).
+#[derive(Debug)]
+pub(crate) struct Unconfirmed {
+    /// The lease as granted.
+    pub(crate) lease: Lease,
+    /// What the store's refusal says happened to it.
+    pub(crate) reason: LostReason,
+}
+
 /// What every guard is: leases, one renewal task over all of them, and a release when it is
 /// dropped.
 #[derive(Debug)]
@@ -538,14 +547,14 @@ impl<T: Held> Keeper<T> {
     /// send, e.g. after a wait in line) is renewed at once, so that the guard counts from
     /// that renewal and not from before the wait. If the store refuses one of those
     /// renewals, that lease ended before it could be confirmed: the others are given back
-    /// (all or none) and the answer is [`AcquireError::LostBeforeConfirmed`].
+    /// (all or none) and the answer is [`Unconfirmed`].
     pub(crate) async fn confirm(
         store: Arc<dyn LockStore>,
         held: Vec<T>,
         sent: Instant,
         timing: Timing,
         max_hold: Option<Ttl>,
-    ) -> Result<Self, AcquireError> {
+    ) -> Result<Self, Unconfirmed> {
         let ttl = timing.ttl;
         let mut kept: Vec<Kept<T>> = held
             .iter()
@@ -573,7 +582,7 @@ impl<T: Held> Keeper<T> {
         if let Some((at, reason)) = lost {
             let others = held.iter().enumerate().filter(|(i, _)| *i != at);
             join_all(others.map(|(_, other)| timeout(limit, other.release(&*store)))).await;
-            return Err(AcquireError::LostBeforeConfirmed {
+            return Err(Unconfirmed {
                 lease: held[at].lease().clone(),
                 reason,
             });

@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Deadlock, Expired, FencingToken, ForceOutcome,
-    Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner,
+    Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner, Refusal,
     ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Ttl,
 };
 use fencelock_wire::body::InvalidLease;
@@ -184,19 +184,10 @@ impl HttpStore {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireOutcome> {
-        let wait = wait.min(self.options.max_wait_per_request);
         // The cap travels; the lock-delay does not: the server applies its own.
-        let body = AcquireRequest::new(owner, terms, wait);
-        let request = self
-            .http
-            .post(self.lock_url(resource))
-            .json(&body)
-            .timeout(self.options.request_timeout + wait);
-        let response = self.send(request).await?;
-        if response.status() != StatusCode::OK {
-            return Err(unexpected(response).await);
-        }
-        outcome::decode_acquire(read_json::<AcquireResponse>(response).await?).map_err(invalid_lease)
+        let body = |wait| AcquireRequest::new(owner, terms, wait);
+        let response = self.post_acquire(self.lock_url(resource), wait, body).await?;
+        outcome::decode_acquire(ok_json::<AcquireResponse>(response).await?).map_err(invalid_lease)
     }
 
     /// Acquires every lock of `resources` for `owner` on `terms` (as
@@ -211,18 +202,10 @@ impl HttpStore {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireAllOutcome> {
-        let wait = wait.min(self.options.max_wait_per_request);
-        let body = AcquireAllRequest::new(resources, owner, terms, wait);
-        let request = self
-            .http
-            .post(format!("{}/locks", self.base))
-            .json(&body)
-            .timeout(self.options.request_timeout + wait);
-        let response = self.send(request).await?;
-        if response.status() != StatusCode::OK {
-            return Err(unexpected(response).await);
-        }
-        outcome::decode_acquire_all(read_json::<AcquireAllResponse>(response).await?).map_err(invalid_lease)
+        let body = |wait| AcquireAllRequest::new(resources, owner, terms, wait);
+        let url = format!("{}/locks", self.base);
+        let response = self.post_acquire(url, wait, body).await?;
+        outcome::decode_acquire_all(ok_json::<AcquireAllResponse>(response).await?).map_err(invalid_lease)
     }
 
     /// Acquires a hold of `claim` on `name` for `owner`; while it is busy, the server keeps
@@ -237,14 +220,10 @@ impl HttpStore {
         ttl: Ttl,
         wait: Duration,
     ) -> Result<HoldOutcome> {
-        let wait = wait.min(self.options.max_wait_per_request);
-        let body = HoldAcquireRequest::new(owner, claim, ttl, wait);
-        let request = self
-            .http
-            .post(self.hold_url(claim.kind(), name))
-            .json(&body)
-            .timeout(self.options.request_timeout + wait);
-        let response = self.send(request).await?;
+        let body = |wait| HoldAcquireRequest::new(owner, claim, ttl, wait);
+        let response = self
+            .post_acquire(self.hold_url(claim.kind(), name), wait, body)
+            .await?;
         if response.status() == StatusCode::OK {
             let answer: HoldAcquireResponse = read_json(response).await?;
             return outcome::decode_hold_acquire(answer).map_err(invalid_lease);
@@ -254,6 +233,24 @@ impl HttpStore {
             Some(mismatch) => Ok(mismatch),
             None => Err(refused.error()),
         }
+    }
+
+    /// Posts the acquire `body(wait)` to `url`: `wait` cut to what one request may wait, and
+    /// the request given that long on top of its timeout, so that waiting in line does not
+    /// time it out.
+    async fn post_acquire<B: serde::Serialize>(
+        &self,
+        url: String,
+        wait: Duration,
+        body: impl FnOnce(Duration) -> B,
+    ) -> Result<Response> {
+        let wait = wait.min(self.options.max_wait_per_request);
+        let request = self
+            .http
+            .post(url)
+            .json(&body(wait))
+            .timeout(self.options.request_timeout + wait);
+        self.send(request).await
     }
 
     fn hold_url(&self, kind: HoldKind, name: &Resource) -> String {
@@ -351,11 +348,10 @@ impl LockStore for HttpStore {
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
         let response = self.send(self.http.get(self.lock_url(resource))).await?;
-        match ProblemKind::from_status(response.status().as_u16()) {
-            None if response.status() == StatusCode::OK => Ok(Some(lease(read_json(response).await?)?)),
-            Some(ProblemKind::NotFound) => Ok(None),
-            _ => Err(unexpected(response).await),
+        if response.status() != StatusCode::OK {
+            return nothing_held(response).await.map(|()| None);
         }
+        Ok(Some(lease(read_json(response).await?)?))
     }
 
     async fn release(
@@ -393,10 +389,7 @@ impl LockStore for HttpStore {
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
         let response = self.send(self.http.get(self.list_url("/locks", query))).await?;
-        if response.status() != StatusCode::OK {
-            return Err(unexpected(response).await);
-        }
-        let page: ListResponse = read_json(response).await?;
+        let page: ListResponse = ok_json(response).await?;
         let leases = page.locks.into_iter().map(lease).collect::<Result<Vec<_>>>()?;
         let next = match page.next_cursor {
             None => None,
@@ -430,14 +423,11 @@ impl LockStore for HttpStore {
 
     async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
         let response = self.send(self.http.get(self.hold_url(kind, name))).await?;
-        match ProblemKind::from_status(response.status().as_u16()) {
-            None if response.status() == StatusCode::OK => {
-                let body: HoldsBody = read_json(response).await?;
-                outcome::decode_holds(body).map_err(invalid_lease)
-            }
-            Some(ProblemKind::NotFound) => Ok(Vec::new()),
-            _ => Err(unexpected(response).await),
+        if response.status() != StatusCode::OK {
+            return nothing_held(response).await.map(|()| Vec::new());
         }
+        let body: HoldsBody = read_json(response).await?;
+        outcome::decode_holds(body).map_err(invalid_lease)
     }
 
     async fn release_hold(
@@ -478,10 +468,7 @@ impl LockStore for HttpStore {
     async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
         let url = self.list_url(collection(kind), query);
         let response = self.send(self.http.get(url)).await?;
-        if response.status() != StatusCode::OK {
-            return Err(unexpected(response).await);
-        }
-        let page: HoldListResponse = read_json(response).await?;
+        let page: HoldListResponse = ok_json(response).await?;
         outcome::decode_hold_page(page).map_err(invalid_lease)
     }
 
@@ -495,11 +482,10 @@ impl LockStore for HttpStore {
     async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
         let body = ForceReleaseRequest { force: true };
         let response = self.send(self.http.delete(self.key_url(key)).json(&body)).await?;
-        match response.status() {
-            StatusCode::NO_CONTENT => Ok(ForceOutcome::Released(Vec::new())),
-            StatusCode::NOT_FOUND => Ok(ForceOutcome::NotFound),
-            _ => Err(unexpected(response).await),
+        if response.status() != StatusCode::NO_CONTENT {
+            return nothing_held(response).await.map(|()| ForceOutcome::NotFound);
         }
+        Ok(ForceOutcome::Released(Vec::new()))
     }
 
     /// Asks the server's readiness check, which asks its store.
@@ -573,6 +559,25 @@ async fn read_json<T: serde::de::DeserializeOwned>(response: Response) -> Result
         .map_err(|e| StoreError::unavailable("the answer is not what a fencelock server sends", e))
 }
 
+/// Nothing, if `response` is the 404 of a name with nothing live on it; else the error it
+/// tells of (a 404 `no-route` among them: the server has no such path, which says nothing of
+/// the name).
+async fn nothing_held(response: Response) -> Result<()> {
+    let refused = Refused::read(response).await;
+    match refused.refusal() {
+        Some(Refusal::NotFound) => Ok(()),
+        _ => Err(refused.error()),
+    }
+}
+
+/// The body of a 200 answer; any other answer is the error it tells of.
+async fn ok_json<T: serde::de::DeserializeOwned>(response: Response) -> Result<T> {
+    if response.status() != StatusCode::OK {
+        return Err(unexpected(response).await);
+    }
+    read_json(response).await
+}
+
 /// The error for an answer that is not an outcome of the call: a problem (503, 422, 401, …),
 /// or something that is not a fencelock server at all.
 async fn unexpected(response: Response) -> StoreError {
@@ -606,21 +611,22 @@ impl Refused {
     }
 
     /// The refusal of a release or renewal this tells of: no lease (404), another owner's
-    /// (403) or another token (409). A 403 whose problem is not that of another owner's
-    /// lease is about the caller's rights: no refusal, an error.
-    fn refusal(&self) -> Option<fencelock_core::Refusal> {
+    /// (403) or another token (409). A problem of another type with the same status is no
+    /// refusal but an error: a 403 `denied` is about the caller's rights, a 404 `no-route`
+    /// about the server's paths, neither about the lease.
+    fn refusal(&self) -> Option<Refusal> {
         let kind = ProblemKind::from_status(self.status.as_u16())?;
-        if kind == ProblemKind::Forbidden && !self.is_of_the_lease() {
+        if !self.is_of_the_lease(kind) {
             return None;
         }
         kind.refusal()
     }
 
-    /// Whether a 403 is the one of a lease held by another owner (or principal), as opposed
-    /// to a right the caller lacks.
-    fn is_of_the_lease(&self) -> bool {
-        let forbidden = ProblemKind::Forbidden.type_uri();
-        self.problem.as_ref().is_none_or(|p| p.type_uri == forbidden)
+    /// Whether the answer is the problem of `kind`, the refusal its status stands for (an
+    /// answer without a problem body is taken by its status).
+    fn is_of_the_lease(&self, kind: ProblemKind) -> bool {
+        let type_uri = kind.type_uri();
+        self.problem.as_ref().is_none_or(|p| p.type_uri == type_uri)
     }
 
     /// The error this answer tells of.

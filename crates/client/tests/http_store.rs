@@ -1,6 +1,7 @@
 //! `HttpStore` against a real server: the terms it sends (a cap, never a lock-delay: the
 //! server's own applies), several locks in one `POST /locks` read back as the store's outcome,
-//! and a 409 `deadlock` read back as `StoreError::Deadlock` on every kind of acquire.
+//! a 409 `deadlock` read back as `StoreError::Deadlock` on every kind of acquire, and a 404
+//! `no-route` read as an error, never as "no lease".
 
 mod common;
 
@@ -9,8 +10,8 @@ use std::time::Duration;
 use common::{TestServer, eventually, owner, resource, ttl};
 use fencelock_client::HttpStore;
 use fencelock_core::{
-    AcquireAllOutcome, AcquireOutcome, Claim, HoldKind, HoldOutcome, LockStore, Resources, StoreError, Terms,
-    Ttl,
+    AcquireAllOutcome, AcquireOutcome, Claim, HoldKind, HoldOutcome, Key, LockStore, Resources, StoreError,
+    Terms, Ttl,
 };
 use fencelock_server::Config;
 
@@ -169,4 +170,39 @@ async fn a_deadlock_is_store_error_deadlock_with_the_cycle_on_every_acquire() {
             .owner,
         b
     );
+}
+
+/// A server reached under a path it does not serve (a proxy's prefix that is not there)
+/// answers every call 404 `no-route`: no answer about the name, so every call is an error
+/// that says so — not "no lease", "no holds" or "nothing to release".
+#[tokio::test]
+async fn a_404_no_route_is_an_error_and_never_no_lease() {
+    let server = TestServer::start();
+    let store = HttpStore::new(&format!("{}/no-such-prefix", server.url)).unwrap();
+    let (name, who, kind) = (resource("r"), owner("w"), HoldKind::Semaphore);
+    let minute = ttl(60_000);
+    no_route("get", store.get(&name).await);
+    no_route("holds", store.holds(kind, &name).await);
+    no_route(
+        "force_release",
+        store.force_release(&Key::hold(kind, &name)).await,
+    );
+    no_route("release", store.release(&name, &who, None).await);
+    no_route("renew", store.renew(&name, &who, minute, None).await);
+    no_route("release_hold", store.release_hold(kind, &name, &who, None).await);
+    no_route(
+        "renew_hold",
+        store.renew_hold(kind, &name, &who, minute, None).await,
+    );
+}
+
+/// `result` is the error of a path the server does not serve.
+fn no_route<T: std::fmt::Debug>(call: &str, result: Result<T, StoreError>) {
+    match result {
+        Err(error) => assert!(
+            error.to_string().contains("no such route: /no-such-prefix/"),
+            "{call}: {error}"
+        ),
+        Ok(answer) => panic!("{call}: answered as an outcome of the name: {answer:?}"),
+    }
 }

@@ -15,12 +15,16 @@
 //!   connections to make room, header read timeouts, the TLS handshake), requests served
 //!   whole however their client closes, and graceful shutdown.
 //! - [`tls`]: HTTPS — the certificate and key from PEM files, reloadable.
-//! - [`routes`]: one file per endpoint; [`routes::ApiDoc`] is the OpenAPI description.
+//! - [`routes`]: one file per endpoint, over one acquire flow for every kind and one judged
+//!   path for releases and renewals; [`routes::ApiDoc`] is the OpenAPI description.
+//! - `route`: [`Route`](routes::Route), each route by its template, for the router and the
+//!   metrics.
 //! - [`extract`]: reading the resource and the JSON body, with every input check.
 //! - [`problem`]: every failure turned into an RFC 9457 problem, in one place.
 //! - [`events`]: one structured log line per lease event.
 //! - [`metrics`]: Prometheus metrics.
-//! - [`observe`]: one call after every store call that counts it and writes its log lines.
+//! - [`observe`]: every call a route makes to the store, timed, counted and logged in one
+//!   call ([`observe::observed`]).
 //! - [`timed`]: the store, with the time and failures of every call counted.
 //! - [`state`]: [`Config`] and the state the handlers share.
 
@@ -31,6 +35,7 @@ pub mod listener;
 pub mod metrics;
 pub mod observe;
 pub mod problem;
+mod route;
 pub mod routes;
 pub mod state;
 pub mod timed;
@@ -61,7 +66,7 @@ pub async fn serve(
         metrics,
     };
     let purger = tokio::spawn(purge_expired(app.clone()));
-    let result = listener::run(listener, app.clone(), shutdown).await;
+    let result = listener::run(listener, routes::router(app.clone()), app.clone(), shutdown).await;
     purger.abort();
     result
 }

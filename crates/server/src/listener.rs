@@ -28,7 +28,6 @@ use tokio::net::{TcpListener, TcpStream};
 
 pub use connections::{Peer, Waiting};
 
-use crate::routes::router;
 use crate::state::App;
 use crate::tls::Tls;
 use connections::{Activity, Connections, Place};
@@ -40,13 +39,16 @@ pub const MIN_HEADER_BYTES: usize = 8192;
 /// How long to back off when `accept` fails (e.g. out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Accepts and serves connections until `shutdown` completes, then drains them.
+/// Accepts connections and serves `router` on them until `shutdown` completes, then drains
+/// them. The router is given, not built here, so that the routes may read what a connection
+/// tells of its client ([`Peer`]) without the listener and the routes importing each other.
 pub async fn run(
     listener: TcpListener,
+    router: Router,
     app: App,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let service = TowerToHyperService::new(router(app.clone()));
+    let service = TowerToHyperService::new(router);
     let config = app.config.clone();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())

@@ -20,7 +20,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::routes::Route;
+use crate::route::Route;
 
 /// The labels of a request: the kind it is about, the operation and its outcome.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]

@@ -1,13 +1,14 @@
-//! [`observe`]: after every call to the store, one call that counts it and writes its log
-//! lines, whatever the operation and its outcome.
+//! [`observed`]: every call a route makes to the store, timed, then counted and logged
+//! ([`observe`]) in one place, whatever the operation and its outcome.
 
 use std::time::Duration;
 
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Acquired, FencingToken, ForceOutcome, Hold, HoldOutcome, HoldPage,
-    Kind, Lease, LeasePage, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource, StoreError,
+    Kind, Lease, LeasePage, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError,
 };
 use fencelock_wire::{Label, Op, Outcome};
+use tokio::time::Instant;
 
 use crate::events;
 use crate::metrics::Metrics;
@@ -24,6 +25,15 @@ pub struct Asked {
     pub token: Option<FencingToken>,
 }
 
+/// What an acquire of several locks asked for, as its log lines tell it.
+#[derive(Debug, Clone)]
+pub struct AskedAll {
+    /// The locks, all or none.
+    pub resources: Resources,
+    /// Who asked.
+    pub owner: Owner,
+}
+
 /// An outcome with the log lines (and lease metrics) it is recorded with.
 pub trait Observed: Outcome {
     /// What the log lines need to know of the request besides the outcome.
@@ -31,6 +41,21 @@ pub trait Observed: Outcome {
 
     /// Writes the log lines of this outcome of `op` on `kind`, which took `took`.
     fn record(&self, kind: Kind, op: Op, asked: &Self::Asked, took: Duration, metrics: &Metrics);
+}
+
+/// Makes `call`, the call to the store of an `op` on `kind` that `asked` tells of, and
+/// [`observe`]s it with the time it took.
+pub async fn observed<O: Observed>(
+    app: &App,
+    kind: Kind,
+    op: Op,
+    asked: &O::Asked,
+    call: impl Future<Output = Result<O, StoreError>>,
+) -> Result<O, StoreError> {
+    let started = Instant::now();
+    let outcome = call.await;
+    observe(app, kind, op, asked, &outcome, started.elapsed());
+    outcome
 }
 
 /// Counts a call to the store on `kind` and writes its log lines. A deadlock refused by the
@@ -98,9 +123,10 @@ fn log_refusal(kind: Kind, op: Op, refusal: &AcquireOutcome, owner: &Owner) {
 /// Several locks: each grant or extension as a single acquire's; a refusal, one line per lock
 /// in the way, counted once as delayed if a lock-delay closed any of them.
 impl Observed for AcquireAllOutcome {
-    type Asked = Owner;
+    type Asked = AskedAll;
 
-    fn record(&self, kind: Kind, op: Op, owner: &Owner, took: Duration, metrics: &Metrics) {
+    fn record(&self, kind: Kind, op: Op, asked: &AskedAll, took: Duration, metrics: &Metrics) {
+        let owner = &asked.owner;
         match self {
             Self::Granted(granted) => {
                 for outcome in granted {

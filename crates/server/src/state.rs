@@ -6,7 +6,7 @@ use std::time::Duration;
 use fencelock_core::Waiters;
 use fencelock_wire::Limits;
 
-use crate::auth::{Keyring, Limiter, RateLimit};
+use crate::auth::{Gate, Keyring, Limiter, RateLimit};
 use crate::metrics::Metrics;
 use crate::tls::Tls;
 
@@ -92,4 +92,14 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// The request rate of each principal, if limited.
     pub limiter: Option<Arc<Limiter>>,
+}
+
+impl App {
+    /// What the authentication of every API route checks a request against.
+    pub fn gate(&self) -> Gate {
+        Gate {
+            keyring: self.config.auth.clone(),
+            limiter: self.limiter.clone(),
+        }
+    }
 }

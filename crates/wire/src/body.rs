@@ -14,8 +14,7 @@ use utoipa::openapi::schema::{ArrayBuilder, Type};
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::fields::{self, Range};
-use crate::parse::Limits;
+use crate::fields::{self, Limits, Range};
 
 /// A lease, as written in every answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -1,15 +1,16 @@
-//! The fields of the request bodies: their names and their bounds, in one place that the
-//! parser ([`crate::parse`]) checks and the OpenAPI description ([`crate::body`]) states, so
-//! the two cannot drift apart.
+//! The fields of the request bodies: their names and their bounds (with [`Limits`], the ones a
+//! server configures), in one place that the parser ([`crate::parse`]) checks and the OpenAPI
+//! description ([`crate::body`]) states, so the two cannot drift apart.
 //!
 //! Serde needs literal field names, so the request structs spell them again; a test holds
 //! them to these constants.
 
+use std::time::Duration;
+
+use fencelock_core::Ttl;
 use fencelock_core::model::MAX_NAME_BYTES;
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
 use utoipa::openapi::{RefOr, Schema};
-
-use crate::parse::Limits;
 
 /// Who asks, or the owner of the lease.
 pub const OWNER: &str = "owner";
@@ -49,7 +50,31 @@ pub struct Range {
     pub max: u64,
 }
 
+/// The limits a server enforces (all configurable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest TTL (default one day).
+    pub max_ttl: Ttl,
+    /// The longest `wait_ms` (default 300,000 ms).
+    pub max_wait: Duration,
+    /// The largest `limit` of a semaphore (default 10,000).
+    pub max_limit: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_ttl: Ttl::DEFAULT_MAX,
+            max_wait: Duration::from_millis(300_000),
+            max_limit: Self::DEFAULT_MAX_LIMIT,
+        }
+    }
+}
+
 impl Limits {
+    /// The largest semaphore `limit` when none is configured.
+    pub const DEFAULT_MAX_LIMIT: u32 = 10_000;
+
     /// The bounds of `ttl_seconds`: 1 to the longest TTL in whole seconds.
     pub fn ttl_seconds(&self) -> Range {
         Range {

@@ -16,8 +16,7 @@ use utoipa::openapi::{RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::body::{self, InvalidLease, LeaseBody, TtlFields};
-use crate::fields;
-use crate::parse::Limits;
+use crate::fields::{self, Limits};
 
 /// The path of a kind's collection: `/semaphores` or `/rwlocks` (a name follows as
 /// `/{name}`, percent-encoded).

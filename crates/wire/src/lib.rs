@@ -8,7 +8,8 @@
 //! - [`body`]: requests and answers as they travel ([`LeaseBody`], [`AcquireResponse`], …).
 //! - [`hold`]: the requests and answers of semaphores and read-write locks ([`PermitBody`],
 //!   [`HoldBody`], …).
-//! - [`fields`]: the names and bounds of the request fields, for the parser and the schema.
+//! - [`fields`]: the names and bounds of the request fields ([`Limits`]: those a server
+//!   configures), for the parser and the schema.
 //! - [`outcome`]: the one two-way translator between the store's outcomes and the API's
 //!   answers (body, status, problem kind), and the labels metrics and events use.
 //! - [`parse`]: strict validation of request bodies, path segments and query parameters
@@ -28,6 +29,7 @@ pub use body::{
     AllStopped, Delayed, DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody, ListResponse,
     LockRefusal, ReleaseRequest, RenewRequest, Stopped, TtlFields,
 };
+pub use fields::Limits;
 pub use hold::{
     HoldAcquireRequest, HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldStopped,
     HoldsBody, Mode, PermitBody, PermitGranted, RwLockAcquireRequest, RwLockAcquireResponse, RwLockBody,
@@ -35,5 +37,5 @@ pub use hold::{
     SemaphoreBusy, SemaphoreListResponse,
 };
 pub use outcome::{Judged, Label, Op, Outcome};
-pub use parse::{Acquire, AcquireAll, AcquireHold, AcquireLock, BadBody, Delete, Limits, Release, Renew};
+pub use parse::{Acquire, AcquireAll, AcquireHold, AcquireLock, BadBody, Delete, Release, Renew};
 pub use problem::{FieldError, Problem, ProblemKind};

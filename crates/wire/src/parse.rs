@@ -14,37 +14,12 @@ use fencelock_core::{
 };
 use serde_json::{Map, Value};
 
+pub use crate::fields::Limits;
 use crate::fields::{
     self, FENCING_TOKEN, FORCE, LIMIT, MAX_HOLD_MS, MODE, OWNER, RESOURCES, Range, TTL_MS, TTL_SECONDS,
     WAIT_MS,
 };
 use crate::problem::FieldError;
-
-/// The limits a server enforces (all configurable).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// The longest TTL (default one day).
-    pub max_ttl: Ttl,
-    /// The longest `wait_ms` (default 300,000 ms).
-    pub max_wait: Duration,
-    /// The largest `limit` of a semaphore (default 10,000).
-    pub max_limit: u32,
-}
-
-impl Limits {
-    /// The largest semaphore `limit` when none is configured.
-    pub const DEFAULT_MAX_LIMIT: u32 = 10_000;
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_ttl: Ttl::DEFAULT_MAX,
-            max_wait: Duration::from_millis(300_000),
-            max_limit: Self::DEFAULT_MAX_LIMIT,
-        }
-    }
-}
 
 /// A valid acquire.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -203,10 +203,16 @@ pub enum KindFlag {
 impl KindFlag {
     /// The semaphore or read-write lock namespace, or `None` for locks.
     pub fn hold_kind(self) -> Option<HoldKind> {
-        match self {
-            Self::Lock => None,
-            Self::Semaphore => Some(HoldKind::Semaphore),
-            Self::Rwlock => Some(HoldKind::RwLock),
+        Kind::from(self).hold_kind()
+    }
+}
+
+impl From<KindFlag> for Kind {
+    fn from(flag: KindFlag) -> Self {
+        match flag {
+            KindFlag::Lock => Self::Lock,
+            KindFlag::Semaphore => Self::Semaphore,
+            KindFlag::Rwlock => Self::RwLock,
         }
     }
 }

@@ -30,7 +30,6 @@ pub use file::{AuthFile, AuthFileError, Grant, Identity, Right, token_sha256};
 pub use rate::{Limiter, RateLimit};
 
 use crate::problem::ApiError;
-use crate::state::App;
 
 /// The authentication file in force, swapped whole when it is read again (on SIGHUP): a
 /// request sees the old file or the new one, never a mix.
@@ -145,10 +144,10 @@ impl Caller {
 }
 
 /// A route's caller, as [`authenticate`] left it.
-impl FromRequestParts<App> for Caller {
+impl<S: Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, _: &App) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         parts.extensions.get::<Self>().cloned().ok_or_else(|| {
             ApiError::Problem(
                 ProblemKind::Internal,
@@ -158,11 +157,21 @@ impl FromRequestParts<App> for Caller {
     }
 }
 
+/// What [`authenticate`] checks a request against: its part of the server's state, so that
+/// the state holds a gate and the gate knows nothing of the state.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    /// The authentication file in force; `None`: every caller is [`Caller::Anyone`].
+    pub keyring: Option<Keyring>,
+    /// The request rate of each principal, if limited.
+    pub limiter: Option<Arc<Limiter>>,
+}
+
 /// Middleware of every API route: finds the caller (401 with `WWW-Authenticate` when the
 /// token is missing or unknown), takes one request from its rate (429 with `Retry-After`),
 /// and leaves the [`Caller`] for the route.
-pub async fn authenticate(State(app): State<App>, mut request: Request, next: Next) -> Response {
-    let caller = match &app.config.auth {
+pub async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+    let caller = match &gate.keyring {
         None => Caller::Anyone,
         Some(keyring) => {
             let Some(token) = bearer(request.headers()) else {
@@ -174,7 +183,7 @@ pub async fn authenticate(State(app): State<App>, mut request: Request, next: Ne
             }
         }
     };
-    if let Some(limiter) = &app.limiter
+    if let Some(limiter) = &gate.limiter
         && let Err(wait) = limiter.take(caller.principal(), Instant::now())
     {
         return ApiError::RateLimited(wait).into_response();

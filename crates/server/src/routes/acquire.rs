@@ -1,21 +1,24 @@
 //! `POST /locks/{resource}`: acquire, waiting up to `wait_ms` in line if another owner holds it.
 
+use std::time::Duration;
+
+use axum::Extension;
 use axum::extract::State;
 use axum::http::Uri;
-use axum::{Extension, Json};
-use fencelock_core::{AcquireOutcome, Acquired, Kind, Lease, ReleaseOutcome};
+use axum::response::Response;
+use fencelock_core::{AcquireOutcome, Acquired, Kind, Lease, StoreError, Terms, Waiters};
 use fencelock_wire::{Acquire, AcquireRequest, AcquireResponse, Op, outcome, parse};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{Caller, Right};
+use crate::auth::Caller;
 use crate::extract::{JsonObject, both, resource};
 use crate::listener::Peer;
-use crate::observe::{Asked, Observed, observe};
+use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, BodyProblems, Deadlocked, Denied, acquiring, hold_kind, waiting};
+use super::acquiring::{Acquiring, acquired};
+use super::responses::{AuthProblems, BodyProblems, Deadlocked, Denied};
 
 /// Acquire a lock.
 ///
@@ -42,67 +45,60 @@ pub async fn acquire(
     uri: Uri,
     peer: Option<Extension<Peer>>,
     JsonObject(body): JsonObject,
-) -> Result<Json<AcquireResponse>, ApiError> {
+) -> Result<Response, ApiError> {
     let (resource, request) = both(resource(&uri), parse::acquire(&body, &app.config.limits))?;
-    caller.may(Right::Lock, &resource)?;
     let terms = request.terms(app.config.lock_delay);
     let Acquire { owner, wait, .. } = request.acquire;
-    let owner = caller.owns(owner);
-    // Cancelled when this future is dropped (the client hung up): the wait ends, but a call
-    // to the store under way completes and is logged, and a grant nobody will hear of is
-    // given back at once instead of blocking the lock until its TTL.
-    let gone = CancellationToken::new();
-    let _hung_up = gone.clone().drop_guard();
-    let _waiting = waiting(peer, wait);
-    let stopped = outcome::encode_stopped(&resource);
-    acquiring(app.clone(), || Json(stopped), async move {
-        let started = Instant::now();
-        let outcome = app
-            .waiters
-            .acquire_unless(&resource, &owner, terms, wait, &gone)
-            .await;
-        let asked = Asked {
-            resource,
-            owner,
-            token: None,
-        };
-        observe(&app, Kind::Lock, Op::Acquire, &asked, &outcome, started.elapsed());
-        let Acquired { outcome, .. } = outcome.map_err(|error| caller.told(error))?;
-        if let AcquireOutcome::Granted { lease, .. } = &outcome
-            && gone.is_cancelled()
-        {
-            give_back(&app, Kind::Lock, lease).await;
-        }
-        Ok(Json(outcome::encode_acquire(&outcome)))
-    })
-    .await
+    let asked = Asked {
+        resource,
+        owner,
+        token: None,
+    };
+    acquired(app, &caller, peer, (asked, wait), OneLock(terms)).await
 }
 
-/// Releases a lease of `kind` (a lock's, a permit's or a hold's) granted to a caller who hung
-/// up before hearing of it.
-pub(super) async fn give_back(app: &App, kind: Kind, lease: &Lease) {
-    let started = Instant::now();
-    let (store, token) = (app.waiters.store(), Some(lease.token));
-    let outcome = match hold_kind(kind) {
-        None => store.release(&lease.resource, &lease.owner, token).await,
-        Some(kind) => {
-            store
-                .release_hold(kind, &lease.resource, &lease.owner, token)
-                .await
-        }
-    };
-    let asked = Asked {
-        resource: lease.resource.clone(),
-        owner: lease.owner.clone(),
-        token: Some(lease.token),
-    };
+/// An acquire of one lock, on these terms.
+struct OneLock(Terms);
+
+impl Acquiring for OneLock {
+    const OP: Op = Op::Acquire;
+    type Asked = Asked;
+    type Outcome = AcquireOutcome;
+    type Answer = AcquireResponse;
+
+    fn kind(&self) -> Kind {
+        Kind::Lock
+    }
+
+    fn stopped(&self, asked: &Asked) -> AcquireResponse {
+        outcome::encode_stopped(&asked.resource)
+    }
+
+    async fn call(
+        &self,
+        waiters: &Waiters,
+        asked: &Asked,
+        wait: Duration,
+        gone: &CancellationToken,
+    ) -> Result<Acquired<AcquireOutcome>, StoreError> {
+        waiters
+            .acquire_unless(&asked.resource, &asked.owner, self.0, wait, gone)
+            .await
+    }
+
+    fn granted(outcome: &AcquireOutcome) -> Vec<&Lease> {
+        new_lease(outcome).into_iter().collect()
+    }
+
+    fn answer(&self, _: &Asked, outcome: &AcquireOutcome) -> Result<AcquireResponse, ApiError> {
+        Ok(outcome::encode_acquire(outcome))
+    }
+}
+
+/// The lease `outcome` granted anew, if it did.
+pub(super) fn new_lease(outcome: &AcquireOutcome) -> Option<&Lease> {
     match outcome {
-        Ok(released @ ReleaseOutcome::Released(_)) => {
-            released.record(kind, Op::Release, &asked, started.elapsed(), &app.metrics);
-        }
-        // Renewed or released by someone else meanwhile; it ends at its TTL.
-        Ok(_) => {}
-        Err(error) => tracing::warn!(%error, resource = %lease.resource,
-            "giving back a lease whose caller hung up failed; it ends at its TTL"),
+        AcquireOutcome::Granted { lease, .. } => Some(lease),
+        _ => None,
     }
 }

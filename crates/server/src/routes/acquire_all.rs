@@ -1,22 +1,25 @@
 //! `POST /locks`: acquire several locks, all or none, waiting up to `wait_ms` for all of them
 //! at once.
 
+use std::time::Duration;
+
+use axum::Extension;
 use axum::extract::State;
-use axum::{Extension, Json};
-use fencelock_core::{AcquireAllOutcome, AcquireOutcome, Acquired, Kind};
+use axum::response::Response;
+use fencelock_core::{AcquireAllOutcome, Acquired, Kind, Lease, StoreError, Terms, Waiters};
 use fencelock_wire::{Acquire, AcquireAll, AcquireAllRequest, AcquireAllResponse, Op, outcome, parse};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{Caller, Right};
+use crate::auth::Caller;
 use crate::extract::JsonObject;
 use crate::listener::Peer;
-use crate::observe::observe;
+use crate::observe::AskedAll;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::acquire::give_back;
-use super::{AuthProblems, BodyProblems, Deadlocked, Denied, acquiring, waiting};
+use super::acquire::new_lease;
+use super::acquiring::{Acquiring, acquired};
+use super::responses::{AuthProblems, BodyProblems, Deadlocked, Denied};
 
 /// Acquire several locks at once, all or none.
 ///
@@ -42,46 +45,51 @@ pub async fn acquire_all(
     caller: Caller,
     peer: Option<Extension<Peer>>,
     JsonObject(body): JsonObject,
-) -> Result<Json<AcquireAllResponse>, ApiError> {
+) -> Result<Response, ApiError> {
     let AcquireAll { resources, lock } = parse::acquire_all(&body, &app.config.limits)?;
-    for resource in resources.as_slice() {
-        caller.may(Right::Lock, resource)?;
-    }
     let terms = lock.terms(app.config.lock_delay);
     let Acquire { owner, wait, .. } = lock.acquire;
-    let owner = caller.owns(owner);
-    // As for one lock: cancelled when the client hangs up; the wait ends, a store call under
-    // way completes and is logged, and the grants nobody will hear of are given back at once.
-    let gone = CancellationToken::new();
-    let _hung_up = gone.clone().drop_guard();
-    let _waiting = waiting(peer, wait);
-    let stopped = outcome::encode_all_stopped(&resources);
-    acquiring(app.clone(), || Json(stopped), async move {
-        let started = Instant::now();
-        let outcome = app
-            .waiters
-            .acquire_all_unless(&resources, &owner, terms, wait, &gone)
-            .await;
-        observe(
-            &app,
-            Kind::Lock,
-            Op::AcquireAll,
-            &owner,
-            &outcome,
-            started.elapsed(),
-        );
-        let Acquired { outcome, .. } = outcome.map_err(|error| caller.told(error))?;
-        if let AcquireAllOutcome::Granted(granted) = &outcome
-            && gone.is_cancelled()
-        {
-            // Only the new leases: the ones extended were the caller's before it asked.
-            for outcome in granted {
-                if let AcquireOutcome::Granted { lease, .. } = outcome {
-                    give_back(&app, Kind::Lock, lease).await;
-                }
-            }
+    let asked = AskedAll { resources, owner };
+    acquired(app, &caller, peer, (asked, wait), AllLocks(terms)).await
+}
+
+/// An acquire of several locks, all or none, on these terms.
+struct AllLocks(Terms);
+
+impl Acquiring for AllLocks {
+    const OP: Op = Op::AcquireAll;
+    type Asked = AskedAll;
+    type Outcome = AcquireAllOutcome;
+    type Answer = AcquireAllResponse;
+
+    fn kind(&self) -> Kind {
+        Kind::Lock
+    }
+
+    fn stopped(&self, asked: &AskedAll) -> AcquireAllResponse {
+        outcome::encode_all_stopped(&asked.resources)
+    }
+
+    async fn call(
+        &self,
+        waiters: &Waiters,
+        asked: &AskedAll,
+        wait: Duration,
+        gone: &CancellationToken,
+    ) -> Result<Acquired<AcquireAllOutcome>, StoreError> {
+        waiters
+            .acquire_all_unless(&asked.resources, &asked.owner, self.0, wait, gone)
+            .await
+    }
+
+    fn granted(outcome: &AcquireAllOutcome) -> Vec<&Lease> {
+        match outcome {
+            AcquireAllOutcome::Granted(granted) => granted.iter().filter_map(new_lease).collect(),
+            AcquireAllOutcome::Refused(_) => Vec::new(),
         }
-        Ok(Json(outcome::encode_acquire_all(&outcome)))
-    })
-    .await
+    }
+
+    fn answer(&self, _: &AskedAll, outcome: &AcquireAllOutcome) -> Result<AcquireAllResponse, ApiError> {
+        Ok(outcome::encode_acquire_all(outcome))
+    }
 }

@@ -5,14 +5,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use fencelock_core::{ForceOutcome, Key, Kind};
 use fencelock_wire::{Op, ProblemKind, outcome};
-use tokio::time::Instant;
 
 use crate::auth::{Caller, Right};
-use crate::observe::{Forced, observe};
+use crate::observe::{Forced, observed};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{detached, hold_kind};
+use super::detached::detached;
 
 /// Ends every lease, permit or hold of `key` if `caller` has the `admin` right on its name:
 /// 204, or 404 when nothing was held. Each lease ended is one audit line; waiters on the name
@@ -21,21 +20,12 @@ pub(super) async fn force_release(app: App, caller: &Caller, key: Key) -> Result
     caller.may(Right::Admin, &key.name)?;
     let by = caller.principal().cloned();
     detached(async move {
-        let started = Instant::now();
-        let outcome = app.waiters.store().force_release(&key).await;
         let forced = Forced {
-            resource: key.name,
+            resource: key.name.clone(),
             by,
         };
-        observe(
-            &app,
-            key.kind,
-            Op::ForceRelease,
-            &forced,
-            &outcome,
-            started.elapsed(),
-        );
-        match outcome? {
+        let call = app.waiters.store().force_release(&key);
+        match observed(&app, key.kind, Op::ForceRelease, &forced, call).await? {
             ForceOutcome::Released(_) => Ok(StatusCode::NO_CONTENT.into_response()),
             ForceOutcome::NotFound => Err(ApiError::Problem(
                 ProblemKind::NotFound,
@@ -47,7 +37,7 @@ pub(super) async fn force_release(app: App, caller: &Caller, key: Key) -> Result
 }
 
 fn not_found_detail(kind: Kind, forced: &Forced) -> String {
-    match hold_kind(kind) {
+    match kind.hold_kind() {
         None => outcome::not_found_detail(&forced.resource),
         Some(kind) => outcome::hold_not_found_detail(kind, &forced.resource),
     }

@@ -5,15 +5,14 @@ use axum::extract::State;
 use axum::http::Uri;
 use fencelock_core::Kind;
 use fencelock_wire::{LeaseBody, Op, Problem, ProblemKind, outcome};
-use tokio::time::Instant;
 
 use crate::auth::{Caller, Right};
 use crate::extract::resource;
-use crate::observe::observe;
+use crate::observe::observed;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, Denied, PathProblems};
+use super::responses::{AuthProblems, Denied, PathProblems};
 
 /// The live lease on a resource.
 ///
@@ -30,10 +29,8 @@ use super::{AuthProblems, Denied, PathProblems};
 pub async fn get(State(app): State<App>, caller: Caller, uri: Uri) -> Result<Json<LeaseBody>, ApiError> {
     let resource = resource(&uri).map_err(|e| ApiError::Invalid(vec![e]))?;
     caller.may(Right::Read, &resource)?;
-    let started = Instant::now();
-    let lease = app.waiters.store().get(&resource).await;
-    observe(&app, Kind::Lock, Op::Get, &(), &lease, started.elapsed());
-    match lease? {
+    let call = app.waiters.store().get(&resource);
+    match observed(&app, Kind::Lock, Op::Get, &(), call).await? {
         Some(lease) => Ok(Json(LeaseBody::from(&lease))),
         None => Err(ApiError::Problem(
             ProblemKind::NotFound,

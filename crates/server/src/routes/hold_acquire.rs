@@ -2,31 +2,31 @@
 //! to `wait_ms` in line if it is busy.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::Uri;
-use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
-use fencelock_core::{Acquired, Claim, HoldKind, HoldOutcome};
+use axum::response::Response;
+use fencelock_core::{Acquired, Claim, HoldKind, HoldOutcome, Kind, Lease, StoreError, Ttl, Waiters};
 use fencelock_wire::{
-    AcquireHold, Op, ProblemKind, RwLockAcquireRequest, RwLockAcquireResponse, SemaphoreAcquireRequest,
-    SemaphoreAcquireResponse, outcome, parse,
+    Acquire, AcquireHold, HoldAcquireResponse, Op, ProblemKind, RwLockAcquireRequest, RwLockAcquireResponse,
+    SemaphoreAcquireRequest, SemaphoreAcquireResponse, outcome, parse,
 };
 use serde_json::{Map, Value};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::response::Response as Described;
 
-use crate::auth::{Caller, Right};
+use crate::auth::Caller;
 use crate::extract::{JsonObject, both, hold_name};
 use crate::listener::Peer;
-use crate::observe::{Asked, observe};
+use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::acquire::give_back;
-use super::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, acquiring, problems, waiting};
+use super::acquiring::{Acquiring, acquired};
+use super::responses::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, problems};
 
 /// In the OpenAPI description: the two 409s of a semaphore's acquire.
 struct SemaphoreConflicts;
@@ -104,57 +104,68 @@ async fn acquire(
     uri: &Uri,
     body: &Map<String, Value>,
 ) -> Result<Response, ApiError> {
-    let (name, AcquireHold { mut acquire, claim }) = both(
+    let (name, AcquireHold { acquire, claim }) = both(
         hold_name(kind, uri),
         parse::acquire_hold(body, &app.config.limits, kind),
     )?;
-    caller.may(Right::Lock, &name)?;
-    acquire.owner = caller.owns(acquire.owner);
-    // As for locks: cancelled when the client hangs up; the wait ends, a store call under way
-    // completes and is logged, and a grant nobody will hear of is given back at once.
-    let gone = CancellationToken::new();
-    let _hung_up = gone.clone().drop_guard();
-    let _waiting = waiting(peer, acquire.wait);
-    let caller = caller.clone();
-    let asked = name.clone();
-    let stopped = move || Json(outcome::encode_hold_stopped(kind, &asked)).into_response();
-    acquiring(app.clone(), stopped, async move {
-        let started = Instant::now();
-        let outcome = app
-            .waiters
-            .acquire_hold_unless(&name, &acquire.owner, claim, acquire.ttl, acquire.wait, &gone)
-            .await;
-        let asked = Asked {
-            resource: name,
-            owner: acquire.owner,
-            token: None,
-        };
-        observe(
-            &app,
-            kind.into(),
-            Op::Acquire,
-            &asked,
-            &outcome,
-            started.elapsed(),
-        );
-        let Acquired { outcome, .. } = outcome.map_err(|error| caller.told(error))?;
-        if let HoldOutcome::Granted { hold, .. } = &outcome
-            && gone.is_cancelled()
-        {
-            // An upgrade or downgrade given back leaves the owner nothing: its renewal of
-            // the replaced hold then answers 404, so it learns it holds nothing.
-            give_back(&app, kind.into(), &hold.lease).await;
+    let Acquire { owner, ttl, wait } = acquire;
+    let asked = Asked {
+        resource: name,
+        owner,
+        token: None,
+    };
+    acquired(app, caller, peer, (asked, wait), OneHold { kind, claim, ttl }).await
+}
+
+/// An acquire of a semaphore's permit or a read-write lock's hold: of this kind, for this
+/// claim, for this long.
+struct OneHold {
+    kind: HoldKind,
+    claim: Claim,
+    ttl: Ttl,
+}
+
+impl Acquiring for OneHold {
+    const OP: Op = Op::Acquire;
+    type Asked = Asked;
+    type Outcome = HoldOutcome;
+    type Answer = HoldAcquireResponse;
+
+    fn kind(&self) -> Kind {
+        self.kind.into()
+    }
+
+    fn stopped(&self, asked: &Asked) -> HoldAcquireResponse {
+        outcome::encode_hold_stopped(self.kind, &asked.resource)
+    }
+
+    async fn call(
+        &self,
+        waiters: &Waiters,
+        asked: &Asked,
+        wait: Duration,
+        gone: &CancellationToken,
+    ) -> Result<Acquired<HoldOutcome>, StoreError> {
+        let Self { claim, ttl, .. } = *self;
+        waiters
+            .acquire_hold_unless(&asked.resource, &asked.owner, claim, ttl, wait, gone)
+            .await
+    }
+
+    fn granted(outcome: &HoldOutcome) -> Vec<&Lease> {
+        match outcome {
+            HoldOutcome::Granted { hold, .. } => vec![&hold.lease],
+            _ => Vec::new(),
         }
-        match outcome::encode_hold_acquire(kind, &asked.resource, &outcome) {
-            Ok(answer) => Ok(Json(answer).into_response()),
-            Err(limit) => Err(ApiError::Built(Box::new(outcome::limit_mismatch_problem(
-                &asked.resource,
-                asked_limit(claim),
-                limit,
-            )))),
-        }
-    })
-    .await
+    }
+
+    fn answer(&self, asked: &Asked, outcome: &HoldOutcome) -> Result<HoldAcquireResponse, ApiError> {
+        let name = &asked.resource;
+        outcome::encode_hold_acquire(self.kind, name, outcome).map_err(|limit| {
+            let asked = asked_limit(self.claim);
+            ApiError::Built(Box::new(outcome::limit_mismatch_problem(name, asked, limit)))
+        })
+    }
 }
 
 /// The limit a semaphore's acquire asked for (only its claims can mismatch).

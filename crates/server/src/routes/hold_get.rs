@@ -5,15 +5,14 @@ use axum::extract::State;
 use axum::http::Uri;
 use fencelock_core::HoldKind;
 use fencelock_wire::{HoldsBody, Op, Problem, ProblemKind, RwLockBody, SemaphoreBody, outcome};
-use tokio::time::Instant;
 
 use crate::auth::{Caller, Right};
 use crate::extract::hold_name;
-use crate::observe::observe;
+use crate::observe::observed;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, Denied, PathProblems};
+use super::responses::{AuthProblems, Denied, PathProblems};
 
 /// The live permits of a semaphore, in token order, with its limit. Needs the `read` right.
 #[utoipa::path(get, path = "/semaphores/{name}", tag = "semaphores",
@@ -55,10 +54,9 @@ pub async fn get_rwlock(
 async fn get(app: App, caller: &Caller, kind: HoldKind, uri: &Uri) -> Result<Json<HoldsBody>, ApiError> {
     let name = hold_name(kind, uri).map_err(|e| ApiError::Invalid(vec![e]))?;
     caller.may(Right::Read, &name)?;
-    let started = Instant::now();
-    let holds = app.waiters.store().holds(kind, &name).await;
-    observe(&app, kind.into(), Op::Get, &(), &holds, started.elapsed());
-    outcome::encode_holds(kind, &name, &holds?)
+    let call = app.waiters.store().holds(kind, &name);
+    let holds = observed(&app, kind.into(), Op::Get, &(), call).await?;
+    outcome::encode_holds(kind, &name, &holds)
         .map(Json)
         .ok_or_else(|| ApiError::Problem(ProblemKind::NotFound, outcome::hold_not_found_detail(kind, &name)))
 }

@@ -5,15 +5,14 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use fencelock_core::HoldKind;
 use fencelock_wire::{HoldListResponse, Op, RwLockListResponse, SemaphoreListResponse, outcome};
-use tokio::time::Instant;
 
 use crate::auth::Caller;
-use crate::observe::observe;
+use crate::observe::observed;
 use crate::problem::ApiError;
 use crate::state::App;
 
 use super::list::{parse_query, readable};
-use super::{AuthProblems, PathProblems};
+use super::responses::{AuthProblems, PathProblems};
 
 /// List semaphores with live permits.
 ///
@@ -70,12 +69,10 @@ async fn list(
     query: Option<String>,
 ) -> Result<Json<HoldListResponse>, ApiError> {
     let query = parse_query(query.as_deref().unwrap_or(""))?;
-    let started = Instant::now();
     let store = app.waiters.store();
-    let page = readable(caller, query, |query| async move {
+    let call = readable(caller, query, |query| async move {
         store.list_holds(kind, &query).await
-    })
-    .await;
-    observe(&app, kind.into(), Op::List, &(), &page, started.elapsed());
-    Ok(Json(outcome::encode_hold_page(kind, &page?)))
+    });
+    let page = observed(&app, kind.into(), Op::List, &(), call).await?;
+    Ok(Json(outcome::encode_hold_page(kind, &page)))
 }

@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::Response;
-use fencelock_core::{HoldKind, Key, Kind, LockStore, Owner, ReleaseOutcome, Resource, StoreError};
+use fencelock_core::{HoldKind, Key, Kind, LockStore, ReleaseOutcome, Resource, StoreError};
 use fencelock_wire::{Delete, DeleteRequest, Op, Problem, Release, parse};
 
 use crate::auth::Caller;
@@ -13,7 +13,8 @@ use crate::problem::ApiError;
 use crate::state::App;
 
 use super::force::force_release;
-use super::{AuthProblems, BodyProblems, Judge, OfHold, judged};
+use super::judge::{Judge, OfHold, judged};
+use super::responses::{AuthProblems, BodyProblems};
 
 /// Release a permit.
 ///
@@ -86,16 +87,16 @@ impl Judge for OfHold<Release> {
         self.kind.into()
     }
 
-    fn owner(&mut self) -> &mut Owner {
-        &mut self.request.owner
-    }
-
-    fn asked(self, resource: Resource) -> Asked {
+    fn asked(&self, resource: Resource) -> Asked {
         self.request.asked(resource)
     }
 
-    async fn call(&self, store: &dyn LockStore, name: &Resource) -> Result<ReleaseOutcome, StoreError> {
-        let Release { owner, token } = &self.request;
-        store.release_hold(self.kind, name, owner, *token).await
+    async fn call(&self, store: &dyn LockStore, asked: &Asked) -> Result<ReleaseOutcome, StoreError> {
+        let Asked {
+            resource,
+            owner,
+            token,
+        } = asked;
+        store.release_hold(self.kind, resource, owner, *token).await
     }
 }

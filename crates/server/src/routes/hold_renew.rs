@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::Response;
-use fencelock_core::{Hold, HoldKind, Kind, LockStore, Owner, RenewOutcome, Resource, StoreError};
+use fencelock_core::{Hold, HoldKind, Kind, LockStore, RenewOutcome, Resource, StoreError};
 use fencelock_wire::{HoldBody, Op, PermitBody, Problem, Renew, RenewRequest, parse};
 
 use crate::auth::Caller;
@@ -13,7 +13,8 @@ use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, BodyProblems, Judge, OfHold, judged};
+use super::judge::{Judge, OfHold, judged};
+use super::responses::{AuthProblems, BodyProblems};
 
 /// Renew a permit.
 ///
@@ -82,16 +83,18 @@ impl Judge for OfHold<Renew> {
         self.kind.into()
     }
 
-    fn owner(&mut self) -> &mut Owner {
-        &mut self.request.owner
-    }
-
-    fn asked(self, resource: Resource) -> Asked {
+    fn asked(&self, resource: Resource) -> Asked {
         self.request.asked(resource)
     }
 
-    async fn call(&self, store: &dyn LockStore, name: &Resource) -> Result<RenewOutcome<Hold>, StoreError> {
-        let Renew { owner, ttl, token } = &self.request;
-        store.renew_hold(self.kind, name, owner, *ttl, *token).await
+    async fn call(&self, store: &dyn LockStore, asked: &Asked) -> Result<RenewOutcome<Hold>, StoreError> {
+        let Asked {
+            resource,
+            owner,
+            token,
+        } = asked;
+        store
+            .renew_hold(self.kind, resource, owner, self.request.ttl, *token)
+            .await
     }
 }

@@ -5,14 +5,13 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use fencelock_core::{HoldPage, Kind, Lease, LeasePage, ListQuery, Resource, StoreError};
 use fencelock_wire::{LeaseBody, ListResponse, Op, parse};
-use tokio::time::Instant;
 
 use crate::auth::Caller;
-use crate::observe::observe;
+use crate::observe::observed;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, PathProblems};
+use super::responses::{AuthProblems, PathProblems};
 
 /// List live leases.
 ///
@@ -36,11 +35,9 @@ pub async fn list(
     RawQuery(query): RawQuery,
 ) -> Result<Json<ListResponse>, ApiError> {
     let query = parse_query(query.as_deref().unwrap_or(""))?;
-    let started = Instant::now();
     let store = app.waiters.store();
-    let page = readable(&caller, query, |query| async move { store.list(&query).await }).await;
-    observe(&app, Kind::Lock, Op::List, &(), &page, started.elapsed());
-    let page = page?;
+    let call = readable(&caller, query, |query| async move { store.list(&query).await });
+    let page = observed(&app, Kind::Lock, Op::List, &(), call).await?;
     Ok(Json(ListResponse {
         locks: page.leases.iter().map(LeaseBody::from).collect(),
         next_cursor: page.next.as_ref().map(parse::encode_cursor),

@@ -1,7 +1,17 @@
-//! The routes: one file per endpoint (parse, validate, call the store, map the answer).
+//! The routes: one file per endpoint (parse, validate, call the store, map the answer), and
+//! [`ApiDoc`], the OpenAPI description assembled from them (`openapi.rs`, with the problems
+//! every route may answer written once in `responses.rs`).
+//!
+//! Every acquire — of a lock, of several locks, of a permit or a hold — goes through the one
+//! acquire flow of `acquiring.rs`; every release and renewal through the one judged path of
+//! `judge.rs`; both make their call to the store in a task of its own (`detached.rs`). Each
+//! call to the store is timed, counted and logged in one place,
+//! [`observed`](crate::observe::observed).
 
 mod acquire;
 mod acquire_all;
+mod acquiring;
+mod detached;
 mod force;
 mod get;
 mod health;
@@ -10,305 +20,28 @@ mod hold_get;
 mod hold_list;
 mod hold_release;
 mod hold_renew;
+mod judge;
 mod list;
+mod openapi;
 mod release;
 mod renew;
-
-use std::collections::BTreeMap;
-use std::time::Duration;
+mod responses;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{Method, Uri};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
-use axum::{Extension, Json};
-use fencelock_core::{HoldKind, Kind, LockStore, Owner, Refusal, Resource, StoreError};
-use fencelock_wire::{FieldError, HoldItem, Judged, LeaseBody, Op, ProblemKind, hold, outcome};
-use tokio::time::Instant;
-use utoipa::OpenApi;
-use utoipa::openapi::response::{Response as Described, ResponseBuilder};
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
-use utoipa::openapi::{Content, Ref, RefOr};
+use fencelock_core::HoldKind;
+use fencelock_wire::{FieldError, ProblemKind, hold};
 
-use crate::auth::{Caller, Right, authenticate};
-use crate::listener::{Peer, Waiting};
-use crate::observe::{Asked, Observed, observe};
+use crate::auth::authenticate;
 use crate::problem::{ApiError, render_problems};
 use crate::state::App;
 
-/// The OpenAPI 3.1 description, generated from the handlers and the wire types.
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "fencelock",
-        description = "Leases with fencing tokens for distributed mutual exclusion."
-    ),
-    paths(
-        acquire::acquire,
-        acquire_all::acquire_all,
-        get::get,
-        release::release,
-        renew::renew,
-        list::list,
-        hold_acquire::acquire_semaphore,
-        hold_get::get_semaphore,
-        hold_release::release_semaphore,
-        hold_renew::renew_semaphore,
-        hold_list::list_semaphores,
-        hold_acquire::acquire_rwlock,
-        hold_get::get_rwlock,
-        hold_release::release_rwlock,
-        hold_renew::renew_rwlock,
-        hold_list::list_rwlocks,
-        health::healthz,
-        health::readyz,
-        health::metrics
-    ),
-    modifiers(&Bearer),
-    components(schemas(
-        fencelock_wire::ForceReleaseRequest,
-        fencelock_wire::Granted,
-        fencelock_wire::Held,
-        fencelock_wire::Delayed,
-        fencelock_wire::AllGranted,
-        fencelock_wire::AllRefused,
-        fencelock_wire::LockRefusal,
-        fencelock_wire::FieldError,
-        fencelock_wire::PermitGranted,
-        fencelock_wire::SemaphoreBusy,
-        fencelock_wire::HoldGranted,
-        fencelock_wire::RwLockBusy,
-        fencelock_wire::PermitBody,
-        fencelock_wire::HoldBody,
-        fencelock_wire::Mode
-    ))
-)]
-pub struct ApiDoc;
-
-/// In the OpenAPI description: the problems of a request with a JSON body, besides those of
-/// its own operation.
-struct BodyProblems;
-
-impl utoipa::IntoResponses for BodyProblems {
-    fn responses() -> BTreeMap<String, RefOr<Described>> {
-        problems(&[
-            (
-                ProblemKind::BadRequest,
-                "The body is not a JSON object (or is nested too deep)",
-            ),
-            (
-                ProblemKind::PayloadTooLarge,
-                "The body is over the limit (default 16384 bytes)",
-            ),
-            (
-                ProblemKind::UnsupportedMediaType,
-                "The body is not application/json",
-            ),
-            (
-                ProblemKind::InvalidFields,
-                "Invalid fields, each listed in errors",
-            ),
-            (
-                ProblemKind::Unavailable,
-                "The store is unreachable or failing. The outcome is unknown (a call that timed out may still have been applied): read the lease before retrying",
-            ),
-        ])
-    }
-}
-
-/// In the OpenAPI description: the problems of a route behind [`authenticate`].
-struct AuthProblems;
-
-impl utoipa::IntoResponses for AuthProblems {
-    fn responses() -> BTreeMap<String, RefOr<Described>> {
-        problems(&[
-            (
-                ProblemKind::Unauthorized,
-                "No bearer token, or an unknown one (the server has an authentication file); with WWW-Authenticate: Bearer",
-            ),
-            (
-                ProblemKind::TooManyRequests,
-                "Over the request rate of the caller's principal (of all callers without authentication); with Retry-After in seconds",
-            ),
-        ])
-    }
-}
-
-/// In the OpenAPI description: the 403 of a route that no store refuses with 403.
-struct Denied;
-
-impl utoipa::IntoResponses for Denied {
-    fn responses() -> BTreeMap<String, RefOr<Described>> {
-        problems(&[(
-            ProblemKind::Denied,
-            "The caller's principal has no grant of the right this needs on this name (says nothing of whether it is held)",
-        )])
-    }
-}
-
-/// In the OpenAPI description: the 409 of an acquire whose wait would close a cycle.
-struct Deadlocked;
-
-impl utoipa::IntoResponses for Deadlocked {
-    fn responses() -> BTreeMap<String, RefOr<Described>> {
-        problems(&[(ProblemKind::Deadlock, DEADLOCK)])
-    }
-}
-
-/// What the 409 `deadlock` of an acquire means, for the OpenAPI description.
-const DEADLOCK: &str = "Waiting would close a cycle of owners that wait for each other on this server (problem type ending in deadlock; detail names the cycle, e.g. `b waits for lock \"x\" held by a; a waits for lock \"y\" held by b`). Answered at once; nothing was acquired, and nothing the caller held was released";
-
-/// In the OpenAPI description: the bearer token scheme, required by every route behind
-/// [`authenticate`] (not by health, readiness and metrics).
-struct Bearer;
-
-impl utoipa::Modify for Bearer {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let scheme = HttpBuilder::new()
-            .scheme(HttpAuthScheme::Bearer)
-            .description(Some(
-                "A token of the server's authentication file (`fencelock serve --auth FILE`); a server without one needs none",
-            ))
-            .build();
-        openapi
-            .components
-            .get_or_insert_with(Default::default)
-            .add_security_scheme(BEARER, SecurityScheme::Http(scheme));
-        for route in Route::MATCHED.into_iter().filter(|route| !route.is_open()) {
-            let Some(item) = openapi.paths.paths.get_mut(route.template()) else {
-                continue;
-            };
-            for operation in [&mut item.get, &mut item.post, &mut item.delete]
-                .into_iter()
-                .flatten()
-            {
-                operation.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
-            }
-        }
-    }
-}
-
-/// The name of the bearer scheme in the OpenAPI description.
-const BEARER: &str = "bearer";
-
-/// In the OpenAPI description: the problems of a request without a body.
-struct PathProblems;
-
-impl utoipa::IntoResponses for PathProblems {
-    fn responses() -> BTreeMap<String, RefOr<Described>> {
-        problems(&[
-            (
-                ProblemKind::InvalidFields,
-                "Invalid name or parameters, each listed in errors",
-            ),
-            (
-                ProblemKind::Unavailable,
-                "The store is unreachable or failing: try again",
-            ),
-        ])
-    }
-}
-
-fn problems(kinds: &[(ProblemKind, &str)]) -> BTreeMap<String, RefOr<Described>> {
-    kinds
-        .iter()
-        .map(|(kind, description)| {
-            let content = Content::new(Some(Ref::from_schema_name("Problem")));
-            let response = ResponseBuilder::new()
-                .description(*description)
-                .content("application/problem+json", content)
-                .build();
-            (kind.status().to_string(), RefOr::T(response))
-        })
-        .collect()
-}
-
-/// A route of the API, as the router matches it and `fencelock_http_requests_total` names it
-/// (by its template, never the path, which holds resource names).
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum Route {
-    /// `/locks`.
-    Locks,
-    /// `/locks/{resource}`.
-    Lock,
-    /// `/locks/{resource}/renew`.
-    Renew,
-    /// `/semaphores` or `/rwlocks`.
-    Holds(HoldKind),
-    /// `/semaphores/{name}` or `/rwlocks/{name}`.
-    Hold(HoldKind),
-    /// `/semaphores/{name}/renew` or `/rwlocks/{name}/renew`.
-    HoldRenew(HoldKind),
-    /// `/healthz`.
-    Healthz,
-    /// `/readyz`.
-    Readyz,
-    /// `/metrics`.
-    Metrics,
-    /// `/openapi.json`.
-    OpenApi,
-    /// No route matched.
-    Other,
-}
-
-impl Route {
-    const MATCHED: [Self; 13] = [
-        Self::Locks,
-        Self::Lock,
-        Self::Renew,
-        Self::Holds(HoldKind::Semaphore),
-        Self::Hold(HoldKind::Semaphore),
-        Self::HoldRenew(HoldKind::Semaphore),
-        Self::Holds(HoldKind::RwLock),
-        Self::Hold(HoldKind::RwLock),
-        Self::HoldRenew(HoldKind::RwLock),
-        Self::Healthz,
-        Self::Readyz,
-        Self::Metrics,
-        Self::OpenApi,
-    ];
-
-    /// The router's template (`other` for no route).
-    pub fn template(self) -> &'static str {
-        match self {
-            Self::Locks => "/locks",
-            Self::Lock => "/locks/{resource}",
-            Self::Renew => "/locks/{resource}/renew",
-            Self::Holds(HoldKind::Semaphore) => "/semaphores",
-            Self::Hold(HoldKind::Semaphore) => "/semaphores/{name}",
-            Self::HoldRenew(HoldKind::Semaphore) => "/semaphores/{name}/renew",
-            Self::Holds(HoldKind::RwLock) => "/rwlocks",
-            Self::Hold(HoldKind::RwLock) => "/rwlocks/{name}",
-            Self::HoldRenew(HoldKind::RwLock) => "/rwlocks/{name}/renew",
-            Self::Healthz => "/healthz",
-            Self::Readyz => "/readyz",
-            Self::Metrics => "/metrics",
-            Self::OpenApi => "/openapi.json",
-            Self::Other => "other",
-        }
-    }
-
-    /// Whether the route needs no token: the operations' routes.
-    fn is_open(self) -> bool {
-        matches!(
-            self,
-            Self::Healthz | Self::Readyz | Self::Metrics | Self::OpenApi | Self::Other
-        )
-    }
-
-    /// The route the router matched, if any.
-    fn of(matched: Option<&MatchedPath>) -> Self {
-        matched
-            .and_then(|path| {
-                Self::MATCHED
-                    .into_iter()
-                    .find(|route| route.template() == path.as_str())
-            })
-            .unwrap_or(Self::Other)
-    }
-}
+pub use crate::route::Route;
+pub use openapi::ApiDoc;
 
 /// The whole API as an axum router: the routes of locks, semaphores and read-write locks
 /// behind [`authenticate`], the operations' routes open to all.
@@ -352,11 +85,11 @@ pub fn router(app: App) -> Router {
             post(hold_renew::renew_rwlock),
         )
         // Only the routes above: health, readiness, metrics and the description need no token.
-        .route_layer(axum::middleware::from_fn_with_state(app.clone(), authenticate))
+        .route_layer(axum::middleware::from_fn_with_state(app.gate(), authenticate))
         .route(Route::Healthz.template(), get(health::healthz))
         .route(Route::Readyz.template(), get(health::readyz))
         .route(Route::Metrics.template(), get(health::metrics))
-        .route(Route::OpenApi.template(), get(openapi))
+        .route(Route::OpenApi.template(), get(openapi::openapi))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(render_problems))
@@ -372,10 +105,6 @@ async fn count_http(State(app): State<App>, request: Request, next: Next) -> Res
     let problem = response.extensions().get::<ProblemKind>().copied();
     app.metrics.http_request(route, response.status(), problem);
     response
-}
-
-async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
 }
 
 /// No route: a 404 problem — except `/locks/` and `/locks//renew` (and the same of
@@ -403,161 +132,4 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         ProblemKind::MethodNotAllowed,
         format!("{method} is not allowed on {}", uri.path()),
     )
-}
-
-/// Runs `work` — a call to the store, with its logging and counting — in a task of its own,
-/// and waits for it. When a client hangs up, hyper drops the request's future; `work` still
-/// runs to its end, so that nothing the store committed goes unannounced, unlogged or
-/// uncounted.
-async fn detached<T: Send + 'static>(
-    work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
-) -> Result<T, ApiError> {
-    match tokio::spawn(work).await {
-        Ok(answer) => answer,
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Err(_) => Err(ApiError::Problem(
-            ProblemKind::Unavailable,
-            "the server is shutting down".into(),
-        )),
-    }
-}
-
-/// The connection's watch on its client, for an acquire that waits up to `wait` (none for one
-/// that does not wait): see [`Peer::waiting`].
-fn waiting(peer: Option<Extension<Peer>>, wait: Duration) -> Option<Waiting> {
-    peer.filter(|_| !wait.is_zero())
-        .map(|Extension(peer)| peer.waiting())
-}
-
-/// Runs an acquire's `work` as [`detached`] does, and answers it — but once the server is
-/// shutting down, for at most a third of [`Config::shutdown_grace`](crate::Config): then, or
-/// if the store fails meanwhile, the answer is `stopped()`, `acquired: false` with
-/// `"shutting_down": true`. At shutdown every waiter makes one last try; a store that hangs
-/// (or fails) must not leave a waiter unanswered when its connection is closed, whatever the
-/// store does. The work goes on in its task: the route's end cancels its `gone`, so a grant
-/// the store makes after all is given back.
-async fn acquiring<T: Send + 'static>(
-    app: App,
-    stopped: impl FnOnce() -> T,
-    work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
-) -> Result<T, ApiError> {
-    let mut answer = std::pin::pin!(detached(work));
-    tokio::select! {
-        answer = &mut answer => return answer,
-        () = app.waiters.shutting_down() => {}
-    }
-    match tokio::time::timeout(app.config.shutdown_grace / 3, answer).await {
-        Ok(Err(ApiError::Store(StoreError::Unavailable { .. }))) | Err(_) => {
-            tracing::warn!(
-                "shutting down: an acquire is answered acquired: false without its store's answer"
-            );
-            Ok(stopped())
-        }
-        Ok(answer) => answer,
-    }
-}
-
-/// A call on a held lease that the store judges (release, renew, of a lock's lease or of a
-/// semaphore's permit or a read-write lock's hold): a call adds an `impl` of this, and
-/// [`judged`] does the rest.
-trait Judge: Sized + Send + Sync + 'static {
-    /// The operation, for metrics and log lines.
-    const OP: Op;
-    /// What the store answers.
-    type Outcome: Judged<Body: Reply> + Observed<Asked = Asked> + Send + 'static;
-
-    /// The kind of lease the call is on.
-    fn kind(&self) -> Kind;
-    /// The owner the call is for, which the caller's principal is given to.
-    fn owner(&mut self) -> &mut Owner;
-    /// What the log lines tell of the request.
-    fn asked(self, resource: Resource) -> Asked;
-    /// Asks the store.
-    fn call(
-        &self,
-        store: &dyn LockStore,
-        resource: &Resource,
-    ) -> impl Future<Output = Result<Self::Outcome, StoreError>> + Send;
-}
-
-/// Given the caller and the checked name and request: check the caller's `lock` right, make
-/// the owner the caller's, call the store (in a task of its own), observe, encode — the whole
-/// of a judged call.
-async fn judged<J: Judge>(
-    app: App,
-    caller: &Caller,
-    resource: Resource,
-    mut request: J,
-) -> Result<Response, ApiError> {
-    caller.may(Right::Lock, &resource)?;
-    let owner = request.owner();
-    *owner = caller.owns(owner.clone());
-    detached(async move {
-        let started = Instant::now();
-        let kind = request.kind();
-        let outcome = request.call(app.waiters.store().as_ref(), &resource).await;
-        let asked = request.asked(resource);
-        observe(&app, kind, J::OP, &asked, &outcome, started.elapsed());
-        match outcome?.judged() {
-            Ok(done) => Ok(J::Outcome::encode(done).reply(J::Outcome::DONE_STATUS)),
-            Err(refusal) => Err(ApiError::Problem(
-                refusal.into(),
-                refusal_detail(kind, refusal, &asked),
-            )),
-        }
-    })
-    .await
-}
-
-/// The problem's `detail` for a refusal of a call on `kind`.
-fn refusal_detail(kind: Kind, refusal: Refusal, asked: &Asked) -> String {
-    let (name, owner) = (&asked.resource, &asked.owner);
-    match hold_kind(kind) {
-        None => outcome::refusal_detail(refusal, name, owner),
-        Some(kind) => outcome::hold_refusal_detail(kind, refusal, name, owner),
-    }
-}
-
-/// The kind of hold a namespace holds; `None` for locks.
-fn hold_kind(kind: Kind) -> Option<HoldKind> {
-    match kind {
-        Kind::Lock => None,
-        Kind::Semaphore => Some(HoldKind::Semaphore),
-        Kind::RwLock => Some(HoldKind::RwLock),
-    }
-}
-
-/// A release or renewal (`R`) of a semaphore's permit or a read-write lock's hold.
-struct OfHold<R> {
-    kind: HoldKind,
-    request: R,
-}
-
-/// The body of a done call as an answer with `status`.
-trait Reply {
-    /// The answer.
-    fn reply(self, status: u16) -> Response;
-}
-
-/// No body (204).
-impl Reply for () {
-    fn reply(self, status: u16) -> Response {
-        status_code(status).into_response()
-    }
-}
-
-impl Reply for LeaseBody {
-    fn reply(self, status: u16) -> Response {
-        (status_code(status), Json(self)).into_response()
-    }
-}
-
-impl Reply for HoldItem {
-    fn reply(self, status: u16) -> Response {
-        (status_code(status), Json(self)).into_response()
-    }
-}
-
-fn status_code(status: u16) -> StatusCode {
-    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }

@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::Response;
-use fencelock_core::{Key, Kind, LockStore, Owner, ReleaseOutcome, Resource, StoreError};
+use fencelock_core::{Key, Kind, LockStore, ReleaseOutcome, Resource, StoreError};
 use fencelock_wire::{Delete, DeleteRequest, Op, Problem, Release, parse};
 
 use crate::auth::Caller;
@@ -13,7 +13,8 @@ use crate::problem::ApiError;
 use crate::state::App;
 
 use super::force::force_release;
-use super::{AuthProblems, BodyProblems, Judge, judged};
+use super::judge::{Judge, judged};
+use super::responses::{AuthProblems, BodyProblems};
 
 /// Release a lock.
 ///
@@ -52,19 +53,15 @@ impl Judge for Release {
         Kind::Lock
     }
 
-    fn owner(&mut self) -> &mut Owner {
-        &mut self.owner
-    }
-
-    fn asked(self, resource: Resource) -> Asked {
+    fn asked(&self, resource: Resource) -> Asked {
         Asked {
             resource,
-            owner: self.owner,
+            owner: self.owner.clone(),
             token: self.token,
         }
     }
 
-    async fn call(&self, store: &dyn LockStore, resource: &Resource) -> Result<ReleaseOutcome, StoreError> {
-        store.release(resource, &self.owner, self.token).await
+    async fn call(&self, store: &dyn LockStore, asked: &Asked) -> Result<ReleaseOutcome, StoreError> {
+        store.release(&asked.resource, &asked.owner, asked.token).await
     }
 }

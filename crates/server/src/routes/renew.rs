@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::Response;
-use fencelock_core::{Kind, LockStore, Owner, RenewOutcome, Resource, StoreError};
+use fencelock_core::{Kind, LockStore, RenewOutcome, Resource, StoreError};
 use fencelock_wire::{LeaseBody, Op, Problem, Renew, RenewRequest, parse};
 
 use crate::auth::Caller;
@@ -12,7 +12,8 @@ use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::{AuthProblems, BodyProblems, Judge, judged};
+use super::judge::{Judge, judged};
+use super::responses::{AuthProblems, BodyProblems};
 
 /// Renew a lock.
 ///
@@ -47,19 +48,17 @@ impl Judge for Renew {
         Kind::Lock
     }
 
-    fn owner(&mut self) -> &mut Owner {
-        &mut self.owner
-    }
-
-    fn asked(self, resource: Resource) -> Asked {
+    fn asked(&self, resource: Resource) -> Asked {
         Asked {
             resource,
-            owner: self.owner,
+            owner: self.owner.clone(),
             token: self.token,
         }
     }
 
-    async fn call(&self, store: &dyn LockStore, resource: &Resource) -> Result<RenewOutcome, StoreError> {
-        store.renew(resource, &self.owner, self.ttl, self.token).await
+    async fn call(&self, store: &dyn LockStore, asked: &Asked) -> Result<RenewOutcome, StoreError> {
+        store
+            .renew(&asked.resource, &asked.owner, self.ttl, asked.token)
+            .await
     }
 }

@@ -1,0 +1,3 @@
+module fencelock.example/fencelock
+
+go 1.19

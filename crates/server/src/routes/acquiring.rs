@@ -1,0 +1,187 @@
+//! The one acquire flow: of a lock, of several locks all or none, of a semaphore's permit or
+//! a read-write lock's hold. A route parses its request into an `impl` of [`Acquiring`], and
+//! [`acquired`] does the rest: authorise, make the owner the caller's, wait or try (in a task
+//! of its own), observe, give back a grant nobody will hear of, answer.
+
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use fencelock_core::{Acquired, Kind, Lease, Owner, ReleaseOutcome, Resource, StoreError, Waiters};
+use fencelock_wire::Op;
+use serde::Serialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{Caller, Right};
+use crate::listener::{Peer, Waiting};
+use crate::observe::{Asked, AskedAll, Contended, Observed, observed};
+use crate::problem::ApiError;
+use crate::state::App;
+
+use super::detached::detached;
+
+/// What an acquire asks for, as its log lines tell it.
+pub(super) trait Asks: Send + Sync + 'static {
+    /// The names asked for: the caller needs the `lock` right on each.
+    fn names(&self) -> &[Resource];
+    /// The owner asked for, which the caller's principal is given to.
+    fn owner(&mut self) -> &mut Owner;
+}
+
+/// A lock, a permit or a hold.
+impl Asks for Asked {
+    fn names(&self) -> &[Resource] {
+        std::slice::from_ref(&self.resource)
+    }
+
+    fn owner(&mut self) -> &mut Owner {
+        &mut self.owner
+    }
+}
+
+/// Several locks, all or none.
+impl Asks for AskedAll {
+    fn names(&self) -> &[Resource] {
+        self.resources.as_slice()
+    }
+
+    fn owner(&mut self) -> &mut Owner {
+        &mut self.owner
+    }
+}
+
+/// An acquire of one kind, parsed: what [`acquired`] needs to know of each kind besides what
+/// it asks for and how long it waits.
+pub(super) trait Acquiring: Send + Sync + 'static {
+    /// The operation, for the metrics and the log lines.
+    const OP: Op;
+    /// What the request asks for.
+    type Asked: Asks;
+    /// What the waiters answer.
+    type Outcome: Observed<Asked = Self::Asked> + Contended + Send;
+    /// The answer's body.
+    type Answer: Serialize + Send + 'static;
+
+    /// The kind of lease asked for.
+    fn kind(&self) -> Kind;
+    /// The answer of a server shutting down without its store's: not acquired.
+    fn stopped(&self, asked: &Self::Asked) -> Self::Answer;
+    /// Asks the waiters for `asked`, waiting up to `wait` in line unless `gone` is cancelled.
+    fn call(
+        &self,
+        waiters: &Waiters,
+        asked: &Self::Asked,
+        wait: Duration,
+        gone: &CancellationToken,
+    ) -> impl Future<Output = Result<Acquired<Self::Outcome>, StoreError>> + Send;
+    /// The leases `outcome` granted anew (not the ones it extended, which were the caller's
+    /// before it asked).
+    fn granted(outcome: &Self::Outcome) -> Vec<&Lease>;
+    /// The answer to the client.
+    fn answer(&self, asked: &Self::Asked, outcome: &Self::Outcome) -> Result<Self::Answer, ApiError>;
+}
+
+/// The whole of an acquire of any kind: `request` for what `asked` tells of, waiting up to
+/// `wait`, for `caller` on the connection `peer`.
+pub(super) async fn acquired<A: Acquiring>(
+    app: App,
+    caller: &Caller,
+    peer: Option<Extension<Peer>>,
+    (mut asked, wait): (A::Asked, Duration),
+    request: A,
+) -> Result<Response, ApiError> {
+    for name in asked.names() {
+        caller.may(Right::Lock, name)?;
+    }
+    let owner = asked.owner();
+    *owner = caller.owns(owner.clone());
+    // Cancelled when this future is dropped (the client hung up): the wait ends, but a call
+    // to the store under way completes and is logged, and a grant nobody will hear of is
+    // given back at once instead of blocking the name until its TTL.
+    let gone = CancellationToken::new();
+    let _hung_up = gone.clone().drop_guard();
+    let _waiting = waiting(peer, wait);
+    let stopped = request.stopped(&asked);
+    let caller = caller.clone();
+    let answer = stoppable(app.clone(), || stopped, async move {
+        let kind = request.kind();
+        let call = request.call(&app.waiters, &asked, wait, &gone);
+        let outcome = observed(&app, kind, A::OP, &asked, call).await;
+        let Acquired { outcome, .. } = outcome.map_err(|error| caller.told(error))?;
+        if gone.is_cancelled() {
+            // An upgrade or downgrade of a hold given back leaves the owner nothing: its
+            // renewal of the replaced hold then answers 404, so it learns it holds nothing.
+            for lease in A::granted(&outcome) {
+                give_back(&app, kind, lease).await;
+            }
+        }
+        request.answer(&asked, &outcome)
+    });
+    Ok(Json(answer.await?).into_response())
+}
+
+/// The connection's watch on its client, for an acquire that waits up to `wait` (none for one
+/// that does not wait): see [`Peer::waiting`].
+fn waiting(peer: Option<Extension<Peer>>, wait: Duration) -> Option<Waiting> {
+    peer.filter(|_| !wait.is_zero())
+        .map(|Extension(peer)| peer.waiting())
+}
+
+/// Runs an acquire's `work` as [`detached`] does, and answers it — but once the server is
+/// shutting down, for at most a third of [`Config::shutdown_grace`](crate::Config): then, or
+/// if the store fails meanwhile, the answer is `stopped()`, `acquired: false` with
+/// `"shutting_down": true`. At shutdown every waiter makes one last try; a store that hangs
+/// (or fails) must not leave a waiter unanswered when its connection is closed, whatever the
+/// store does. The work goes on in its task: the route's end cancels its `gone`, so a grant
+/// the store makes after all is given back.
+async fn stoppable<T: Send + 'static>(
+    app: App,
+    stopped: impl FnOnce() -> T,
+    work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    let mut answer = std::pin::pin!(detached(work));
+    tokio::select! {
+        answer = &mut answer => return answer,
+        () = app.waiters.shutting_down() => {}
+    }
+    match tokio::time::timeout(app.config.shutdown_grace / 3, answer).await {
+        Ok(Err(ApiError::Store(StoreError::Unavailable { .. }))) | Err(_) => {
+            tracing::warn!(
+                "shutting down: an acquire is answered acquired: false without its store's answer"
+            );
+            Ok(stopped())
+        }
+        Ok(answer) => answer,
+    }
+}
+
+/// Releases a lease of `kind` (a lock's, a permit's or a hold's) granted to a caller who hung
+/// up before hearing of it. Not counted as a release asked for: only its log line and the
+/// lease's metrics are written.
+async fn give_back(app: &App, kind: Kind, lease: &Lease) {
+    let started = Instant::now();
+    let (store, token) = (app.waiters.store(), Some(lease.token));
+    let outcome = match kind.hold_kind() {
+        None => store.release(&lease.resource, &lease.owner, token).await,
+        Some(kind) => {
+            store
+                .release_hold(kind, &lease.resource, &lease.owner, token)
+                .await
+        }
+    };
+    let asked = Asked {
+        resource: lease.resource.clone(),
+        owner: lease.owner.clone(),
+        token: Some(lease.token),
+    };
+    match outcome {
+        Ok(released @ ReleaseOutcome::Released(_)) => {
+            released.record(kind, Op::Release, &asked, started.elapsed(), &app.metrics);
+        }
+        // Renewed or released by someone else meanwhile; it ends at its TTL.
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, resource = %lease.resource,
+            "giving back a lease whose caller hung up failed; it ends at its TTL"),
+    }
+}
