@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::Server;
 #[cfg(feature = "etcd")]
 use fencelock_testkit::{EtcdCluster, shared_etcd};
-use fencelock_testkit::{Postgres, Proxy, RedisNodes, shared_redis};
+use fencelock_testkit::{Postgres, Proxy, RedisNodes, eventually, shared_redis};
 #[cfg(feature = "zookeeper")]
 use fencelock_testkit::{ZooKeeperEnsemble, shared_zookeeper};
 use serde_json::{Value, json};
@@ -293,11 +293,12 @@ async fn on_zookeeper_only_the_server_with_a_waiter_watches_the_lock() {
     hand_over(&client, &holding.url, &resource, "holder", &token, waiter).await;
     // By the watch, not by the holder's expiry ten minutes on.
     assert!(released_at.elapsed() < Duration::from_secs(20));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while zookeeper_watchers(&resource) != 0 {
-        assert!(Instant::now() < deadline, "the watch outlived the waiter");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(20),
+        "the watch to end with the waiter",
+        async || (zookeeper_watchers(&resource) == 0).then_some(()),
+    )
+    .await;
 }
 
 /// A lease granted by a server with `--lock-delay` keeps its lock closed after its expiry on
@@ -522,11 +523,10 @@ async fn sigterm_answers_every_waiter_while_the_store_hangs() {
             })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while waiters(&client, &server).await != 4 {
-        assert!(Instant::now() < deadline, "the four acquires never waited");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually(Duration::from_secs(10), "the four acquires to wait", async || {
+        (waiters(&client, &server).await == 4).then_some(())
+    })
+    .await;
     proxy.cut();
     let stopped = tokio::task::spawn_blocking(move || server.stop());
     for waiter in waiting {
@@ -618,18 +618,12 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
     assert_eq!(alive.status, 200);
 
     postgres.start_again();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ready = get(&client, format!("{}/readyz", server.url)).await;
-        if ready.status == 200 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not ready again 30 s after PostgreSQL came back"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        "ready again after PostgreSQL came back",
+        async || (get(&client, format!("{}/readyz", server.url)).await.status == 200).then_some(()),
+    )
+    .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut statuses = Vec::new();
     for worker in load {
@@ -653,16 +647,15 @@ async fn postgresql_stopped_under_load_gives_503_and_service_resumes_by_itself()
 /// Acquires until it works (an election may be under way, a store reconnecting), failing
 /// after 30 s.
 async fn acquire_eventually(client: &reqwest::Client, base: &str, resource: &str, owner: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(Duration::from_secs(30), "a grant", async || {
         let answer = take(client, base, resource, owner, 60).await;
         if answer.status == 200 {
-            return answer.body;
+            return Some(answer.body);
         }
         assert_eq!(answer.status, 503, "{}", answer.body);
-        assert!(Instant::now() < deadline, "no grant within 30 s: {}", answer.body);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        None
+    })
+    .await
 }
 
 #[cfg(feature = "etcd")]
@@ -741,14 +734,12 @@ async fn a_cluster_needs_a_quorum<C>(
 
 /// Polls `server`'s /readyz until it answers 200, failing after 30 s.
 async fn wait_until_ready(client: &reqwest::Client, server: &Server) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while get(client, format!("{}/readyz", server.url)).await.status != 200 {
-        assert!(
-            Instant::now() < deadline,
-            "not ready 30 s after the store came back"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        "ready after the store came back",
+        async || (get(client, format!("{}/readyz", server.url)).await.status == 200).then_some(()),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -804,15 +795,12 @@ async fn a_redlock_of_three_needs_a_majority_and_leaves_nothing_half_held() {
     assert_eq!(get(&client, format!("{}/readyz", server.url)).await.status, 503);
     assert_eq!(get(&client, format!("{}/healthz", server.url)).await.status, 200);
     // What node 0 granted to the refused acquires is undone there, long before their TTL.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = get(&client, format!("{}/locks/c", survivor.url)).await;
-        if left.status == 404 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "half-held on node 0: {}", left.body);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "node 0 to hold nothing half",
+        async || (get(&client, format!("{}/locks/c", survivor.url)).await.status == 404).then_some(()),
+    )
+    .await;
 
     // Node 1 back, empty: with node 0 it is a majority, and the only one, so every grant
     // reads node 0's counter and tokens keep growing. Then node 2, empty too: every majority

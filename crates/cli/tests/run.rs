@@ -11,7 +11,8 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Server, alive, closed_port, eventually, fencelock, ms, run, wait_for_file, wall_ms};
+use common::{Server, alive, closed_port, fencelock, ms, run, wait_for_file, wall_ms};
+use fencelock_testkit::eventually_blocking;
 use fencelock_testkit::shared_postgres;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
@@ -544,7 +545,7 @@ fn forced_loss(server: &mut Server, i: usize, loss: Loss, ignore_term: bool, hel
         }
         Loss::ServerKilled => server.kill(),
     }
-    let gone_at = eventually(Duration::from_secs(10), "the child's group to die", || {
+    let gone_at = eventually_blocking(Duration::from_secs(10), "the child's group to die", || {
         pids.iter().all(|pid| !alive(*pid)).then(wall_ms)
     });
     let shown = finish(run);
@@ -654,7 +655,7 @@ fn a_forced_loss_of_a_permit_or_hold_stops_the_child_before_it_expires() {
 /// Returns what kills them if the test fails, and their fencing tokens in order.
 fn running_at_once(runs: &[Child], dir: &Path, held: &str) -> (KillOnDrop, Vec<u64>) {
     let cleanup = KillOnDrop(runs.iter().map(|c| i32::try_from(c.id()).unwrap()).collect());
-    let tokens = eventually(Duration::from_secs(10), "the runs to start", || {
+    let tokens = eventually_blocking(Duration::from_secs(10), "the runs to start", || {
         let mut tokens: Vec<u64> = std::fs::read_dir(dir)
             .unwrap()
             .filter_map(|entry| {

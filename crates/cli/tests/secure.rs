@@ -12,8 +12,9 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Server, eventually, fencelock, run, shown};
+use common::{Server, fencelock, run, shown};
 use fencelock_client::{CaCertificates, HttpOptions, connect_with};
+use fencelock_testkit::eventually_blocking;
 use fencelock_testkit::{Canned, Proxy, TestCa};
 use nix::sys::signal::Signal;
 use sha2::{Digest, Sha256};
@@ -144,7 +145,7 @@ fn sighup_serves_new_connections_with_the_new_certificate_and_keeps_it_if_the_ne
 
     second_ca.server_cert().write(&first.cert, &first.key);
     server.signal(Signal::SIGHUP);
-    eventually(LIMIT, "the second certificate to be served", || {
+    eventually_blocking(LIMIT, "the second certificate to be served", || {
         (status(second_ca_file) == Some(1)).then_some(())
     });
     assert_eq!(
@@ -159,7 +160,7 @@ fn sighup_serves_new_connections_with_the_new_certificate_and_keeps_it_if_the_ne
         .server_cert()
         .write(&first.cert, &unused_key);
     server.signal(Signal::SIGHUP);
-    eventually(LIMIT, "the bad pair to be logged", || {
+    eventually_blocking(LIMIT, "the bad pair to be logged", || {
         server.logged("TLS certificate not reloaded").then_some(())
     });
     assert!(server.logged("cannot serve the certificate"));

@@ -123,9 +123,10 @@ impl Serving {
     fn stop(&mut self) -> Vec<Value> {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let status = common::eventually(Duration::from_secs(10), "the server exits", || {
-            self.child.try_wait().unwrap()
-        });
+        let status =
+            fencelock_testkit::eventually_blocking(Duration::from_secs(10), "the server exits", || {
+                self.child.try_wait().unwrap()
+            });
         assert_eq!(status.code(), Some(0));
         // The reader thread ends, and the channel with it, once the pipe is closed.
         self.seen.extend(self.lines.iter());

@@ -46,13 +46,11 @@ fn client(url: &str, capabilities: Capabilities) -> Harness {
 fn through_a_server(ttl_granularity: Duration) -> Capabilities {
     Capabilities {
         ttl_granularity,
-        durable: false,
         knows_released_lease: false,
-        shared: false,
         writer_intents: false,
         principals: false,
         lock_delays: false,
-        drift: fencelock_core::Drift::NONE,
+        ..Capabilities::BASELINE
     }
 }
 

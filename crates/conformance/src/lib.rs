@@ -12,6 +12,14 @@
 //! fencelock_conformance::suite!(harness);
 //! ```
 //!
+//! A store that many servers share needs only the address of its throwaway server and how
+//! to open a store there, and [`shared_suite!`] makes the rest (durability and the checks
+//! across servers included):
+//!
+//! ```ignore
+//! fencelock_conformance::shared_suite!(|| shared_postgres().url(), store);
+//! ```
+//!
 //! Differences between stores by nature (TTL granularity, durability) come from
 //! [`LockStore::capabilities`], never from skipping a check. Stores whose clock can be
 //! injected run on a [`ManualClock`]; the others (PostgreSQL, etcd, a server) run on real
@@ -28,7 +36,8 @@
 //!   reopen ([`Harness::reopening`]) and the rules across many servers ([`Harness::sharing`]).
 //! - [`terms`]: several locks at once, all or none, and the terms a lease keeps: the cap on
 //!   holding and the lock-delay.
-//! - [`suite!`]: one `#[tokio::test]` per check.
+//! - [`suite!`]: one `#[tokio::test]` per check; [`shared_suite!`]: the same for a store that
+//!   many servers share, from its server's address and how to open it.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -118,6 +127,17 @@ impl Harness {
     {
         self.another = Some(Box::new(move || Box::pin(another())));
         self
+    }
+
+    /// The harness of a store that many servers share: `open` opens a new store object over
+    /// the same database or cluster each time it is called, which stands for the store under
+    /// test, for it reopened (durability) and for a second fencelock server.
+    pub async fn shared<F, Fut>(open: F) -> Self
+    where
+        F: Fn() -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Arc<dyn LockStore>> + Send + 'static,
+    {
+        Self::real(open().await).reopening(open.clone()).sharing(open)
     }
 
     /// The store under test closed and opened again; fails the check if a durable store did
@@ -226,6 +246,37 @@ fn clock_now(clock: &ManualClock) -> fencelock_core::Timestamp {
 
 pub use fencelock_testkit::fixtures::{owner, ttl};
 
+/// The address that `server` gives, which may start a throwaway server and so blocks: run off
+/// the async workers. For [`shared_suite!`].
+#[doc(hidden)]
+pub async fn started(server: impl FnOnce() -> String + Send + 'static) -> String {
+    tokio::task::spawn_blocking(server)
+        .await
+        .expect("start the store's server")
+}
+
+/// The whole conformance run of a store that many servers share, in one line:
+/// `shared_suite!(server, open)`, where `server` (`|| shared_postgres().url()`) gives the
+/// address of a throwaway server, and `open` (an `async fn(&str) -> Arc<…>`) opens a store
+/// there as one fencelock server would — once for the store under test, and again for each
+/// reopen and each second server ([`Harness::shared`]). Defines `shared_harness` and, through
+/// [`suite!`], one test per check.
+#[macro_export]
+macro_rules! shared_suite {
+    ($server:expr, $open:expr $(,)?) => {
+        async fn shared_harness() -> $crate::Harness {
+            let address = $crate::started($server).await;
+            $crate::Harness::shared(move || {
+                let address = address.clone();
+                async move { $open(&address).await as ::std::sync::Arc<dyn ::fencelock_core::LockStore> }
+            })
+            .await
+        }
+
+        $crate::suite!(shared_harness);
+    };
+}
+
 /// One `#[tokio::test]` per conformance check, each on a fresh harness from `$make`, an
 /// `async fn() -> Harness`.
 #[macro_export]
@@ -282,7 +333,9 @@ macro_rules! suite {
             a_hundred_acquirers_on_two_servers_have_one_winner,
             tokens_increase_across_servers,
             a_release_on_one_server_is_heard_on_the_other,
-            a_waiter_on_one_server_gets_the_lock_the_other_releases
+            a_waiter_on_one_server_gets_the_lock_the_other_releases,
+            fifty_acquirers_on_two_servers_get_exactly_the_limit,
+            readers_and_writers_on_two_servers_never_overlap
         );
         $crate::suite!(@each $make; terms:
             several_locks_are_acquired_all_or_none,

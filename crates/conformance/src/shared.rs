@@ -4,10 +4,16 @@
 //! has nothing to show here by nature; one that declares either must give the harness the way
 //! to reach its state again ([`Harness::reopening`], [`Harness::sharing`]), or these checks fail.
 
-use std::collections::HashSet;
-use std::time::Duration;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use fencelock_core::{AcquireOutcome, FencingToken, Key, ReleaseOutcome, RenewOutcome, Waiters};
+use fencelock_core::{
+    AcquireOutcome, Claim, FencingToken, HoldKind, HoldOutcome, Key, Owner, ReleaseOutcome, RenewOutcome,
+    Resource, Waiters,
+};
+use fencelock_testkit::eventually;
+use tokio_util::sync::CancellationToken;
 
 use crate::checks::{announced, assert_released, grant, granted};
 use crate::{Harness, owner, ttl};
@@ -181,12 +187,11 @@ pub async fn a_waiter_on_one_server_gets_the_lock_the_other_releases(h: &Harness
                 .await
         })
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while waiters.waiting() == 0 {
-        assert!(std::time::Instant::now() < deadline, "the waiter never queued");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let released_at = std::time::Instant::now();
+    eventually(Duration::from_secs(10), "the waiter to queue", async || {
+        (waiters.waiting() > 0).then_some(())
+    })
+    .await;
+    let released_at = Instant::now();
     h.store
         .release(&lease.resource, &lease.owner, Some(lease.token))
         .await
@@ -199,4 +204,196 @@ pub async fn a_waiter_on_one_server_gets_the_lock_the_other_releases(h: &Harness
         took < Duration::from_secs(20),
         "the waiter got the lock {took:?} after the release"
     );
+}
+
+/// Fifty acquirers on two servers race for a semaphore of five permits, ten rounds over: each
+/// round exactly five win, with tokens of their own, greater than every token of the rounds
+/// before; both servers list those five; each is released through the other server. (A
+/// decision that counted the permits in a snapshot taken before it had the semaphore to itself
+/// would let in those that counted while another was being granted.)
+pub async fn fifty_acquirers_on_two_servers_get_exactly_the_limit(h: &Harness) {
+    const ACQUIRERS: usize = 50;
+    const LIMIT: usize = 5;
+    if !h.capabilities().shared {
+        return;
+    }
+    let servers = [h.store.clone(), h.another_server().await];
+    let name = h.resource("five-permits");
+    let claim = Claim::Permit { limit: LIMIT as u32 };
+    let mut previous = FencingToken(0);
+    for round in 0..10 {
+        // Every racer spawned before any is awaited.
+        let racers: Vec<_> = (0..ACQUIRERS)
+            .map(|i| {
+                let (server, name) = (servers[i % 2].clone(), name.clone());
+                tokio::spawn(async move {
+                    let who = owner(&format!("round{round}-{i}"));
+                    let outcome = server
+                        .acquire_hold(&name, &who, claim, ttl(Duration::from_secs(60)), None)
+                        .await
+                        .expect("acquire a permit");
+                    (i % 2, who, outcome)
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for racer in racers {
+            match racer.await.expect("task") {
+                (server, who, HoldOutcome::Granted { hold, replaced: None }) => {
+                    assert_eq!((&hold.lease.owner, hold.claim), (&who, claim));
+                    winners.push((server, hold));
+                }
+                (_, _, HoldOutcome::Busy(busy)) => {
+                    assert_eq!(busy.holders.len(), LIMIT, "round {round}: refused by {busy:?}");
+                }
+                (_, who, other) => panic!("round {round}, {who}: {other:?}"),
+            }
+        }
+        assert_eq!(winners.len(), LIMIT, "round {round}: {winners:?}");
+        let tokens: BTreeSet<FencingToken> = winners.iter().map(|(_, hold)| hold.lease.token).collect();
+        assert_eq!(tokens.len(), LIMIT, "round {round}: tokens shared: {winners:?}");
+        assert!(
+            tokens.first().is_some_and(|first| *first > previous),
+            "round {round}: {tokens:?} after {previous}"
+        );
+        let mut expected: Vec<(FencingToken, Owner)> = winners
+            .iter()
+            .map(|(_, hold)| (hold.lease.token, hold.lease.owner.clone()))
+            .collect();
+        expected.sort_by_key(|(token, _)| *token);
+        for server in &servers {
+            let live = server.holds(HoldKind::Semaphore, &name).await.expect("holds");
+            let live: Vec<_> = live
+                .into_iter()
+                .map(|hold| (hold.lease.token, hold.lease.owner))
+                .collect();
+            assert_eq!(live, expected, "round {round}");
+        }
+        for (server, hold) in winners {
+            let lease = &hold.lease;
+            let released = servers[1 - server]
+                .release_hold(HoldKind::Semaphore, &name, &lease.owner, Some(lease.token))
+                .await
+                .expect("release a permit");
+            assert!(
+                matches!(&released, ReleaseOutcome::Released(Some(ended)) if ended.lease == *lease),
+                "round {round}: {released:?}"
+            );
+        }
+        previous = *tokens.last().expect("five tokens");
+    }
+}
+
+/// One hold as its worker saw it: granted (answered) at `from`, released (asked) at `to`, so
+/// the store held it at least over `[from, to]`, whatever the clocks of the store and of the
+/// servers say.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    claim: Claim,
+    token: FencingToken,
+    from: Instant,
+    to: Instant,
+}
+
+/// Readers and writers on two servers take one read-write lock in turn for a few seconds,
+/// each through its server's waiting line (a waiting writer's intent kept in the store, waiters
+/// woken by the release notices of both servers): no hold overlaps a write, and holds that
+/// exclude each other follow the order of their tokens.
+pub async fn readers_and_writers_on_two_servers_never_overlap(h: &Harness) {
+    if !h.capabilities().shared {
+        return;
+    }
+    let servers = [h.store.clone(), h.another_server().await].map(|store| Arc::new(Waiters::new(store)));
+    let name = h.resource("history");
+    let until = Instant::now() + Duration::from_secs(4);
+    let workers: Vec<_> = (0..8)
+        .map(|i| {
+            let claim = if i % 4 == 0 { Claim::Write } else { Claim::Read };
+            let who = owner(&format!("worker-{i}"));
+            tokio::spawn(take_turns(
+                servers[i % 2].clone(),
+                name.clone(),
+                who,
+                claim,
+                until,
+            ))
+        })
+        .collect();
+    let mut history: Vec<Held> = Vec::new();
+    for worker in workers {
+        history.extend(worker.await.expect("worker"));
+    }
+    history.sort_by_key(|held| held.token);
+    let writes = history.iter().filter(|held| held.claim == Claim::Write).count();
+    assert!(
+        writes > 0 && writes < history.len(),
+        "both modes were granted: {writes} writes of {}",
+        history.len()
+    );
+    for write in history.iter().filter(|held| held.claim == Claim::Write) {
+        for other in history.iter().filter(|other| other.token != write.token) {
+            assert!(
+                other.to < write.from || write.to < other.from,
+                "{other:?} overlaps the write {write:?}"
+            );
+            // Disjoint, so granted one after the other: in token order.
+            assert_eq!(
+                other.token > write.token,
+                other.from > write.to,
+                "{other:?} and the write {write:?} are out of token order"
+            );
+        }
+    }
+}
+
+/// Acquires `claim` on `name` through `server`'s waiting line, holds it a moment, releases
+/// it; again and again until `until`. Returns what it held. Writers pause after each release:
+/// waiting writers hold readers back, so writers that came back at once could keep every
+/// reader out.
+async fn take_turns(
+    server: Arc<Waiters>,
+    name: Resource,
+    who: Owner,
+    claim: Claim,
+    until: Instant,
+) -> Vec<Held> {
+    let store = server.store().clone();
+    let mut history = Vec::new();
+    while Instant::now() < until {
+        let acquired = server
+            .acquire_hold_unless(
+                &name,
+                &who,
+                claim,
+                ttl(Duration::from_secs(60)),
+                Duration::from_secs(20),
+                &CancellationToken::new(),
+            )
+            .await
+            .expect("acquire a hold");
+        let HoldOutcome::Granted { hold, replaced: None } = acquired.outcome else {
+            panic!("{who}: {:?}", acquired.outcome);
+        };
+        let from = Instant::now();
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let to = Instant::now();
+        let released = store
+            .release_hold(HoldKind::RwLock, &name, &who, Some(hold.lease.token))
+            .await
+            .expect("release a hold");
+        assert!(
+            matches!(released, ReleaseOutcome::Released(_)),
+            "{who}: {released:?}"
+        );
+        history.push(Held {
+            claim,
+            token: hold.lease.token,
+            from,
+            to,
+        });
+        if claim == Claim::Write {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+    history
 }

@@ -304,6 +304,14 @@ pub struct HoldPage {
     pub next: Option<Resource>,
 }
 
+impl HoldPage {
+    /// The page of `names`, read in order one past `limit` ([`crate::page::page_of`]).
+    pub fn from_one_past(names: Vec<(Resource, Vec<Hold>)>, limit: usize) -> Self {
+        let (names, next) = crate::page::page_of(names, limit, |(name, _)| name);
+        Self { names, next }
+    }
+}
+
 /// A lease a purge forgot because it had expired, with the namespace it was in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expired {

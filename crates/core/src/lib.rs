@@ -10,6 +10,7 @@
 //! - [`hold`]: semaphores and read-write locks — [`Claim`], [`Hold`], and [`hold::judge`],
 //!   their rule book.
 //! - [`store`]: the [`LockStore`] trait, its outcome enums and [`StoreError`].
+//! - [`page`]: [`page::page_of`], the one way every store cuts a page of leases or holds.
 //! - [`layer`]: [`Layered`], a store with a [`Layer`] around each call (deadlines, timing).
 //! - [`turns`]: [`Turns`], the layer that lets one call per name reach a store at a time.
 //! - [`table`]: [`LockTable`], the rules as a pure state machine (used by the in-memory and
@@ -28,6 +29,7 @@ pub mod hold;
 pub mod layer;
 pub mod memory;
 pub mod model;
+pub mod page;
 pub mod store;
 pub mod table;
 pub mod turns;

@@ -170,15 +170,6 @@ impl LockStore for MemoryStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            ttl_granularity: std::time::Duration::from_millis(1),
-            durable: false,
-            knows_released_lease: true,
-            shared: false,
-            writer_intents: true,
-            principals: true,
-            lock_delays: true,
-            drift: crate::Drift::NONE,
-        }
+        Capabilities::BASELINE
     }
 }

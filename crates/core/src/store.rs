@@ -299,6 +299,14 @@ pub struct LeasePage {
     pub next: Option<Resource>,
 }
 
+impl LeasePage {
+    /// The page of `leases`, read in order one past `limit` ([`crate::page::page_of`]).
+    pub fn from_one_past(leases: Vec<Lease>, limit: usize) -> Self {
+        let (leases, next) = crate::page::page_of(leases, limit, |lease| &lease.resource);
+        Self { leases, next }
+    }
+}
+
 /// How a store differs from the others by nature. The conformance suite reads these instead
 /// of skipping tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,6 +338,25 @@ pub struct Capabilities {
     /// most; a Redlock store reports what is left of the TTL after its allowance for the
     /// clocks of its nodes drifting apart, so that no node's copy outlives what it reports.
     pub drift: Drift,
+}
+
+impl Capabilities {
+    /// What a store that keeps every rule itself, in one process, has by nature: the
+    /// in-memory reference store's — 1 ms TTLs, nothing durable, nothing shared, every
+    /// release reported, writers' intents, principals and lock-delays kept, no drift. Every
+    /// store says how it differs from this (`Capabilities { durable: true,
+    /// ..Capabilities::BASELINE }`), so a new capability is one edit here, and one in each
+    /// store that differs.
+    pub const BASELINE: Self = Self {
+        ttl_granularity: Duration::from_millis(1),
+        durable: false,
+        knows_released_lease: true,
+        shared: false,
+        writer_intents: true,
+        principals: true,
+        lock_delays: true,
+        drift: Drift::NONE,
+    };
 }
 
 /// An allowance for clock drift: a part of the TTL and a fixed margin

@@ -258,7 +258,7 @@ impl LockTable {
             Some(after) if after.as_str() >= query.prefix.as_str() => Bound::Excluded(after.as_str()),
             _ => Bound::Included(query.prefix.as_str()),
         };
-        let mut leases: Vec<Lease> = self
+        let leases: Vec<Lease> = self
             .leases
             .range::<str, _>((start, Bound::Unbounded))
             .take_while(|(r, _)| r.as_str().starts_with(&query.prefix))
@@ -267,13 +267,7 @@ impl LockTable {
             .take(query.limit.saturating_add(1))
             .cloned()
             .collect();
-        let next = if leases.len() > query.limit {
-            leases.truncate(query.limit);
-            leases.last().map(|l| l.resource.clone())
-        } else {
-            None
-        };
-        LeasePage { leases, next }
+        LeasePage::from_one_past(leases, query.limit)
     }
 
     /// Forgets leases and holds that have expired at `now` (leases once their lock-delay has
@@ -463,7 +457,7 @@ impl LockTable {
             (_, Some(prefix)) => Bound::Included((kind, prefix.clone())),
             (None, None) => Bound::Unbounded,
         };
-        let mut names: Vec<(Resource, Vec<Hold>)> = self
+        let names: Vec<(Resource, Vec<Hold>)> = self
             .holds
             .range((start, Bound::Unbounded))
             .skip_while(|((k, _), _)| *k < kind)
@@ -474,13 +468,7 @@ impl LockTable {
             })
             .take(query.limit.saturating_add(1))
             .collect();
-        let next = if names.len() > query.limit {
-            names.truncate(query.limit);
-            names.last().map(|(name, _)| name.clone())
-        } else {
-            None
-        };
-        HoldPage { names, next }
+        HoldPage::from_one_past(names, query.limit)
     }
 
     /// Records (or renews) that `owner` waits to write `name`, until `now + ttl`. Intents are

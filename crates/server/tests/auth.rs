@@ -6,14 +6,13 @@
 mod common;
 
 use std::num::NonZeroU32;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use common::{
-    Lines, TestServer, assert_invalid, assert_problem, raw_connection, read_response, series_value,
-};
+use common::{TestServer, assert_invalid, assert_problem, raw_connection, read_response, series_value};
 use fencelock_core::MemoryStore;
 use fencelock_server::Config;
 use fencelock_server::auth::{AuthFile, Keyring, RateLimit, token_sha256};
+use fencelock_testkit::Lines;
 use fencelock_testkit::fixtures::unique_prefix;
 use fencelock_wire::parse::encode_segment;
 use reqwest::{Method, StatusCode};
@@ -460,23 +459,10 @@ async fn lists_show_only_readable_names_and_page_through_all_of_them() {
     }
 }
 
-/// Where the log lines of this test binary go, for every test that reads them: the first
-/// caller makes it the global subscriber (the server logs from its tasks' threads), at the
-/// most detailed level, so that nothing the server logs escapes the search for tokens.
+/// Every log line of this test binary, at the most detailed level, so that nothing the server
+/// logs escapes the search for tokens.
 fn logs() -> &'static Lines {
-    static LINES: OnceLock<Lines> = OnceLock::new();
-    LINES.get_or_init(|| {
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-        lines
-    })
+    fencelock_testkit::logs(tracing::Level::TRACE)
 }
 
 /// The audit lines about `resource`.

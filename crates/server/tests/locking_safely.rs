@@ -5,12 +5,13 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Lines, TestServer, assert_invalid, assert_problem, series_value};
+use common::{TestServer, assert_invalid, assert_problem, series_value};
 use fencelock_core::MemoryStore;
 use fencelock_server::Config;
+use fencelock_testkit::Lines;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -622,20 +623,9 @@ async fn a_waiter_is_granted_when_the_delay_ends() {
     );
 }
 
-/// Every log line of this test binary, as JSON (the subscriber is global: set once).
+/// Every log line of this test binary, as JSON.
 fn logs() -> &'static Lines {
-    static LINES: OnceLock<Lines> = OnceLock::new();
-    LINES.get_or_init(|| {
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-        lines
-    })
+    fencelock_testkit::logs(tracing::Level::INFO)
 }
 
 #[tokio::test]

@@ -6,22 +6,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Lines, TestServer};
+use common::TestServer;
 use fencelock_core::{ManualClock, MemoryStore, Timestamp};
 use fencelock_server::Config;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_permit_and_hold_event_is_one_log_line_with_its_kind() {
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_writer(move || writer.clone())
-        .finish();
-    // Global: the server logs from tasks on the runtime's threads.
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    let lines = fencelock_testkit::logs(tracing::Level::INFO);
 
     let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_795_933_800_000)));
     let config = Config {

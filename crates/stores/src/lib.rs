@@ -80,13 +80,24 @@ pub mod etcd;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(any(feature = "etcd", feature = "redis", feature = "zookeeper"))]
+// What the stores that many servers share have in common: built with any of them (the
+// internal feature `shared`, which each of their features turns on). A build with only some
+// of them leaves the parts the others use unused, hence `allow(dead_code)` on those.
+#[cfg(feature = "shared")]
+#[allow(
+    dead_code,
+    reason = "PostgreSQL has no members to read; only etcd and ZooKeeper encode owners"
+)]
 mod remote;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(feature = "shared")]
+#[allow(
+    dead_code,
+    reason = "only etcd and ZooKeeper back off, so a build without them leaves it unused"
+)]
 mod retry;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
-#[cfg(any(feature = "postgres", feature = "etcd", feature = "redis"))]
+#[cfg(feature = "shared")]
 mod subscription;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
@@ -290,7 +301,7 @@ pub async fn open(address: &str) -> Result<Arc<dyn LockStore>, OpenError> {
 
 fn open_memory<'a>(address: &'a str, rest: &'a str) -> Opening<'a> {
     let opened = if rest.is_empty() {
-        Ok(Arc::new(MemoryStore::new()) as Arc<dyn LockStore>)
+        opened(address, Ok(MemoryStore::new()))
     } else {
         Err(invalid(address, "memory:// takes nothing after the scheme"))
     };
@@ -299,13 +310,6 @@ fn open_memory<'a>(address: &'a str, rest: &'a str) -> Opening<'a> {
 
 /// What [`open`] answers for a store that `opening` gave: the store, or why not. A store's
 /// [`StoreError::Invalid`] at open is the address's fault.
-#[cfg(any(
-    feature = "sqlite",
-    feature = "postgres",
-    feature = "etcd",
-    feature = "redis",
-    feature = "zookeeper"
-))]
 fn opened<S: LockStore>(
     address: &str,
     opening: Result<S, StoreError>,
@@ -318,18 +322,6 @@ fn opened<S: LockStore>(
             source,
         }),
     }
-}
-
-/// A page of `leases`, fetched one past `limit` to know whether another page follows.
-#[cfg(any(feature = "postgres", feature = "etcd", feature = "zookeeper"))]
-fn page(mut leases: Vec<fencelock_core::Lease>, limit: usize) -> fencelock_core::LeasePage {
-    let next = if leases.len() > limit {
-        leases.truncate(limit);
-        leases.last().map(|l| l.resource.clone())
-    } else {
-        None
-    };
-    fencelock_core::LeasePage { leases, next }
 }
 
 fn invalid(address: &str, reason: &str) -> OpenError {

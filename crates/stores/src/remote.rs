@@ -5,7 +5,6 @@
 //! [`crate::deadline::Deadline`].)
 
 use fencelock_core::store::Result;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
 use fencelock_core::{Owner, Principal};
 
 /// The members of `SCHEME://host:port[,host:port…]`, each `host:port`, for the store whose
@@ -34,13 +33,11 @@ pub(crate) fn members<'a>(url: &'a str, scheme: &str) -> Result<Vec<&'a str>, St
 }
 
 /// What a stored value keeps of `owner`'s principal (none: absent).
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) fn principal_of(owner: &Owner) -> Option<String> {
     owner.principal().map(|p| p.as_str().to_owned())
 }
 
 /// The owner `name` of `principal`, as a stored value keeps them (no principal: none).
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) fn owner(name: &str, principal: Option<&str>) -> Result<Owner, String> {
     let principal = principal
         .map(|p| Principal::new(p).map_err(|e| format!("principal {p:?}: {e}")))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fencelock_conformance::{Harness, checks, owner, ttl};
+use fencelock_conformance::{checks, owner, ttl};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Claim, FencingToken, ForceOutcome, HoldKind, HoldOutcome, Key,
     LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Waiters,
@@ -15,7 +15,7 @@ use fencelock_core::{
 use fencelock_stores::Deadline;
 use fencelock_stores::etcd::{EtcdOptions, EtcdStore};
 use fencelock_testkit::fixtures::owner_of;
-use fencelock_testkit::{EtcdCluster, shared_etcd};
+use fencelock_testkit::{EtcdCluster, eventually, shared_etcd};
 use tokio_util::sync::CancellationToken;
 
 /// The shared server's address; starting it blocks, so not on the async worker.
@@ -29,16 +29,7 @@ async fn store(url: &str) -> Arc<Deadline<EtcdStore>> {
     Arc::new(EtcdStore::connect(url).await.expect("connect to etcd"))
 }
 
-async fn harness() -> Harness {
-    let url = shared_url().await;
-    let again = move || {
-        let url = url.clone();
-        async move { store(&url).await as Arc<dyn LockStore> }
-    };
-    shared::harness(again().await, again)
-}
-
-fencelock_conformance::suite!(harness);
+fencelock_conformance::shared_suite!(|| shared_etcd().url(), store);
 
 mod shared;
 
@@ -61,11 +52,7 @@ async fn ttls_are_whole_seconds_rounded_up() {
     let before_expiry = lease.expires_at.since(fencelock_core::Timestamp::now_wall());
     tokio::time::sleep(before_expiry.saturating_sub(Duration::from_millis(300))).await;
     assert_eq!(store.get(&resource).await.unwrap(), Some(lease.clone()));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.get(&resource).await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "etcd did not expire the lease");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    shared::until_expired(&*store, &resource, Duration::from_secs(10)).await;
     let gone_late_by = fencelock_core::Timestamp::now_wall().since(lease.expires_at);
     eprintln!("etcd deleted the lock {gone_late_by:?} after expires_at");
 }
@@ -223,64 +210,6 @@ fn permit(limit: u32) -> Claim {
     Claim::Permit { limit }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_acquirers_on_two_servers_get_exactly_the_limit_round_after_round() {
-    const ACQUIRERS: usize = 50;
-    const LIMIT: u32 = 5;
-    let servers = two_servers().await;
-    let name = shared::unique("fifty");
-    let mut last_round: Vec<FencingToken> = Vec::new();
-    for round in 0..10 {
-        let racers = (0..ACQUIRERS).map(|i| {
-            let (store, name) = (servers[i % 2].clone(), name.clone());
-            tokio::spawn(async move {
-                let who = owner(&format!("round{round}-{i}"));
-                let outcome = store
-                    .acquire_hold(&name, &who, permit(LIMIT), ttl(Duration::from_secs(60)), None)
-                    .await
-                    .expect("acquire a permit");
-                (store, who, outcome)
-            })
-        });
-        let mut winners = Vec::new();
-        // Every racer spawned before any is awaited.
-        for racer in racers.collect::<Vec<_>>() {
-            match racer.await.unwrap() {
-                (store, who, HoldOutcome::Granted { hold, replaced: None }) => {
-                    winners.push((store, who, hold))
-                }
-                (_, _, HoldOutcome::Busy(busy)) => assert_eq!(busy.holders.len(), LIMIT as usize, "{busy:?}"),
-                (_, who, other) => panic!("round {round}, {who}: {other:?}"),
-            }
-        }
-        assert_eq!(winners.len(), LIMIT as usize, "round {round}");
-        let mut tokens: Vec<FencingToken> = winners.iter().map(|(_, _, hold)| hold.lease.token).collect();
-        tokens.sort();
-        tokens.dedup();
-        assert_eq!(tokens.len(), LIMIT as usize, "round {round}: tokens {tokens:?}");
-        assert!(
-            last_round.iter().all(|before| tokens[0] > *before),
-            "round {round}: {tokens:?} after {last_round:?}"
-        );
-        let live = servers[round % 2]
-            .holds(HoldKind::Semaphore, &name)
-            .await
-            .unwrap();
-        assert_eq!(live.iter().map(|h| h.lease.token).collect::<Vec<_>>(), tokens);
-        for (store, who, hold) in winners {
-            let released = store
-                .release_hold(HoldKind::Semaphore, &name, &who, Some(hold.lease.token))
-                .await
-                .unwrap();
-            assert!(
-                matches!(released, ReleaseOutcome::Released(Some(_))),
-                "{released:?}"
-            );
-        }
-        last_round = tokens;
-    }
-}
-
 /// Issue 22: a lock handed over from one server to the other is acquired no sooner than it
 /// was released — the new holder's `acquired_at` is never before the old lease's `ended_at` —
 /// while acquirers on the other server race for it all along, so that some of their tries are
@@ -317,11 +246,10 @@ async fn a_lock_handed_over_between_servers_is_acquired_after_its_release() {
                 })
             })
             .collect();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while tries.load(Ordering::SeqCst) < 8 {
-            assert!(Instant::now() < deadline, "the racers never tried");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        eventually(Duration::from_secs(10), "the racers to try", async || {
+            (tries.load(Ordering::SeqCst) >= 8).then_some(())
+        })
+        .await;
         let released = from
             .release(&resource, &holder.owner, Some(holder.token))
             .await
@@ -348,97 +276,6 @@ async fn a_lock_handed_over_between_servers_is_acquired_after_its_release() {
         early.is_empty(),
         "acquired before the release ended the lease before it, in (round, by how much): {early:?}"
     );
-}
-
-/// One hold as a worker saw it: granted (answered) at `from`, released (asked) at `to`.
-/// etcd held it at least over `[from, to]`.
-#[derive(Debug, Clone, Copy)]
-struct Held {
-    claim: Claim,
-    token: FencingToken,
-    from: Instant,
-    to: Instant,
-}
-
-/// Acquires `claim` on `name` through `server`'s waiting line (a writer's intent kept in etcd
-/// while it waits, waiters woken by the release notices of both servers), holds it a moment,
-/// releases it; again and again until `until`. Returns what it held. Writers pause after each
-/// release: waiting writers hold readers back, so writers that came back at once could keep
-/// every reader out.
-async fn cycle(server: Arc<Waiters>, name: Resource, who: Owner, claim: Claim, until: Instant) -> Vec<Held> {
-    let store = server.store().clone();
-    let mut history = Vec::new();
-    while Instant::now() < until {
-        let acquired = server
-            .acquire_hold_unless(
-                &name,
-                &who,
-                claim,
-                ttl(Duration::from_secs(60)),
-                Duration::from_secs(20),
-                &CancellationToken::new(),
-            )
-            .await
-            .expect("acquire a hold");
-        let HoldOutcome::Granted { hold, replaced: None } = acquired.outcome else {
-            panic!("{who}: {:?}", acquired.outcome);
-        };
-        let from = Instant::now();
-        tokio::time::sleep(Duration::from_millis(3)).await;
-        let to = Instant::now();
-        let released = store
-            .release_hold(HoldKind::RwLock, &name, &who, Some(hold.lease.token))
-            .await
-            .unwrap();
-        assert!(
-            matches!(released, ReleaseOutcome::Released(_)),
-            "{who}: {released:?}"
-        );
-        history.push(Held {
-            claim,
-            token: hold.lease.token,
-            from,
-            to,
-        });
-        if claim == Claim::Write {
-            tokio::time::sleep(Duration::from_millis(30)).await;
-        }
-    }
-    history
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readers_and_writers_on_two_servers_never_overlap_a_writer() {
-    let servers = two_servers().await.map(|store| Arc::new(Waiters::new(store)));
-    let name = shared::unique("history");
-    let until = Instant::now() + Duration::from_secs(4);
-    let workers = (0..8).map(|i| {
-        let claim = if i % 4 == 0 { Claim::Write } else { Claim::Read };
-        let who = owner(&format!("worker-{i}"));
-        tokio::spawn(cycle(servers[i % 2].clone(), name.clone(), who, claim, until))
-    });
-    let mut history: Vec<Held> = Vec::new();
-    for worker in workers.collect::<Vec<_>>() {
-        history.extend(worker.await.unwrap());
-    }
-    history.sort_by_key(|held| held.token);
-    let writes = history.iter().filter(|held| held.claim == Claim::Write).count();
-    eprintln!("{} holds, {writes} of them writes", history.len());
-    assert!(writes > 0 && writes < history.len(), "both modes were granted");
-    for write in history.iter().filter(|held| held.claim == Claim::Write) {
-        for other in history.iter().filter(|other| other.token != write.token) {
-            assert!(
-                other.to < write.from || write.to < other.from,
-                "{other:?} overlaps the write {write:?}"
-            );
-            // Disjoint, so granted one after the other: in token order.
-            assert_eq!(
-                other.token > write.token,
-                other.from > write.to,
-                "{other:?} and the write {write:?} are out of token order"
-            );
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -678,15 +515,6 @@ async fn a_force_release_is_announced_on_every_server_and_leaves_waiting_writers
     assert!(readers.iter().all(|r| r.token < hold.lease.token), "{hold:?}");
 }
 
-/// Waits until `store` no longer shows the lease on `resource` (it expired), polling.
-async fn until_expired(store: &dyn LockStore, resource: &Resource, within: Duration) {
-    let deadline = Instant::now() + within;
-    while store.get(resource).await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "{resource} did not expire");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn terms(ttl_of: Duration) -> Terms {
     Terms::ttl(ttl(ttl_of))
 }
@@ -780,7 +608,7 @@ async fn a_cap_inside_etcds_whole_seconds_ends_the_lease_on_every_server() {
     assert!(expires_in <= cap, "{expires_in:?}");
 
     // Over at the cap, not at etcd's next whole second: closed for the delay from then.
-    until_expired(other.as_ref(), &resource, Duration::from_secs(10)).await;
+    shared::until_expired(other.as_ref(), &resource, Duration::from_secs(10)).await;
     let refused = other
         .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
         .await
@@ -821,7 +649,7 @@ async fn a_lock_delay_set_through_one_server_refuses_a_grant_through_the_other_u
 
     // Never released: once it expires, the other server is told to come back when the
     // delay ends, and its waiters are granted the lock then.
-    until_expired(other.as_ref(), &resource, Duration::from_secs(10)).await;
+    shared::until_expired(other.as_ref(), &resource, Duration::from_secs(10)).await;
     let refused = other
         .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
         .await
@@ -903,7 +731,7 @@ async fn a_multi_acquire_through_one_server_is_refused_whole_when_the_other_hold
     // A lock in its lock-delay stands in the way too, each refusal in the order given.
     let delayed = Terms::ttl(ttl(Duration::from_secs(1))).lock_delay(Duration::from_secs(60));
     shared::granted(other.acquire_with(&w, &owner("b"), delayed).await.unwrap());
-    until_expired(one.as_ref(), &w, Duration::from_secs(10)).await;
+    shared::until_expired(one.as_ref(), &w, Duration::from_secs(10)).await;
     let refused = one
         .acquire_all(&names(&[&x, &w, &y]), &owner("a"), Terms::ttl(long))
         .await

@@ -2,11 +2,11 @@
 //! servers on one database, and the database going away and coming back.
 #![cfg(feature = "postgres")]
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock_conformance::{Harness, owner, ttl};
+use fencelock_conformance::{owner, ttl};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Claim, Expired, FencingToken, ForceOutcome, Hold, HoldKind,
     HoldOutcome, Key, Kind, Lease, ListQuery, LockStore, MemoryStore, Owner, Principal, ReleaseNotice,
@@ -15,7 +15,7 @@ use fencelock_core::{
 use fencelock_stores::Deadline;
 use fencelock_stores::postgres::{PostgresOptions, PostgresStore};
 use fencelock_testkit::fixtures::{owner_of, resource, unique_prefix};
-use fencelock_testkit::{Postgres, Proxy, shared_postgres};
+use fencelock_testkit::{Postgres, Proxy, eventually, shared_postgres};
 use shared::granted;
 use tokio::sync::broadcast;
 
@@ -30,16 +30,7 @@ async fn store(url: &str) -> Arc<Deadline<PostgresStore>> {
     Arc::new(PostgresStore::connect(url).await.expect("connect to PostgreSQL"))
 }
 
-async fn harness() -> Harness {
-    let url = shared_url().await;
-    let again = move || {
-        let url = url.clone();
-        async move { store(&url).await as Arc<dyn LockStore> }
-    };
-    shared::harness(again().await, again)
-}
-
-fencelock_conformance::suite!(harness);
+fencelock_conformance::shared_suite!(|| shared_postgres().url(), store);
 
 mod shared;
 
@@ -53,11 +44,7 @@ async fn a_token_outlives_the_purge_of_its_lease() {
             .await
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.get(&resource).await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "lease did not expire");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    shared::until_expired(&*store, &resource, Duration::from_secs(10)).await;
     // Another test may purge at the same time (and take this lease, or make this purge
     // wait its turn): what matters is that the row goes, and that the next token is still
     // greater.
@@ -65,27 +52,28 @@ async fn a_token_outlives_the_purge_of_its_lease() {
         .await
         .unwrap();
     tokio::spawn(connection);
-    loop {
-        let purged = store.purge_expired().await.unwrap();
-        let now = fencelock_core::Timestamp::now_wall();
-        assert!(
-            purged.iter().all(|e| e.lease.expires_at <= now),
-            "purged a live lease: {purged:?}"
-        );
-        let rows: i64 = client
-            .query_one(
-                "SELECT count(*) FROM fencelock_leases WHERE resource = $1",
-                &[&resource.as_str()],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if rows == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the expired lease was not purged");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the expired lease to be purged",
+        async || {
+            let purged = store.purge_expired().await.unwrap();
+            let now = fencelock_core::Timestamp::now_wall();
+            assert!(
+                purged.iter().all(|e| e.lease.expires_at <= now),
+                "purged a live lease: {purged:?}"
+            );
+            let rows: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM fencelock_leases WHERE resource = $1",
+                    &[&resource.as_str()],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            (rows == 0).then_some(())
+        },
+    )
+    .await;
     let second = shared::granted(
         store
             .acquire(&resource, &owner("a"), ttl(Duration::from_secs(60)))
@@ -434,163 +422,6 @@ async fn hear(feed: &mut broadcast::Receiver<ReleaseNotice>, key: &Key) {
     assert!(heard.is_ok(), "{key:?} was not announced");
 }
 
-/// Fifty acquirers on two servers race for a semaphore of five permits, ten times over: each
-/// round exactly five win, with tokens of their own, greater than every token of the rounds
-/// before. (A decision that counted the permits in a snapshot taken before it had the
-/// semaphore's lock would let in those that counted while another was being granted.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_acquirers_on_two_servers_are_granted_exactly_the_limit() {
-    let url = shared_url().await;
-    let servers = [store(&url).await, store(&url).await];
-    let name = shared::unique("five-permits");
-    let claim = Claim::Permit { limit: 5 };
-    let mut previous = FencingToken(0);
-    for round in 0..10 {
-        let tries: Vec<_> = (0..50)
-            .map(|i| {
-                let server = servers[i % 2].clone();
-                let name = name.clone();
-                tokio::spawn(async move {
-                    let who = owner(&format!("acquirer-{i}"));
-                    let outcome = server.acquire_hold(&name, &who, claim, ttl(LONG), None).await;
-                    (i % 2, who, outcome.expect("acquire a permit"))
-                })
-            })
-            .collect();
-        let mut winners = Vec::new();
-        for attempt in tries {
-            match attempt.await.unwrap() {
-                (server, who, HoldOutcome::Granted { hold, replaced: None }) => {
-                    assert_eq!(hold.lease.owner, who);
-                    assert_eq!(hold.claim, claim);
-                    winners.push((server, hold));
-                }
-                (_, _, HoldOutcome::Busy(busy)) => {
-                    assert_eq!(busy.holders.len(), 5, "round {round}: refused by {busy:?}");
-                }
-                (_, _, other) => panic!("round {round}: {other:?}"),
-            }
-        }
-        assert_eq!(winners.len(), 5, "round {round}: {winners:?}");
-        let tokens: BTreeSet<FencingToken> = winners.iter().map(|(_, h)| h.lease.token).collect();
-        assert_eq!(tokens.len(), 5, "round {round}: tokens shared: {winners:?}");
-        assert!(
-            tokens.first().is_some_and(|first| *first > previous),
-            "round {round}: {tokens:?} after {previous}"
-        );
-        let mut expected: Vec<Hold> = winners.iter().map(|(_, h)| h.clone()).collect();
-        expected.sort_by_key(|h| h.lease.token);
-        for server in &servers {
-            assert_eq!(server.holds(HoldKind::Semaphore, &name).await.unwrap(), expected);
-        }
-        for (server, hold) in winners {
-            let outcome = servers[1 - server]
-                .release_hold(
-                    HoldKind::Semaphore,
-                    &name,
-                    &hold.lease.owner,
-                    Some(hold.lease.token),
-                )
-                .await
-                .unwrap();
-            assert!(
-                matches!(&outcome, ReleaseOutcome::Released(Some(ended)) if ended.lease == hold.lease),
-                "{outcome:?}"
-            );
-        }
-        previous = *tokens.last().expect("five tokens");
-    }
-}
-
-/// One grant of a read-write lock, from its grant to its release, by the database's clock.
-#[derive(Debug, Clone, Copy)]
-struct Granted {
-    claim: Claim,
-    token: FencingToken,
-    from: Timestamp,
-    until: Timestamp,
-}
-
-/// Readers and writers on two servers race for one read-write lock for several hundred
-/// grants; by the database's clock, no write hold overlaps another hold, and holds that
-/// exclude each other follow the order of their tokens.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readers_and_writers_on_two_servers_never_overlap() {
-    const WRITERS: usize = 2;
-    const READERS: usize = 4;
-    const WRITES: usize = 40;
-    const READS: usize = 60;
-    let url = shared_url().await;
-    let servers = [store(&url).await, store(&url).await];
-    let name = shared::unique("exclusive");
-    let racers: Vec<_> = (0..WRITERS + READERS)
-        .map(|i| {
-            let server = servers[i % 2].clone();
-            let name = name.clone();
-            let (claim, grants) = if i < WRITERS {
-                (Claim::Write, WRITES)
-            } else {
-                (Claim::Read, READS)
-            };
-            // A writer waits as the server's waiters do: with an intent that holds new
-            // readers back.
-            let intent = (claim == Claim::Write).then(|| ttl(Duration::from_secs(3)));
-            tokio::spawn(async move {
-                let who = owner(&format!("racer-{i}"));
-                let mut history = Vec::new();
-                while history.len() < grants {
-                    let outcome = server.acquire_hold(&name, &who, claim, ttl(LONG), intent).await;
-                    match outcome.expect("acquire") {
-                        HoldOutcome::Granted { hold, replaced: None } => {
-                            let released = server
-                                .release_hold(HoldKind::RwLock, &name, &who, Some(hold.lease.token))
-                                .await
-                                .expect("release");
-                            let ReleaseOutcome::Released(Some(ended)) = released else {
-                                panic!("expected a release, got {released:?}");
-                            };
-                            assert_eq!(ended.lease, hold.lease);
-                            history.push(Granted {
-                                claim,
-                                token: hold.lease.token,
-                                from: hold.lease.acquired_at,
-                                until: ended.ended_at,
-                            });
-                        }
-                        // Ask again soon: polling, as a waiter without notices would.
-                        HoldOutcome::Busy(_) => tokio::time::sleep(Duration::from_millis(2)).await,
-                        other => panic!("{other:?}"),
-                    }
-                }
-                history
-            })
-        })
-        .collect();
-    let mut history = Vec::new();
-    for racer in racers {
-        history.extend(racer.await.unwrap());
-    }
-    assert_eq!(history.len(), WRITERS * WRITES + READERS * READS);
-    history.sort_by_key(|g| g.token);
-    let mut shared_reads = 0;
-    for (i, first) in history.iter().enumerate() {
-        for later in &history[i + 1..] {
-            if first.claim == Claim::Write || later.claim == Claim::Write {
-                assert!(
-                    first.until <= later.from,
-                    "{later:?} began before {first:?} ended"
-                );
-            } else if later.from < first.until {
-                shared_reads += 1;
-            }
-        }
-    }
-    eprintln!(
-        "{} grants, {shared_reads} pairs of reads held together",
-        history.len()
-    );
-}
-
 /// A writer's intent recorded through one server holds back new readers on the other (not
 /// those already reading) until it is withdrawn, and again until it runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -790,13 +621,12 @@ async fn purge_forgets_expired_holds_with_their_kind_and_ended_intents() {
             .await
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !store.holds(HoldKind::Semaphore, &name).await.unwrap().is_empty()
-        || !store.holds(HoldKind::RwLock, &name).await.unwrap().is_empty()
-    {
-        assert!(Instant::now() < deadline, "the holds did not expire");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(Duration::from_secs(10), "the holds to expire", async || {
+        let semaphore = store.holds(HoldKind::Semaphore, &name).await.unwrap();
+        let rwlock = store.holds(HoldKind::RwLock, &name).await.unwrap();
+        (semaphore.is_empty() && rwlock.is_empty()).then_some(())
+    })
+    .await;
     // The intent ends with the holds (all were stamped within one TTL of each other).
     let intents = |client: tokio_postgres::Client| async move {
         let row = client
@@ -805,7 +635,10 @@ async fn purge_forgets_expired_holds_with_their_kind_and_ended_intents() {
             .unwrap();
         row.get::<_, i64>(0)
     };
-    while intents(connected(&url).await).await > 0 {
+    eventually(Duration::from_secs(10), "the intent to be purged", async || {
+        if intents(connected(&url).await).await == 0 {
+            return Some(());
+        }
         let purged = store.purge_expired().await.unwrap();
         let mut purged: Vec<(Kind, Lease)> = purged
             .into_iter()
@@ -821,9 +654,9 @@ async fn purge_forgets_expired_holds_with_their_kind_and_ended_intents() {
                 ]
             );
         }
-        assert!(Instant::now() < deadline, "the intent was not purged");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        None
+    })
+    .await;
     assert_eq!(
         store.holds(HoldKind::RwLock, &resource("live")).await.unwrap(),
         [live]
@@ -1230,16 +1063,16 @@ async fn a_purge_forgets_a_batch_at_a_time_the_first_expired_first() {
         last = Some((lock, sem));
     }
     let (lock, sem) = last.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while store.get(&lock).await.unwrap().is_some()
-        || !store.holds(HoldKind::Semaphore, &sem).await.unwrap().is_empty()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the last lease and permit did not expire"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        "the last lease and permit to expire",
+        async || {
+            let lease = store.get(&lock).await.unwrap();
+            let permits = store.holds(HoldKind::Semaphore, &sem).await.unwrap();
+            (lease.is_none() && permits.is_empty()).then_some(())
+        },
+    )
+    .await;
     let count = |purged: &[Expired], kind: Kind| purged.iter().filter(|e| e.kind == kind).count();
     let first = store.purge_expired().await.unwrap();
     assert_eq!(count(&first, Kind::Lock), PURGE_BATCH);
@@ -1265,15 +1098,6 @@ async fn a_purge_forgets_a_batch_at_a_time_the_first_expired_first() {
 }
 
 // The terms a lease keeps, and several locks at once.
-
-/// Waits until the lease on `resource` has expired, by `store`'s answers.
-async fn until_expired(store: &dyn LockStore, resource: &Resource) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.get(resource).await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "{resource} did not expire");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 /// Terms with a cap and a lock-delay, both far from the test's TTLs.
 fn with_terms(ttl_of: Duration) -> Terms {
@@ -1351,7 +1175,7 @@ async fn every_statement_reads_a_lease_with_its_terms_through_a_new_store() {
     // Purges by others may come first: what matters is that none forgets the lease before
     // its delay has ended (by the database's clock), and that the one that does reports it
     // with its terms.
-    until_expired(&*store, &purged.resource).await;
+    shared::until_expired(&*store, &purged.resource, Duration::from_secs(10)).await;
     let db = connected(&url).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -1392,7 +1216,7 @@ async fn a_lock_delay_and_an_all_or_none_hold_across_two_servers() {
     let delay = Duration::from_millis(700);
     let terms = Terms::ttl(ttl(Duration::from_millis(100))).lock_delay(delay);
     let lease = granted(a.acquire_with(&name, &owner("crashed"), terms).await.unwrap());
-    until_expired(&*b, &name).await;
+    shared::until_expired(&*b, &name, Duration::from_secs(10)).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut refused = 0;
     let next = loop {
@@ -1699,7 +1523,7 @@ async fn a_server_of_version_3_leaves_no_stale_terms_and_is_cut_at_the_cap() {
             .await
             .unwrap(),
     );
-    until_expired(&*store, &name).await;
+    shared::until_expired(&*store, &name, Duration::from_secs(10)).await;
     let (token, _, was_granted) = acquire(name.clone(), "old", 60_000).await;
     assert!(was_granted && token > first.token, "within the lock-delay");
     let lease = store.get(&name).await.unwrap().expect("granted");

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fencelock_conformance::{Harness, owner, ttl};
+use fencelock_conformance::{owner, ttl};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Drift, FencingToken, HoldKind, HoldOutcome,
     Lease, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Terms, Timestamp, Waiters,
@@ -52,44 +52,19 @@ async fn with_nodes(
     .expect("stop or start redis nodes")
 }
 
-/// The conformance harness on the nodes at `url`: a store, and others opened over the same
-/// nodes, standing for other servers.
-async fn harness_on(url: String) -> Harness {
-    let again = move || {
-        let url = url.clone();
-        async move { open(&url).await }
-    };
-    shared::harness(again().await, again)
-}
-
 /// The conformance suite on one node.
 mod one_node {
-    async fn harness() -> fencelock_conformance::Harness {
-        let url = tokio::task::spawn_blocking(|| fencelock_testkit::shared_redis().url())
-            .await
-            .expect("start redis-server");
-        super::harness_on(url).await
-    }
-
-    fencelock_conformance::suite!(harness);
+    fencelock_conformance::shared_suite!(|| fencelock_testkit::shared_redis().url(), super::open);
 }
 
 /// The conformance suite, unchanged, on a Redlock of three nodes.
 mod three_nodes {
-    async fn harness() -> fencelock_conformance::Harness {
-        super::harness_on(super::shared_nodes(3).await.url()).await
-    }
-
-    fencelock_conformance::suite!(harness);
+    fencelock_conformance::shared_suite!(|| fencelock_testkit::shared_redis_nodes(3).url(), super::open);
 }
 
 /// The conformance suite, unchanged, on a Redlock of five nodes.
 mod five_nodes {
-    async fn harness() -> fencelock_conformance::Harness {
-        super::harness_on(super::shared_nodes(5).await.url()).await
-    }
-
-    fencelock_conformance::suite!(harness);
+    fencelock_conformance::shared_suite!(|| fencelock_testkit::shared_redis_nodes(5).url(), super::open);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -675,11 +650,10 @@ async fn a_waiter_on_one_redlock_store_is_woken_by_a_release_through_another() {
                 .await
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while waiters.waiting() == 0 {
-        assert!(Instant::now() < deadline, "the waiter never queued");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    fencelock_testkit::eventually(Duration::from_secs(10), "the waiter to queue", async || {
+        (waiters.waiting() > 0).then_some(())
+    })
+    .await;
     let released = one
         .release(&name, &holder.owner, Some(holder.token))
         .await

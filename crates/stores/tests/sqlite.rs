@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::store::Result;
@@ -61,11 +61,7 @@ fn is_unavailable<T: std::fmt::Debug>(result: &Result<T>) -> bool {
 
 /// Polls `done` until it holds, failing after a few seconds.
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    fencelock_testkit::eventually(Duration::from_secs(10), what, async || done().then_some(())).await;
 }
 
 // ---- The conformance suite ----

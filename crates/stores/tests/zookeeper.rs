@@ -6,14 +6,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock_conformance::{Harness, checks, owner, ttl};
+use fencelock_conformance::{checks, owner, ttl};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Claim, FencingToken, HoldKind, HoldOutcome, Key, LockStore,
     ReleaseNotice, ReleaseOutcome, Resource, Resources, StoreError, Terms, Timestamp, Waiters,
 };
 use fencelock_stores::Deadline;
 use fencelock_stores::zookeeper::{ZooKeeperOptions, ZooKeeperStore};
-use fencelock_testkit::{Proxy, ZooKeeper, ZooKeeperEnsemble, shared_zookeeper};
+use fencelock_testkit::{Proxy, ZooKeeper, ZooKeeperEnsemble, eventually, shared_zookeeper};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
@@ -30,16 +30,7 @@ async fn store(url: &str) -> Arc<Deadline<ZooKeeperStore>> {
     Arc::new(ZooKeeperStore::connect(url).await.expect("connect to ZooKeeper"))
 }
 
-async fn harness() -> Harness {
-    let url = shared_url().await;
-    let again = move || {
-        let url = url.clone();
-        async move { store(&url).await as Arc<dyn LockStore> }
-    };
-    shared::harness(again().await, again)
-}
-
-fencelock_conformance::suite!(harness);
+fencelock_conformance::shared_suite!(|| shared_zookeeper().url(), store);
 
 /// Short timeouts, so that calls without a quorum fail quickly; a session that outlives the
 /// loss of a member (the client moves to another one within it).
@@ -229,11 +220,16 @@ async fn two_servers_on_one_ensemble_have_one_winner_and_hand_over_by_watch() {
     });
     // The waiter has asked once and been told to wait when the holder's lease is all it
     // knows; give it that first refusal before releasing.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !waiting.is_finished() && servers[1].get(&resource).await.unwrap().as_ref() != Some(&holder) {
-        assert!(Instant::now() < deadline, "the holder's lease is not seen");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the holder's lease to be seen",
+        async || {
+            let seen =
+                waiting.is_finished() || servers[1].get(&resource).await.unwrap().as_ref() == Some(&holder);
+            seen.then_some(())
+        },
+    )
+    .await;
     let released_at = Instant::now();
     servers[0]
         .release(&resource, &owner("holder"), Some(holder.token))
@@ -323,15 +319,11 @@ async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
     assert!(matches!(renew, Err(StoreError::Unavailable { .. })), "{renew:?}");
 
     // The server expires the cut-off session; the lease stays, seen by the other server.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while sessions(&zookeeper).is_none_or(|now| now >= before) {
-        assert!(
-            Instant::now() < deadline,
-            "the session did not expire: {before} before, now {:?}",
-            zookeeper.four_letter_word("dump")
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("the session to expire ({before} sessions before)");
+    eventually(Duration::from_secs(20), &what, async || {
+        sessions(&zookeeper).is_some_and(|now| now < before).then_some(())
+    })
+    .await;
     eprintln!(
         "session expired {:?} before the lease",
         lease.expires_at.since(Timestamp::now_wall())
@@ -566,15 +558,18 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
     );
     // Set after the grant, so that only the purge's change can fire it.
     let _watching = other.watch(&Key::lock(&expiring)).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let purged = loop {
-        let purged = one.purge_expired().await.unwrap();
-        if purged.iter().any(|e| e.lease.resource == expiring) {
-            break purged;
-        }
-        assert!(Instant::now() < deadline, "the expired lease was not purged");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let purged = eventually(
+        Duration::from_secs(10),
+        "the expired lease to be purged",
+        async || {
+            let purged = one.purge_expired().await.unwrap();
+            purged
+                .iter()
+                .any(|e| e.lease.resource == expiring)
+                .then_some(purged)
+        },
+    )
+    .await;
     assert!(
         purged.iter().all(|e| e.lease.expires_at <= Timestamp::now_wall()),
         "{purged:?}"

@@ -21,3 +21,20 @@ pub async fn eventually<T>(limit: Duration, what: &str, mut check: impl AsyncFnM
         tokio::time::sleep(POLL).await;
     }
 }
+
+/// [`eventually`] for a test that waits on the thread it runs on (a child process, a file,
+/// a log line): asks `check` until it gives a value, and returns it; fails the test, naming
+/// `what`, if it has not within `limit`.
+pub fn eventually_blocking<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(POLL);
+    }
+}

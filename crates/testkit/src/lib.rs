@@ -37,7 +37,9 @@
 //!   serves), [`ZooKeeperEnsemble::wait_no_quorum`] and [`ZooKeeperEnsemble::pause`];
 //!   [`ZooKeeperEnsemble::start_with_peer_proxies`] and [`ZooKeeperEnsemble::cut_off`] as
 //!   for etcd; [`Mode`] is a member's role as its `srvr` four-letter word reports it.
-//! - [`eventually`]: asking until a state holds, with a deadline.
+//! - [`eventually`] (async) and [`eventually_blocking`]: asking until a state holds, with a
+//!   deadline.
+//! - [`logs`]: what the test binary logs, as JSON [`Lines`].
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
 //! - [`fuzz`]: the bounded configuration, strategies and naming model of the fuzz targets.
 //! - [`Proxy`]: a TCP relay that fails like a network — cut both ways or one
@@ -58,6 +60,7 @@ mod etcd;
 mod eventually;
 pub mod fixtures;
 pub mod fuzz;
+mod logs;
 mod postgres;
 mod process;
 mod proxy;
@@ -68,7 +71,8 @@ mod zookeeper;
 pub use canned::Canned;
 pub use clock::FakeClock;
 pub use etcd::{Etcd, EtcdCluster, shared_etcd};
-pub use eventually::eventually;
+pub use eventually::{eventually, eventually_blocking};
+pub use logs::{Lines, logs};
 pub use postgres::{Postgres, shared_postgres};
 pub use process::{free_port, signal_tree, spawn_tied};
 pub use proxy::{Direction, Proxy};

@@ -7,8 +7,9 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fencelock_testkit::eventually_blocking;
 use serde_json::Value;
 
 /// The `fencelock` command, with none of the environment variables it reads, so that the
@@ -158,7 +159,7 @@ impl Server {
     /// Stops the server with SIGTERM and asserts it exits 0 within 5 s.
     pub fn stop(&mut self) {
         self.signal(nix::sys::signal::Signal::SIGTERM);
-        let status = eventually(Duration::from_secs(5), "the server exits after SIGTERM", || {
+        let status = eventually_blocking(Duration::from_secs(5), "the server exits after SIGTERM", || {
             self.child.try_wait().unwrap()
         });
         assert_eq!(status.code(), Some(0));
@@ -210,21 +211,9 @@ pub fn closed_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-/// Polls `check` every 2 ms until it gives a value, failing the test after `limit`.
-pub fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 /// The contents of `path` once it exists.
 pub fn wait_for_file(path: &Path) -> String {
-    eventually(Duration::from_secs(10), &format!("{}", path.display()), || {
+    eventually_blocking(Duration::from_secs(10), &format!("{}", path.display()), || {
         std::fs::read_to_string(path).ok().filter(|text| !text.is_empty())
     })
 }

@@ -440,34 +440,3 @@ impl Layer for Hangs {
         }
     }
 }
-
-/// Where a test's log lines go: a buffer it reads (a `tracing_subscriber` writer).
-#[derive(Clone, Default)]
-pub struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Lines {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Lines {
-    /// Everything logged so far.
-    pub fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-
-    /// The JSON lines of `target` logged so far, in order.
-    pub fn of(&self, target: &str) -> Vec<Value> {
-        self.text()
-            .lines()
-            .map(|line| serde_json::from_str::<Value>(line).unwrap())
-            .filter(|line| line["target"] == target)
-            .collect()
-    }
-}

@@ -364,13 +364,7 @@ impl EtcdStore {
         for (_, holds) in &mut names {
             holds.sort_by_key(|h| h.lease.token);
         }
-        let next = if names.len() > limit {
-            names.truncate(limit);
-            names.last().map(|(name, _)| name.clone())
-        } else {
-            None
-        };
-        Ok(HoldPage { names, next })
+        Ok(HoldPage::from_one_past(names, limit))
     }
 
     /// Deletes `owner`'s intent, if the intent under its name is still its own (one of

@@ -459,12 +459,8 @@ impl LockStore for EtcdStore {
         Capabilities {
             ttl_granularity: Duration::from_secs(1),
             durable: true,
-            knows_released_lease: true,
             shared: true,
-            writer_intents: true,
-            principals: true,
-            lock_delays: true,
-            drift: fencelock_core::Drift::NONE,
+            ..Capabilities::BASELINE
         }
     }
 }

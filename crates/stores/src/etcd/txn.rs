@@ -465,7 +465,7 @@ impl EtcdStore {
                 _ => break,
             }
         }
-        Ok(crate::page(leases, limit))
+        Ok(LeasePage::from_one_past(leases, limit))
     }
 
     fn resource_of(&self, kv: &KeyValue) -> Result<Resource, EtcdError> {

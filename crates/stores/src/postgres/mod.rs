@@ -391,7 +391,7 @@ impl LockStore for PostgresStore {
         let rows = self
             .query("list", sql::LIST, &[&query.prefix.as_str(), &after, &fetch])
             .await?;
-        Ok(crate::page(row::leases(&rows)?, limit))
+        Ok(LeasePage::from_one_past(row::leases(&rows)?, limit))
     }
 
     async fn purge_expired(&self) -> Result<Vec<Expired>> {
@@ -534,14 +534,9 @@ impl LockStore for PostgresStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            ttl_granularity: Duration::from_millis(1),
             durable: true,
-            knows_released_lease: true,
             shared: true,
-            writer_intents: true,
-            principals: true,
-            lock_delays: true,
-            drift: fencelock_core::Drift::NONE,
+            ..Capabilities::BASELINE
         }
     }
 }

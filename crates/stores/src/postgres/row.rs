@@ -233,13 +233,7 @@ pub(super) fn hold_page(rows: &[Row], limit: usize) -> Result<HoldPage> {
             _ => names.push((name, vec![hold])),
         }
     }
-    let next = if names.len() > limit {
-        names.truncate(limit);
-        names.last().map(|(name, _)| name.clone())
-    } else {
-        None
-    };
-    Ok(HoldPage { names, next })
+    Ok(HoldPage::from_one_past(names, limit))
 }
 
 /// What [`super::sql::PURGE`] forgot: rows of a kind, a name, and a lock's columns.

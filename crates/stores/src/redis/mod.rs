@@ -583,14 +583,9 @@ impl LockStore for RedisStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            ttl_granularity: Duration::from_millis(1),
-            durable: false,
-            knows_released_lease: true,
             shared: true,
-            writer_intents: true,
-            principals: true,
-            lock_delays: true,
             drift: self.drift(),
+            ..Capabilities::BASELINE
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use fencelock_core::page::page_of;
 use fencelock_core::{FencingToken, Hold, HoldKind, ListQuery, Owner, Refusal, Resource, Timestamp, Ttl};
 
 use super::RedisStore;
@@ -190,7 +191,10 @@ impl RedisStore {
         };
         let pages = self.read(op, args, read).await?;
         let (names, horizon) = merge(pages, query.limit, self.nodes.quorum);
-        Ok(paged(names, query.limit, horizon, |(name, _)| name))
+        // Where the next page starts: after the last name kept if more followed, or after
+        // `horizon` (the last name read on every node) if a node had more.
+        let (names, next) = page_of(names, query.limit, |(name, _)| name);
+        Ok((names, next.or(horizon)))
     }
 
     /// A release (`ttl` none) or renewal (`op`) of `owner`'s lease or hold named by `head`
@@ -292,23 +296,6 @@ fn merge(
         .filter(|(_, records)| !records.is_empty())
         .collect();
     (agreed, horizon)
-}
-
-/// A page of at most `limit` items, and where the next starts: after the last item if more
-/// followed, or after `horizon` (the last name read on every node) if a node had more.
-fn paged<T>(
-    mut items: Vec<T>,
-    limit: usize,
-    horizon: Option<Resource>,
-    name: impl Fn(&T) -> &Resource,
-) -> (Vec<T>, Option<Resource>) {
-    let next = if items.len() > limit {
-        items.truncate(limit);
-        items.last().map(|item| name(item).clone())
-    } else {
-        horizon
-    };
-    (items, next)
 }
 
 #[cfg(test)]

@@ -696,7 +696,7 @@ impl LockStore for ZooKeeperStore {
                 |table, now, name| table.get(now, name),
             )
             .await?;
-        Ok(crate::page(leases, query.limit))
+        Ok(LeasePage::from_one_past(leases, query.limit))
     }
 
     /// Reads the next [`PURGE_BATCH`] parents (round robin) and forgets what is over in them;
@@ -762,7 +762,7 @@ impl LockStore for ZooKeeperStore {
 
     async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
         let names = self.names(kind.into(), query).await?;
-        let mut found = self
+        let found = self
             .live_of(
                 kind.into(),
                 &names,
@@ -773,13 +773,7 @@ impl LockStore for ZooKeeperStore {
                 },
             )
             .await?;
-        let next = if found.len() > query.limit {
-            found.truncate(query.limit);
-            found.last().map(|(name, _)| name.clone())
-        } else {
-            None
-        };
-        Ok(HoldPage { names: found, next })
+        Ok(HoldPage::from_one_past(found, query.limit))
     }
 
     async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
@@ -834,14 +828,9 @@ impl LockStore for ZooKeeperStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            ttl_granularity: Duration::from_millis(1),
             durable: true,
-            knows_released_lease: true,
             shared: true,
-            writer_intents: true,
-            principals: true,
-            lock_delays: true,
-            drift: fencelock_core::Drift::NONE,
+            ..Capabilities::BASELINE
         }
     }
 }

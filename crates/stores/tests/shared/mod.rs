@@ -1,27 +1,28 @@
-//! What the tests of stores that many servers share (PostgreSQL, etcd, Redis) have in common; the
-//! many-servers checks themselves are in the conformance suite.
+//! What the tests of stores that many servers share (PostgreSQL, etcd, Redis, ZooKeeper) have
+//! in common; their conformance harness and the many-servers checks themselves are in the
+//! conformance suite (`fencelock_conformance::shared_suite!`).
 
-use std::sync::Arc;
+#![allow(dead_code)] // Each test file uses a different part of this.
+
 use std::time::Duration;
 
-use fencelock_conformance::Harness;
 use fencelock_core::{Key, LockStore, ReleaseNotice, Resource};
+use fencelock_testkit::eventually;
 use tokio::sync::broadcast;
-
-/// The conformance harness of a store shared by many servers: `open` opens another store
-/// object over the same database or cluster, which stands both for the store reopened
-/// (durability) and for a second fencelock server.
-pub fn harness<F, Fut>(store: Arc<dyn LockStore>, open: F) -> Harness
-where
-    F: Fn() -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Arc<dyn LockStore>> + Send + 'static,
-{
-    Harness::real(store).reopening(open.clone()).sharing(open)
-}
 
 pub use fencelock_testkit::fixtures::unique;
 
 pub use fencelock_conformance::checks::granted;
+
+/// Waits until `store` no longer shows the lease on `resource` (it expired); fails the test
+/// after `within`.
+pub async fn until_expired(store: &dyn LockStore, resource: &Resource, within: Duration) {
+    let what = format!("{resource} to expire");
+    eventually(within, &what, async || {
+        store.get(resource).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
 
 /// Waits until `resource` comes out of `feed`; `Err` after `within`.
 pub async fn wait_for_release(

@@ -1,0 +1,466 @@
+//! [`SqliteStore`] (`sqlite://PATH`): the embedded store, one SQLite file owned by one server.
+//!
+//! # How a call travels
+//!
+//! One writer thread owns the connection and a [`LockTable`] loaded from the file at open.
+//! Callers queue their operation — on a lock, a semaphore or a read-write lock alike — and
+//! wait for the answer. The writer takes whatever is queued (up to [`MAX_BATCH`]
+//! operations), applies it to the table, writes every changed lease row, every changed hold
+//! row and the last fencing token in one transaction, and answers the callers only once
+//! that transaction is committed and fsynced: one fsync for the whole batch (*group
+//! commit*), and no caller ever hears of a change that a crash could take back. If the
+//! transaction fails, the table is rolled back (leases, holds and the token counter) and
+//! every caller of the batch gets [`StoreError::Unavailable`]: nothing is half-done.
+//!
+//! An all-or-none acquire of several locks is one operation of a batch: every lock or none
+//! is in the transaction.
+//!
+//! Reads (get, list, holds, list of holds) take the same queue, so they see every change
+//! answered before them and nothing that is not yet durable. Releases, purges, downgrades,
+//! shortened leases and holds, and withdrawn intents are announced to waiters by the writer
+//! itself, once committed, so that an announcement cannot be lost with a caller that went
+//! away.
+//!
+//! # What is stored
+//!
+//! - `leases`: one row per lock, live or expired (expired rows go when purged or replaced;
+//!   a lease with a lock-delay no sooner than its delay ends), with its terms: the cap on
+//!   holding (`hold_until`, none if NULL) and the lock-delay in ms.
+//! - `holds`: one row per semaphore permit or read-write hold, keyed by (kind, name, owner),
+//!   with its claim (`permit`, `read` or `write`), the semaphore's limit for a permit, its
+//!   token and its times.
+//! - `meta`: the last fencing token issued — one counter for locks and holds, which never
+//!   goes back and is never below a token in the file —, the store's time of the last batch,
+//!   and the *shift*: how far re-bases have moved every lease and hold (see below).
+//! - On each lease and hold row, the shift in force when the row was written.
+//!
+//! A waiting writer's intent is not stored: it lives in the table only. It holds readers
+//! back for a few seconds at most and its server renews it while the writer waits; an
+//! embedded store belongs to one server, so no other server needs to see it, and a restart
+//! ends the wait along with the intent.
+//!
+//! # Time across a stop
+//!
+//! The store's clock is the wall clock read at open, then advanced by the monotonic clock
+//! (see [`SystemClock`]), so a clock step while the server runs moves no lease or hold.
+//! Each batch also records in the file the store's time and, with it, the host's boot and
+//! uptime ([`Clock::uptime`]: Linux's boot id and `CLOCK_BOOTTIME`, which counts suspends and
+//! no step of the wall clock). At open:
+//!
+//! - **The same boot of the host**: the time the store was stopped is the uptime's
+//!   difference, exactly, whatever the wall clock did meanwhile. The store's time goes on from
+//!   the record by that much, as if it had kept running: every lease and hold keeps the
+//!   `expires_at` (and cap) it was acknowledged with, and has lost exactly the time that
+//!   passed. Nothing is written. The store's clock then runs apart from the wall clock by
+//!   however much the wall clock was stepped since the store's first start in this boot (a
+//!   warning says so beyond a second), as it would have had the server kept running; a
+//!   reboot, or a new file, anchors it to the wall clock again.
+//! - **Another boot, or none recorded** (a host that cannot tell, or a file written before
+//!   this was recorded): the time stopped cannot be told from a wall clock that may have been
+//!   stepped, so it is taken to be none. If the wall clock reads later than the record,
+//!   every lease and hold that was live keeps the time it had left then (its `expires_at`
+//!   moves later by the difference, and so does its cap), and one that had ended has still
+//!   ended — with what was left of its lock-delay still to run. A wall clock stepped forward
+//!   while the host was down therefore cannot end a lease or hold early; the price is that
+//!   downtime prolongs them, which is the safe direction. If the wall clock reads earlier
+//!   than the record (stepped back), the store's clock resumes from the record instead, so
+//!   it never goes back either.
+//!
+//! The re-base after a reboot writes one row, however many leases the file holds: it adds the difference
+//! to `meta`'s shift and rewrites no lease. A row ends at its `expires_at` plus the shifts
+//! added since it was written (`meta`'s shift less the row's), which the load applies in
+//! memory; every row the writer writes carries the shift of the moment, so a row's stored
+//! end is moved by exactly the re-bases it lived through. The file keeps the shifts in step:
+//! `meta`'s never goes back and no row's is ahead of it (either would end leases early).
+//! `acquired_at` is never moved: it says when the lease was granted, by the store's clock
+//! of then.
+//!
+//! # One server per file
+//!
+//! The connection holds an exclusive lock on the file from open until close, so a second
+//! server (in this process or another) fails at open instead of corrupting the lock state:
+//! to share a store between servers, use PostgreSQL or etcd.
+//!
+//! # Layout
+//!
+//! - this module: [`SqliteStore`], its queue, and the [`LockStore`] calls it turns into jobs.
+//! - `writer`: the thread that owns the connection and the table, and commits each batch.
+//! - `schema`: the migrations, and the connection that takes the file for one server.
+//! - `clock`: the store's time across a stop (the re-base at open).
+//! - `row`: rows to and from leases and holds (the codec).
+//! - `error`: the private error enum, converted into [`StoreError`] in one place.
+
+mod clock;
+mod error;
+mod row;
+mod schema;
+mod writer;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use fencelock_core::store::Result;
+use fencelock_core::{
+    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Clock, Expired, FencingToken, ForceOutcome, Hold,
+    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, LockTable, Owner,
+    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, SystemClock,
+    Terms, Timestamp, Ttl,
+};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+use self::clock::rebase;
+use self::error::{SqliteError, WriteError};
+use self::row::load;
+use self::schema::{connect, migrate};
+use self::writer::Writer;
+
+/// The most operations the writer commits together. A bound keeps one transaction, and the
+/// wait of the first caller in it, short under any load.
+pub const MAX_BATCH: usize = 1024;
+
+/// How many operations may wait for the writer before callers wait to queue.
+const QUEUE_CAPACITY: usize = 4 * MAX_BATCH;
+
+/// Opens `sqlite://PATH` for [`crate::open`]: `path` is what follows the scheme.
+pub(crate) fn open<'a>(address: &'a str, path: &'a str) -> crate::Opening<'a> {
+    Box::pin(async move {
+        if path.is_empty() {
+            return Err(crate::invalid(
+                address,
+                "sqlite:// needs a file path, e.g. sqlite://fencelock.db",
+            ));
+        }
+        let path = PathBuf::from(path);
+        // Opening reads and writes the file: keep that off the async threads.
+        let opened = tokio::task::spawn_blocking(move || SqliteStore::open(path))
+            .await
+            .map_err(|e| StoreError::from(SqliteError::OpenPanicked(e)))
+            .and_then(|opened| opened);
+        crate::opened(address, opened)
+    })
+}
+
+/// A store in one SQLite file, for one server: durable, fast through group commit, and
+/// refusing a second opener of the same file.
+pub struct SqliteStore {
+    /// `None` only while dropping: dropping it lets the writer finish.
+    queue: Option<mpsc::Sender<Message>>,
+    /// Becomes `true` when the writer has closed the file.
+    closed: watch::Receiver<bool>,
+    writer: Option<JoinHandle<()>>,
+    released: ReleaseFeed,
+    counters: Arc<Counters>,
+    path: PathBuf,
+}
+
+/// What the writer has done since the store was opened, for metrics and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriterStats {
+    /// Operations answered (reads included).
+    pub operations: u64,
+    /// Batches taken from the queue.
+    pub batches: u64,
+    /// Transactions committed: batches that changed something.
+    pub commits: u64,
+    /// Transactions that failed and were rolled back.
+    pub failed_commits: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    operations: AtomicU64,
+    batches: AtomicU64,
+    commits: AtomicU64,
+    failed_commits: AtomicU64,
+}
+
+/// One caller's operation: applied by the writer to the table at the time given, it returns
+/// how to answer the caller once the fate of its batch is known.
+type Job = Box<dyn FnOnce(&mut LockTable, Timestamp) -> Answer + Send>;
+
+/// Answers a caller: with its outcome if the batch committed, else with the batch's failure.
+type Answer = Box<dyn FnOnce(Option<&Arc<WriteError>>) + Send>;
+
+enum Message {
+    Job(Job),
+    /// Stop taking operations, answer those queued, close the file.
+    Close,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the store in the file at `path`, deciding expiry by the system's
+    /// wall clock, read at open and then advanced monotonically (see [`SystemClock`]).
+    ///
+    /// Fails if another server has the file open, if the file is not a fencelock store of
+    /// a schema this build knows, or if it cannot be read or written.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with_clock(path, Arc::new(SystemClock::new()))
+    }
+
+    /// Opens (or creates) the store in the file at `path`, deciding expiry by `clock`.
+    ///
+    /// The store's time resumes at open by the time it was stopped, as `clock`'s uptime
+    /// tells it within one boot; else leases are re-based so that none loses time the store
+    /// was stopped, and the store's time resumes from the last time it recorded if `clock`
+    /// reads earlier than that (see the module docs).
+    pub fn open_with_clock(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = connect(&path)?;
+        migrate(&mut conn, &path)?;
+        let clock = rebase(&mut conn, clock)?;
+        let (table, shift) = load(&conn)?;
+        let counters = Arc::new(Counters::default());
+        let (closed_tx, closed) = watch::channel(false);
+        let released = ReleaseFeed::new();
+        let writer = Writer {
+            persisted_token: table.last_token(),
+            shift,
+            conn,
+            table,
+            clock,
+            counters: counters.clone(),
+            released: released.clone(),
+            closed: closed_tx,
+        };
+        let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
+        let writer = std::thread::Builder::new()
+            .name("fencelock-sqlite".into())
+            .spawn(move || writer.run(receiver))
+            .map_err(SqliteError::Thread)?;
+        Ok(Self {
+            queue: Some(queue),
+            closed,
+            writer: Some(writer),
+            released,
+            counters,
+            path,
+        })
+    }
+
+    /// The file of this store.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What the writer has done so far.
+    pub fn stats(&self) -> WriterStats {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        WriterStats {
+            operations: read(&self.counters.operations),
+            batches: read(&self.counters.batches),
+            commits: read(&self.counters.commits),
+            failed_commits: read(&self.counters.failed_commits),
+        }
+    }
+
+    /// How many operations are waiting for the writer to take them.
+    pub fn queued(&self) -> usize {
+        self.queue.as_ref().map_or(0, |q| q.max_capacity() - q.capacity())
+    }
+
+    /// Stops taking operations, answers those already queued, and closes the file, so that
+    /// another server may open it once this returns. Later calls get
+    /// [`StoreError::Unavailable`]. Dropping the store does the same, blocking the dropping
+    /// thread until the writer is done.
+    pub async fn close(&self) {
+        if let Some(queue) = &self.queue {
+            // Refused only if the writer is already stopping: then just wait for it.
+            let _ = queue.send(Message::Close).await;
+        }
+        // An error means the writer is gone (it panicked): the file is closed either way.
+        let _ = self.closed.clone().wait_for(|closed| *closed).await;
+    }
+
+    /// Queues `op` for the writer and waits until its batch is durable.
+    async fn call<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut LockTable, Timestamp) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let queue = self.queue.as_ref().ok_or(SqliteError::Closed)?;
+        let (reply, answer) = oneshot::channel();
+        let job: Job = Box::new(move |table, now| {
+            let outcome = op(table, now);
+            Box::new(move |failure| {
+                let answer = match failure {
+                    None => outcome,
+                    Some(error) => Err(SqliteError::Batch(Arc::clone(error)).into()),
+                };
+                // The caller may have given up waiting; the change stands all the same.
+                let _ = reply.send(answer);
+            })
+        });
+        queue
+            .send(Message::Job(job))
+            .await
+            .map_err(|_| SqliteError::Closed)?;
+        answer
+            .await
+            .map_err(|_| SqliteError::WriterStopped(self.path.clone()))?
+    }
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // With the last sender gone, the writer answers what is queued, closes the file and
+        // ends. Waiting for it means a reopen of the file right after this cannot be refused.
+        drop(self.queue.take());
+        if let Some(writer) = self.writer.take()
+            && writer.join().is_err()
+        {
+            tracing::error!(path = %self.path.display(), "the SQLite writer thread panicked");
+        }
+    }
+}
+
+#[async_trait]
+impl LockStore for SqliteStore {
+    async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |table, now| table.acquire(now, &resource, &owner, terms))
+            .await
+    }
+
+    async fn acquire_all(
+        &self,
+        resources: &Resources,
+        owner: &Owner,
+        terms: Terms,
+    ) -> Result<AcquireAllOutcome> {
+        let (resources, owner) = (resources.clone(), owner.clone());
+        self.call(move |table, now| table.acquire_all(now, &resources, &owner, terms))
+            .await
+    }
+
+    async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
+        let resource = resource.clone();
+        self.call(move |table, now| Ok(table.get(now, &resource))).await
+    }
+
+    async fn release(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |table, now| Ok(table.release(now, &resource, &owner, token)))
+            .await
+    }
+
+    async fn renew(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |table, now| Ok(table.renew(now, &resource, &owner, ttl, token)))
+            .await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        let query = query.clone();
+        self.call(move |table, now| Ok(table.list(now, &query))).await
+    }
+
+    async fn purge_expired(&self) -> Result<Vec<Expired>> {
+        self.call(|table, now| Ok(table.purge_expired(now))).await
+    }
+
+    async fn acquire_hold(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        let (name, owner) = (name.clone(), owner.clone());
+        self.call(move |table, now| table.acquire_hold(now, &name, &owner, claim, ttl, intent))
+            .await
+    }
+
+    async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
+        let name = name.clone();
+        self.call(move |table, now| Ok(table.holds(now, kind, &name)))
+            .await
+    }
+
+    async fn release_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        token: Option<FencingToken>,
+    ) -> Result<ReleaseOutcome> {
+        let (name, owner) = (name.clone(), owner.clone());
+        self.call(move |table, now| Ok(table.release_hold(now, kind, &name, &owner, token)))
+            .await
+    }
+
+    async fn renew_hold(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        let (name, owner) = (name.clone(), owner.clone());
+        self.call(move |table, now| Ok(table.renew_hold(now, kind, &name, &owner, ttl, token)))
+            .await
+    }
+
+    async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
+        let query = query.clone();
+        self.call(move |table, now| Ok(table.list_holds(now, kind, &query)))
+            .await
+    }
+
+    async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
+        // Nothing to write (intents live in the table only), but through the queue all the
+        // same: the readers it held back are told once the batch is done, in order.
+        let (name, owner) = (name.clone(), owner.clone());
+        self.call(move |table, _| {
+            table.withdraw_intent(&name, &owner);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
+        let key = key.clone();
+        self.call(move |table, now| Ok(table.force_release(now, &key)))
+            .await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        // Through the queue, so a stopped or stuck writer fails readiness.
+        self.call(|_, _| Ok(())).await
+    }
+
+    fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
+        Some(self.released.subscribe())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            durable: true,
+            ..Capabilities::BASELINE
+        }
+    }
+}
