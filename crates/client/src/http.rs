@@ -503,17 +503,15 @@ impl LockStore for HttpStore {
     }
 
     fn capabilities(&self) -> Capabilities {
+        // Whether the server's store is durable cannot be seen from here: promise nothing.
+        // A release answers 204 with no body; intents, principals and lock-delays are the
+        // server's to apply, never the client's to send.
         Capabilities {
-            ttl_granularity: Duration::from_millis(1),
-            // Whether the server's store is durable cannot be seen from here; promise
-            // nothing.
-            durable: false,
             knows_released_lease: false,
-            shared: false,
             writer_intents: false,
             principals: false,
             lock_delays: false,
-            drift: fencelock_core::Drift::NONE,
+            ..Capabilities::BASELINE
         }
     }
 }
