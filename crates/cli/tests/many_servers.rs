@@ -669,7 +669,7 @@ async fn an_etcd_cluster_needs_a_quorum_and_tokens_only_grow() {
         &url,
         leader,
         EtcdCluster::kill,
-        EtcdCluster::restart,
+        EtcdCluster::start_again,
     )
     .await;
 }
@@ -684,7 +684,7 @@ async fn a_zookeeper_ensemble_needs_a_quorum_and_tokens_only_grow() {
         &mut ensemble,
         &url,
         leader,
-        ZooKeeperEnsemble::stop,
+        ZooKeeperEnsemble::kill,
         ZooKeeperEnsemble::start_again,
     )
     .await;
@@ -753,14 +753,14 @@ async fn a_redlock_of_three_needs_a_majority_and_leaves_nothing_half_held() {
     let mut highest = first["lock"]["fencing_token"].as_u64().unwrap();
 
     // One node down: locks keep working, and tokens grow.
-    nodes.stop(2);
+    nodes.kill(2);
     let second = take(&client, &server.url, "b", "o", 600).await;
     assert_eq!(second.body["acquired"], true, "{}", second.body);
     assert!(second.body["lock"]["fencing_token"].as_u64().unwrap() > highest);
     highest = second.body["lock"]["fencing_token"].as_u64().unwrap();
 
     // Two down: no majority, so acquire, renew and release answer 503 problems.
-    nodes.stop(1);
+    nodes.kill(1);
     for _ in 0..3 {
         let refused = take(&client, &server.url, "c", "o", 600).await;
         assert_eq!(

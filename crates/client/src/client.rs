@@ -23,10 +23,6 @@ use crate::guard::{
 };
 use crate::http::{HttpOptions, HttpStore, InvalidServerAddress};
 
-/// The longest wait the client will count: longer waits are this (some ten years), which
-/// keeps deadline arithmetic from overflowing.
-const FOREVER: Duration = Duration::from_secs(10 * 365 * 86_400);
-
 /// Why [`connect`] could not make a client.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -837,7 +833,7 @@ impl Client {
         D: Future<Output = Result<Acquired<O>, StoreError>>,
         S: Future<Output = Result<O, StoreError>>,
     {
-        let wait = wait.min(FOREVER);
+        let wait = wait.min(fencelock_core::FOREVER);
         match &self.backend {
             Backend::Direct(waiters) => {
                 let never = CancellationToken::new();
@@ -991,7 +987,9 @@ pub async fn with_lock<T>(
     ttl: Ttl,
     f: impl AsyncFnOnce(&LeaseGuard) -> T,
 ) -> Result<T, AcquireError> {
-    let guard = client.acquire(resource, owner, ttl, FOREVER).await?;
+    let guard = client
+        .acquire(resource, owner, ttl, fencelock_core::FOREVER)
+        .await?;
     let outcome = AssertUnwindSafe(f(&guard)).catch_unwind().await;
     match guard.release().await {
         Ok(ReleaseOutcome::Released(_)) => {}

@@ -50,4 +50,4 @@ pub use store::{
 };
 pub use table::LockTable;
 pub use turns::Turns;
-pub use wait::{Acquired, Waiters};
+pub use wait::{Acquired, FOREVER, Waiters};

@@ -34,6 +34,11 @@ use crate::hold::{Claim, HoldKind, HoldOutcome, Key};
 use crate::model::{Owner, Resource, Resources, Terms, Ttl};
 use crate::store::{AcquireAllOutcome, AcquireOutcome, LockStore, ReleaseNotice, Result, StoreError, Watch};
 
+/// A wait with no end, for all practical purposes (some ten years): waits longer than this
+/// are this, which keeps deadline arithmetic on `Instant` from overflowing. One value for
+/// the waiters, the client and the commands.
+pub const FOREVER: Duration = Duration::from_secs(10 * 365 * 86_400);
+
 /// Acquires through a store, waiting in line when the lock is busy.
 #[derive(Debug, Clone)]
 pub struct Waiters {
@@ -341,8 +346,7 @@ impl Waiters {
         if let Some(cycle) = closed {
             place.confirm(cycle).await?;
         }
-        // A wait too long to add to the clock (centuries) is as good as forever; a year will do.
-        const FOREVER: Duration = Duration::from_secs(365 * 86_400);
+        // A wait too long to add to the clock (centuries) is as good as forever.
         let now = Instant::now();
         let deadline = now.checked_add(wait).unwrap_or(now + FOREVER);
         let mut waited = false;

@@ -179,8 +179,8 @@ async fn a_cluster_serves_with_one_member_down_and_refuses_without_a_quorum() {
     // Both return: service resumes, the refused acquire left nothing, tokens only grow.
     let restarted_at = Instant::now();
     cluster = tokio::task::spawn_blocking(move || {
-        cluster.restart(leader);
-        cluster.restart(second);
+        cluster.start_again(leader);
+        cluster.start_again(second);
         cluster
     })
     .await

@@ -344,7 +344,7 @@ async fn one_node_of_three_down_locks_keep_working_and_two_down_refuse_leaving_n
     let kept_lease = shared::granted(redlock.acquire(&kept, &keeper, long).await.unwrap());
 
     // One of three down: a majority answers, and every call works as before.
-    let nodes = with_nodes(nodes, |nodes| nodes.stop(0)).await;
+    let nodes = with_nodes(nodes, |nodes| nodes.kill(0)).await;
     let name = shared::unique("one-down");
     let who = owner("a");
     let lease = shared::granted(redlock.acquire(&name, &who, long).await.unwrap());
@@ -375,7 +375,7 @@ async fn one_node_of_three_down_locks_keep_working_and_two_down_refuse_leaving_n
     }
 
     // Two of three down: no majority, so acquires fail, and promptly.
-    let nodes = with_nodes(nodes, |nodes| nodes.stop(1)).await;
+    let nodes = with_nodes(nodes, |nodes| nodes.kill(1)).await;
     let refused = shared::unique("two-down");
     let hopeful = owner("hopeful");
     let outcome = answered(
@@ -449,7 +449,7 @@ async fn tokens_grow_across_nodes_started_again_empty(n: usize, together: usize)
         let stopped = emptied.clone();
         nodes = with_nodes(nodes, move |nodes| {
             for i in stopped {
-                nodes.stop(i);
+                nodes.kill(i);
                 nodes.start_again(i);
             }
         })
@@ -490,7 +490,7 @@ async fn one_node_started_again_empty_still_grants_a_greater_token() {
     let mut nodes = nodes;
     for _ in 0..3 {
         nodes = with_nodes(nodes, |nodes| {
-            nodes.stop(0);
+            nodes.kill(0);
             nodes.start_again(0);
         })
         .await;
@@ -514,7 +514,7 @@ async fn one_node_stopped_answers_unavailable_and_serves_again_when_back() {
         AcquireOutcome::Granted { lease, .. } => lease,
         other => panic!("a free lock: {other:?}"),
     };
-    let nodes = with_nodes(nodes, |nodes| nodes.stop(0)).await;
+    let nodes = with_nodes(nodes, |nodes| nodes.kill(0)).await;
     let down = |e: StoreError| assert!(matches!(e, StoreError::Unavailable { .. }), "{e}");
     down(
         answered(
@@ -674,7 +674,7 @@ async fn releases_are_heard_on_another_store_with_a_node_down() {
     grant_and_release(one.as_ref(), &shared::unique("warm"))
         .await
         .unwrap();
-    let nodes = with_nodes(nodes, |nodes| nodes.stop(2)).await;
+    let nodes = with_nodes(nodes, |nodes| nodes.kill(2)).await;
     let mut heard = other.releases().expect("a Redis store announces releases");
     let long = ttl(Duration::from_secs(60));
     let who = owner("a");
@@ -776,7 +776,7 @@ enum Fault {
 impl Fault {
     fn hit(self, nodes: &mut RedisNodes, i: usize) {
         match self {
-            Self::Dead => nodes.stop(i),
+            Self::Dead => nodes.kill(i),
             Self::Hung => nodes.pause(i),
         }
     }
@@ -1026,7 +1026,7 @@ async fn a_node_restarted_empty_never_lets_tokens_go_back() {
     );
     a.release(&name, &owner("a"), Some(first.token)).await.unwrap();
     let nodes = with_nodes(nodes, |nodes| {
-        nodes.stop(1);
+        nodes.kill(1);
         nodes.start_again(1);
     })
     .await;
@@ -1091,7 +1091,7 @@ async fn an_all_or_none_given_up_on_with_a_node_dead_is_whole_or_nothing() {
     grant_and_release(redlock.as_ref(), &shared::unique("warm"))
         .await
         .unwrap();
-    let nodes = with_nodes(nodes, |nodes| nodes.stop(2)).await;
+    let nodes = with_nodes(nodes, |nodes| nodes.kill(2)).await;
     let wanted = names("dead-node", 20);
     let who = owner("impatient");
     let long = Terms::ttl(ttl(Duration::from_secs(60)));

@@ -90,7 +90,7 @@ async fn an_ensemble_serves_with_one_member_down_and_refuses_without_a_quorum() 
     // The leader down (the harsh case: an election, and requests in flight lost).
     let stopped_at = Instant::now();
     let leader = ensemble.wait_for_leader();
-    let ensemble = with_ensemble(ensemble, move |e| e.stop(leader)).await;
+    let ensemble = with_ensemble(ensemble, move |e| e.kill(leader)).await;
     let token = checks::cycle_until_it_works(store.as_ref(), &resource, Duration::from_secs(20)).await;
     eprintln!(
         "with the leader stopped, locks worked again after {:?}",
@@ -107,7 +107,7 @@ async fn an_ensemble_serves_with_one_member_down_and_refuses_without_a_quorum() 
     // Two members down: no quorum, so acquire fails within its deadline and grants nothing.
     let second = (leader + 1) % 3;
     let ensemble = with_ensemble(ensemble, move |e| {
-        e.stop(second);
+        e.kill(second);
         assert!(e.wait_no_quorum(), "the last member still serves");
     })
     .await;
@@ -661,7 +661,7 @@ async fn a_change_made_while_a_server_was_disconnected_is_heard_when_it_reconnec
         "the watching store's session, and only it: {before:?}"
     );
 
-    let zookeeper = with_ensemble(zookeeper, move |z| z.stop(follower)).await;
+    let zookeeper = with_ensemble(zookeeper, move |z| z.kill(follower)).await;
     let released = other
         .release(&resource, &owner("a"), Some(lease.token))
         .await

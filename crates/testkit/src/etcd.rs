@@ -208,7 +208,7 @@ impl EtcdCluster {
     /// Starts the killed member `i` again on its data and ports, and waits until its client
     /// port answers. Whether it serves requests depends on a quorum being up: see
     /// [`EtcdCluster::wait_healthy`].
-    pub fn restart(&mut self, i: usize) {
+    pub fn start_again(&mut self, i: usize) {
         assert!(self.members[i].server.is_none(), "member {i} is still running");
         self.launch(i, "existing");
         let port = self.members[i].client_port;

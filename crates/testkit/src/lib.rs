@@ -23,16 +23,16 @@
 //!   [`Postgres::resume`] for a hung host; [`shared_postgres`] for one server per test
 //!   binary.
 //! - [`Etcd`]: one member; [`shared_etcd`] for one per test binary.
-//! - [`EtcdCluster`]: N members, with [`EtcdCluster::kill`], [`EtcdCluster::restart`],
+//! - [`EtcdCluster`]: N members, with [`EtcdCluster::kill`], [`EtcdCluster::start_again`],
 //!   [`EtcdCluster::pause`] and [`EtcdCluster::leader`]; started with
 //!   [`EtcdCluster::start_with_peer_proxies`], a member can be cut off from the others
 //!   ([`EtcdCluster::cut_off`]) while its clients still reach it.
 //! - [`Redis`]: in memory only; [`shared_redis`] for one per test binary.
-//! - [`RedisNodes`]: N independent Redis masters for Redlock, with [`RedisNodes::stop`] and
+//! - [`RedisNodes`]: N independent Redis masters for Redlock, with [`RedisNodes::kill`] and
 //!   [`RedisNodes::start_again`] (empty: a restart without persistence);
 //!   [`shared_redis_nodes`] for one set of each size per test binary.
 //! - [`ZooKeeper`]: one standalone server; [`shared_zookeeper`] for one per test binary.
-//! - [`ZooKeeperEnsemble`]: N members, with [`ZooKeeperEnsemble::stop`],
+//! - [`ZooKeeperEnsemble`]: N members, with [`ZooKeeperEnsemble::kill`],
 //!   [`ZooKeeperEnsemble::start_again`], [`ZooKeeperEnsemble::wait_healthy`] (a quorum
 //!   serves), [`ZooKeeperEnsemble::wait_no_quorum`] and [`ZooKeeperEnsemble::pause`];
 //!   [`ZooKeeperEnsemble::start_with_peer_proxies`] and [`ZooKeeperEnsemble::cut_off`] as

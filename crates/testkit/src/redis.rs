@@ -1,5 +1,5 @@
 //! [`Redis`]: a throwaway Redis server, in memory only, on a loopback port; and
-//! [`RedisNodes`]: several independent ones, for Redlock, that can be stopped and started again.
+//! [`RedisNodes`]: several independent ones, for Redlock, that can be killed, paused and started again.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -107,7 +107,7 @@ pub fn shared_redis() -> &'static Redis {
 }
 
 /// The [`RedisNodes`] of `n` nodes of this test binary, started on first use and shared by its
-/// tests (one set for each `n`). Shared nodes are never stopped: a test that stops nodes
+/// tests (one set for each `n`). Shared nodes are never killed: a test that kills nodes
 /// starts its own.
 pub fn shared_redis_nodes(n: usize) -> &'static RedisNodes {
     static SHARED: Mutex<BTreeMap<usize, &'static RedisNodes>> = Mutex::new(BTreeMap::new());
@@ -119,7 +119,7 @@ pub fn shared_redis_nodes(n: usize) -> &'static RedisNodes {
 }
 
 /// N independent Redis masters (no replication between them), each a [`Redis`] on a port of
-/// its own: the nodes of a Redlock. A node can be stopped — killed, so it loses everything,
+/// its own: the nodes of a Redlock. A node can be killed, so it loses everything,
 /// as Redis without persistence does in a crash — and started again, empty, on the same
 /// port. Dropping the set stops every node.
 #[derive(Debug)]
@@ -130,7 +130,7 @@ pub struct RedisNodes {
 #[derive(Debug)]
 struct Node {
     port: u16,
-    /// `None` while the node is stopped.
+    /// `None` while the node is killed.
     server: Option<Redis>,
 }
 
@@ -170,7 +170,7 @@ impl RedisNodes {
         self.nodes[i].port
     }
 
-    /// How many nodes there are, running or stopped.
+    /// How many nodes there are, running or killed.
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
@@ -180,25 +180,25 @@ impl RedisNodes {
         self.nodes.is_empty()
     }
 
-    /// Whether node `i` runs (it was not stopped, or was started again).
+    /// Whether node `i` runs (it was not killed, or was started again).
     pub fn is_running(&self, i: usize) -> bool {
         self.nodes[i].server.is_some()
     }
 
     /// Kills node `i` at once (SIGKILL, as a crash would) and waits until it is gone: what it
-    /// held is lost. Nothing if it is stopped already.
-    pub fn stop(&mut self, i: usize) {
+    /// held is lost. Nothing if it is killed already.
+    pub fn kill(&mut self, i: usize) {
         // Dropping a server kills it and waits for it.
         self.nodes[i].server = None;
     }
 
     /// Pauses node `i` (SIGSTOP): it hangs, keeping its data and connections, until
-    /// [`RedisNodes::resume`]. Panics if it is stopped.
+    /// [`RedisNodes::resume`]. Panics if it is killed.
     pub fn pause(&self, i: usize) {
         self.running(i).pause();
     }
 
-    /// Lets the paused node `i` answer again. Panics if it is stopped.
+    /// Lets the paused node `i` answer again. Panics if it is killed.
     pub fn resume(&self, i: usize) {
         self.running(i).resume();
     }
@@ -207,10 +207,10 @@ impl RedisNodes {
         self.nodes[i]
             .server
             .as_ref()
-            .unwrap_or_else(|| panic!("redis node {i} is stopped"))
+            .unwrap_or_else(|| panic!("redis node {i} is killed"))
     }
 
-    /// Starts the stopped node `i` again on its port, empty, and waits until it takes
+    /// Starts the killed node `i` again on its port, empty, and waits until it takes
     /// connections. Panics if it runs, or if another program took its port meanwhile.
     pub fn start_again(&mut self, i: usize) {
         let node = &mut self.nodes[i];

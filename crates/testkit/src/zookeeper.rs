@@ -314,13 +314,13 @@ impl ZooKeeperEnsemble {
 
     /// Kills member `i` at once (SIGKILL, as a crash would) and waits until it is gone. Its
     /// data stays, for [`ZooKeeperEnsemble::start_again`].
-    pub fn stop(&mut self, i: usize) {
+    pub fn kill(&mut self, i: usize) {
         if let Some(mut server) = self.members[i].server.take() {
             server.stop(Signal::SIGKILL, Duration::from_secs(10));
         }
     }
 
-    /// Starts the stopped member `i` again on its data and ports, and waits until its client
+    /// Starts the killed member `i` again on its data and ports, and waits until its client
     /// port answers. Whether it serves requests depends on a quorum being up: see
     /// [`ZooKeeperEnsemble::wait_healthy`].
     pub fn start_again(&mut self, i: usize) {
@@ -342,7 +342,7 @@ impl ZooKeeperEnsemble {
 
     /// Stops member `i` where it stands (SIGSTOP): its connections stay open and it answers
     /// neither clients nor peers, as a hung host or a long garbage collection, until
-    /// [`ZooKeeperEnsemble::resume`]. Panics if it is stopped.
+    /// [`ZooKeeperEnsemble::resume`]. Panics if it is killed.
     pub fn pause(&self, i: usize) {
         self.running(i).pause();
     }
@@ -356,7 +356,7 @@ impl ZooKeeperEnsemble {
         self.members[i]
             .server
             .as_ref()
-            .unwrap_or_else(|| panic!("ZooKeeper member {i} is stopped"))
+            .unwrap_or_else(|| panic!("ZooKeeper member {i} is killed"))
     }
 
     /// Parts member `i` from the others, both ways (on an ensemble started with

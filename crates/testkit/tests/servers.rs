@@ -104,7 +104,7 @@ fn etcd_members_are_killed_and_restarted_one_by_one() {
     cluster.kill(1);
     assert!(!answers(ports[1]));
     assert!(cluster.wait_healthy(), "two of three members keep a quorum");
-    cluster.restart(1);
+    cluster.start_again(1);
     assert!(answers(ports[1]));
     assert!(cluster.wait_healthy());
 }
@@ -116,7 +116,7 @@ fn the_etcd_leader_can_be_found_and_replaced() {
     cluster.kill(leader);
     let next = cluster.wait_for_leader();
     assert_ne!(next, leader);
-    cluster.restart(leader);
+    cluster.start_again(leader);
     assert!(cluster.wait_healthy());
 }
 
@@ -162,7 +162,7 @@ fn a_zookeeper_ensemble_keeps_serving_with_a_quorum_and_stops_without_one() {
 
     // One down, the leader itself: the other two elect one of them.
     let leader = zk.wait_for_leader();
-    zk.stop(leader);
+    zk.kill(leader);
     assert!(!zk.is_running(leader));
     assert_eq!(zk.mode(leader), None);
     assert!(zk.wait_healthy(), "two of three members keep a quorum");
@@ -171,7 +171,7 @@ fn a_zookeeper_ensemble_keeps_serving_with_a_quorum_and_stops_without_one() {
 
     // Two down: the last one runs, answers, and serves nothing.
     let last = (0..3).find(|&i| i != leader && i != next).expect("a third");
-    zk.stop(next);
+    zk.kill(next);
     assert!(!zk.wait_healthy(), "one of three is no quorum");
     assert!(zk.wait_no_quorum(), "the last member notices it has no quorum");
     let srvr = zk.four_letter_word(last, "srvr").expect("srvr answers");
@@ -197,7 +197,7 @@ fn a_zookeeper_ensemble_keeps_serving_with_a_quorum_and_stops_without_one() {
     // (the high half of a zxid, kept on disk) goes on from where it was instead of from 1.
     let before = epoch(&zk, zk.wait_for_leader());
     for i in 0..3 {
-        zk.stop(i);
+        zk.kill(i);
     }
     for i in 0..3 {
         zk.start_again(i);
@@ -503,7 +503,7 @@ fn redis_nodes_are_independent_and_a_node_started_again_is_empty() {
     for &port in &ports {
         assert_eq!(redis_says(port, "SET kept here"), "+OK");
     }
-    nodes.stop(1);
+    nodes.kill(1);
     assert!(!nodes.is_running(1));
     assert!(!answers(ports[1]));
     assert_eq!(redis_says(ports[0], "GET kept"), "$4", "the others keep theirs");

@@ -273,8 +273,8 @@ impl Target {
         match &mut self.store {
             Store::Postgres(postgres) => postgres.kill(),
             Store::Etcd(cluster) => cluster.kill(i),
-            Store::Redis(nodes) => nodes.stop(i),
-            Store::ZooKeeper(ensemble) => ensemble.stop(i),
+            Store::Redis(nodes) => nodes.kill(i),
+            Store::ZooKeeper(ensemble) => ensemble.kill(i),
             Store::Sqlite(_) | Store::Memory => {}
         }
     }
@@ -283,7 +283,7 @@ impl Target {
     pub fn restart_node(&mut self, i: usize) {
         match &mut self.store {
             Store::Postgres(postgres) => postgres.start_again(),
-            Store::Etcd(cluster) => cluster.restart(i),
+            Store::Etcd(cluster) => cluster.start_again(i),
             Store::Redis(nodes) => nodes.start_again(i),
             Store::ZooKeeper(ensemble) => ensemble.start_again(i),
             Store::Sqlite(_) | Store::Memory => {}

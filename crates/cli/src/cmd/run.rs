@@ -88,9 +88,6 @@ use self::supervised::{AFTER_SIGKILL, Ended, Stopped, Supervised};
 use super::common::{self, Claimed, Failure, Target, Wanted, describe, exit};
 use super::waiting::while_waiting;
 
-/// A wait with no end (some ten years).
-const FOREVER: Duration = Duration::from_secs(10 * 365 * 86_400);
-
 /// Flags of `fencelock run`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -245,7 +242,7 @@ async fn run_command(args: Args) -> Result<u8, Failure> {
     let client = args.target.connect().await?.with_guard_options(options);
     let wait = match (args.no_wait, args.wait) {
         (true, _) => Duration::ZERO,
-        (false, wait) => wait.unwrap_or(FOREVER),
+        (false, wait) => wait.unwrap_or(fencelock_core::FOREVER),
     };
     let (command, names) = (&args.command, &names[..]);
     match (args.claimed.claim(), names) {
