@@ -271,18 +271,21 @@ async fn on_zookeeper_only_the_server_with_a_waiter_watches_the_lock() {
             acquire(&client, &base, &resource, body).await
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while zookeeper_watchers(&resource) == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the waiting server never watched the lock"
-        );
-        assert!(
-            !waiter.is_finished(),
-            "the waiter was answered while the lock was held"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(20),
+        "the waiting server to watch the lock",
+        async || {
+            if zookeeper_watchers(&resource) != 0 {
+                return Some(());
+            }
+            assert!(
+                !waiter.is_finished(),
+                "the waiter was answered while the lock was held"
+            );
+            None
+        },
+    )
+    .await;
     assert_eq!(
         zookeeper_watchers(&resource),
         1,
@@ -464,29 +467,29 @@ async fn holds_span_two_servers(store: &str) {
     queued(&client, &servers[1], &mut writer).await;
     // The writer queues before its first try has left its intent in the store: a late reader
     // granted in between is let go, and tried again.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let late = json!({"owner": "late", "mode": "read", "ttl_seconds": 60});
-        let late = hold(&client, &servers[0].url, &config, late).await;
-        if late.body["acquired"] == false {
-            assert_eq!(late.body["writer_waits"], true, "{}", late.body);
-            break;
-        }
-        let url = format!("{}/{config}", servers[0].url);
-        let gone = call(
-            &client,
-            reqwest::Method::DELETE,
-            url,
-            Some(json!({"owner": "late"})),
-        )
-        .await;
-        assert_eq!(gone.status, 204, "{}", gone.body);
-        assert!(
-            Instant::now() < deadline,
-            "the writer's intent never showed: {}",
-            late.body
-        );
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the writer's intent to show",
+        async || {
+            let late = json!({"owner": "late", "mode": "read", "ttl_seconds": 60});
+            let late = hold(&client, &servers[0].url, &config, late).await;
+            if late.body["acquired"] == false {
+                assert_eq!(late.body["writer_waits"], true, "{}", late.body);
+                return Ok(());
+            }
+            let url = format!("{}/{config}", servers[0].url);
+            let gone = call(
+                &client,
+                reqwest::Method::DELETE,
+                url,
+                Some(json!({"owner": "late"})),
+            )
+            .await;
+            assert_eq!(gone.status, 204, "{}", gone.body);
+            Err(late.body)
+        },
+    )
+    .await;
     let url = format!("{}/{config}", servers[0].url);
     let gone = call(
         &client,
@@ -543,15 +546,18 @@ async fn sigterm_answers_every_waiter_while_the_store_hangs() {
 /// Polls `server`'s /metrics until the acquire `waiter` waits there, the only one; fails
 /// with its answer if it was answered first.
 async fn queued(client: &reqwest::Client, server: &Server, waiter: &mut tokio::task::JoinHandle<Answer>) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while waiters(client, server).await != 1 {
+    eventually(Duration::from_secs(10), "the waiter to queue", async || {
+        let now = waiters(client, server).await;
+        if now == 1 {
+            return Ok(());
+        }
         if waiter.is_finished() {
-            let answer = waiter.await.unwrap();
+            let answer = (&mut *waiter).await.unwrap();
             panic!("answered without waiting: {} {}", answer.status, answer.body);
         }
-        assert!(Instant::now() < deadline, "the waiter never queued");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        Err(format!("{now} waiters"))
+    })
+    .await;
 }
 
 /// Asserts that `granted` began while the ten-minute lease `released` had more than nine
@@ -650,10 +656,10 @@ async fn acquire_eventually(client: &reqwest::Client, base: &str, resource: &str
     eventually(Duration::from_secs(30), "a grant", async || {
         let answer = take(client, base, resource, owner, 60).await;
         if answer.status == 200 {
-            return Some(answer.body);
+            return Ok(answer.body);
         }
         assert_eq!(answer.status, 503, "{}", answer.body);
-        None
+        Err(answer.body)
     })
     .await
 }
@@ -798,7 +804,14 @@ async fn a_redlock_of_three_needs_a_majority_and_leaves_nothing_half_held() {
     eventually(
         Duration::from_secs(10),
         "node 0 to hold nothing half",
-        async || (get(&client, format!("{}/locks/c", survivor.url)).await.status == 404).then_some(()),
+        async || {
+            let left = get(&client, format!("{}/locks/c", survivor.url)).await;
+            if left.status == 404 {
+                Ok(())
+            } else {
+                Err(left.body)
+            }
+        },
     )
     .await;
 

@@ -11,6 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use fencelock_server::auth::token_sha256;
+use fencelock_testkit::{eventually, eventually_blocking};
 use serde_json::Value;
 
 /// An authentication file of one principal per `(name, token)`, each with every right on
@@ -111,11 +112,15 @@ impl Serving {
 
     /// Polls (with a deadline) until `GET /locks/x` with `token` answers `status`.
     async fn until_status(&self, token: &str, status: u16) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.status_with(token).await != status {
-            assert!(Instant::now() < deadline, "{token} never got {status}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(
+            Duration::from_secs(10),
+            &format!("{token} to get {status}"),
+            async || {
+                let now = self.status_with(token).await;
+                if now == status { Ok(()) } else { Err(now) }
+            },
+        )
+        .await;
     }
 
     /// Stops the child with SIGTERM (so that it writes out every queued log line) and
@@ -123,10 +128,9 @@ impl Serving {
     fn stop(&mut self) -> Vec<Value> {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let status =
-            fencelock_testkit::eventually_blocking(Duration::from_secs(10), "the server exits", || {
-                self.child.try_wait().unwrap()
-            });
+        let status = eventually_blocking(Duration::from_secs(10), "the server exits", || {
+            self.child.try_wait().unwrap()
+        });
         assert_eq!(status.code(), Some(0));
         // The reader thread ends, and the channel with it, once the pipe is closed.
         self.seen.extend(self.lines.iter());

@@ -41,9 +41,10 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fencelock_core::{Capabilities, Lease, LockStore, ManualClock, Resource, Ttl};
+use fencelock_testkit::eventually;
 
 pub mod checks;
 pub mod holds;
@@ -209,17 +210,13 @@ impl Harness {
             return;
         }
         let granularity = self.capabilities().ttl_granularity;
-        let deadline = Instant::now()
-            + lease.expires_at.since(fencelock_core::Timestamp::now_wall())
+        let limit = lease.expires_at.since(fencelock_core::Timestamp::now_wall())
             + granularity
             + Duration::from_secs(10);
-        while still_there().await {
-            assert!(
-                Instant::now() < deadline,
-                "lease {lease:?} did not expire in time"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually(limit, &format!("lease {lease:?} to expire"), async || {
+            (!still_there().await).then_some(())
+        })
+        .await;
     }
 
     /// Moves a manual clock forward by `by`, or lets that much real time pass.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::{TestServer, assert_problem, hanging_store, raw_connection, read_response, unreachable_store};
 use fencelock_core::{AcquireOutcome, LockStore, MemoryStore, Owner, Resource, Timestamp, Ttl};
 use fencelock_server::Config;
+use fencelock_testkit::eventually;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -294,11 +295,15 @@ async fn at_the_connection_limit_idle_keep_alive_connections_make_room_for_a_hol
     let mut waiting = Vec::new();
     for (n, owner) in ["w1", "w2"].into_iter().enumerate() {
         waiting.push(raw_connection(s.addr, acquire(owner).as_bytes()).await);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while waiters_now(s.addr).await != n as u64 + 1 {
-            assert!(tokio::time::Instant::now() < deadline, "{owner} never waited");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        eventually(Duration::from_secs(10), &format!("{owner} to wait"), async || {
+            let now = waiters_now(s.addr).await;
+            if now == n as u64 + 1 {
+                Ok(())
+            } else {
+                Err(format!("{now} waiters"))
+            }
+        })
+        .await;
     }
     // Two more find no room to wait: answered at once, their connections kept alive, idle.
     let mut idle = Vec::new();
@@ -350,14 +355,19 @@ async fn waiters_never_take_the_connections_holders_need() {
     let waiting: Vec<_> = (0..4)
         .map(|i| spawn_acquire(&s, "job", &format!("w{i}"), 30_000))
         .collect();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while waiting.iter().filter(|w| w.is_finished()).count() < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "nobody was answered at once"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "two to be answered at once",
+        async || {
+            let answered = waiting.iter().filter(|w| w.is_finished()).count();
+            if answered >= 2 {
+                Ok(())
+            } else {
+                Err(format!("{answered} answered"))
+            }
+        },
+    )
+    .await;
     let (answered, still): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|w| w.is_finished());
     for answer in answered {
         let answer = answer.await.unwrap();
@@ -378,13 +388,12 @@ async fn waiters_never_take_the_connections_holders_need() {
     );
     let released = s.release("job", json!({"owner": "a"})).await;
     assert_eq!(released.status, StatusCode::NO_CONTENT);
-    while !still.iter().any(|w| w.is_finished()) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no waiter got the released lock"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "a waiter to get the released lock",
+        async || still.iter().any(|w| w.is_finished()).then_some(()),
+    )
+    .await;
     let (first, rest): (Vec<_>, Vec<_>) = still.into_iter().partition(|w| w.is_finished());
     let first = first.into_iter().next().unwrap().await.unwrap();
     assert_eq!(first["acquired"], true, "{first}");

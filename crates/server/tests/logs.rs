@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::TestServer;
 use fencelock_core::{ManualClock, MemoryStore, Timestamp};
 use fencelock_server::Config;
+use fencelock_testkit::eventually;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,18 +56,15 @@ async fn every_permit_and_hold_event_is_one_log_line_with_its_kind() {
     .await;
     s.advance(Duration::from_secs(2));
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let events = loop {
+    let events = eventually(Duration::from_secs(10), "an expiry to be logged", async || {
         let events = lines.of("fencelock::lease");
         if events.iter().any(|e| e["event"] == "expire") {
-            break events;
+            Ok(events)
+        } else {
+            Err(format!("{events:?}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no expiry logged: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    })
+    .await;
     let told: Vec<(&str, &str, Option<&str>)> = events
         .iter()
         .map(|e| {

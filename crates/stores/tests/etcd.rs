@@ -332,21 +332,23 @@ async fn a_writers_intent_on_one_server_holds_back_readers_on_the_other_until_wi
     )
     .await
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
+    eventually(Duration::from_secs(15), "the intent to run out", async || {
         match other
             .acquire_hold(&name, &later, Claim::Read, long, None)
             .await
             .unwrap()
         {
-            HoldOutcome::Granted { .. } => break,
-            HoldOutcome::Busy(busy) => assert!(busy.writer_waits, "{busy:?}"),
+            HoldOutcome::Granted { .. } => Ok(()),
+            HoldOutcome::Busy(busy) => {
+                assert!(busy.writer_waits, "{busy:?}");
+                // Asks again when a notice comes, or after a second.
+                let _ = shared::wait_for_key(&mut heard, &key, Duration::from_secs(1)).await;
+                Err(format!("{busy:?}"))
+            }
             odd => panic!("{odd:?}"),
         }
-        assert!(Instant::now() < deadline, "the intent did not run out");
-        // Asks again when a notice comes, or after a second.
-        let _ = shared::wait_for_key(&mut heard, &key, Duration::from_secs(1)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -265,34 +265,31 @@ async fn service_stops_while_postgres_is_down_and_resumes_by_itself() {
 
     // Service resumes by itself: the same store objects answer again.
     let resumed = Instant::now();
-    let deadline = resumed + Duration::from_secs(30);
-    while a.ping().await.is_err() || b.ping().await.is_err() {
-        assert!(Instant::now() < deadline, "the stores did not come back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let within = Duration::from_secs(30);
+    eventually(within, "the stores to come back", async || match a.ping().await {
+        Err(e) => Err(format!("a: {e}")),
+        Ok(()) => b.ping().await.map_err(|e| format!("b: {e}")),
+    })
+    .await;
     eprintln!("both stores answered {:?} after the restart", resumed.elapsed());
 
     // The listening connections are back too: a release on one is heard on the other.
     let mut heard = b.releases().unwrap();
     let announced = shared::unique("after-restart");
-    loop {
+    // Within the same 30 s as the stores' return.
+    let left = within.saturating_sub(resumed.elapsed());
+    eventually(left, "releases to be heard after the restart", async || {
         a.acquire(&announced, &owner("x"), ttl)
             .await
             .expect("acquire after restart");
         a.release(&announced, &owner("x"), None)
             .await
             .expect("release after restart");
-        if shared::wait_for_release(&mut heard, &announced, Duration::from_millis(500))
+        shared::wait_for_release(&mut heard, &announced, Duration::from_millis(500))
             .await
-            .is_ok()
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "releases are not heard after the restart"
-        );
-    }
+            .ok()
+    })
+    .await;
     eprintln!("releases heard again {:?} after the restart", resumed.elapsed());
     // Releases during the outage were never announced: a waiter hears so, and asks again.
     let told = tokio::time::timeout(Duration::from_secs(10), missed).await;
@@ -368,20 +365,17 @@ async fn a_database_behind_a_cut_network_fails_calls_within_the_deadline() {
     eprintln!("calls to an unreachable PostgreSQL failed after {took:?}");
 
     // Once it answers again, so does the store; the lock was never lost.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match store.acquire(&resource, &b, ttl).await {
-            Ok(AcquireOutcome::Held { holder, .. }) => {
-                assert_eq!(holder.owner, owner("a"));
-                break;
-            }
+    let holder = eventually(
+        Duration::from_secs(20),
+        "the store to come back",
+        async || match store.acquire(&resource, &b, ttl).await {
+            Ok(AcquireOutcome::Held { holder, .. }) => Ok(holder),
             Ok(other) => panic!("the lock of a was lost: {other:?}"),
-            Err(e) => {
-                assert!(Instant::now() < deadline, "the store did not come back: {e}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    }
+            Err(e) => Err(e),
+        },
+    )
+    .await;
+    assert_eq!(holder.owner, owner("a"));
     eprintln!(
         "the store answered again {:?} after the network came back",
         started.elapsed() - took
@@ -491,24 +485,20 @@ async fn a_writer_waiting_on_one_server_holds_back_readers_on_the_other() {
         .unwrap(),
     );
     let later = owner("later-reader");
-    let deadline = Instant::now() + Duration::from_secs(10);
     let mut held_back = false;
-    loop {
-        match b
-            .acquire_hold(&name, &later, Claim::Read, ttl(LONG), None)
-            .await
-            .unwrap()
-        {
-            HoldOutcome::Granted { .. } => break,
+    eventually(Duration::from_secs(10), "the intent to run out", async || {
+        let outcome = b.acquire_hold(&name, &later, Claim::Read, ttl(LONG), None).await;
+        match outcome.unwrap() {
+            HoldOutcome::Granted { .. } => Ok(()),
             HoldOutcome::Busy(busy) => {
                 assert!(busy.writer_waits, "{busy:?}");
                 held_back = true;
+                Err(format!("{busy:?}"))
             }
             other => panic!("{other:?}"),
         }
-        assert!(Instant::now() < deadline, "the intent did not run out");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     assert!(held_back, "the reader was not held back while the intent lasted");
 }
 
@@ -1177,8 +1167,7 @@ async fn every_statement_reads_a_lease_with_its_terms_through_a_new_store() {
     // with its terms.
     shared::until_expired(&*store, &purged.resource, Duration::from_secs(10)).await;
     let db = connected(&url).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually(Duration::from_secs(10), "the lease to be forgotten", async || {
         let forgotten = store.purge_expired().await.unwrap();
         let row = db
             .query_one(
@@ -1197,12 +1186,9 @@ async fn every_statement_reads_a_lease_with_its_terms_through_a_new_store() {
         if let Some(ours) = forgotten.iter().find(|e| e.lease.resource == purged.resource) {
             assert_eq!(ours.lease, purged);
         }
-        if rows == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the lease was never forgotten");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (rows == 0).then_some(())
+    })
+    .await;
 }
 
 /// A lock-delay set through one server closes the lock to the other until it ends, however
@@ -1217,25 +1203,26 @@ async fn a_lock_delay_and_an_all_or_none_hold_across_two_servers() {
     let terms = Terms::ttl(ttl(Duration::from_millis(100))).lock_delay(delay);
     let lease = granted(a.acquire_with(&name, &owner("crashed"), terms).await.unwrap());
     shared::until_expired(&*b, &name, Duration::from_secs(10)).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
     let mut refused = 0;
-    let next = loop {
+    let next = eventually(Duration::from_secs(10), "the lock-delay to end", async || {
         b.purge_expired().await.unwrap();
         match b.acquire(&name, &owner("next"), ttl(LONG)).await.unwrap() {
             AcquireOutcome::Delayed { resource, retry_in } => {
                 assert_eq!(resource, name);
                 assert!(retry_in > Duration::ZERO && retry_in <= delay, "{retry_in:?}");
                 refused += 1;
+                // Asks again when told to, or sooner: the delay is the store's to end.
                 tokio::time::sleep(retry_in.min(Duration::from_millis(100))).await;
+                Err(format!("delayed, retry in {retry_in:?}"))
             }
             AcquireOutcome::Granted { lease: next, expired } => {
                 assert!(expired.as_ref().is_none_or(|e| *e == lease), "{expired:?}");
-                break next;
+                Ok(next)
             }
             other => panic!("within the lock-delay: {other:?}"),
         }
-        assert!(Instant::now() < deadline, "the lock-delay never ended");
-    };
+    })
+    .await;
     assert!(refused > 0, "the other server was never refused");
     assert!(
         next.acquired_at >= lease.closed_until() && next.token > lease.token,

@@ -13,7 +13,7 @@ use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Drift, FencingToken, HoldKind, HoldOutcome,
     Lease, LockStore, Owner, ReleaseOutcome, RenewOutcome, Resource, StoreError, Terms, Timestamp, Waiters,
 };
-use fencelock_testkit::{Proxy, RedisNodes, shared_redis, shared_redis_nodes};
+use fencelock_testkit::{Proxy, RedisNodes, eventually, shared_redis, shared_redis_nodes};
 
 mod shared;
 
@@ -301,14 +301,8 @@ async fn grant_and_release_until_it_works(
     name: &Resource,
     within: Duration,
 ) -> FencingToken {
-    let deadline = Instant::now() + within;
-    loop {
-        match grant_and_release(store, name).await {
-            Ok(token) => return token,
-            Err(e) => assert!(Instant::now() < deadline, "{name}: locks did not work again: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("{name}: locks to work again");
+    eventually(within, &what, async || grant_and_release(store, name).await).await
 }
 
 /// Grants `name` and releases it; the token granted.

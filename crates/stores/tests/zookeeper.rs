@@ -342,20 +342,23 @@ async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
     assert!(matches!(refused, AcquireOutcome::Held { .. }), "{refused:?}");
 
     // Until its expiry, and not a moment longer.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let next = loop {
-        match other
+    let next = eventually(
+        Duration::from_secs(20),
+        "the lease to expire",
+        async || match other
             .acquire(&resource, &owner("b"), ttl(Duration::from_secs(60)))
             .await
             .unwrap()
         {
-            AcquireOutcome::Granted { lease, .. } => break lease,
-            AcquireOutcome::Held { holder, .. } => assert_eq!(holder, lease),
+            AcquireOutcome::Granted { lease: next, .. } => Some(next),
+            AcquireOutcome::Held { holder, .. } => {
+                assert_eq!(holder, lease);
+                None
+            }
             odd => panic!("{odd:?}"),
-        }
-        assert!(Instant::now() < deadline, "the lease did not expire");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        },
+    )
+    .await;
     assert!(
         next.acquired_at >= lease.expires_at,
         "{next:?} before {lease:?} ended"
@@ -364,17 +367,11 @@ async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
 
     // Back on the network, the cut-off server opens a new session and serves again.
     proxy.restore();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match one.get(&resource).await {
-            Ok(seen) => {
-                assert_eq!(seen, Some(next));
-                break;
-            }
-            Err(e) => assert!(Instant::now() < deadline, "no new session: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let seen = eventually(Duration::from_secs(10), "a new session", async || {
+        one.get(&resource).await
+    })
+    .await;
+    assert_eq!(seen, Some(next));
     let released = one
         .release(&resource, &owner("a"), Some(lease.token))
         .await
@@ -437,11 +434,18 @@ async fn holders(raw: &zk::Client, path: &str) -> Vec<HolderNode> {
 
 /// Purges until the node at `path` is gone; panics after a while.
 async fn purge_until_gone(store: &dyn LockStore, raw: &zk::Client, path: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while raw.check_stat(path).await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "{path} was not purged");
-        store.purge_expired().await.unwrap();
-    }
+    eventually(
+        Duration::from_secs(20),
+        &format!("{path} to be purged"),
+        async || {
+            if raw.check_stat(path).await.unwrap().is_none() {
+                return Some(());
+            }
+            store.purge_expired().await.unwrap();
+            None
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,7 +38,7 @@
 //!   [`ZooKeeperEnsemble::start_with_peer_proxies`] and [`ZooKeeperEnsemble::cut_off`] as
 //!   for etcd; [`Mode`] is a member's role as its `srvr` four-letter word reports it.
 //! - [`eventually`] (async) and [`eventually_blocking`]: asking until a state holds, with a
-//!   deadline.
+//!   deadline; a check that gives a `Result` ([`Outcome`]) says on a timeout what it last saw.
 //! - [`logs`]: what the test binary logs, as JSON [`Lines`].
 //! - [`fixtures`]: names, owners and TTLs for tests, and names no other test uses.
 //! - [`fuzz`]: the bounded configuration, strategies and naming model of the fuzz targets.
@@ -71,7 +71,7 @@ mod zookeeper;
 pub use canned::Canned;
 pub use clock::FakeClock;
 pub use etcd::{Etcd, EtcdCluster, shared_etcd};
-pub use eventually::{eventually, eventually_blocking};
+pub use eventually::{Outcome, eventually, eventually_blocking};
 pub use logs::{Lines, logs};
 pub use postgres::{Postgres, shared_postgres};
 pub use process::{free_port, signal_tree, spawn_tied};

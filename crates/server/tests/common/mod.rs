@@ -12,6 +12,7 @@ use fencelock_core::{
     Call, Layer, Layered, LockStore, ManualClock, MemoryStore, Names, StoreError, Timestamp,
 };
 use fencelock_server::Config;
+use fencelock_testkit::eventually;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -237,11 +238,15 @@ impl TestServer {
 
     /// Waits (polling with a deadline) until `n` acquires are waiting.
     pub async fn until_waiters(&self, n: u64) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.waiters().await != n {
-            assert!(tokio::time::Instant::now() < deadline, "never saw {n} waiters");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        eventually(Duration::from_secs(10), &format!("{n} waiters"), async || {
+            let now = self.waiters().await;
+            if now == n {
+                Ok(())
+            } else {
+                Err(format!("{now} waiters"))
+            }
+        })
+        .await;
     }
 
     /// Asks the server to stop and waits for `serve` to return.
@@ -275,18 +280,19 @@ pub fn series_value(text: &str, series: &str) -> f64 {
 impl TestServer {
     /// Polls `/metrics` (with a deadline) until `series` reads `expected`.
     pub async fn until_series(&self, series: &str, expected: f64) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let text = self.metrics().await;
-            if series_value(&text, series) == expected {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{series} never read {expected}:\n{text}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        eventually(
+            Duration::from_secs(10),
+            &format!("{series} to read {expected}"),
+            async || {
+                let text = self.metrics().await;
+                if series_value(&text, series) == expected {
+                    Ok(())
+                } else {
+                    Err(format!("\n{text}"))
+                }
+            },
+        )
+        .await;
     }
 }
 

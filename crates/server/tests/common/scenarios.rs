@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use fencelock_testkit::eventually;
 use fencelock_testkit::fixtures::unique_prefix;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -160,18 +161,19 @@ async fn calls_and_waiters(s: &TestServer, op: &str) -> (f64, f64) {
 /// `calls` tries of `acquire_hold`: the last one to come is in line, and has asked the store
 /// if it is the head.
 async fn until_waiting(s: &TestServer, calls: f64, waiters: f64, head: bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (now_calls, now_waiters) = calls_and_waiters(s, "acquire_hold").await;
-        if now_waiters == waiters && (!head || now_calls > calls) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never saw {waiters} waiters (calls {now_calls}, waiters {now_waiters})"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        &format!("{waiters} waiters"),
+        async || {
+            let (now_calls, now_waiters) = calls_and_waiters(s, "acquire_hold").await;
+            if now_waiters == waiters && (!head || now_calls > calls) {
+                Ok(())
+            } else {
+                Err(format!("calls {now_calls}, waiters {now_waiters}"))
+            }
+        },
+    )
+    .await;
 }
 
 /// Writer preference: a reader holds (on `a`); a writer waits (on `a`); a later reader waits
