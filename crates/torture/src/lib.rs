@@ -13,7 +13,8 @@
 //! - [`run`]: the run — [`target`] (the store's throwaway servers and the `fencelock serve`
 //!   processes on it, each behind proxies of its own, in [`server`]), [`resource`] (the
 //!   fenced resource), the client processes ([`client`], doing the [`workload`]), the
-//!   [`nemesis`], and the history written in the end ([`sink`] gathers it).
+//!   [`nemesis`] (injecting the kinds of [`fault`]), and the history written in the end
+//!   ([`sink`] gathers it).
 //! - [`clock`]: the monotonic clock every process of a run reads; [`rng`]: the seeded
 //!   randomness.
 //! - [`check`]: the checker. [`check::check`] judges a history, with no knowledge of the
@@ -25,6 +26,7 @@
 pub mod check;
 pub mod client;
 pub mod clock;
+pub mod fault;
 pub mod history;
 pub mod nemesis;
 pub mod resource;

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail, ensure};
 use fencelock_testkit::spawn_tied;
 
+use crate::fault::FaultKind;
 use crate::history::{Call, Entry, Mono, Outcome, Phase, RunInfo};
-use crate::nemesis::{FaultKind, Infrastructure, Tally, pause_clients};
+use crate::nemesis::{Infrastructure, Tally, pause_clients};
 use crate::resource::Resource;
 use crate::rng::Rng;
 use crate::sink::Sink;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use fencelock_testkit::{EtcdCluster, Postgres, Proxy, RedisNodes, ZooKeeperEnsemble};
 
-use crate::nemesis::FaultKind;
+use crate::fault::FaultKind;
 use crate::server::Server;
 use crate::workload::Ttls;
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 use clap::ValueEnum as _;
 
 use crate::check::{Bounds, Judgement, Property, Report, check};
+use crate::fault::FaultKind;
 use crate::history::{self, Call, Entry, Mono};
-use crate::nemesis::FaultKind;
 use crate::target::StoreKind;
 
 /// Time a client has, past twice the longest TTL it asks for, to be granted a lock once
