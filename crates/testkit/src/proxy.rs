@@ -64,7 +64,20 @@ struct Flags {
     stop: AtomicBool,
     /// Every byte relayed from clients to the target, in the order relayed.
     sent: Mutex<Vec<u8>>,
+    /// What [`Proxy::rewrite_greeting`] replaces, and with what.
+    greeting: Mutex<Option<Rewrite>>,
 }
+
+/// Bytes to find in what a client sends first, and the bytes of the same length put in
+/// their place.
+#[derive(Debug, Clone)]
+struct Rewrite {
+    find: Vec<u8>,
+    replace: Vec<u8>,
+}
+
+/// How far into a connection [`Proxy::rewrite_greeting`] looks for its bytes.
+const GREETING_BYTES: usize = 1024;
 
 impl Flags {
     /// Waits while `direction` is held back; `false` if the proxy stops meanwhile.
@@ -147,6 +160,21 @@ impl Proxy {
         }
     }
 
+    /// From now on, on each new connection, the first `find` among the first kilobyte that
+    /// clients send is relayed as `replace`, of the same length. For a peer protocol in which
+    /// a member tells the others where to call it back (ZooKeeper's elections do): told the
+    /// proxy's address instead of its own, they call back through a proxy too, and a cut
+    /// parts them. Panics if the lengths differ.
+    pub fn rewrite_greeting(&self, find: &[u8], replace: &[u8]) {
+        assert_eq!(find.len(), replace.len(), "a greeting is rewritten in place");
+        assert!(!find.is_empty(), "nothing to find");
+        let mut greeting = self.flags.greeting.lock().unwrap_or_else(PoisonError::into_inner);
+        *greeting = Some(Rewrite {
+            find: find.to_vec(),
+            replace: replace.to_vec(),
+        });
+    }
+
     /// Everything clients sent through the proxy so far (for plain HTTP, their requests
     /// with their headers), as text. Bytes a blackhole threw away are not in it.
     pub fn sent(&self) -> String {
@@ -204,16 +232,28 @@ fn relay(client: TcpStream, target: SocketAddr, flags: &Arc<Flags>) {
     // Set when either direction threw bytes away: the connection is then closed on restore.
     let holed = Arc::new(AtomicBool::new(false));
     let (upstream_flags, upstream_holed) = (flags.clone(), holed.clone());
+    let greeting = flags
+        .greeting
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+        .map(Greeting::new);
     let upstream = thread::spawn(move || {
         pump(
             client_reader,
             server,
             &upstream_flags,
-            Direction::ToTarget,
+            (Direction::ToTarget, greeting),
             &upstream_holed,
         );
     });
-    pump(server_reader, client, flags, Direction::FromTarget, &holed);
+    pump(
+        server_reader,
+        client,
+        flags,
+        (Direction::FromTarget, None),
+        &holed,
+    );
     let _ = upstream.join();
 }
 
@@ -233,11 +273,66 @@ fn swallow(mut client: TcpStream, flags: &Flags) {
     let _ = client.shutdown(Shutdown::Both);
 }
 
+/// A connection's [`Rewrite`] of what its client sends first, across reads: bytes that may
+/// be the start of the bytes to find wait for the next read.
+struct Greeting {
+    rewrite: Rewrite,
+    /// Read but not yet passed on.
+    kept: Vec<u8>,
+    /// Bytes passed on so far.
+    passed: usize,
+}
+
+impl Greeting {
+    fn new(rewrite: Rewrite) -> Self {
+        Self {
+            rewrite,
+            kept: Vec::new(),
+            passed: 0,
+        }
+    }
+
+    /// Puts into `out` what to pass on of `read`, rewritten where it has the bytes to find;
+    /// [`Done::Yes`] once the greeting is done with (found, or past the first kilobyte): then
+    /// bytes pass as read.
+    fn pass(&mut self, read: &[u8], out: &mut Vec<u8>) -> Done {
+        self.kept.extend_from_slice(read);
+        let find = &self.rewrite.find;
+        if let Some(at) = self.kept.windows(find.len()).position(|w| w == find) {
+            self.kept[at..at + find.len()].copy_from_slice(&self.rewrite.replace);
+            out.append(&mut self.kept);
+            return Done::Yes;
+        }
+        if self.passed + self.kept.len() >= GREETING_BYTES {
+            out.append(&mut self.kept);
+            return Done::Yes;
+        }
+        // All but what could begin the bytes to find passes on now.
+        let keep = (find.len() - 1).min(self.kept.len());
+        let pass = self.kept.len() - keep;
+        out.extend(self.kept.drain(..pass));
+        self.passed += pass;
+        Done::No
+    }
+}
+
+/// Whether a [`Greeting`] is done with.
+enum Done {
+    Yes,
+    No,
+}
+
 /// Copies `from` to `to` until either closes or the proxy stops, holding data back while
 /// `direction` is cut, delaying it, or throwing it away in a blackhole (and then marking the
-/// connection `holed`), and keeping a copy of what goes to the target. Closing one side
-/// closes the other, as a real relay would.
-fn pump(mut from: TcpStream, mut to: TcpStream, flags: &Flags, direction: Direction, holed: &AtomicBool) {
+/// connection `holed`), rewriting the client's greeting, and keeping a copy of what goes to
+/// the target. Closing one side closes the other, as a real relay would.
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    flags: &Flags,
+    (direction, mut greeting): (Direction, Option<Greeting>),
+    holed: &AtomicBool,
+) {
     let _ = from.set_read_timeout(Some(TICK));
     let mut buffer = [0_u8; 16 * 1024];
     loop {
@@ -249,19 +344,37 @@ fn pump(mut from: TcpStream, mut to: TcpStream, flags: &Flags, direction: Direct
             break;
         }
         match from.read(&mut buffer) {
-            Ok(0) => break,
+            Ok(0) => {
+                // What waited to be told from the start of an address passes before the end.
+                if let Some(pending) = greeting.take()
+                    && flags.wait_while_held(direction)
+                {
+                    let _ = to.write_all(&pending.kept);
+                }
+                break;
+            }
             Ok(_) if flags.blackholed() => holed.store(true, Ordering::Release),
             Ok(n) => {
+                let mut rewritten = Vec::new();
+                let chunk = match greeting.as_mut() {
+                    Some(pending) => {
+                        if let Done::Yes = pending.pass(&buffer[..n], &mut rewritten) {
+                            greeting = None;
+                        }
+                        &rewritten[..]
+                    }
+                    None => &buffer[..n],
+                };
                 if direction == Direction::ToTarget {
                     let mut sent = flags.sent.lock().unwrap_or_else(PoisonError::into_inner);
-                    sent.extend_from_slice(&buffer[..n]);
+                    sent.extend_from_slice(chunk);
                 }
                 let delay = flags.delay_ms.load(Ordering::Acquire);
                 if delay > 0 {
                     thread::sleep(Duration::from_millis(delay));
                 }
                 // Data read just before a cut is held until the proxy is restored.
-                if !flags.wait_while_held(direction) || to.write_all(&buffer[..n]).is_err() {
+                if !flags.wait_while_held(direction) || to.write_all(chunk).is_err() {
                     break;
                 }
             }

@@ -391,7 +391,7 @@ impl ZooKeeperEnsemble {
 
     fn link_every_pair(&self) -> Vec<Link> {
         let pairs = (0..self.len()).flat_map(|from| (0..self.len()).map(move |to| (from, to)));
-        pairs
+        let links: Vec<Link> = pairs
             .filter(|(from, to)| from != to)
             .map(|(from, to)| Link {
                 from,
@@ -399,7 +399,25 @@ impl ZooKeeperEnsemble {
                 quorum: Proxy::start(self.members[to].quorum_port),
                 election: Proxy::start(self.members[to].election_port),
             })
-            .collect()
+            .collect();
+        // A member that calls a peer of a higher id is called back, at the election address
+        // it sends in its greeting — its own port, not the peer's proxy for it, so the call
+        // back would pass any cut. Each link tells the peer its proxy back instead.
+        for link in &links {
+            let back = links
+                .iter()
+                .find(|back| back.from == link.to && back.to == link.from)
+                .expect("every pair is linked both ways");
+            let own = self.members[link.from].election_port.to_string();
+            let proxied = back.election.port().to_string();
+            // Java reads a port with leading zeros, so a shorter one is padded.
+            let proxied = format!("{proxied:0>width$}", width = own.len());
+            link.election.rewrite_greeting(
+                format!("127.0.0.1:{own}").as_bytes(),
+                format!("127.0.0.1:{proxied}").as_bytes(),
+            );
+        }
+        links
     }
 
     /// The ports member `from` reaches member `to` on: a link's proxies, or `to`'s own.
@@ -505,7 +523,8 @@ impl ZooKeeperEnsemble {
         modes.iter().all(|m| m.is_some_and(Mode::serves)) && (self.len() == 1 || leaders == 1)
     }
 
-    fn logs(&self) -> String {
+    /// The end of every member's log, for a failed test's message.
+    pub fn logs(&self) -> String {
         (0..self.len())
             .map(|i| format!("--- member {i}:\n{}", log_tail(&self.log(i))))
             .collect::<Vec<_>>()

@@ -22,15 +22,23 @@ fn answers(port: u16) -> bool {
 }
 
 /// Asks `check` until it holds; fails the test, naming `what`, after `limit`.
-fn wait_for(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+fn wait_for(limit: Duration, what: &str, check: impl FnMut() -> bool) {
+    assert!(
+        holds_within(limit, check),
+        "timed out after {limit:?} waiting for {what}"
+    );
+}
+
+/// Asks `check` until it holds: `false` if it still does not after `limit`.
+fn holds_within(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while !check() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
+    true
 }
 
 /// The answer to `GET path` on the loopback `port`; `None` if none comes within a second.
@@ -281,6 +289,30 @@ fn a_cut_proxy_holds_traffic_back_until_restored() {
 }
 
 #[test]
+fn a_proxy_rewrites_the_first_greeting_even_split_across_reads() {
+    let (port, received) = echo_server();
+    let proxy = Proxy::start(port);
+    proxy.rewrite_greeting(b"127.0.0.1:12345", b"127.0.0.1:54321");
+    let mut conn = connect(&proxy, LONG);
+    let expected = "call me at 127.0.0.1:54321, or at 127.0.0.1:12345";
+    let mut heard = Vec::new();
+    // Each piece is written once the target heard of the one before: the proxy reads them
+    // apart, and the address comes in two.
+    for piece in ["call me at 127.0.", "0.1:12", "345, or at 127.0.0.1:12345"] {
+        conn.write_all(piece.as_bytes()).unwrap();
+        heard.extend(received.recv_timeout(LONG).expect("the target hears something"));
+    }
+    while heard.len() < expected.len() {
+        heard.extend(received.recv_timeout(LONG).expect("the target hears the rest"));
+    }
+    assert_eq!(
+        String::from_utf8(heard).unwrap(),
+        expected,
+        "the first address is rewritten, and only the first"
+    );
+}
+
+#[test]
 fn a_proxy_cut_one_way_holds_back_only_that_way() {
     let (port, received) = echo_server();
     let proxy = Proxy::start(port);
@@ -424,13 +456,17 @@ fn zookeeper_members_are_paused_and_cut_off_from_their_peers() {
     // elect one of them.
     let leader = zk.wait_for_leader();
     zk.cut_off(leader);
-    wait_for(SHOWS, "the cut-off member to stop serving", || {
+    let stopped = holds_within(SHOWS, || {
         zk.four_letter_word(leader, "srvr")
             .is_some_and(|srvr| srvr.contains("not currently serving requests"))
     });
-    wait_for(SHOWS, "another member to lead", || {
-        zk.leader().is_some_and(|next| next != leader)
-    });
+    assert!(
+        stopped,
+        "the cut-off member {leader} still serves:\n{}",
+        zk.logs()
+    );
+    let replaced = holds_within(SHOWS, || zk.leader().is_some_and(|next| next != leader));
+    assert!(replaced, "no member but {leader} leads:\n{}", zk.logs());
     zk.reconnect(leader);
     assert!(zk.wait_healthy(), "three members serve once reconnected");
 }
