@@ -38,15 +38,25 @@ type clientConfig struct {
 	maxWait        time.Duration
 }
 
+// The environment variables a [Client] reads its defaults from, as the fencelock commands
+// and the other clients do.
+const (
+	// AuthTokenVar holds the bearer token sent when no [WithAuthToken] is given.
+	AuthTokenVar = "FENCELOCK_AUTH_TOKEN"
+	// CACertVar holds the path of the CAs to trust (PEM) when no [WithCAFile] is given.
+	CACertVar = "FENCELOCK_CACERT"
+)
+
 // WithAuthToken sends token as "Authorization: Bearer TOKEN" with every request, for a
-// server with authentication on (fencelock serve --auth). Read it from the environment
-// (e.g. FENCELOCK_AUTH_TOKEN) rather than a flag, which ps shows.
+// server with authentication on (fencelock serve --auth). Default: $FENCELOCK_AUTH_TOKEN,
+// if set. Read it from the environment rather than a flag, which ps shows.
 func WithAuthToken(token string) ClientOption {
 	return func(c *clientConfig) { c.authToken = token }
 }
 
 // WithCAFile trusts only the certificates signed by the CAs in the PEM file at path, in
-// place of the system's, for an https:// server.
+// place of the system's, for an https:// server. Default: $FENCELOCK_CACERT, if set (and
+// no [WithHTTPClient] is given).
 func WithCAFile(path string) ClientOption {
 	return func(c *clientConfig) { c.caFile = path }
 }
@@ -79,6 +89,12 @@ func New(server string, options ...ClientOption) (*Client, error) {
 	config := clientConfig{requestTimeout: 10 * time.Second, maxWait: 300 * time.Second}
 	for _, option := range options {
 		option(&config)
+	}
+	if config.authToken == "" {
+		config.authToken = os.Getenv(AuthTokenVar)
+	}
+	if config.caFile == "" && config.httpClient == nil {
+		config.caFile = os.Getenv(CACertVar)
 	}
 	u, err := url.Parse(server)
 	if err != nil {

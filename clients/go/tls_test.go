@@ -45,6 +45,30 @@ func TestAnHTTPSServerIsTrustedThroughTheCAFile(t *testing.T) {
 	}
 }
 
+func TestTheTokenAndTheCAFileDefaultToTheEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	ca, cert, key := certificates(t, dir)
+	auth := authFile(t, dir, principal{name: "billing", token: "billing-secret", prefix: "payment:", rights: []string{"read", "lock"}})
+	s := startServer(t, "--auth", auth, "--tls-cert", cert, "--tls-key", key)
+	t.Setenv(fencelock.AuthTokenVar, "billing-secret")
+	t.Setenv(fencelock.CACertVar, ca)
+
+	lease, err := newClient(t, s).Lock(context.Background(), "payment:42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// An option given wins over the environment.
+	_, err = newClient(t, s, fencelock.WithAuthToken("wrong")).Lock(context.Background(), "payment:42")
+	var problem *fencelock.Problem
+	if !errors.As(err, &problem) || problem.Status != 401 {
+		t.Fatalf("got %v; want a 401 problem", err)
+	}
+}
+
 // certificates writes a CA, and a certificate it signed for 127.0.0.1 with its key, as PEM
 // files into dir, and returns their paths.
 func certificates(t *testing.T, dir string) (ca, cert, key string) {
