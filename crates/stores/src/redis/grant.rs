@@ -14,8 +14,10 @@ use super::reply::{Arg, Record, Reply, claim_text, hold_letter, owner_args};
 
 /// The shortest lease Redlock grants: a shorter TTL is raised to it, so that the time a grant
 /// takes (two round trips to a majority) and the drift allowance leave the lease most of its
-/// TTL. One node has no floor (its leases last exactly their TTL).
-pub(super) const REDLOCK_MIN_TTL: Ttl = Ttl::from_const_millis(100);
+/// TTL, and a try may wait a third of it — 100 ms — for a node: a shorter wait lost a whole
+/// grant to a node busy for a moment (100 ms had 33 ms, and a loaded machine's CI run saw no
+/// node answer in time). One node has no floor (its leases last exactly their TTL).
+pub(super) const REDLOCK_MIN_TTL: Ttl = Ttl::from_const_millis(300);
 
 /// What one node did with an acquire of locks: each name's outcome, or nothing (the try was
 /// cancelled there, or came too late).

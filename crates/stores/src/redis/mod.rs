@@ -40,7 +40,7 @@
 //!   `acquired_at` = when the try was sent and `expires_at` = `acquired_at + ttl − drift`, on
 //!   the fencelock server's clock: every node keeps that (so every server reports the same
 //!   lease), and judges liveness by its own copy of the TTL on its own clock. A try waits at
-//!   most a third of the TTL for a node; a TTL below 100 ms is raised to 100 ms.
+//!   most a third of the TTL for a node; a TTL below 300 ms is raised to 300 ms.
 //! - **A try that did not win is undone whole**, from a task of its own whatever becomes of
 //!   the caller: each node keeps, under the try's call id, what it replaced of the owner's own
 //!   leases, and the undo puts that back exactly (an extension is never turned into a
