@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Extension;
+use axum::http::StatusCode;
+use axum::response::Response;
 use fencelock_core::{Acquired, Kind, Lease, Owner, ReleaseOutcome, Resource, StoreError, Waiters};
 use fencelock_wire::Op;
 use serde::Serialize;
@@ -19,6 +20,7 @@ use crate::observe::{Asked, AskedAll, Contended, Observed, observed};
 use crate::problem::ApiError;
 use crate::state::App;
 
+use super::answer;
 use super::detached::detached;
 
 /// What an acquire asks for, as its log lines tell it.
@@ -118,7 +120,7 @@ pub(super) async fn acquired<A: Acquiring>(
         }
         request.answer(&asked, &outcome)
     });
-    Ok(Json(answer.await?).into_response())
+    Ok(answer::json(StatusCode::OK, &answer.await?))
 }
 
 /// The connection's watch on its client, for an acquire that waits up to `wait` (none for one

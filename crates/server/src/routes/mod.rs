@@ -11,6 +11,7 @@
 mod acquire;
 mod acquire_all;
 mod acquiring;
+mod answer;
 mod detached;
 mod force;
 mod get;
