@@ -35,7 +35,7 @@ pub(super) trait Judge: Sized + Send + Sync + 'static {
 }
 
 /// Given the caller and the checked name and request: check the caller's `lock` right, make
-/// the owner the caller's, call the store (in a task of its own), observe, encode — the whole
+/// the owner the caller's, call the store (to its end, whatever the client does), observe, encode — the whole
 /// of a judged call.
 pub(super) async fn judged<J: Judge>(
     app: App,
