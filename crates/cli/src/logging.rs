@@ -26,14 +26,20 @@ const DEFAULT_FILTER: &str = "info,rustls_platform_verifier=off";
 /// error (a slow terminal or pipe). Nothing is dropped: when the queue is full, the logging
 /// call waits for room instead — every grant and release is logged.
 pub fn init(format: Format) -> WorkerGuard {
+    init_to(format, std::io::stderr(), std::io::stderr().is_terminal())
+}
+
+/// Logs as [`init`] does, to `writer` (colours only if `ansi`): the allocation bench logs
+/// every grant to a sink the same way the server does to standard error.
+pub fn init_to(format: Format, writer: impl std::io::Write + Send + 'static, ansi: bool) -> WorkerGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let (writer, guard) = NonBlockingBuilder::default()
         .lossy(false)
         .thread_name("fencelock-log")
-        .finish(std::io::stderr());
+        .finish(writer);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(ansi)
         .with_writer(writer);
     match format {
         Format::Text => builder.init(),

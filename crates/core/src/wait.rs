@@ -168,17 +168,21 @@ impl Waiters {
         gone: &CancellationToken,
     ) -> Result<Acquired> {
         let store = &self.inner.store;
-        let key = Key::lock(resource);
-        let key_ref = &key;
         self.line_up(
-            std::slice::from_ref(&key),
+            || vec![Key::lock(resource)],
             owner,
             wait,
             gone,
             None,
-            |_| async move {
+            |in_line| async move {
                 let outcome = store.acquire_with(resource, owner, terms).await?;
-                let found = vec![(key_ref.clone(), holder_of(&outcome, owner))];
+                // Only the head of a line tells the wait-for graph whom it found: a try's
+                // finding would be thrown away (and cost a try four allocations).
+                let found = if in_line {
+                    vec![(Key::lock(resource), holder_of(&outcome, owner))]
+                } else {
+                    Vec::new()
+                };
                 Ok(Try {
                     retry_in: outcome.retry_in(),
                     outcome,
@@ -203,30 +207,34 @@ impl Waiters {
         gone: &CancellationToken,
     ) -> Result<Acquired<AcquireAllOutcome>> {
         let store = &self.inner.store;
-        let keys: Vec<Key> = resources.as_slice().iter().map(Key::lock).collect();
-        self.line_up(&keys, owner, wait, gone, None, |_| async move {
+        let keys = || resources.as_slice().iter().map(Key::lock).collect();
+        self.line_up(keys, owner, wait, gone, None, |in_line| async move {
             let outcome = store.acquire_all(resources, owner, terms).await?;
-            let found = match &outcome {
-                AcquireAllOutcome::Granted(_) => resources
-                    .as_slice()
-                    .iter()
-                    .map(|r| (Key::lock(r), vec![owner.clone()]))
-                    .collect(),
-                AcquireAllOutcome::Refused(refusals) => {
-                    let mut found: Vec<(Key, Vec<Owner>)> = resources
+            let found = if !in_line {
+                Vec::new()
+            } else {
+                match &outcome {
+                    AcquireAllOutcome::Granted(_) => resources
                         .as_slice()
                         .iter()
-                        .map(|r| (Key::lock(r), Vec::new()))
-                        .collect();
-                    for refusal in refusals {
-                        if let AcquireOutcome::Held { holder, .. } = refusal
-                            && let Some((_, holders)) =
-                                found.iter_mut().find(|(k, _)| k.name == holder.resource)
-                        {
-                            holders.push(holder.owner.clone());
+                        .map(|r| (Key::lock(r), vec![owner.clone()]))
+                        .collect(),
+                    AcquireAllOutcome::Refused(refusals) => {
+                        let mut found: Vec<(Key, Vec<Owner>)> = resources
+                            .as_slice()
+                            .iter()
+                            .map(|r| (Key::lock(r), Vec::new()))
+                            .collect();
+                        for refusal in refusals {
+                            if let AcquireOutcome::Held { holder, .. } = refusal
+                                && let Some((_, holders)) =
+                                    found.iter_mut().find(|(k, _)| k.name == holder.resource)
+                            {
+                                holders.push(holder.owner.clone());
+                            }
                         }
+                        found
                     }
-                    found
                 }
             };
             Ok(Try {
@@ -257,11 +265,9 @@ impl Waiters {
         let writer = claim == Claim::Write;
         let refresh = writer.then_some(INTENT_REFRESH);
         let intended_ref = &intended;
-        let key = Key::hold(claim.kind(), name);
-        let key_ref = &key;
         let acquired = self
             .line_up(
-                std::slice::from_ref(&key),
+                || vec![Key::hold(claim.kind(), name)],
                 owner,
                 wait,
                 gone,
@@ -270,31 +276,38 @@ impl Waiters {
                     let intent = (writer && in_line).then_some(INTENT_TTL);
                     intended_ref.fetch_or(intent.is_some(), Ordering::Relaxed);
                     let outcome = store.acquire_hold(name, owner, claim, ttl, intent).await?;
-                    let (retry_in, holders) = match &outcome {
-                        // A writer may be a reader waiting to upgrade: the refusal names only the
-                        // others, so ask who holds the name, the caller included, for the graph
-                        // (two readers upgrading at once wait for each other).
-                        HoldOutcome::Busy(busy) if writer && in_line => {
-                            let holders = match store.holds(HoldKind::RwLock, name).await {
-                                Ok(holds) => holds,
-                                Err(_) => busy.holders.clone(),
-                            };
-                            (
-                                Some(busy.retry_in),
-                                holders.into_iter().map(|h| h.lease.owner).collect(),
-                            )
-                        }
-                        HoldOutcome::Busy(busy) => (
-                            Some(busy.retry_in),
-                            busy.holders.iter().map(|h| h.lease.owner.clone()).collect(),
-                        ),
-                        HoldOutcome::Granted { .. } | HoldOutcome::Extended(_) => (None, vec![owner.clone()]),
-                        HoldOutcome::LimitMismatch { .. } => (None, Vec::new()),
+                    let retry_in = match &outcome {
+                        HoldOutcome::Busy(busy) => Some(busy.retry_in),
+                        HoldOutcome::Granted { .. }
+                        | HoldOutcome::Extended(_)
+                        | HoldOutcome::LimitMismatch { .. } => None,
+                    };
+                    // Only the head of a line tells the wait-for graph whom it found.
+                    let found = if in_line {
+                        let holders = match &outcome {
+                            // A writer may be a reader waiting to upgrade: the refusal names only
+                            // the others, so ask who holds the name, the caller included, for the
+                            // graph (two readers upgrading at once wait for each other).
+                            HoldOutcome::Busy(busy) if writer => {
+                                match store.holds(HoldKind::RwLock, name).await {
+                                    Ok(holds) => holds.into_iter().map(|h| h.lease.owner).collect(),
+                                    Err(_) => busy.holders.iter().map(|h| h.lease.owner.clone()).collect(),
+                                }
+                            }
+                            HoldOutcome::Busy(busy) => {
+                                busy.holders.iter().map(|h| h.lease.owner.clone()).collect()
+                            }
+                            HoldOutcome::Granted { .. } | HoldOutcome::Extended(_) => vec![owner.clone()],
+                            HoldOutcome::LimitMismatch { .. } => Vec::new(),
+                        };
+                        vec![(Key::hold(claim.kind(), name), holders)]
+                    } else {
+                        Vec::new()
                     };
                     Ok(Try {
                         outcome,
                         retry_in,
-                        found: vec![(key_ref.clone(), holders)],
+                        found,
                     })
                 },
             )
@@ -315,13 +328,16 @@ impl Waiters {
     }
 
     /// The waiting line shared by every kind: `attempt(in_line)` asks the store once and
-    /// says when asking again may be answered otherwise (`retry_in` `None`: done), and who
-    /// it found holding each of `keys`. `in_line` is true for a try made by the head of the
-    /// line while it still means to wait; `refresh`, if given, is how often the head asks
-    /// again at the latest (to renew a writer's intent).
+    /// says when asking again may be answered otherwise (`retry_in` `None`: done), and, when
+    /// `in_line`, who it found holding each of `keys`. `in_line` is true for a try made by the
+    /// head of the line while it still means to wait; `refresh`, if given, is how often the
+    /// head asks again at the latest (to renew a writer's intent).
+    ///
+    /// A try (no wait, or no room in line) neither makes the `keys` nor touches the lines or
+    /// the graph: it is the store's call and nothing more.
     async fn line_up<T, F, Fut>(
         &self,
-        keys: &[Key],
+        keys: impl FnOnce() -> Vec<Key>,
         owner: &Owner,
         wait: Duration,
         gone: &CancellationToken,
@@ -340,7 +356,8 @@ impl Waiters {
         if wait.is_zero() || stop() {
             return attempt(false).await.map(at_once);
         }
-        let Some((place, closed)) = InLine::join(&self.inner, keys, owner) else {
+        let keys = keys();
+        let Some((place, closed)) = InLine::join(&self.inner, &keys, owner) else {
             return attempt(false).await.map(at_once);
         };
         if let Some(cycle) = closed {
@@ -418,7 +435,8 @@ impl Waiters {
 }
 
 /// One try of a waiter: the store's answer, when asking again may be answered otherwise
-/// (`None`: done), and who holds each name it asked for (for the wait-for graph).
+/// (`None`: done), and, for the head of a line, who holds each name it asked for (for the
+/// wait-for graph).
 struct Try<T> {
     outcome: T,
     retry_in: Option<Duration>,

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{TestServer, assert_problem, hanging_store, raw_connection, read_response, unreachable_store};
+use common::{
+    TestServer, assert_problem, gated_store, hanging_store, raw_connection, read_response, unreachable_store,
+};
 use fencelock_core::{AcquireOutcome, LockStore, MemoryStore, Owner, Resource, Timestamp, Ttl};
 use fencelock_server::Config;
 use fencelock_testkit::eventually;
@@ -575,6 +577,45 @@ async fn shutdown_answers_every_waiter_even_when_the_store_never_answers() {
     }
     let stopped = tokio::time::timeout(Duration::from_secs(5), stopped).await;
     assert!(stopped.expect("serve returns within 5 s").unwrap().is_ok());
+}
+
+/// An acquire that does not wait, under way in a store slow to answer when the server shuts
+/// down, is answered `acquired: false` (`shutting_down`) without the store's answer; the grant
+/// the store makes after all, which its client never hears of, is given back at once instead
+/// of keeping the lock from every other server on the store for its minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_made_after_shutdown_answered_its_try_is_given_back() {
+    let (store, gate) = gated_store();
+    let s = TestServer::start(store.clone(), Config::default()).await;
+    let trying = spawn_post(&s, "/locks/job", json!({"owner": "a", "ttl_ms": 60_000}));
+    eventually(
+        Duration::from_secs(10),
+        "the acquire reaching the store",
+        async || (gate.reached() == 1).then_some(()),
+    )
+    .await;
+    let stopped = tokio::spawn(s.stop());
+    let (status, answer) = tokio::time::timeout(Duration::from_secs(5), trying)
+        .await
+        .expect("the try is answered within 5 s of the shutdown")
+        .unwrap();
+    assert_eq!(
+        (status, &answer["acquired"], &answer["shutting_down"]),
+        (200, &json!(false), &json!(true)),
+        "{answer}"
+    );
+    gate.open();
+    let job = Resource::new("job").unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the grant nobody heard of given back",
+        async || match (gate.passed(), store.get(&job).await) {
+            (1, Ok(None)) => Ok(()),
+            (passed, held) => Err(format!("{passed} acquires answered by the store; {held:?}")),
+        },
+    )
+    .await;
+    assert!(stopped.await.unwrap().is_ok());
 }
 
 #[tokio::test]

@@ -1,12 +1,13 @@
 //! The one acquire flow: of a lock, of several locks all or none, of a semaphore's permit or
 //! a read-write lock's hold. A route parses its request into an `impl` of [`Acquiring`], and
-//! [`acquired`] does the rest: authorise, make the owner the caller's, wait or try (in a task
-//! of its own), observe, give back a grant nobody will hear of, answer.
+//! [`acquired`] does the rest: authorise, make the owner the caller's, wait or try (to its end
+//! even if the client hangs up), observe, give back a grant nobody will hear of, answer.
 
 use std::time::Duration;
 
-use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Extension;
+use axum::http::StatusCode;
+use axum::response::Response;
 use fencelock_core::{Acquired, Kind, Lease, Owner, ReleaseOutcome, Resource, StoreError, Waiters};
 use fencelock_wire::Op;
 use serde::Serialize;
@@ -19,6 +20,7 @@ use crate::observe::{Asked, AskedAll, Contended, Observed, observed};
 use crate::problem::ApiError;
 use crate::state::App;
 
+use super::answer;
 use super::detached::detached;
 
 /// What an acquire asks for, as its log lines tell it.
@@ -100,11 +102,13 @@ pub(super) async fn acquired<A: Acquiring>(
     // to the store under way completes and is logged, and a grant nobody will hear of is
     // given back at once instead of blocking the name until its TTL.
     let gone = CancellationToken::new();
-    let _hung_up = gone.clone().drop_guard();
+    let hung_up = gone.clone().drop_guard();
     let _waiting = waiting(peer, wait);
     let stopped = request.stopped(&asked);
     let caller = caller.clone();
-    let answer = stoppable(app.clone(), || stopped, async move {
+    let work_gone = gone.clone();
+    let answer = stoppable(app.clone(), || stopped, &gone, async move {
+        let gone = work_gone;
         let kind = request.kind();
         let call = request.call(&app.waiters, &asked, wait, &gone);
         let outcome = observed(&app, kind, A::OP, &asked, call).await;
@@ -118,7 +122,11 @@ pub(super) async fn acquired<A: Acquiring>(
         }
         request.answer(&asked, &outcome)
     });
-    Ok(Json(answer.await?).into_response())
+    // Declared after `answer`, so dropped before it: when the client hangs up, `gone` is
+    // cancelled before the call under way moves to a task of its own, which so cannot end
+    // without seeing it, and gives back what it was granted.
+    let _hung_up = hung_up;
+    Ok(answer::json(StatusCode::OK, &answer.await?))
 }
 
 /// The connection's watch on its client, for an acquire that waits up to `wait` (none for one
@@ -133,11 +141,12 @@ fn waiting(peer: Option<Extension<Peer>>, wait: Duration) -> Option<Waiting> {
 /// if the store fails meanwhile, the answer is `stopped()`, `acquired: false` with
 /// `"shutting_down": true`. At shutdown every waiter makes one last try; a store that hangs
 /// (or fails) must not leave a waiter unanswered when its connection is closed, whatever the
-/// store does. The work goes on in its task: the route's end cancels its `gone`, so a grant
-/// the store makes after all is given back.
+/// store does. The work goes on in a task of its own, `gone` cancelled before it moves there,
+/// so a grant the store makes after all is given back.
 async fn stoppable<T: Send + 'static>(
     app: App,
     stopped: impl FnOnce() -> T,
+    gone: &CancellationToken,
     work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
 ) -> Result<T, ApiError> {
     let mut answer = std::pin::pin!(detached(work));
@@ -150,6 +159,8 @@ async fn stoppable<T: Send + 'static>(
             tracing::warn!(
                 "shutting down: an acquire is answered acquired: false without its store's answer"
             );
+            // Before the work, dropped on return, moves to a task of its own and may end there.
+            gone.cancel();
             Ok(stopped())
         }
         Ok(answer) => answer,

@@ -2,7 +2,6 @@
 //! lock's lease or of a semaphore's permit or a read-write lock's hold) adds an `impl` of
 //! [`Judge`], and [`judged`] does the rest; [`Reply`] turns what it answers into a response.
 
-use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use fencelock_core::{HoldKind, Kind, LockStore, Refusal, Resource, StoreError};
@@ -13,6 +12,7 @@ use crate::observe::{Asked, Observed, observed};
 use crate::problem::ApiError;
 use crate::state::App;
 
+use super::answer;
 use super::detached::detached;
 
 /// A call on a held lease that the store judges.
@@ -35,7 +35,7 @@ pub(super) trait Judge: Sized + Send + Sync + 'static {
 }
 
 /// Given the caller and the checked name and request: check the caller's `lock` right, make
-/// the owner the caller's, call the store (in a task of its own), observe, encode — the whole
+/// the owner the caller's, call the store (to its end, whatever the client does), observe, encode — the whole
 /// of a judged call.
 pub(super) async fn judged<J: Judge>(
     app: App,
@@ -90,13 +90,13 @@ impl Reply for () {
 
 impl Reply for LeaseBody {
     fn reply(self, status: u16) -> Response {
-        (status_code(status), Json(self)).into_response()
+        answer::json(status_code(status), &self)
     }
 }
 
 impl Reply for HoldItem {
     fn reply(self, status: u16) -> Response {
-        (status_code(status), Json(self)).into_response()
+        answer::json(status_code(status), &self)
     }
 }
 

@@ -4,13 +4,15 @@
 //!
 //! Every acquire — of a lock, of several locks, of a permit or a hold — goes through the one
 //! acquire flow of `acquiring.rs`; every release and renewal through the one judged path of
-//! `judge.rs`; both make their call to the store in a task of its own (`detached.rs`). Each
+//! `judge.rs`; both make their call to the store to its end, in a task of its own from the
+//! moment a client hangs up (`detached.rs`). Each
 //! call to the store is timed, counted and logged in one place,
 //! [`observed`](crate::observe::observed).
 
 mod acquire;
 mod acquire_all;
 mod acquiring;
+mod answer;
 mod detached;
 mod force;
 mod get;

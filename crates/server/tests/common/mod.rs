@@ -5,7 +5,7 @@
 pub mod scenarios;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use fencelock_core::{
@@ -17,7 +17,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 /// A running server and a client for it.
@@ -444,5 +444,66 @@ impl Layer for Hangs {
         } else {
             inner.await
         }
+    }
+}
+
+/// A store whose acquires wait at a [`Gate`] until the test opens it: a store slow to answer,
+/// for as long as the test chooses.
+pub fn gated_store() -> (Arc<dyn LockStore>, Arc<Gate>) {
+    let gate = Arc::new(Gate {
+        reached: AtomicUsize::new(0),
+        passed: AtomicUsize::new(0),
+        open: watch::Sender::new(false),
+    });
+    let store = Layered::new(MemoryStore::new(), Gated(gate.clone()));
+    (Arc::new(store), gate)
+}
+
+/// Where the acquires of a [`gated_store`] wait.
+#[derive(Debug)]
+pub struct Gate {
+    reached: AtomicUsize,
+    passed: AtomicUsize,
+    open: watch::Sender<bool>,
+}
+
+impl Gate {
+    /// How many acquires have reached the gate so far.
+    pub fn reached(&self) -> usize {
+        self.reached.load(Ordering::Acquire)
+    }
+
+    /// How many acquires have been answered by the store behind the gate so far.
+    pub fn passed(&self) -> usize {
+        self.passed.load(Ordering::Acquire)
+    }
+
+    /// Lets every acquire through, those waiting and those to come.
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+/// The layer of [`gated_store`].
+#[derive(Debug)]
+pub struct Gated(Arc<Gate>);
+
+impl Layer for Gated {
+    async fn around<T: Send>(
+        &self,
+        call: Call,
+        _: Names<'_>,
+        inner: impl Future<Output = Result<T, StoreError>> + Send,
+    ) -> Result<T, StoreError> {
+        if call != Call::Acquire {
+            return inner.await;
+        }
+        let mut open = self.0.open.subscribe();
+        self.0.reached.fetch_add(1, Ordering::AcqRel);
+        // The sender lives in the gate, which outlives the store: this cannot fail.
+        let _ = open.wait_for(|open| *open).await;
+        let answer = inner.await;
+        self.0.passed.fetch_add(1, Ordering::AcqRel);
+        answer
     }
 }
