@@ -1563,6 +1563,35 @@ async fn listening(url: &str) -> (tokio_postgres::Client, mpsc::UnboundedReceive
     (client, notices)
 }
 
+/// The backend process of the session of `client`.
+async fn backend_pid(client: &impl tokio_postgres::GenericClient) -> i32 {
+    client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Waits until the session `waiter` (or any) waits for a lock that the session `holder` (or
+/// any other) holds; `what` says what that means, for a failure.
+async fn until_lock_wait(url: &str, waiter: Option<i32>, holder: Option<i32>, what: &str) {
+    let watching = connected(url).await;
+    eventually(Duration::from_secs(10), what, async || {
+        let waiting: i64 = watching
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                WHERE ($1::int IS NULL OR pid = $1) AND cardinality(pg_blocking_pids(pid)) > 0
+                  AND ($2::int IS NULL OR $2 = ANY(pg_blocking_pids(pid)))",
+                &[&waiter, &holder],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (waiting > 0).then_some(())
+    })
+    .await;
+}
+
 /// Releases commit without `NOTIFY`, which would make each commit alone (PostgreSQL holds a
 /// lock of the whole cluster from a notifying transaction's pre-commit until its commit is
 /// flushed): one session of the store announces them. Two releases through two pooled
@@ -1596,22 +1625,12 @@ async fn releases_are_announced_by_one_session_not_by_the_transactions_that_comm
     });
     // The first release waits at the advisory lock, keeping its pooled connection: the second
     // goes through another one.
-    let blocking: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
-    let watching = connected(&url).await;
-    eventually(
-        Duration::from_secs(10),
+    let blocking = backend_pid(&tx).await;
+    until_lock_wait(
+        &url,
+        None,
+        Some(blocking),
         "the first release to wait for the lock",
-        async || {
-            let waiting: i64 = watching
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
-                    &[&blocking],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            (waiting > 0).then_some(())
-        },
     )
     .await;
     let through = store.release(&second, &owner("a"), None).await.unwrap();
@@ -1673,36 +1692,11 @@ async fn a_waiter_whose_release_notice_was_lost_is_granted_at_the_lease_expiry()
                 .await
         }
     });
-    let watching = connected(&url).await;
-    let blocked_by = async |pid: i32| {
-        let waiting: i64 = watching
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
-                &[&pid],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        (waiting > 0).then_some(())
-    };
-    let holding: i32 = row_lock
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    eventually(
-        Duration::from_secs(10),
-        "the waiter's try to reach the row",
-        async || blocked_by(holding).await,
-    )
-    .await;
+    let holding = backend_pid(&row_lock).await;
+    until_lock_wait(&url, None, Some(holding), "the waiter's try to reach the row").await;
     // The try, waiting at the row, holds the advisory lock the deletion waits for.
     let deleter = connected(&url).await;
-    let deleting: i32 = deleter
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let deleting = backend_pid(&deleter).await;
     let deletion = tokio::spawn({
         let resource = resource.clone();
         async move {
@@ -1721,19 +1715,7 @@ async fn a_waiter_whose_release_notice_was_lost_is_granted_at_the_lease_expiry()
                 .get::<_, i64>(0)
         }
     });
-    eventually(
-        Duration::from_secs(10),
-        "the deletion to wait for the try",
-        async || {
-            let waits: Option<bool> = watching
-                .query_one("SELECT cardinality(pg_blocking_pids($1)) > 0", &[&deleting])
-                .await
-                .unwrap()
-                .get(0);
-            waits.unwrap_or(false).then_some(())
-        },
-    )
-    .await;
+    until_lock_wait(&url, Some(deleting), None, "the deletion to wait for the try").await;
     row_lock.commit().await.unwrap();
     assert_eq!(deletion.await.unwrap(), 1, "the lease row was not deleted");
     let outcome = waiting.await.unwrap().unwrap();
