@@ -17,7 +17,7 @@ use fencelock_stores::postgres::{PostgresOptions, PostgresStore};
 use fencelock_testkit::fixtures::{owner_of, resource, unique_prefix};
 use fencelock_testkit::{Postgres, Proxy, eventually, shared_postgres};
 use shared::granted;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 /// The shared server's address; starting it blocks, so not on the async worker.
 async fn shared_url() -> String {
@@ -1544,4 +1544,187 @@ async fn a_server_of_version_3_leaves_no_stale_terms_and_is_cut_at_the_cap() {
         .collect();
     assert_eq!(ended, [i64::try_from(lease.token.0).unwrap()]);
     assert_eq!(store.get(&capped).await.unwrap(), None);
+}
+
+/// A connection that listens on the lock channel, and every notice on it, as (pid of the
+/// session that sent it, payload). Listens while the client is kept.
+async fn listening(url: &str) -> (tokio_postgres::Client, mpsc::UnboundedReceiver<(i32, String)>) {
+    let (client, mut connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    let (heard, notices) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        // Notices only come out of a connection driven by `poll_message`.
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let Ok(tokio_postgres::AsyncMessage::Notification(note)) = message {
+                let _ = heard.send((note.process_id(), note.payload().to_owned()));
+            }
+        }
+    });
+    client.batch_execute("LISTEN fencelock_released").await.unwrap();
+    (client, notices)
+}
+
+/// The backend process of the session of `client`.
+async fn backend_pid(client: &impl tokio_postgres::GenericClient) -> i32 {
+    client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Waits until the session `waiter` (or any) waits for a lock that the session `holder` (or
+/// any other) holds; `what` says what that means, for a failure.
+async fn until_lock_wait(url: &str, waiter: Option<i32>, holder: Option<i32>, what: &str) {
+    let watching = connected(url).await;
+    eventually(Duration::from_secs(10), what, async || {
+        let waiting: i64 = watching
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                WHERE ($1::int IS NULL OR pid = $1) AND cardinality(pg_blocking_pids(pid)) > 0
+                  AND ($2::int IS NULL OR $2 = ANY(pg_blocking_pids(pid)))",
+                &[&waiter, &holder],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (waiting > 0).then_some(())
+    })
+    .await;
+}
+
+/// Releases commit without `NOTIFY`, which would make each commit alone (PostgreSQL holds a
+/// lock of the whole cluster from a notifying transaction's pre-commit until its commit is
+/// flushed): one session of the store announces them. Two releases through two pooled
+/// connections at once — the first held at its resource's advisory lock until the second is
+/// done — are announced by one and the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_are_announced_by_one_session_not_by_the_transactions_that_commit_them() {
+    let url = shared_url().await;
+    let store = store(&url).await;
+    let (_listening, mut notices) = listening(&url).await;
+    let (first, second) = (shared::unique("held-back"), shared::unique("let-through"));
+    for name in [&first, &second] {
+        granted(
+            store
+                .acquire(name, &owner("a"), ttl(Duration::from_secs(60)))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut blocker = connected(&url).await;
+    let tx = blocker.transaction().await.unwrap();
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(1718381312, hashtext($1::text))",
+        &[&first.as_str()],
+    )
+    .await
+    .unwrap();
+    let held_back = tokio::spawn({
+        let (store, first) = (store.clone(), first.clone());
+        async move { store.release(&first, &owner("a"), None).await.unwrap() }
+    });
+    // The first release waits at the advisory lock, keeping its pooled connection: the second
+    // goes through another one.
+    let blocking = backend_pid(&tx).await;
+    until_lock_wait(
+        &url,
+        None,
+        Some(blocking),
+        "the first release to wait for the lock",
+    )
+    .await;
+    let through = store.release(&second, &owner("a"), None).await.unwrap();
+    assert!(matches!(through, ReleaseOutcome::Released(_)), "{through:?}");
+    tx.commit().await.unwrap();
+    let held_back = held_back.await.unwrap();
+    assert!(matches!(held_back, ReleaseOutcome::Released(_)), "{held_back:?}");
+
+    let mut senders = HashMap::new();
+    while senders.len() < 2 {
+        let (pid, payload) = tokio::time::timeout(Duration::from_secs(10), notices.recv())
+            .await
+            .unwrap_or_else(|_| panic!("not every release was announced; heard {senders:?}"))
+            .expect("the listening connection ended");
+        if payload == first.as_str() || payload == second.as_str() {
+            senders.insert(payload, pid);
+        }
+    }
+    assert_eq!(
+        senders[first.as_str()],
+        senders[second.as_str()],
+        "two sessions announced the releases: {senders:?}"
+    );
+}
+
+/// A release whose notice is lost (a crash between its commit and the notifying session's
+/// batch: here, a lease row deleted without a notice) costs a waiter on another server only
+/// its early wake-up: it asks again when the lease it was told of expires, and is granted
+/// then — not before, since nothing told it sooner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_release_notice_was_lost_is_granted_at_the_lease_expiry() {
+    let url = shared_url().await;
+    let (a, b) = (store(&url).await, store(&url).await);
+    let resource = shared::unique("notice-lost");
+    let held = granted(
+        a.acquire(&resource, &owner("holder"), ttl(Duration::from_secs(2)))
+            .await
+            .unwrap(),
+    );
+    // The waiter's first try must see the lease, and the deletion come after it: a session
+    // holding the lease's row lock stops that try once it has the resource's advisory lock,
+    // and the deleting one takes that advisory lock, so it waits for the try to end.
+    let mut row_holder = connected(&url).await;
+    let row_lock = row_holder.transaction().await.unwrap();
+    row_lock
+        .execute(
+            "SELECT 1 FROM fencelock_leases WHERE resource = $1 FOR UPDATE",
+            &[&resource.as_str()],
+        )
+        .await
+        .unwrap();
+    let waiters = fencelock_core::Waiters::new(b.clone());
+    let waiting = tokio::spawn({
+        let (waiters, resource) = (waiters.clone(), resource.clone());
+        async move {
+            let wait = Duration::from_secs(30);
+            waiters
+                .acquire(&resource, &owner("waiter"), ttl(Duration::from_secs(60)), wait)
+                .await
+        }
+    });
+    let holding = backend_pid(&row_lock).await;
+    until_lock_wait(&url, None, Some(holding), "the waiter's try to reach the row").await;
+    // The try, waiting at the row, holds the advisory lock the deletion waits for.
+    let deleter = connected(&url).await;
+    let deleting = backend_pid(&deleter).await;
+    let deletion = tokio::spawn({
+        let resource = resource.clone();
+        async move {
+            deleter
+                .query_one(
+                    "WITH locked AS MATERIALIZED (
+                        SELECT pg_advisory_xact_lock(1718381312, hashtext($1::text))
+                    ), gone AS (
+                        DELETE FROM fencelock_leases WHERE resource = $1 AND EXISTS (SELECT 1 FROM locked)
+                        RETURNING 1
+                    ) SELECT count(*) FROM gone",
+                    &[&resource.as_str()],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    });
+    until_lock_wait(&url, Some(deleting), None, "the deletion to wait for the try").await;
+    row_lock.commit().await.unwrap();
+    assert_eq!(deletion.await.unwrap(), 1, "the lease row was not deleted");
+    let outcome = waiting.await.unwrap().unwrap();
+    let lease = granted(outcome);
+    assert_eq!(lease.owner, owner("waiter"));
+    assert!(
+        lease.acquired_at >= held.expires_at,
+        "granted at {:?}, before the lost lease's end {:?}: something told the waiter",
+        lease.acquired_at,
+        held.expires_at
+    );
 }

@@ -4,11 +4,12 @@
 use std::time::Duration;
 
 use fencelock_core::store::Result;
-use fencelock_core::{Key, ReleaseFeed, Resource};
+use fencelock_core::{Key, Kind, ReleaseFeed, Resource};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use super::STORE;
 use super::error::PgError;
+use super::notify::OwnSession;
 use super::row::hold_kind;
 use crate::deadline::within;
 use crate::subscription::AbortOnDrop;
@@ -28,18 +29,20 @@ const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// Opens a connection that listens on [`CHANNEL`] and [`HOLD_CHANNEL`]. Returns the session:
 /// a future that passes each freed name to `feed` until the connection is lost (closed, failing, or not
-/// answering a heartbeat).
+/// answering a heartbeat). Notices of `own` session, which the store told `feed` itself, are
+/// passed over.
 pub(super) async fn listen(
     config: tokio_postgres::Config,
     deadline: Duration,
     feed: ReleaseFeed,
+    own: OwnSession,
 ) -> Result<impl Future<Output = ()> + Send + 'static> {
     const DOING: &str = "listen for releases";
     let (client, connection) = within(deadline, STORE, DOING, async {
         Ok(config.connect(NoTls).await.map_err(PgError::db(DOING))?)
     })
     .await?;
-    let mut driver = AbortOnDrop(tokio::spawn(pass_notices(connection, feed)));
+    let mut driver = AbortOnDrop(tokio::spawn(pass_notices(connection, feed, own)));
     within(deadline, STORE, DOING, async {
         Ok(client
             .batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {HOLD_CHANNEL}"))
@@ -65,16 +68,20 @@ pub(super) async fn listen(
     })
 }
 
-/// Drives the listening connection, passing the name of each release notice to `feed`,
-/// until the connection ends. Notices only come out of a connection driven by
-/// `poll_message`: driving it as a plain future would drop them.
-async fn pass_notices<S, T>(mut connection: tokio_postgres::Connection<S, T>, feed: ReleaseFeed)
-where
+/// Drives the listening connection, passing the name of each release notice but `own`
+/// session's to `feed`, until the connection ends. Notices only come out of a connection
+/// driven by `poll_message`: driving it as a plain future would drop them.
+async fn pass_notices<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    feed: ReleaseFeed,
+    own: OwnSession,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
         match message {
+            Ok(AsyncMessage::Notification(note)) if own.sent(note.process_id()) => {}
             Ok(AsyncMessage::Notification(note)) => match freed(note.channel(), note.payload()) {
                 Some(key) => feed.announce(&key),
                 None => tracing::warn!(
@@ -89,6 +96,14 @@ where
                 return;
             }
         }
+    }
+}
+
+/// The channel and the payload of the notice that `key` may be free: what [`freed`] reads.
+pub(super) fn notice(key: &Key) -> (&'static str, String) {
+    match key.kind {
+        Kind::Lock => (CHANNEL, key.name.as_str().to_owned()),
+        kind => (HOLD_CHANNEL, format!("{}:{}", kind.as_str(), key.name.as_str())),
     }
 }
 
@@ -128,5 +143,18 @@ mod tests {
         }
         assert_eq!(freed("elsewhere", "x"), None);
         assert_eq!(freed(CHANNEL, ""), None);
+    }
+
+    #[test]
+    fn a_notice_reads_back_as_the_name_it_announces() {
+        let name = Resource::new("a:b").unwrap();
+        for key in [
+            Key::lock(&name),
+            Key::hold(HoldKind::RwLock, &name),
+            Key::hold(HoldKind::Semaphore, &name),
+        ] {
+            let (channel, payload) = notice(&key);
+            assert_eq!(freed(channel, &payload), Some(key));
+        }
     }
 }

@@ -48,18 +48,24 @@
 //!   when both its owner name and its principal are the row's (`IS NOT DISTINCT FROM`, so
 //!   that no principal matches only no principal): a namesake of another principal does
 //!   not extend the lease (it is `Held`) and is forbidden to renew or release it.
-//! - A release notifies the channel `fencelock_released` in the same statement, so the
-//!   notice is sent exactly when the release commits. Each store keeps one connection that
-//!   listens on it (reconnecting when it is lost) and feeds [`LockStore::releases`];
-//!   releases made while that connection is down are not heard, and waiters then fall back
-//!   on the expiry of the lease they wait for.
+//! - A release is announced on the channel `fencelock_released` (the payload: the name)
+//!   once it has committed, not in its own transaction: a notifying transaction commits
+//!   alone in PostgreSQL, so each store hands the names its releases freed to one notifying
+//!   session, which announces them in batches (`notify.rs`), and tells its own waiters at
+//!   once. Each store keeps one connection that listens on the channel (reconnecting when it
+//!   is lost) and feeds [`LockStore::releases`]; releases made while that connection is down,
+//!   or whose notice was lost (a crash between the commit and the batch), are not heard, and
+//!   waiters then fall back on the expiry of the lease they wait for.
 //! - An expired lease stays in its row until it is purged or replaced by a grant.
 //!   [`LockStore::purge_expired`] deletes expired rows whose lock-delay has ended too, at
 //!   most [`PURGE_BATCH`](fencelock_core::store::PURGE_BATCH) leases and as many holds at a
 //!   time, those that expired first, and returns them; one server purges at a time (a
-//!   try-lock), and the others purge nothing meanwhile.
-//! - An extension or a renewal that shortens a lease is announced on `fencelock_released`
-//!   too, as a release is, so that waiters ask again.
+//!   try-lock), and the others purge nothing meanwhile. The store announces what it purged
+//!   as it does releases.
+//! - A renewal that shortens a lease is announced on `fencelock_released` too, as a release
+//!   is, so that waiters ask again; so is an extension that shortens one, which
+//!   `fencelock_acquire_locks` still notifies in its own transaction (a rare path: only a
+//!   lease with a cap, or one re-acquired with a shorter TTL, is shortened).
 //!
 //! # Semaphores and read-write locks
 //!
@@ -107,7 +113,9 @@
 //! - Whatever may let a waiter in — a release or force-release, a purge, an upgrade or
 //!   downgrade replacing a hold, a renew or extension that shortens one, a withdrawn or
 //!   granted writer's intent — notifies the channel `fencelock_hold_released` with
-//!   `kind:name` when it commits; the listening connection listens on it too. Lock notices
+//!   `kind:name` when it commits (the functions of the schema still notify in their own
+//!   transaction; a purge is announced by the notifying session); the listening connection
+//!   listens on it too. Lock notices
 //!   keep their own channel and payload, which servers of the previous version read.
 //! - The hold functions of schema version 2 stay, for servers of that version still running
 //!   while newer ones are rolled out: they call the new ones for an owner of no principal.
@@ -159,10 +167,12 @@ use crate::subscription::{AbortOnDrop, keep_subscribed};
 
 mod error;
 mod listen;
+mod notify;
 mod row;
 mod sql;
 
 use error::PgError;
+use notify::{Notifier, OwnSession};
 
 /// The store's name in error messages.
 const STORE: &str = "PostgreSQL";
@@ -214,8 +224,11 @@ pub struct PostgresStore {
     pool: Pool,
     options: PostgresOptions,
     address: String,
-    /// The release notices of every server, fed by the listener.
+    /// The release notices of every server, fed by the listener, and by the store itself
+    /// for its own calls' releases.
     feed: ReleaseFeed,
+    /// Announces this store's releases to every server.
+    notifier: Notifier,
     // Stops listening when the store is dropped.
     _released: AbortOnDrop,
 }
@@ -266,7 +279,9 @@ impl PostgresStore {
 
         let released = ReleaseFeed::new();
         let feed = released.clone();
-        let open = move || listen::listen(config.clone(), deadline, feed.clone());
+        let own = OwnSession::default();
+        let notifier = Notifier::start(&config, deadline, own.clone());
+        let open = move || listen::listen(config.clone(), deadline, feed.clone(), own.clone());
         // Only answer once LISTEN is in place, so that no release after this is missed.
         let first = open().await?;
         let store = Self {
@@ -275,6 +290,7 @@ impl PostgresStore {
             address,
             _released: keep_subscribed(STORE, first, open, released.clone()),
             feed: released,
+            notifier,
         };
         Ok(Deadline::new(store, Within::new(STORE, deadline)))
     }
@@ -295,6 +311,15 @@ impl PostgresStore {
             ],
         )
         .await
+    }
+
+    /// Tells the waiters of this server at once, and those of every server through the
+    /// notifier, that `names` may be free: the calls that freed them have committed.
+    fn freed(&self, names: Vec<Key>) {
+        for key in &names {
+            self.feed.announce(key);
+        }
+        self.notifier.hand(names);
     }
 
     /// Runs `statement` with `params` on a pooled connection.
@@ -356,7 +381,11 @@ impl LockStore for PostgresStore {
                 &[&params.0, &params.1, &params.2, &params.3],
             )
             .await?;
-        Ok(row::released(resource, &rows)?)
+        let outcome = row::released(resource, &rows)?;
+        if let ReleaseOutcome::Released(_) = outcome {
+            self.freed(vec![Key::lock(resource)]);
+        }
+        Ok(outcome)
     }
 
     async fn renew(
@@ -380,6 +409,9 @@ impl LockStore for PostgresStore {
                 &[&params.0, &params.1, &params.2, &params.3, &params.4],
             )
             .await?;
+        if row::shortened(&rows)? {
+            self.freed(vec![Key::lock(resource)]);
+        }
         Ok(row::renewed(resource, &rows)?)
     }
 
@@ -398,7 +430,17 @@ impl LockStore for PostgresStore {
         let batch =
             i64::try_from(fencelock_core::store::PURGE_BATCH).expect("the purge batch fits in a bigint");
         let rows = self.query("purge expired leases", sql::PURGE, &[&batch]).await?;
-        Ok(row::expired(&rows)?)
+        let purged = row::expired(&rows)?;
+        self.freed(
+            purged
+                .iter()
+                .map(|expired| Key {
+                    kind: expired.kind,
+                    name: expired.lease.resource.clone(),
+                })
+                .collect(),
+        );
+        Ok(purged)
     }
 
     async fn acquire_hold(

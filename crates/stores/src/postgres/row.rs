@@ -151,6 +151,13 @@ pub(super) fn renewed(resource: &Resource, rows: &[Row]) -> Result<RenewOutcome>
     renewal(rows, LOCK_COLUMNS, |row| lock(resource.clone(), row, 0))
 }
 
+/// Whether [`super::sql::RENEW`] shortened the lease (no row: there was none to renew).
+pub(super) fn shortened(rows: &[Row]) -> Result<bool> {
+    rows.first()
+        .map_or(Ok(false), |row| row.try_get(LOCK_COLUMNS + 1))
+        .map_err(PgError::Row)
+}
+
 /// The answer of [`super::sql::RENEW_HOLD`].
 pub(super) fn hold_renewed(name: &Resource, rows: &[Row]) -> Result<RenewOutcome<Hold>> {
     renewal(rows, HOLD_COLUMNS, |row| hold(name.clone(), row, 0))

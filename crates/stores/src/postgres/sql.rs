@@ -936,28 +936,27 @@ pub(super) const ACQUIRE: &str = concat!(
 
 /// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` token or NULL. No row: no
 /// lease at all. The columns after the lock's: the verdict, and the database's time of the
-/// release in ms. A release deletes the row, so no lock-delay follows it.
+/// release in ms. A release deletes the row, so no lock-delay follows it. It does not
+/// notify: the store announces it (see `notify.rs` for why).
 pub(super) const RELEASE: &str = concat!(
     judge_holder!(),
     ", released AS (
         DELETE FROM fencelock_leases l USING holder h
         WHERE l.resource = h.resource AND h.verdict = 3
-        RETURNING l.resource
-    ), announced AS (
-        SELECT pg_notify('fencelock_released', resource) FROM released
     )
     SELECT ",
     lock_columns!(),
     ", verdict, ",
     // Rounded up to whole milliseconds like the other stamps, so it is never before acquired_at.
     ms!("date_trunc('milliseconds', (SELECT now FROM clock) + interval '999 microseconds')"),
-    " AS ended_at, (SELECT count(*) FROM announced) AS announced
+    " AS ended_at
     FROM holder"
 );
 
 /// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` token or NULL, `$5` TTL in ms.
-/// No row: no lease at all. Else a lock's columns, then the verdict. The renewal is cut at
-/// the lease's cap; one that shortens the lease is announced to waiters.
+/// No row: no lease at all. Else a lock's columns, then the verdict, then whether the renewal
+/// shortened the lease (which the store announces to waiters). The renewal is cut at the
+/// lease's cap.
 pub(super) const RENEW: &str = concat!(
     judge_holder!(),
     ", renewed AS (
@@ -967,9 +966,6 @@ pub(super) const RENEW: &str = concat!(
         FROM holder h, clock
         WHERE l.resource = h.resource AND h.verdict = 3
         RETURNING l.expires_at
-    ), announced AS (
-        SELECT pg_notify('fencelock_released', h.resource) FROM renewed r, holder h
-        WHERE r.expires_at < h.expires_at
     )
     SELECT h.owner, h.principal, h.token, ",
     ms!("h.acquired_at"),
@@ -979,7 +975,8 @@ pub(super) const RENEW: &str = concat!(
     ms!("h.expires_at"),
     "), ",
     ms!("h.hold_until"),
-    ", h.lock_delay, h.verdict, (SELECT count(*) FROM announced) AS announced
+    ", h.lock_delay, h.verdict,
+        coalesce((SELECT r.expires_at < h.expires_at FROM renewed r), false) AS shortened
     FROM holder h"
 );
 
@@ -1007,9 +1004,9 @@ pub(super) const LIST: &str = concat!(
 /// are skipped (it is replacing or ending them, or they go next time), so that a purge never
 /// waits for a call that may wait for it. At most `$1` leases and `$1` holds go in one purge,
 /// those that expired first, so that a backlog (after an outage) is a series of short
-/// transactions rather than one long one; the server asks again while a batch is full. Each
-/// purged lease and hold is announced to waiters on every server; an ended intent held
-/// nobody back any more. A lease is forgotten only once its lock-delay has ended too
+/// transactions rather than one long one; the server asks again while a batch is full. The
+/// store announces each purged lease and hold to waiters on every server; an ended intent
+/// held nobody back any more. A lease is forgotten only once its lock-delay has ended too
 /// (`expires_at + lock_delay`): until then its row is what keeps the resource closed. Rows:
 /// the kind (`lock`, `semaphore` or `rwlock`), the name, then a lock's columns (see
 /// [`lock_columns!`]; a hold has no terms).
@@ -1046,17 +1043,12 @@ pub(super) const PURGE: &str = concat!(
             WHERE expires_at <= now() AND (SELECT ours FROM turn)
             FOR UPDATE SKIP LOCKED
         )
-    ), announced AS (
-        SELECT pg_notify('fencelock_released', name) FROM purged
-        UNION ALL
-        SELECT pg_notify('fencelock_hold_released', kind || ':' || name) FROM purged_holds
     ), expired AS (
         SELECT * FROM purged UNION ALL SELECT * FROM purged_holds
     )
     SELECT kind, name, ",
     lock_columns!(),
-    ", (SELECT count(*) FROM announced) AS announced
-    FROM expired"
+    " FROM expired"
 );
 
 /// `$1` name, `$2` owner, `$3` its principal or NULL, `$4` claim (`permit`, `read` or
