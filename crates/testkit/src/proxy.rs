@@ -8,7 +8,7 @@ use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often a relay thread looks at the flags while it waits.
 const TICK: Duration = Duration::from_millis(20);
@@ -61,6 +61,9 @@ struct Flags {
     /// How long each chunk waits before it is passed on, in milliseconds.
     delay_ms: AtomicU64,
     blackhole: AtomicBool,
+    /// How long a connection whose target refuses it waits for the target to listen, in
+    /// milliseconds ([`Proxy::retry_refused`]).
+    refused_patience_ms: AtomicU64,
     stop: AtomicBool,
     /// Every byte relayed from clients to the target, in the order relayed.
     sent: Mutex<Vec<u8>>,
@@ -160,6 +163,21 @@ impl Proxy {
         }
     }
 
+    /// From now on, a new connection that the target refuses is not closed at once: the
+    /// proxy calls the target again until it listens, for up to `patience`, holding back
+    /// what the client sends meanwhile.
+    ///
+    /// Without a proxy, the client's own call is refused, and a client that expects its
+    /// peer to listen soon tries again. Through a proxy, the client's call was accepted, so
+    /// closing it says "it listened, then hung up": a ZooKeeper follower that calls its new
+    /// leader a few milliseconds before the leader opens its port (a race that a busy
+    /// machine makes common) takes that for a failed leader and starts another election,
+    /// where it would have called again. Give it the patience the client itself would have.
+    pub fn retry_refused(&self, patience: Duration) {
+        let ms = u64::try_from(patience.as_millis()).unwrap_or(u64::MAX);
+        self.flags.refused_patience_ms.store(ms, Ordering::Release);
+    }
+
     /// From now on, on each new connection, the first `find` among the first kilobyte that
     /// clients send is relayed as `replace`, of the same length. For a peer protocol in which
     /// a member tells the others where to call it back (ZooKeeper's elections do): told the
@@ -222,7 +240,7 @@ fn relay(client: TcpStream, target: SocketAddr, flags: &Arc<Flags>) {
         }
         thread::sleep(TICK);
     }
-    let Ok(server) = TcpStream::connect(target) else {
+    let Some(server) = call(target, flags) else {
         let _ = client.shutdown(Shutdown::Both);
         return;
     };
@@ -255,6 +273,25 @@ fn relay(client: TcpStream, target: SocketAddr, flags: &Arc<Flags>) {
         &holed,
     );
     let _ = upstream.join();
+}
+
+/// Connects to `target`, calling it again while it refuses, for as long as
+/// [`Proxy::retry_refused`] allows; `None` if it never answered or the proxy stopped.
+fn call(target: SocketAddr, flags: &Flags) -> Option<TcpStream> {
+    let patience = Duration::from_millis(flags.refused_patience_ms.load(Ordering::Acquire));
+    let deadline = Instant::now() + patience;
+    loop {
+        match TcpStream::connect(target) {
+            Ok(server) => return Some(server),
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused && Instant::now() < deadline => {
+                if flags.stopped() {
+                    return None;
+                }
+                thread::sleep(TICK);
+            }
+            Err(_) => return None,
+        }
+    }
 }
 
 /// Reads and drops what `client` sends while the blackhole lasts, then closes it: nothing

@@ -393,11 +393,17 @@ impl ZooKeeperEnsemble {
         let pairs = (0..self.len()).flat_map(|from| (0..self.len()).map(move |to| (from, to)));
         let links: Vec<Link> = pairs
             .filter(|(from, to)| from != to)
-            .map(|(from, to)| Link {
-                from,
-                to,
-                quorum: Proxy::start(self.members[to].quorum_port),
-                election: Proxy::start(self.members[to].election_port),
+            .map(|(from, to)| {
+                let quorum = Proxy::start(self.members[to].quorum_port);
+                // A follower calls its new leader as soon as the election ends, maybe before
+                // the leader opens its port: refused, it calls again until `initLimit`.
+                quorum.retry_refused(TICK * INIT_LIMIT_TICKS);
+                Link {
+                    from,
+                    to,
+                    quorum,
+                    election: Proxy::start(self.members[to].election_port),
+                }
             })
             .collect();
         // A member that calls a peer of a higher id is called back, at the election address

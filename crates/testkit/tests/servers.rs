@@ -313,6 +313,57 @@ fn a_proxy_rewrites_the_first_greeting_even_split_across_reads() {
 }
 
 #[test]
+fn a_proxy_told_to_retry_holds_a_connection_until_its_target_listens() {
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let proxy = Proxy::start(port);
+
+    // By default a refused call closes the client's connection, which had been accepted.
+    let mut refused = connect(&proxy, LONG);
+    let mut buffer = [0; 5];
+    assert_eq!(
+        refused.read(&mut buffer).unwrap(),
+        0,
+        "closed when the target refused"
+    );
+
+    proxy.retry_refused(LONG);
+    let mut conn = connect(&proxy, BRIEFLY);
+    conn.write_all(b"early").unwrap();
+    let held = conn
+        .read(&mut buffer)
+        .expect_err("held open while the target refuses");
+    assert!(
+        matches!(
+            held.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{held}"
+    );
+    conn.set_read_timeout(Some(LONG)).unwrap();
+    let target = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    target.set_nonblocking(true).unwrap();
+    let mut upstream = None;
+    wait_for(LONG, "the proxy to call the target once it listens", || {
+        upstream = target.accept().ok().map(|(upstream, _)| upstream);
+        upstream.is_some()
+    });
+    let mut upstream = upstream.unwrap();
+    upstream.set_nonblocking(false).unwrap();
+    upstream.set_read_timeout(Some(LONG)).unwrap();
+    upstream.read_exact(&mut buffer).unwrap();
+    assert_eq!(
+        &buffer, b"early",
+        "what the client sent before the target listened"
+    );
+    upstream.write_all(b"later").unwrap();
+    conn.read_exact(&mut buffer).unwrap();
+    assert_eq!(&buffer, b"later");
+}
+
+#[test]
 fn a_proxy_cut_one_way_holds_back_only_that_way() {
     let (port, received) = echo_server();
     let proxy = Proxy::start(port);
@@ -450,7 +501,7 @@ fn zookeeper_members_are_paused_and_cut_off_from_their_peers() {
     zk.pause(0);
     assert_eq!(zk.four_letter_word(0, "ruok"), None, "a paused member answered");
     zk.resume(0);
-    assert!(zk.wait_healthy(), "the resumed member serves");
+    assert!(zk.wait_healthy(), "the resumed member serves:\n{}", zk.logs());
 
     // Cut off, the leader still answers its clients, but serves nothing: the others
     // elect one of them.
@@ -468,7 +519,11 @@ fn zookeeper_members_are_paused_and_cut_off_from_their_peers() {
     let replaced = holds_within(SHOWS, || zk.leader().is_some_and(|next| next != leader));
     assert!(replaced, "no member but {leader} leads:\n{}", zk.logs());
     zk.reconnect(leader);
-    assert!(zk.wait_healthy(), "three members serve once reconnected");
+    assert!(
+        zk.wait_healthy(),
+        "three members serve once reconnected:\n{}",
+        zk.logs()
+    );
 }
 
 #[test]

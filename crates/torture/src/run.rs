@@ -460,4 +460,92 @@ fn print_summary(entries: &[Entry], tally: &Tally) {
         .collect();
     println!("torture: {total} operations: {}", each.join("; "));
     println!("torture: {writes} writes to the fenced resource, {refused} refused (stale tokens)");
+    if let Some(silence) = longest_silence(entries) {
+        println!(
+            "torture: the longest the clients went without an answer (granted or refused) while faults went on: {:.1} s",
+            silence.as_secs_f64()
+        );
+    }
+}
+
+/// The longest stretch of the fault phase in which no call of any client was answered with
+/// a definite outcome (granted or refused): how long the service as a whole was down. The
+/// checker does not judge it — a store without a quorum may rightly answer nothing, and
+/// how long an election takes depends on the machine — but a store that stays down while
+/// a majority serves shows here (docs/TORTURE.md). `None` without a fault phase.
+fn longest_silence(entries: &[Entry]) -> Option<Duration> {
+    let healed = entries.iter().find_map(|entry| match entry {
+        Entry::Healed { at } => Some(*at),
+        _ => None,
+    })?;
+    let faults: Vec<&crate::history::Op> = entries
+        .iter()
+        .filter_map(|entry| match entry {
+            Entry::Op(op) if op.phase == Phase::Faults => Some(op),
+            _ => None,
+        })
+        .collect();
+    let start = faults.iter().map(|op| op.invoked).min()?;
+    let mut answered: Vec<Mono> = faults
+        .iter()
+        .filter(|op| op.call != Call::Lost && op.outcome != Outcome::Unknown && op.completed <= healed)
+        .map(|op| op.completed)
+        .collect();
+    answered.sort();
+    let marks = std::iter::once(start)
+        .chain(answered)
+        .chain(std::iter::once(healed));
+    let mut longest = 0;
+    let mut last = start;
+    for mark in marks {
+        longest = longest.max(mark.0.saturating_sub(last.0));
+        last = mark;
+    }
+    Some(Duration::from_nanos(longest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Kind, Op};
+
+    fn op(call: Call, invoked_s: u64, completed_s: u64, outcome: Outcome) -> Entry {
+        Entry::Op(Op {
+            client: 0,
+            op: 0,
+            phase: Phase::Faults,
+            call,
+            kind: Kind::Lock,
+            names: vec!["a".to_owned()],
+            owner: "c0-0".to_owned(),
+            limit: None,
+            mode: None,
+            ttl_ms: 1_000,
+            wait_ms: 0,
+            token: None,
+            invoked: Mono(invoked_s * 1_000_000_000),
+            completed: Mono(completed_s * 1_000_000_000),
+            outcome,
+            leases: Vec::new(),
+            extended: false,
+            held_until: None,
+            detail: String::new(),
+        })
+    }
+
+    #[test]
+    fn the_longest_silence_counts_only_definite_answers_of_the_store() {
+        let entries = vec![
+            op(Call::Acquire, 10, 11, Outcome::Ok),
+            op(Call::Acquire, 11, 13, Outcome::Unknown),
+            op(Call::Lost, 14, 14, Outcome::Ok),
+            op(Call::Release, 15, 17, Outcome::Refused),
+            op(Call::Renew, 17, 18, Outcome::Ok),
+            Entry::Healed {
+                at: Mono(20_000_000_000),
+            },
+        ];
+        assert_eq!(longest_silence(&entries), Some(Duration::from_secs(6)));
+        assert_eq!(longest_silence(&entries[..5]), None, "no fault phase ended");
+    }
 }
