@@ -3,15 +3,25 @@
 //! - `redis://HOST:PORT`: `SET key token NX PX ttl`; release with a Lua compare-and-delete
 //!   by `EVALSHA` (the script is loaded by the first call that finds it missing). The token
 //!   is a per-client counter, unique in the run (Redis has no fencing token of its own).
+//! - `redis://H1:P1,H2:P2,H3:P3` (three or more): Redlock as its description and the common
+//!   clients (redsync, Redisson) do it: the same `SET NX PX` on every node at once; granted
+//!   when a majority set it and the validity (`ttl − elapsed − drift`) is positive, else
+//!   undone on every node by the compare-and-delete, which is also the release.
 //! - `etcd://HOST:PORT`: grant a lease, then a txn that puts the key with that lease if it
 //!   is absent (`create_revision == 0`); the key's create revision is the fencing token.
 //!   Release: a txn that deletes the key if its create revision is still the token, then a
 //!   revoke of the lease. A lease left over from a refused try is used for the next one.
+//! - `zookeeper://HOST:PORT` (cargo feature `zookeeper`): an ephemeral znode per lock,
+//!   `/fencelock-bench/NAME` (the name's slashes made dashes), created if absent (its `czxid` is the fencing token) and
+//!   deleted on release: the lock of ZooKeeper's recipes without their queue of waiters,
+//!   which a try that does not wait has no use for. It lives as long as the client's
+//!   session, not a TTL.
 //! - `postgres://…`: a lock table; acquire is one upsert that takes the row only if it is
 //!   absent or expired, with a token from a sequence; release is a conditional `DELETE`.
 //!
 //! Each client has one connection of its own: one Redis connection (not shared between
-//! clients), one etcd client (its own HTTP/2 channel), one PostgreSQL connection.
+//! clients; under Redlock, one per node), one etcd client (its own HTTP/2 channel), one
+//! PostgreSQL connection, one ZooKeeper session.
 
 use async_trait::async_trait;
 
@@ -24,6 +34,7 @@ pub async fn open(address: &str, load: &Load) -> Result<Box<dyn Contender>, Fail
         .split_once("://")
         .map(|(scheme, _)| scheme.to_ascii_lowercase());
     match scheme.as_deref() {
+        Some("redis") if address.contains(',') => redlock_peer::open(address, load),
         Some("redis") => redis_peer::open(address, load),
         Some("postgres" | "postgresql") => postgres_peer::open(address, load).await,
         #[cfg(feature = "etcd")]
@@ -33,9 +44,17 @@ pub async fn open(address: &str, load: &Load) -> Result<Box<dyn Contender>, Fail
             "--target etcd:// needs a fencelock built with the `etcd` feature \
              (cargo build --features etcd; it needs protoc)",
         )),
+        #[cfg(feature = "zookeeper")]
+        Some("zookeeper") => zookeeper_peer::open(address, load).await,
+        #[cfg(not(feature = "zookeeper"))]
+        Some("zookeeper") => Err(Failure::bad_input(
+            "--target zookeeper:// needs a fencelock built with the `zookeeper` feature \
+             (cargo build --features zookeeper)",
+        )),
         _ => Err(Failure::bad_input(format!(
-            "unknown --target {address:?}: redis://, etcd:// or postgres:// (fencelock's own \
-             targets are --server and --store)"
+            "unknown --target {address:?}: redis:// (one node, or Redlock over several), \
+             etcd://, zookeeper:// or postgres:// (fencelock's own targets are --server and \
+             --store)"
         ))),
     }
 }
@@ -56,17 +75,35 @@ fn token(client: usize, counter: &mut u64) -> u64 {
     ((client as u64) << 40) | *counter
 }
 
+/// Deletes the key only if it still holds this client's token: the release of Redis's
+/// single-instance lock pattern, and of each node's copy under Redlock.
+const COMPARE_AND_DELETE: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+/// `SET name token NX PX ttl` on one Redis connection: whether it was set.
+async fn set_nx_px(
+    connection: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    token: u64,
+    ttl_ms: u64,
+) -> redis::RedisResult<bool> {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(name)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms)
+        .query_async(connection)
+        .await?;
+    Ok(set.is_some())
+}
+
 mod redis_peer {
     use std::sync::Arc;
 
     use redis::aio::MultiplexedConnection;
 
     use super::*;
-
-    /// Deletes the key only if it still holds this client's token: the release of
-    /// Redis's single-instance lock pattern.
-    const COMPARE_AND_DELETE: &str =
-        "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
     pub fn open(address: &str, load: &Load) -> Result<Box<dyn Contender>, Failure> {
         let client = redis::Client::open(address)
@@ -125,15 +162,9 @@ mod redis_peer {
     impl Session for RedisSession {
         async fn try_acquire(&mut self, resource: usize) -> anyhow::Result<Option<u64>> {
             let token = token(self.client, &mut self.counter);
-            let set: Option<String> = redis::cmd("SET")
-                .arg(&self.shared.names[resource])
-                .arg(token)
-                .arg("NX")
-                .arg("PX")
-                .arg(self.shared.ttl_ms)
-                .query_async(&mut self.connection)
-                .await?;
-            Ok(set.map(|_| token))
+            let name = &self.shared.names[resource];
+            let set = set_nx_px(&mut self.connection, name, token, self.shared.ttl_ms).await?;
+            Ok(set.then_some(token))
         }
 
         async fn release(&mut self, resource: usize, token: u64) -> anyhow::Result<bool> {
@@ -145,6 +176,213 @@ mod redis_peer {
                 .invoke_async(&mut self.connection)
                 .await?;
             Ok(deleted == 1)
+        }
+    }
+}
+
+mod redlock_peer {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use futures_util::future::join_all;
+    use redis::aio::MultiplexedConnection;
+
+    use super::*;
+
+    pub fn open(address: &str, load: &Load) -> Result<Box<dyn Contender>, Failure> {
+        let rest = address.split_once("://").map_or(address, |(_, rest)| rest);
+        let nodes = rest
+            .split(',')
+            .map(|node| redis::Client::open(format!("redis://{}", node.trim_end_matches('/'))))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Failure::bad_input(format!("invalid --target {address:?}: {e}")))?;
+        if nodes.len() < 3 {
+            return Err(Failure::bad_input(format!(
+                "--target {address:?}: Redlock needs three or more nodes"
+            )));
+        }
+        Ok(Box::new(RedlockPeer {
+            nodes,
+            address: address.to_owned(),
+            names: names(load),
+            ttl: load.ttl,
+            script: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+        }))
+    }
+
+    struct RedlockPeer {
+        nodes: Vec<redis::Client>,
+        address: String,
+        names: Arc<Vec<String>>,
+        ttl: Duration,
+        script: Arc<redis::Script>,
+    }
+
+    #[async_trait]
+    impl Contender for RedlockPeer {
+        async fn session(&self, client: usize) -> Result<Box<dyn Session>, Failure> {
+            let mut connections = Vec::with_capacity(self.nodes.len());
+            for node in &self.nodes {
+                let connection = node
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| unreachable(&self.address, e))?;
+                connections.push(connection);
+            }
+            Ok(Box::new(RedlockSession {
+                connections,
+                client,
+                counter: 0,
+                names: self.names.clone(),
+                ttl: self.ttl,
+                script: self.script.clone(),
+            }))
+        }
+    }
+
+    struct RedlockSession {
+        connections: Vec<MultiplexedConnection>,
+        client: usize,
+        counter: u64,
+        names: Arc<Vec<String>>,
+        ttl: Duration,
+        script: Arc<redis::Script>,
+    }
+
+    impl RedlockSession {
+        /// The compare-and-delete on every node at once: on how many it deleted a copy.
+        async fn delete_everywhere(&mut self, resource: usize, token: u64) -> usize {
+            let (name, script) = (&self.names[resource], &self.script);
+            let deletes = self.connections.iter_mut().map(|connection| async move {
+                let deleted: redis::RedisResult<i64> =
+                    script.key(name).arg(token).invoke_async(connection).await;
+                deleted.is_ok_and(|n| n == 1)
+            });
+            join_all(deletes)
+                .await
+                .into_iter()
+                .filter(|&deleted| deleted)
+                .count()
+        }
+    }
+
+    #[async_trait]
+    impl Session for RedlockSession {
+        async fn try_acquire(&mut self, resource: usize) -> anyhow::Result<Option<u64>> {
+            let token = token(self.client, &mut self.counter);
+            let ttl_ms = self.ttl.as_millis() as u64;
+            let started = Instant::now();
+            let name = &self.names[resource];
+            let sets = self
+                .connections
+                .iter_mut()
+                .map(|connection| set_nx_px(connection, name, token, ttl_ms));
+            let set = join_all(sets)
+                .await
+                .into_iter()
+                .filter(|set| matches!(set, Ok(true)))
+                .count();
+            // The drift allowance of the Redlock description: 1 % of the TTL and 2 ms.
+            let drift = self.ttl / 100 + Duration::from_millis(2);
+            let majority = self.connections.len() / 2 + 1;
+            if set >= majority && started.elapsed() + drift < self.ttl {
+                return Ok(Some(token));
+            }
+            if set > 0 {
+                self.delete_everywhere(resource, token).await;
+            }
+            Ok(None)
+        }
+
+        async fn release(&mut self, resource: usize, token: u64) -> anyhow::Result<bool> {
+            let majority = self.connections.len() / 2 + 1;
+            Ok(self.delete_everywhere(resource, token).await >= majority)
+        }
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+mod zookeeper_peer {
+    use std::sync::Arc;
+
+    use zookeeper_client as zk;
+
+    use super::*;
+
+    /// Where the locks' znodes live.
+    const ROOT: &str = "/fencelock-bench";
+
+    pub async fn open(address: &str, load: &Load) -> Result<Box<dyn Contender>, Failure> {
+        let cluster = address
+            .split_once("://")
+            .map_or(address, |(_, rest)| rest)
+            .to_owned();
+        // Made once, before the clients connect.
+        let client = connect(&cluster, address).await?;
+        let root = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        match client.create(ROOT, &[], &root).await {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(e) => return Err(unreachable(address, e)),
+        }
+        Ok(Box::new(ZooKeeperPeer {
+            cluster,
+            address: address.to_owned(),
+            // One level under the root: a name's slashes would need a node per level.
+            paths: Arc::new(
+                (0..load.resources)
+                    .map(|i| format!("{ROOT}/{}", load.name(i).replace('/', "-")))
+                    .collect(),
+            ),
+        }))
+    }
+
+    async fn connect(cluster: &str, address: &str) -> Result<zk::Client, Failure> {
+        zk::Client::connector()
+            .connect(cluster)
+            .await
+            .map_err(|e| unreachable(address, e))
+    }
+
+    struct ZooKeeperPeer {
+        cluster: String,
+        address: String,
+        paths: Arc<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl Contender for ZooKeeperPeer {
+        async fn session(&self, _client: usize) -> Result<Box<dyn Session>, Failure> {
+            Ok(Box::new(ZooKeeperSession {
+                client: connect(&self.cluster, &self.address).await?,
+                paths: self.paths.clone(),
+            }))
+        }
+    }
+
+    struct ZooKeeperSession {
+        client: zk::Client,
+        paths: Arc<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl Session for ZooKeeperSession {
+        async fn try_acquire(&mut self, resource: usize) -> anyhow::Result<Option<u64>> {
+            let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+            match self.client.create(&self.paths[resource], &[], &ephemeral).await {
+                Ok((stat, _)) => Ok(Some(stat.czxid as u64)),
+                Err(zk::Error::NodeExists) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        }
+
+        async fn release(&mut self, resource: usize, _token: u64) -> anyhow::Result<bool> {
+            // Only this session's own node can be there while it holds it: an ephemeral
+            // node outlives no session, and this one is alive.
+            match self.client.delete(&self.paths[resource], None).await {
+                Ok(()) => Ok(true),
+                Err(zk::Error::NoNode) => Ok(false),
+                Err(e) => Err(e.into()),
+            }
         }
     }
 }
