@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Server, closed_port, run};
-use fencelock_testkit::{shared_postgres, shared_redis};
+use fencelock_testkit::{shared_postgres, shared_redis, shared_redis_nodes};
 use serde_json::Value;
 
 /// Runs `fencelock bench ARGS… --json` for one second and returns its report, after checking
@@ -120,6 +120,17 @@ fn bench_measures_redis_set_nx_and_compare_and_delete() {
 }
 
 #[test]
+fn bench_measures_its_own_redlock_over_three_nodes() {
+    peer_counts_add_up(&shared_redis_nodes(3).url());
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn bench_measures_a_zookeeper_ephemeral_znode() {
+    peer_counts_add_up(&fencelock_testkit::shared_zookeeper().url());
+}
+
+#[test]
 fn bench_measures_a_postgres_lock_table() {
     peer_counts_add_up(&shared_postgres().url());
 }
@@ -152,6 +163,15 @@ fn bench_exits_3_when_nothing_answers_and_2_on_bad_flags() {
         run(&["bench", "--target", "gopher://x", "--duration", "300ms"]).code,
         Some(2)
     );
+    let two = run(&[
+        "bench",
+        "--target",
+        "redis://127.0.0.1:1,127.0.0.1:2",
+        "--duration",
+        "300ms",
+    ]);
+    assert_eq!(two.code, Some(2), "{two:?}");
+    assert!(two.stderr.contains("three or more nodes"), "{two:?}");
     assert_eq!(run(&["bench", "--clients", "0"]).code, Some(2));
     let peer = ["bench", "--target", "redis://127.0.0.1:1", "--limit", "2"];
     assert_eq!(run(&peer).code, Some(2), "a peer has only locks");
