@@ -1272,7 +1272,7 @@ async fn opposite_orders_on_two_servers_never_both_win_nor_fail() {
         let backward = Resources::new(vec![y.clone(), x.clone()]).unwrap();
         let terms = Terms::ttl(ttl(LONG));
         let (first, second) = tokio::join!(
-            a.acquire_all(&forward, &p, terms),
+            a.acquire_all(&forward, &p, terms.clone()),
             b.acquire_all(&backward, &q, terms),
         );
         let (first, second) = (first.unwrap(), second.unwrap());
@@ -1336,7 +1336,10 @@ async fn names_that_share_lock_keys_crosswise_never_deadlock() {
     let (p, q) = (owner("p"), owner("q"));
     let terms = Terms::ttl(ttl(LONG));
     for round in 0..20 {
-        let (first, second) = tokio::join!(a.acquire_all(&one, &p, terms), b.acquire_all(&other, &q, terms));
+        let (first, second) = tokio::join!(
+            a.acquire_all(&one, &p, terms.clone()),
+            b.acquire_all(&other, &q, terms.clone())
+        );
         for (outcome, who, names) in [(first, &p, &one), (second, &q, &other)] {
             let outcome = outcome.unwrap_or_else(|e| panic!("round {round}: {e}"));
             assert!(
