@@ -8,9 +8,9 @@ use std::time::Duration;
 use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireOutcome, Claim, Clock, Expired, FencingToken, Hold, HoldKind, HoldOutcome, Key, Kind, Lease, Meta,
-    ListQuery, LockStore, ManualClock, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError, Timestamp,
-    Ttl,
+    AcquireOutcome, Claim, Clock, Expired, FencingToken, Hold, HoldKind, HoldOutcome, Key, Kind, Lease,
+    ListQuery, LockStore, ManualClock, Meta, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError,
+    Timestamp, Ttl,
 };
 use fencelock_stores::sqlite::SqliteStore;
 use fencelock_testkit::fixtures::resource;
@@ -934,7 +934,10 @@ async fn a_version_7_file_keeps_its_leases_without_metadata_and_takes_some_once_
 
     let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
     assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease.clone()));
-    let holds = store.holds(HoldKind::Semaphore, &permit.lease.resource).await.unwrap();
+    let holds = store
+        .holds(HoldKind::Semaphore, &permit.lease.resource)
+        .await
+        .unwrap();
     assert_eq!(holds, [permit.clone()]);
     let meta = Meta::parse(r#"{"host":"db-3","pid":311}"#).unwrap();
     let renewed = store
