@@ -567,3 +567,52 @@ fn acquire_with_max_hold_prints_the_cap_and_the_first_expiry_cut_at_it() {
         assert_eq!(shown.code, Some(2), "{args:?}: {shown:?}");
     }
 }
+
+#[test]
+fn acquire_takes_meta_and_status_and_list_show_it() {
+    let server = Server::start();
+    let granted = server.run(&[
+        "acquire",
+        "backup",
+        "--owner",
+        "db-3",
+        "--meta",
+        "job=nightly",
+        "--meta",
+        "step=a=b",
+    ]);
+    assert_eq!(granted.code, Some(0), "{granted:?}");
+    let meta = serde_json::json!({"job": "nightly", "step": "a=b"});
+    assert_eq!(granted.json()["meta"], meta);
+    assert_eq!(server.lease("backup").unwrap()["meta"], meta);
+    let status = server.run(&["status", "backup"]);
+    assert!(
+        status.stdout.contains(r#"meta {"job":"nightly","step":"a=b"}"#),
+        "{status:?}"
+    );
+    let list = server.run(&["list"]);
+    let header = list.stdout.lines().next().unwrap_or_default();
+    assert!(header.ends_with("META"), "{list:?}");
+    assert!(
+        list.stdout.contains(r#"{"job":"nightly","step":"a=b"}"#),
+        "{list:?}"
+    );
+    // Holds take it too.
+    let permit = server.run(&["acquire", "pool", "--owner", "w", "--limit", "2", "--meta", "k=v"]);
+    assert_eq!(permit.json()["meta"], serde_json::json!({"k": "v"}), "{permit:?}");
+    assert_eq!(
+        server.status("pool", "semaphore").unwrap()["permits"][0]["meta"]["k"],
+        "v"
+    );
+    // A pair that is not KEY=VALUE is bad input, and nothing is acquired.
+    for bad in ["novalue", "=v"] {
+        let shown = server.run(&["acquire", "other", "--meta", bad]);
+        assert_eq!(shown.code, Some(2), "{bad}: {shown:?}");
+    }
+    assert_eq!(server.lease("other"), None);
+    // Too big for the server: its 422 is bad input too.
+    let big = format!("k={}", "x".repeat(2000));
+    let shown = server.run(&["acquire", "other", "--meta", &big]);
+    assert_eq!(shown.code, Some(2), "{shown:?}");
+    assert_eq!(server.lease("other"), None);
+}

@@ -877,3 +877,25 @@ fn max_hold_stops_a_long_running_child_before_the_cap() {
     let for_a_permit = server.run(&["run", "j", "--limit", "2", "--max-hold", "1m", "--", "true"]);
     assert_eq!(for_a_permit.code, Some(2), "{for_a_permit:?}");
 }
+
+#[test]
+fn run_says_its_host_pid_and_command_in_the_lease_and_status_shows_them() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let script = "echo up > tmp; mv tmp ready; while [ ! -e stop ]; do sleep 0.05; done";
+    let child = spawn_run(&server, "report", &["--meta", "job=daily"], script, dir.path());
+    let pid = i32::try_from(child.id()).unwrap();
+    let _cleanup = KillOnDrop(vec![pid]);
+    wait_for_file(&dir.path().join("ready"));
+    let lease = server.lease("report").expect("held while the command runs");
+    let meta = &lease["meta"];
+    assert_eq!(meta["pid"], pid, "run's own pid: {lease}");
+    assert_eq!(meta["command"], format!("sh -c {script}"), "{lease}");
+    assert_eq!(meta["job"], "daily");
+    let host = lease["owner"].as_str().unwrap().rsplit_once(':').unwrap().0;
+    assert_eq!(meta["host"], host, "{lease}");
+    let status = server.run(&["status", "report"]);
+    assert!(status.stdout.contains(&format!(r#""pid":{pid}"#)), "{status:?}");
+    std::fs::write(dir.path().join("stop"), "").unwrap();
+    assert_eq!(finish(child).code, Some(0));
+}

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Acquired, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind,
-    HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome, RenewOutcome,
-    Resource, Resources, StoreError, Terms, Ttl, Waiters,
+    HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Meta, Owner, ReleaseOutcome,
+    RenewOutcome, Resource, Resources, StoreError, Terms, Ttl, Waiters,
 };
 #[cfg(feature = "direct")]
 use fencelock_stores::OpenError;
@@ -197,7 +197,7 @@ impl From<StoreError> for AcquireError {
 
 /// The refusal of a cap on holding that leaves nothing to hold: one no longer than the
 /// guard's safety margin, which the guard would give up as soon as it got it.
-fn cap_too_short(terms: Terms, timing: Timing) -> Option<AcquireError> {
+fn cap_too_short(terms: &Terms, timing: Timing) -> Option<AcquireError> {
     let max_hold = terms.max_hold?.as_duration();
     (max_hold <= timing.margin).then_some(AcquireError::CapTooShort {
         max_hold,
@@ -522,13 +522,13 @@ impl Client {
         wait: Duration,
     ) -> Result<LeaseGuard, AcquireError> {
         let timing = self.guard_options.timing(terms.ttl)?;
-        if let Some(refused) = cap_too_short(terms, timing) {
+        if let Some(refused) = cap_too_short(&terms, timing) {
             return Err(refused);
         }
-        let sent = Instant::now();
+        let (sent, max_hold) = (Instant::now(), terms.max_hold);
         match self.acquire_lease(resource, owner, terms, wait).await? {
             AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => {
-                let keeper = Keeper::confirm(self.store.clone(), vec![lease], sent, timing, terms.max_hold);
+                let keeper = Keeper::confirm(self.store.clone(), vec![lease], sent, timing, max_hold);
                 Ok(LeaseGuard::new(keeper.await?))
             }
             AcquireOutcome::Held { holder, expires_in } => Err(AcquireError::Busy { holder, expires_in }),
@@ -558,12 +558,16 @@ impl Client {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireOutcome, StoreError> {
+        let terms = &terms;
         self.in_line(
             wait,
             |waiters, wait, never| async move {
                 waiters.acquire_unless(resource, owner, terms, wait, &never).await
             },
-            |http, left| async move { http.acquire_waiting(resource, owner, terms, left).await },
+            |http, left| {
+                let terms = terms.clone();
+                async move { http.acquire_waiting(resource, owner, terms, left).await }
+            },
             |outcome: &AcquireOutcome| outcome.retry_in().is_some(),
         )
         .await
@@ -625,10 +629,10 @@ impl Client {
         wait: Duration,
     ) -> Result<MultiGuard, AcquireError> {
         let timing = self.guard_options.timing(terms.ttl)?;
-        if let Some(refused) = cap_too_short(terms, timing) {
+        if let Some(refused) = cap_too_short(&terms, timing) {
             return Err(refused);
         }
-        let sent = Instant::now();
+        let (sent, max_hold) = (Instant::now(), terms.max_hold);
         let granted = match self.acquire_all_leases(resources, owner, terms, wait).await? {
             AcquireAllOutcome::Granted(granted) => granted,
             AcquireAllOutcome::Refused(in_the_way) => return Err(AcquireError::Blocked { in_the_way }),
@@ -639,7 +643,7 @@ impl Client {
             .ok_or_else(|| {
                 StoreError::Corrupt(format!("a grant of every lock lacks some of them: {granted:?}"))
             })?;
-        let keeper = Keeper::confirm(self.store.clone(), leases, sent, timing, terms.max_hold);
+        let keeper = Keeper::confirm(self.store.clone(), leases, sent, timing, max_hold);
         Ok(MultiGuard::new(keeper.await?))
     }
 
@@ -652,6 +656,7 @@ impl Client {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireAllOutcome, StoreError> {
+        let terms = &terms;
         self.in_line(
             wait,
             |waiters, wait, never| async move {
@@ -659,7 +664,10 @@ impl Client {
                     .acquire_all_unless(resources, owner, terms, wait, &never)
                     .await
             },
-            |http, left| async move { http.acquire_all_waiting(resources, owner, terms, left).await },
+            |http, left| {
+                let terms = terms.clone();
+                async move { http.acquire_all_waiting(resources, owner, terms, left).await }
+            },
             |outcome: &AcquireAllOutcome| outcome.retry_in().is_some(),
         )
         .await
@@ -701,7 +709,7 @@ impl Client {
         ttl: Ttl,
         wait: Duration,
     ) -> Result<HoldGuard, AcquireError> {
-        self.acquire_claim(name, owner, Claim::Permit { limit }, ttl, wait)
+        self.acquire_claim(name, owner, Claim::Permit { limit }, ttl, None, wait)
             .await
     }
 
@@ -738,7 +746,8 @@ impl Client {
         ttl: Ttl,
         wait: Duration,
     ) -> Result<HoldGuard, AcquireError> {
-        self.acquire_claim(name, owner, Claim::Read, ttl, wait).await
+        self.acquire_claim(name, owner, Claim::Read, ttl, None, wait)
+            .await
     }
 
     /// Acquires the read-write lock `name` for writing — exclusive — and keeps the hold
@@ -753,25 +762,28 @@ impl Client {
         ttl: Ttl,
         wait: Duration,
     ) -> Result<HoldGuard, AcquireError> {
-        self.acquire_claim(name, owner, Claim::Write, ttl, wait).await
+        self.acquire_claim(name, owner, Claim::Write, ttl, None, wait)
+            .await
     }
 
     /// Acquires a hold of `claim` — a permit, a read or a write hold — on `name` for `owner`
     /// and keeps it renewed: what [`acquire_permit`](Self::acquire_permit),
     /// [`acquire_read`](Self::acquire_read) and [`acquire_write`](Self::acquire_write) do, for
     /// a claim chosen at run time. A grant that comes late is confirmed by a renewal at once,
-    /// as [`acquire`](Self::acquire) does for a lock.
+    /// as [`acquire`](Self::acquire) does for a lock. The hold has `meta` (an extended one
+    /// keeps its own unless `meta` is given).
     pub async fn acquire_claim(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
+        meta: Option<&Meta>,
         wait: Duration,
     ) -> Result<HoldGuard, AcquireError> {
         let timing = self.guard_options.timing(ttl)?;
         let sent = Instant::now();
-        match self.acquire_hold(name, owner, claim, ttl, wait).await? {
+        match self.acquire_hold(name, owner, claim, ttl, meta, wait).await? {
             HoldOutcome::Granted { hold, .. } | HoldOutcome::Extended(hold) => {
                 let keeper = Keeper::confirm(self.store.clone(), vec![hold], sent, timing, None);
                 Ok(LeaseGuard::new(keeper.await?))
@@ -790,13 +802,15 @@ impl Client {
 
     /// One acquire of a hold of `claim` on `name`, waiting up to `wait` while it is busy, with
     /// no guard: nothing renews or releases the hold (for commands that hand it to a script).
-    /// A permit's limit must be at least 1.
+    /// A permit's limit must be at least 1. A new hold has `meta`; an extended one keeps its
+    /// own unless `meta` is given.
     pub async fn acquire_hold(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
+        meta: Option<&Meta>,
         wait: Duration,
     ) -> Result<HoldOutcome, StoreError> {
         if claim == (Claim::Permit { limit: 0 }) {
@@ -808,10 +822,13 @@ impl Client {
             wait,
             |waiters, wait, never| async move {
                 waiters
-                    .acquire_hold_unless(name, owner, claim, ttl, wait, &never)
+                    .acquire_hold_unless(name, owner, claim, ttl, meta, wait, &never)
                     .await
             },
-            |http, left| async move { http.acquire_hold_waiting(name, owner, claim, ttl, left).await },
+            |http, left| async move {
+                http.acquire_hold_waiting(name, owner, claim, ttl, meta, left)
+                    .await
+            },
             |outcome: &HoldOutcome| matches!(outcome, HoldOutcome::Busy(_)),
         )
         .await
@@ -868,7 +885,7 @@ impl Client {
     }
 
     /// Renews `owner`'s live permit or hold on `name` for `ttl` from now; with `token`, only
-    /// if it is that hold's.
+    /// if it is that hold's. `meta`, if given, replaces the hold's metadata in the same step.
     pub async fn renew_hold(
         &self,
         kind: HoldKind,
@@ -876,8 +893,11 @@ impl Client {
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>, StoreError> {
-        self.store.renew_hold(kind, name, owner, ttl, token).await
+        self.store
+            .renew_hold_with(kind, name, owner, ttl, token, meta)
+            .await
     }
 
     /// The live lease on `resource`, if any.
@@ -910,6 +930,44 @@ impl Client {
         token: Option<FencingToken>,
     ) -> Result<RenewOutcome, StoreError> {
         self.store.renew(resource, owner, ttl, token).await
+    }
+
+    /// [`renew`](Self::renew), replacing the lease's metadata with `meta` in the same step
+    /// (judged as the renewal is: only the holder, with the right token if one is given).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use fencelock_client::{Meta, RenewOutcome, Terms, Ttl, connect};
+    ///
+    /// let client = connect("memory://").await?;
+    /// let ttl = Ttl::from_millis(30_000, Ttl::DEFAULT_MAX)?;
+    /// let (job, me) = ("nightly".parse()?, "worker-7".parse()?);
+    /// let meta = |v| Meta::from_value(&v, Meta::DEFAULT_MAX_BYTES);
+    /// let terms = Terms::ttl(ttl).meta(Some(meta(serde_json::json!({"step": "load"}))?));
+    /// let guard = client.acquire_with(&job, &me, terms, Duration::ZERO).await?;
+    /// assert_eq!(guard.lease().meta.as_ref().map(Meta::as_str), Some(r#"{"step":"load"}"#));
+    /// let next = meta(serde_json::json!({"step": "index"}))?;
+    /// let RenewOutcome::Renewed(lease) = client.renew_with(&job, &me, ttl, Some(guard.token()), &next).await?
+    /// else {
+    ///     panic!("the holder renews");
+    /// };
+    /// assert_eq!(lease.meta, Some(next));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn renew_with(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+        meta: &Meta,
+    ) -> Result<RenewOutcome, StoreError> {
+        self.store
+            .renew_with(resource, owner, ttl, token, Some(meta))
+            .await
     }
 
     /// Ends every live lease, permit or hold of `key`, whoever holds it — an administrator's

@@ -1160,7 +1160,7 @@ mod tests {
     }
 
     /// A lease granted at `at` (by the store's clock) on `terms`.
-    fn lease_at(at: u64, terms: fencelock_core::Terms) -> Lease {
+    fn lease_at(at: u64, terms: &fencelock_core::Terms) -> Lease {
         let (resource, owner) = ("r".parse().unwrap(), "a".parse().unwrap());
         Lease::granted(
             &resource,
@@ -1176,19 +1176,20 @@ mod tests {
         let terms = fencelock_core::Terms::ttl(ttl(600)).max_hold(Some(ttl(10_000)));
         let sent = Instant::now();
         // Granted after a wait the guard cannot measure: all it knows is the send.
-        let mut kept = Kept::granted(lease_at(50_000, terms), sent, ttl(600), None);
+        let mut kept = Kept::granted(lease_at(50_000, &terms), sent, ttl(600), None);
         assert_eq!(kept.cap, Some(sent + Duration::from_millis(10_000)));
         assert_eq!(kept.until, sent + Duration::from_millis(600));
         // The wait took 3 s: renewed 1 s after the grant by the store's clock, 4 s after the
         // send by ours. 9 s of the cap are left from that renewal's send.
-        let renewed = lease_at(50_000, terms).prolonged(Timestamp::from_millis(51_000), ttl(600), false);
+        let renewed =
+            lease_at(50_000, &terms).prolonged(Timestamp::from_millis(51_000), ttl(600), false, None);
         let resent = sent + Duration::from_secs(4);
         kept.renewed(renewed, resent, ttl(600));
         assert_eq!(kept.cap, Some(resent + Duration::from_millis(9_000)));
         assert_eq!(kept.until, resent + Duration::from_millis(600));
         assert!(!kept.capped());
         // A renewal cut at the cap says nothing new of it, and ends the lease there.
-        let cut = lease_at(50_000, terms).prolonged(Timestamp::from_millis(59_700), ttl(600), false);
+        let cut = lease_at(50_000, &terms).prolonged(Timestamp::from_millis(59_700), ttl(600), false, None);
         kept.renewed(cut, resent + Duration::from_millis(8_700), ttl(600));
         assert_eq!(kept.cap, Some(resent + Duration::from_millis(9_000)));
         assert_eq!(kept.until, resent + Duration::from_millis(9_000));
@@ -1198,7 +1199,7 @@ mod tests {
     #[test]
     fn a_store_that_keeps_no_cap_gets_the_one_asked_for_kept_by_the_guard() {
         let sent = Instant::now();
-        let uncapped = lease_at(1_000, fencelock_core::Terms::ttl(ttl(600)));
+        let uncapped = lease_at(1_000, &fencelock_core::Terms::ttl(ttl(600)));
         let kept = Kept::granted(uncapped.clone(), sent, ttl(600), Some(ttl(900)));
         assert_eq!(kept.cap, Some(sent + Duration::from_millis(900)));
         let free = Kept::granted(uncapped, sent, ttl(600), None);

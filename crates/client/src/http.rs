@@ -22,15 +22,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Deadlock, Expired, FencingToken, ForceOutcome,
-    Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner, Refusal,
-    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Ttl,
+    Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Meta, Owner,
+    Refusal, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Ttl,
 };
 use fencelock_wire::body::InvalidLease;
 use fencelock_wire::hold::collection;
 use fencelock_wire::{
     AcquireAllRequest, AcquireAllResponse, AcquireRequest, AcquireResponse, ForceReleaseRequest,
     HoldAcquireRequest, HoldAcquireResponse, HoldListResponse, HoldsBody, Judged, LeaseBody, ListResponse,
-    Problem, ProblemKind, ReleaseRequest, RenewRequest, TtlFields, outcome, parse,
+    Problem, ProblemKind, ReleaseRequest, RenewRequest, outcome, parse,
 };
 use reqwest::header::{AUTHORIZATION, HeaderMap, RETRY_AFTER};
 use reqwest::{Response, StatusCode};
@@ -184,8 +184,8 @@ impl HttpStore {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireOutcome> {
-        // The cap travels; the lock-delay does not: the server applies its own.
-        let body = |wait| AcquireRequest::new(owner, terms, wait);
+        // The cap and the metadata travel; the lock-delay does not: the server applies its own.
+        let body = |wait| AcquireRequest::new(owner, &terms, wait);
         let response = self.post_acquire(self.lock_url(resource), wait, body).await?;
         outcome::decode_acquire(ok_json::<AcquireResponse>(response).await?).map_err(invalid_lease)
     }
@@ -202,7 +202,7 @@ impl HttpStore {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireAllOutcome> {
-        let body = |wait| AcquireAllRequest::new(resources, owner, terms, wait);
+        let body = |wait| AcquireAllRequest::new(resources, owner, &terms, wait);
         let url = format!("{}/locks", self.base);
         let response = self.post_acquire(url, wait, body).await?;
         outcome::decode_acquire_all(ok_json::<AcquireAllResponse>(response).await?).map_err(invalid_lease)
@@ -211,16 +211,18 @@ impl HttpStore {
     /// Acquires a hold of `claim` on `name` for `owner`; while it is busy, the server keeps
     /// the request in line for up to `wait` (at most [`HttpOptions::max_wait_per_request`]
     /// is sent; the caller loops for longer waits). A writer that waits has its intent
-    /// recorded by the server, so that readers arriving later wait behind it.
+    /// recorded by the server, so that readers arriving later wait behind it. A new hold has
+    /// `meta`; an extended one keeps its own unless `meta` is given.
     pub async fn acquire_hold_waiting(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
+        meta: Option<&Meta>,
         wait: Duration,
     ) -> Result<HoldOutcome> {
-        let body = |wait| HoldAcquireRequest::new(owner, claim, ttl, wait);
+        let body = |wait| HoldAcquireRequest::new(owner, claim, ttl, meta, wait);
         let response = self
             .post_acquire(self.hold_url(claim.kind(), name), wait, body)
             .await?;
@@ -370,18 +372,15 @@ impl LockStore for HttpStore {
         judged(response, async |_| Ok(())).await
     }
 
-    async fn renew(
+    async fn renew_with(
         &self,
         resource: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome> {
-        let body = RenewRequest {
-            owner: owner.to_string(),
-            ttl: TtlFields::ms(ttl.as_millis()),
-            fencing_token: token.map(|t| t.0),
-        };
+        let body = RenewRequest::new(owner, ttl, token, meta);
         let url = format!("{}/renew", self.lock_url(resource));
         let response = self.send(self.http.post(url).json(&body)).await?;
         judged(response, read_json).await
@@ -409,15 +408,16 @@ impl LockStore for HttpStore {
     }
 
     /// Acquires without waiting; `intent` is not sent (see [`HttpStore`]'s "Not supported").
-    async fn acquire_hold(
+    async fn acquire_hold_with(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
         _intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> Result<HoldOutcome> {
-        self.acquire_hold_waiting(name, owner, claim, ttl, Duration::ZERO)
+        self.acquire_hold_waiting(name, owner, claim, ttl, meta, Duration::ZERO)
             .await
     }
 
@@ -447,19 +447,16 @@ impl LockStore for HttpStore {
         judged(response, async |_| Ok(())).await
     }
 
-    async fn renew_hold(
+    async fn renew_hold_with(
         &self,
         kind: HoldKind,
         name: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>> {
-        let body = RenewRequest {
-            owner: owner.to_string(),
-            ttl: TtlFields::ms(ttl.as_millis()),
-            fencing_token: token.map(|t| t.0),
-        };
+        let body = RenewRequest::new(owner, ttl, token, meta);
         let url = format!("{}/renew", self.hold_url(kind, name));
         let response = self.send(self.http.post(url).json(&body)).await?;
         judged(response, read_json).await

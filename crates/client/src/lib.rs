@@ -103,8 +103,8 @@ pub use client::{
 };
 pub use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
-    HoldPage, InvalidResources, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseOutcome,
-    RenewOutcome, Resource, Resources, StoreError, Terms, Timestamp, Ttl,
+    HoldPage, InvalidMeta, InvalidResources, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Meta, Owner,
+    ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Timestamp, Ttl,
 };
 pub use guard::{
     GuardOptions, Held, HoldGuard, InvalidGuardOptions, LeaseGuard, LeaseState, LostReason, MultiGuard,

@@ -456,19 +456,20 @@ impl LockStore for LateGrants {
         self.inner.release(r, o, token).await
     }
 
-    async fn renew(
+    async fn renew_with(
         &self,
         r: &Resource,
         o: &Owner,
         t: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&fencelock_core::Meta>,
     ) -> Result<RenewOutcome, StoreError> {
         match self.meanwhile {
             Meanwhile::RenewalsFail => Err(StoreError::Unavailable {
                 message: "renewals are down".into(),
                 source: None,
             }),
-            _ => self.inner.renew(r, o, t, token).await,
+            _ => self.inner.renew_with(r, o, t, token, meta).await,
         }
     }
 
@@ -480,15 +481,16 @@ impl LockStore for LateGrants {
         self.inner.purge_expired().await
     }
 
-    async fn acquire_hold(
+    async fn acquire_hold_with(
         &self,
         n: &Resource,
         o: &Owner,
         c: fencelock_core::Claim,
         t: Ttl,
         i: Option<Ttl>,
+        meta: Option<&fencelock_core::Meta>,
     ) -> Result<fencelock_core::HoldOutcome, StoreError> {
-        self.inner.acquire_hold(n, o, c, t, i).await
+        self.inner.acquire_hold_with(n, o, c, t, i, meta).await
     }
 
     async fn holds(
@@ -509,15 +511,16 @@ impl LockStore for LateGrants {
         self.inner.release_hold(k, n, o, token).await
     }
 
-    async fn renew_hold(
+    async fn renew_hold_with(
         &self,
         k: fencelock_core::HoldKind,
         n: &Resource,
         o: &Owner,
         t: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&fencelock_core::Meta>,
     ) -> Result<RenewOutcome<fencelock_core::Hold>, StoreError> {
-        self.inner.renew_hold(k, n, o, t, token).await
+        self.inner.renew_hold_with(k, n, o, t, token, meta).await
     }
 
     async fn list_holds(

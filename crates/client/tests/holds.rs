@@ -92,7 +92,7 @@ on_both!(
 
 async fn guard(b: &Backend, name: &Resource, who: &str, claim: Claim, ttl_ms: u64) -> HoldGuard {
     b.client
-        .acquire_claim(name, &owner(who), claim, ttl(ttl_ms), Duration::ZERO)
+        .acquire_claim(name, &owner(who), claim, ttl(ttl_ms), None, Duration::ZERO)
         .await
         .unwrap_or_else(|e| panic!("{claim:?} of {who} on {name}: {e}"))
 }
@@ -245,7 +245,7 @@ async fn readers_share_and_a_waiting_writer_goes_before_later_readers(b: Backend
         let (client, name) = (b.client.clone(), name.clone());
         async move {
             client
-                .acquire_claim(&name, &owner(who), claim, ttl(60_000), wait)
+                .acquire_claim(&name, &owner(who), claim, ttl(60_000), None, wait)
                 .await
         }
     };
@@ -280,7 +280,7 @@ async fn wait_for_a_waiting_writer(b: &Backend, name: &Resource) {
     eventually(LIMIT, "the writer to wait", async || {
         let tried = b
             .client
-            .acquire_hold(name, &probe, Claim::Read, ttl(60_000), Duration::ZERO);
+            .acquire_hold(name, &probe, Claim::Read, ttl(60_000), None, Duration::ZERO);
         match tried.await.unwrap() {
             HoldOutcome::Busy(busy) => busy.writer_waits.then_some(()),
             HoldOutcome::Granted { .. } => {

@@ -34,7 +34,7 @@ async fn the_cap_travels_and_the_lock_delay_is_the_servers() {
         .max_hold(Some(cap))
         .lock_delay(Duration::from_secs(3_600));
     let granted = store
-        .acquire_waiting(&resource("r"), &owner("w"), terms, Duration::ZERO)
+        .acquire_waiting(&resource("r"), &owner("w"), terms.clone(), Duration::ZERO)
         .await
         .unwrap();
     let lease = granted.lease().expect("granted").clone();
@@ -45,7 +45,7 @@ async fn the_cap_travels_and_the_lock_delay_is_the_servers() {
     assert_eq!(kept.hold_until, lease.hold_until);
 
     let all = store
-        .acquire_all_waiting(&names(&["a", "b"]), &owner("w"), terms, Duration::ZERO)
+        .acquire_all_waiting(&names(&["a", "b"]), &owner("w"), terms.clone(), Duration::ZERO)
         .await
         .unwrap();
     let AcquireAllOutcome::Granted(granted) = all else {
@@ -68,7 +68,7 @@ async fn several_locks_are_one_request_and_read_back_as_the_stores_outcome() {
         .unwrap();
     let holder = held.lease().unwrap().clone();
     let refused = store
-        .acquire_all(&names(&["a", "b"]), &owner("w"), terms)
+        .acquire_all(&names(&["a", "b"]), &owner("w"), terms.clone())
         .await
         .unwrap();
     let AcquireAllOutcome::Refused(refusals) = &refused else {
@@ -93,7 +93,7 @@ async fn several_locks_are_one_request_and_read_back_as_the_stores_outcome() {
         .await
         .unwrap();
     let all = store
-        .acquire_all(&names(&["b", "a"]), &owner("w"), terms)
+        .acquire_all(&names(&["b", "a"]), &owner("w"), terms.clone())
         .await
         .unwrap();
     let AcquireAllOutcome::Granted(granted) = all else {
@@ -132,7 +132,7 @@ async fn a_deadlock_is_store_error_deadlock_with_the_cycle_on_every_acquire() {
         .unwrap();
     // b waits for x, which a holds; every wait of a for what b holds closes the cycle.
     let waiting = {
-        let (store, b) = (store.clone(), b.clone());
+        let (store, b, terms) = (store.clone(), b.clone(), terms.clone());
         tokio::spawn(async move { store.acquire_waiting(&resource("x"), &b, terms, WAIT).await })
     };
     until_waiters(&server.url, 1).await;
@@ -141,7 +141,7 @@ async fn a_deadlock_is_store_error_deadlock_with_the_cycle_on_every_acquire() {
         other => panic!("expected a deadlock, got {other:?}"),
     };
     let hold = store
-        .acquire_hold_waiting(&resource("s"), &a, permit, ttl(60_000), WAIT)
+        .acquire_hold_waiting(&resource("s"), &a, permit, ttl(60_000), None, WAIT)
         .await;
     let told = cycle(hold.unwrap_err());
     assert_eq!(
@@ -149,10 +149,12 @@ async fn a_deadlock_is_store_error_deadlock_with_the_cycle_on_every_acquire() {
         r#"a waits for semaphore "s" held by b; b waits for lock "x" held by a"#
     );
     store.acquire(&resource("y"), &b, ttl(60_000)).await.unwrap();
-    let one = store.acquire_waiting(&resource("y"), &a, terms, WAIT).await;
+    let one = store
+        .acquire_waiting(&resource("y"), &a, terms.clone(), WAIT)
+        .await;
     assert!(cycle(one.unwrap_err()).contains(r#"a waits for lock "y" held by b"#));
     let all = store
-        .acquire_all_waiting(&names(&["q", "y"]), &a, terms, WAIT)
+        .acquire_all_waiting(&names(&["q", "y"]), &a, terms.clone(), WAIT)
         .await;
     assert!(cycle(all.unwrap_err()).contains(r#"a waits for lock "y" held by b"#));
 

@@ -31,6 +31,7 @@
 //! - [`checks`]: one `async fn` per rule of locks.
 //! - [`holds`]: the same for semaphores and read-write locks, with their durable and shared
 //!   checks.
+//! - [`meta`]: the metadata a holder keeps with its lease, permit or hold.
 //! - [`principals`]: leases bound to their principal, and force-release, on every kind.
 //! - [`shared`]: the checks a store's declared capabilities call for: durability across a
 //!   reopen ([`Harness::reopening`]) and the rules across many servers ([`Harness::sharing`]).
@@ -48,6 +49,7 @@ use fencelock_testkit::eventually;
 
 pub mod checks;
 pub mod holds;
+pub mod meta;
 pub mod principals;
 pub mod shared;
 pub mod terms;
@@ -344,6 +346,13 @@ macro_rules! suite {
             the_cap_cuts_the_ttl_renewals_and_extensions,
             terms_survive_a_reopen,
             terms_hold_across_servers
+        );
+        $crate::suite!(@each $make; meta:
+            metadata_stays_with_a_lease_until_its_holder_replaces_it,
+            several_locks_share_the_metadata_sent,
+            metadata_stays_with_permits_and_holds,
+            metadata_survives_a_reopen,
+            metadata_is_shared_across_servers
         );
     };
     (@each $make:path; $($check:ident),* $(,)?) => {

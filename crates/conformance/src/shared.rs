@@ -366,6 +366,7 @@ async fn take_turns(
                 &who,
                 claim,
                 ttl(Duration::from_secs(60)),
+                None,
                 Duration::from_secs(20),
                 &CancellationToken::new(),
             )

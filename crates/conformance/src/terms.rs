@@ -14,10 +14,10 @@ async fn acquire_all(
     store: &dyn LockStore,
     resources: &Resources,
     who: &Owner,
-    terms: Terms,
+    terms: &Terms,
 ) -> AcquireAllOutcome {
     store
-        .acquire_all(resources, who, terms)
+        .acquire_all(resources, who, terms.clone())
         .await
         .unwrap_or_else(|e| panic!("acquire_all: {e}"))
 }
@@ -44,7 +44,7 @@ pub async fn several_locks_are_acquired_all_or_none(h: &Harness) {
     let wanted = names(h, &["c", "b", "a"]);
     let me = owner("me");
     let terms = Terms::ttl(h.long_ttl());
-    match acquire_all(&*h.store, &wanted, &me, terms).await {
+    match acquire_all(&*h.store, &wanted, &me, &terms).await {
         AcquireAllOutcome::Refused(refusals) => match refusals.as_slice() {
             [AcquireOutcome::Held { holder, expires_in }] => {
                 assert_eq!(holder, &held_b);
@@ -63,7 +63,7 @@ pub async fn several_locks_are_acquired_all_or_none(h: &Harness) {
     }
     // Two locks in the way: both named, in the order asked.
     let held_a = grant(h, "a", "third", h.long_ttl()).await;
-    match acquire_all(&*h.store, &wanted, &me, terms).await {
+    match acquire_all(&*h.store, &wanted, &me, &terms).await {
         AcquireAllOutcome::Refused(refusals) => {
             let holders: Vec<&Lease> = refusals
                 .iter()
@@ -86,7 +86,7 @@ pub async fn several_locks_are_acquired_all_or_none(h: &Harness) {
     // All free (one already ours): every lock, in the order asked; ours is extended with its
     // token, the others are new grants with tokens above the ones before.
     let mine = grant(h, "a", "me", h.long_ttl()).await;
-    let outcome = acquire_all(&*h.store, &wanted, &me, terms).await;
+    let outcome = acquire_all(&*h.store, &wanted, &me, &terms).await;
     let AcquireAllOutcome::Granted(outcomes) = &outcome else {
         panic!("all free, yet {outcome:?}");
     };
@@ -114,8 +114,8 @@ pub async fn opposite_orders_never_both_win(h: &Harness) {
         let (p, q) = (owner("p"), owner("q"));
         let terms = Terms::ttl(h.long_ttl());
         let (first, second) = tokio::join!(
-            acquire_all(&*h.store, &forward, &p, terms),
-            acquire_all(&*h.store, &backward, &q, terms),
+            acquire_all(&*h.store, &forward, &p, &terms),
+            acquire_all(&*h.store, &backward, &q, &terms),
         );
         let (winner, loser, wanted) = match (&first, &second) {
             (AcquireAllOutcome::Granted(_), AcquireAllOutcome::Refused(_)) => (&p, &q, &backward),
@@ -127,7 +127,7 @@ pub async fn opposite_orders_never_both_win(h: &Harness) {
             assert_eq!(lease.map(|l| l.owner).as_ref(), Some(winner), "round {round}");
             h.store.release(&h.resource(name), winner, None).await.unwrap();
         }
-        all_granted(acquire_all(&*h.store, wanted, loser, terms).await);
+        all_granted(acquire_all(&*h.store, wanted, loser, &terms).await);
     }
 }
 
@@ -440,7 +440,7 @@ pub async fn a_refused_all_or_none_leaves_the_callers_leases_as_they_were(h: &Ha
     let short = Terms::ttl(h.short_ttl());
     for order in [["a-mine", "b-theirs"], ["b-theirs", "a-mine"]] {
         let wanted = names(h, &order);
-        let refused = h.store.acquire_all(&wanted, &me, short).await.unwrap();
+        let refused = h.store.acquire_all(&wanted, &me, short.clone()).await.unwrap();
         assert!(
             matches!(&refused, AcquireAllOutcome::Refused(r) if r.len() == 1),
             "{order:?}: b is held, yet {refused:?}"
@@ -451,7 +451,7 @@ pub async fn a_refused_all_or_none_leaves_the_callers_leases_as_they_were(h: &Ha
             "{order:?}: a refused all-or-none changed the caller's own lease"
         );
         let waited = waiters
-            .acquire_all_unless(&wanted, &me, short, Duration::from_millis(200), &gone)
+            .acquire_all_unless(&wanted, &me, &short, Duration::from_millis(200), &gone)
             .await
             .unwrap();
         assert!(

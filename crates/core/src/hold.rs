@@ -16,7 +16,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::model::{FencingToken, Lease, Owner, Resource, Timestamp, Ttl};
+use crate::model::{FencingToken, Lease, Meta, Owner, Resource, Timestamp, Ttl};
 
 /// The three namespaces of fencelock: `/locks/x`, `/semaphores/x` and `/rwlocks/x` are
 /// unrelated names.
@@ -329,6 +329,7 @@ pub fn new_hold(
     token: FencingToken,
     now: Timestamp,
     ttl: Ttl,
+    meta: Option<&Meta>,
 ) -> Hold {
     Hold {
         lease: Lease {
@@ -339,6 +340,7 @@ pub fn new_hold(
             expires_at: now.plus(ttl),
             hold_until: None,
             lock_delay: Duration::ZERO,
+            meta: meta.cloned(),
         },
         claim,
     }
@@ -365,6 +367,7 @@ mod tests {
                 expires_at: Timestamp::from_millis(NOW.as_millis().saturating_add_signed(ends_in)),
                 hold_until: None,
                 lock_delay: Duration::ZERO,
+                meta: None,
             },
             claim,
         }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind};
-use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Ttl};
+use crate::model::{FencingToken, Lease, Meta, Owner, Resource, Resources, Terms, Ttl};
 use crate::store::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore,
     ReleaseNotice, ReleaseOutcome, RenewOutcome, Result, Watch,
@@ -157,14 +157,15 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         self.layer.around(Call::Release, names, call).await
     }
 
-    async fn renew(
+    async fn renew_with(
         &self,
         resource: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome> {
-        let call = self.inner.renew(resource, owner, ttl, token);
+        let call = self.inner.renew_with(resource, owner, ttl, token, meta);
         let names = Names::One(Kind::Lock, resource);
         self.layer.around(Call::Renew, names, call).await
     }
@@ -179,15 +180,18 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         self.layer.around(Call::Purge, Names::None, call).await
     }
 
-    async fn acquire_hold(
+    async fn acquire_hold_with(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
         intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> Result<HoldOutcome> {
-        let call = self.inner.acquire_hold(name, owner, claim, ttl, intent);
+        let call = self
+            .inner
+            .acquire_hold_with(name, owner, claim, ttl, intent, meta);
         let names = Names::One(claim.kind().into(), name);
         self.layer.around(Call::AcquireHold, names, call).await
     }
@@ -209,15 +213,16 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         self.layer.around(Call::ReleaseHold, names, call).await
     }
 
-    async fn renew_hold(
+    async fn renew_hold_with(
         &self,
         kind: HoldKind,
         name: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>> {
-        let call = self.inner.renew_hold(kind, name, owner, ttl, token);
+        let call = self.inner.renew_hold_with(kind, name, owner, ttl, token, meta);
         let names = Names::One(kind.into(), name);
         self.layer.around(Call::RenewHold, names, call).await
     }
@@ -287,14 +292,15 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
         (**self).release(resource, owner, token).await
     }
 
-    async fn renew(
+    async fn renew_with(
         &self,
         resource: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome> {
-        (**self).renew(resource, owner, ttl, token).await
+        (**self).renew_with(resource, owner, ttl, token, meta).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
@@ -305,15 +311,18 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
         (**self).purge_expired().await
     }
 
-    async fn acquire_hold(
+    async fn acquire_hold_with(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
         intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> Result<HoldOutcome> {
-        (**self).acquire_hold(name, owner, claim, ttl, intent).await
+        (**self)
+            .acquire_hold_with(name, owner, claim, ttl, intent, meta)
+            .await
     }
 
     async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
@@ -330,15 +339,18 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
         (**self).release_hold(kind, name, owner, token).await
     }
 
-    async fn renew_hold(
+    async fn renew_hold_with(
         &self,
         kind: HoldKind,
         name: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>> {
-        (**self).renew_hold(kind, name, owner, ttl, token).await
+        (**self)
+            .renew_hold_with(kind, name, owner, ttl, token, meta)
+            .await
     }
 
     async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {

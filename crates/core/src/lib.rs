@@ -6,7 +6,7 @@
 //! # Layout
 //!
 //! - [`model`]: the validated newtypes — [`Resource`], [`Owner`], [`Ttl`], [`FencingToken`],
-//!   [`Timestamp`] — and [`Lease`].
+//!   [`Timestamp`], [`Meta`] — and [`Lease`].
 //! - [`hold`]: semaphores and read-write locks — [`Claim`], [`Hold`], and [`hold::judge`],
 //!   their rule book.
 //! - [`store`]: the [`LockStore`] trait, its outcome enums and [`StoreError`].
@@ -41,8 +41,8 @@ pub use hold::{Busy, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Inte
 pub use layer::{Call, Layer, Layered, Names};
 pub use memory::MemoryStore;
 pub use model::{
-    FencingToken, InvalidName, InvalidResources, InvalidTtl, Lease, MAX_RESOURCES, Owner, Principal,
-    Resource, Resources, Terms, Timestamp, Ttl,
+    FencingToken, InvalidMeta, InvalidName, InvalidResources, InvalidTtl, Lease, MAX_RESOURCES, Meta, Owner,
+    Principal, Resource, Resources, Terms, Timestamp, Ttl,
 };
 pub use store::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Drift, EndedLease, ForceOutcome, LeasePage, ListQuery,

@@ -7,7 +7,7 @@ use tokio::sync::broadcast;
 
 use crate::clock::{Clock, SystemClock};
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
-use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Timestamp, Ttl};
+use crate::model::{FencingToken, Lease, Meta, Owner, Resource, Resources, Terms, Timestamp, Ttl};
 use crate::store::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore,
     ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Result,
@@ -69,7 +69,7 @@ impl Default for MemoryStore {
 #[async_trait]
 impl LockStore for MemoryStore {
     async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
-        self.apply(|table, now| table.acquire(now, resource, owner, terms))
+        self.apply(|table, now| table.acquire(now, resource, owner, &terms))
     }
 
     async fn acquire_all(
@@ -78,7 +78,7 @@ impl LockStore for MemoryStore {
         owner: &Owner,
         terms: Terms,
     ) -> Result<AcquireAllOutcome> {
-        self.apply(|table, now| table.acquire_all(now, resources, owner, terms))
+        self.apply(|table, now| table.acquire_all(now, resources, owner, &terms))
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
@@ -94,14 +94,15 @@ impl LockStore for MemoryStore {
         Ok(self.apply(|table, now| table.release(now, resource, owner, token)))
     }
 
-    async fn renew(
+    async fn renew_with(
         &self,
         resource: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome> {
-        Ok(self.apply(|table, now| table.renew(now, resource, owner, ttl, token)))
+        Ok(self.apply(|table, now| table.renew(now, resource, owner, ttl, token, meta)))
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
@@ -112,15 +113,16 @@ impl LockStore for MemoryStore {
         Ok(self.apply(|table, now| table.purge_expired(now)))
     }
 
-    async fn acquire_hold(
+    async fn acquire_hold_with(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
         intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> Result<HoldOutcome> {
-        self.apply(|table, now| table.acquire_hold(now, name, owner, claim, ttl, intent))
+        self.apply(|table, now| table.acquire_hold(now, name, owner, claim, ttl, intent, meta))
     }
 
     async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
@@ -137,15 +139,16 @@ impl LockStore for MemoryStore {
         Ok(self.apply(|table, now| table.release_hold(now, kind, name, owner, token)))
     }
 
-    async fn renew_hold(
+    async fn renew_hold_with(
         &self,
         kind: HoldKind,
         name: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>> {
-        Ok(self.apply(|table, now| table.renew_hold(now, kind, name, owner, ttl, token)))
+        Ok(self.apply(|table, now| table.renew_hold(now, kind, name, owner, ttl, token, meta)))
     }
 
     async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {

@@ -4,7 +4,10 @@
 //! [`Owner`] or a [`Ttl`] can trust it without checking again.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
 
 /// The most bytes a resource name or an owner may have.
 pub const MAX_NAME_BYTES: usize = 255;
@@ -237,10 +240,94 @@ fn cut(expires_at: Timestamp, cap: Option<Timestamp>) -> Timestamp {
     cap.map_or(expires_at, |cap| expires_at.min(cap))
 }
 
+/// Why lease metadata was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidMeta {
+    /// Not a JSON object.
+    #[error("must be a JSON object")]
+    NotAnObject,
+    /// A value that is an object or an array: metadata is flat.
+    #[error("must have only string, number, boolean or null values ({key:?} has another)")]
+    Nested {
+        /// The key of the first such value.
+        key: String,
+    },
+    /// More bytes as compact JSON than allowed.
+    #[error("must be at most {max_bytes} bytes as compact JSON")]
+    TooLarge {
+        /// The most allowed.
+        max_bytes: usize,
+    },
+}
+
+/// What a holder says about its lease, e.g. `{"host": "db-3", "pid": 311, "job": "backup"}`:
+/// a flat JSON object (string, number, boolean or null values) kept with the lease, permit
+/// or hold, shown wherever it is shown.
+///
+/// Kept as its compact JSON text, checked once when built: stores write the text as it is,
+/// and a clone shares it (no allocation), so a lease with metadata costs a grant no more
+/// than one without once it is built.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Meta(Arc<str>);
+
+impl Meta {
+    /// The default most bytes of metadata, as compact JSON.
+    pub const DEFAULT_MAX_BYTES: usize = 1024;
+
+    /// Checks `value` (flat object, at most `max_bytes` as compact JSON) and keeps it.
+    pub fn from_value(value: &Value, max_bytes: usize) -> Result<Self, InvalidMeta> {
+        let Value::Object(object) = value else {
+            return Err(InvalidMeta::NotAnObject);
+        };
+        Self::from_object(object, max_bytes)
+    }
+
+    /// Checks `object` (flat, at most `max_bytes` as compact JSON) and keeps it.
+    pub fn from_object(object: &Map<String, Value>, max_bytes: usize) -> Result<Self, InvalidMeta> {
+        if let Some((key, _)) = object
+            .iter()
+            .find(|(_, value)| matches!(value, Value::Object(_) | Value::Array(_)))
+        {
+            return Err(InvalidMeta::Nested { key: key.clone() });
+        }
+        // A map of strings and scalars always serializes; the fallback is never taken.
+        let text = serde_json::to_string(object).unwrap_or_default();
+        if text.len() > max_bytes {
+            return Err(InvalidMeta::TooLarge { max_bytes });
+        }
+        Ok(Self(text.into()))
+    }
+
+    /// Reads metadata back from its compact JSON text, as a store kept it: checked for
+    /// shape but not for size, since a lease keeps the metadata it was granted with even if
+    /// the server's limit is lowered later.
+    pub fn parse(text: &str) -> Result<Self, InvalidMeta> {
+        let value: Value = serde_json::from_str(text).map_err(|_| InvalidMeta::NotAnObject)?;
+        Self::from_value(&value, usize::MAX)
+    }
+
+    /// The compact JSON text, e.g. `{"host":"db-3"}`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The metadata as a JSON object.
+    pub fn to_object(&self) -> Map<String, Value> {
+        // Built from an object, so it reads back as one.
+        serde_json::from_str(&self.0).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for Meta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// What an acquire asks for besides the resource and its owner: how long the lease lasts
-/// from each grant, extension or renewal, and two terms that stay with the lease for its
-/// whole life, whatever its renewals and extensions send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// from each grant, extension or renewal, two terms that stay with the lease for its
+/// whole life, whatever its renewals and extensions send, and its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Terms {
     /// The lease's TTL.
     pub ttl: Ttl,
@@ -252,16 +339,26 @@ pub struct Terms {
     /// off), nobody is granted the resource before `expires_at + lock_delay`, so that writes
     /// the holder still had in flight drain first. A release ends it at once.
     pub lock_delay: Duration,
+    /// The lease's metadata: a grant that issues a token takes it (none: the lease has
+    /// none); an extension replaces the lease's with it if given, and keeps it if not.
+    pub meta: Option<Meta>,
 }
 
 impl Terms {
-    /// A lease of `ttl`, with no cap and no lock-delay.
+    /// A lease of `ttl`, with no cap, no lock-delay and no metadata.
     pub fn ttl(ttl: Ttl) -> Self {
         Self {
             ttl,
             max_hold: None,
             lock_delay: Duration::ZERO,
+            meta: None,
         }
+    }
+
+    /// These terms with metadata (`None`: none for a grant, the lease's own for an
+    /// extension).
+    pub fn meta(self, meta: Option<Meta>) -> Self {
+        Self { meta, ..self }
     }
 
     /// These terms with a cap on holding.
@@ -408,6 +505,8 @@ pub struct Lease {
     /// How long the resource stays closed to everyone after this lease expires without being
     /// released ([`Terms::lock_delay`]); zero: none.
     pub lock_delay: Duration,
+    /// What the holder said about it ([`Terms::meta`]); `None`: nothing.
+    pub meta: Option<Meta>,
 }
 
 impl Lease {
@@ -418,7 +517,7 @@ impl Lease {
         owner: &Owner,
         token: FencingToken,
         now: Timestamp,
-        terms: Terms,
+        terms: &Terms,
     ) -> Self {
         let hold_until = terms.max_hold.map(|cap| now.plus(cap));
         Self {
@@ -429,15 +528,18 @@ impl Lease {
             expires_at: cut(now.plus(terms.ttl), hold_until),
             hold_until,
             lock_delay: terms.lock_delay,
+            meta: terms.meta.clone(),
         }
     }
 
     /// This lease extended or renewed at `now` for `ttl`, cut at its cap; `extended` sets
-    /// `acquired_at` anew (a re-acquire), a renewal leaves it.
-    pub fn prolonged(&self, now: Timestamp, ttl: Ttl, extended: bool) -> Self {
+    /// `acquired_at` anew (a re-acquire), a renewal leaves it. `meta`, if given, replaces the
+    /// lease's metadata; if not, the lease keeps its own.
+    pub fn prolonged(&self, now: Timestamp, ttl: Ttl, extended: bool, meta: Option<&Meta>) -> Self {
         Self {
             acquired_at: if extended { now } else { self.acquired_at },
             expires_at: cut(now.plus(ttl), self.hold_until),
+            meta: meta.or(self.meta.as_ref()).cloned(),
             ..self.clone()
         }
     }
@@ -538,6 +640,7 @@ mod tests {
             expires_at: Timestamp::from_millis(2000),
             hold_until: None,
             lock_delay: Duration::ZERO,
+            meta: None,
         };
         assert!(lease.is_live(Timestamp::from_millis(1999)));
         assert!(!lease.is_live(Timestamp::from_millis(2000)));
@@ -556,7 +659,7 @@ mod tests {
         let terms = Terms::ttl(ms(500))
             .max_hold(Some(ms(800)))
             .lock_delay(Duration::from_micros(2_500_700));
-        let lease = Lease::granted(&r, &o, FencingToken(1), now, terms);
+        let lease = Lease::granted(&r, &o, FencingToken(1), now, &terms);
         assert_eq!(
             (lease.expires_at, lease.hold_until),
             (Timestamp::from_millis(1_500), Some(Timestamp::from_millis(1_800)))
@@ -568,21 +671,82 @@ mod tests {
         );
         assert_eq!(lease.closed_until(), Timestamp::from_millis(4_000));
         let later = Timestamp::from_millis(1_400);
-        let renewed = lease.prolonged(later, ms(500), false);
+        let renewed = lease.prolonged(later, ms(500), false, None);
         assert_eq!(
             (renewed.acquired_at, renewed.expires_at),
             (now, Timestamp::from_millis(1_800))
         );
-        let extended = lease.prolonged(later, ms(100), true);
+        let extended = lease.prolonged(later, ms(100), true, None);
         assert_eq!(
             (extended.acquired_at, extended.expires_at),
             (later, Timestamp::from_millis(1_500))
         );
         assert_eq!(extended.hold_until, lease.hold_until);
-        let uncapped = Lease::granted(&r, &o, FencingToken(2), now, Terms::ttl(ms(500)));
+        let uncapped = Lease::granted(&r, &o, FencingToken(2), now, &Terms::ttl(ms(500)));
         assert_eq!(
             (uncapped.hold_until, uncapped.closed_until()),
             (None, uncapped.expires_at)
+        );
+    }
+
+    #[test]
+    fn metadata_is_a_flat_object_of_bounded_compact_size() {
+        let value = serde_json::json!({"host": "db-3", "pid": 311, "ok": true, "none": null});
+        let meta = Meta::from_value(&value, Meta::DEFAULT_MAX_BYTES).unwrap();
+        assert_eq!(
+            meta.as_str(),
+            r#"{"host":"db-3","none":null,"ok":true,"pid":311}"#
+        );
+        assert_eq!(Meta::parse(meta.as_str()), Ok(meta.clone()));
+        assert_eq!(serde_json::Value::Object(meta.to_object()), value);
+        assert_eq!(
+            Meta::from_value(&serde_json::json!({"a": {"b": 1}}), 1024),
+            Err(InvalidMeta::Nested { key: "a".into() })
+        );
+        assert_eq!(
+            Meta::from_value(&serde_json::json!({"a": [1]}), 1024),
+            Err(InvalidMeta::Nested { key: "a".into() })
+        );
+        for not_object in [
+            serde_json::json!([1]),
+            serde_json::json!("x"),
+            serde_json::json!(null),
+        ] {
+            assert_eq!(Meta::from_value(&not_object, 1024), Err(InvalidMeta::NotAnObject));
+        }
+        // `{"k":"…"}` is 8 bytes around the value: 1,016 bytes of value fill 1,024 exactly.
+        let fits = serde_json::json!({"k": "x".repeat(1016)});
+        assert!(Meta::from_value(&fits, 1024).is_ok());
+        let over = serde_json::json!({"k": "x".repeat(1017)});
+        assert_eq!(
+            Meta::from_value(&over, 1024),
+            Err(InvalidMeta::TooLarge { max_bytes: 1024 })
+        );
+    }
+
+    #[test]
+    fn a_grant_takes_the_metadata_sent_and_a_prolonging_keeps_it_unless_it_sends_one() {
+        let (r, o) = (Resource::new("r").unwrap(), Owner::new("o").unwrap());
+        let ttl = Ttl::from_millis(500, Ttl::DEFAULT_MAX).unwrap();
+        let meta = |v| Meta::from_value(&v, 1024).unwrap();
+        let (first, second) = (
+            meta(serde_json::json!({"job": 1})),
+            meta(serde_json::json!({"job": 2})),
+        );
+        let now = Timestamp::from_millis(1_000);
+        let lease = Lease::granted(
+            &r,
+            &o,
+            FencingToken(1),
+            now,
+            &Terms::ttl(ttl).meta(Some(first.clone())),
+        );
+        assert_eq!(lease.meta.as_ref(), Some(&first));
+        assert_eq!(lease.prolonged(now, ttl, true, None).meta.as_ref(), Some(&first));
+        assert_eq!(lease.prolonged(now, ttl, false, Some(&second)).meta, Some(second));
+        assert_eq!(
+            Lease::granted(&r, &o, FencingToken(2), now, &Terms::ttl(ttl)).meta,
+            None
         );
     }
 

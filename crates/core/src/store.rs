@@ -10,7 +10,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::deadlock::Deadlock;
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
-use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Timestamp, Ttl};
+use crate::model::{FencingToken, Lease, Meta, Owner, Resource, Resources, Terms, Timestamp, Ttl};
 
 /// A store's result.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -509,13 +509,26 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome>;
 
-    /// Sets the expiry of `owner`'s live lease on `resource` to now + `ttl`.
+    /// [`LockStore::renew_with`], keeping the lease's metadata.
     async fn renew(
         &self,
         resource: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+    ) -> Result<RenewOutcome> {
+        self.renew_with(resource, owner, ttl, token, None).await
+    }
+
+    /// Sets the expiry of `owner`'s live lease on `resource` to now + `ttl`, and replaces its
+    /// metadata with `meta` if given (in the same step, judged the same way).
+    async fn renew_with(
+        &self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome>;
 
     /// Live leases in the order of their resource names' bytes, one page at a time.
@@ -531,6 +544,19 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// that gets at least that many calls again.
     async fn purge_expired(&self) -> Result<Vec<Expired>>;
 
+    /// [`LockStore::acquire_hold_with`] with no metadata.
+    async fn acquire_hold(
+        &self,
+        name: &Resource,
+        owner: &Owner,
+        claim: Claim,
+        ttl: Ttl,
+        intent: Option<Ttl>,
+    ) -> Result<HoldOutcome> {
+        self.acquire_hold_with(name, owner, claim, ttl, intent, None)
+            .await
+    }
+
     /// Grants `owner` a hold of `claim` on the semaphore or read-write lock `name`, extends
     /// its live hold of that claim, replaces its live hold of another claim (upgrade,
     /// downgrade), or says why not — as [`crate::hold::judge`] decides.
@@ -540,13 +566,17 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// readers arriving later are refused, on every server sharing the store, until it is
     /// granted, gives up ([`LockStore::withdraw_intent`]) or its intent runs out. A grant of
     /// `write` ends the owner's intent.
-    async fn acquire_hold(
+    ///
+    /// `meta` is as [`Terms::meta`]: a hold with a new token has it (or none), an extension
+    /// replaces its own with it if given.
+    async fn acquire_hold_with(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
         intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> Result<HoldOutcome>;
 
     /// The live holds on `name`, in token order (empty if none).
@@ -563,8 +593,7 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome>;
 
-    /// Sets the expiry of `owner`'s live hold on `name` to now + `ttl`, refused as
-    /// [`LockStore::release_hold`] is.
+    /// [`LockStore::renew_hold_with`], keeping the hold's metadata.
     async fn renew_hold(
         &self,
         kind: HoldKind,
@@ -572,6 +601,20 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+    ) -> Result<RenewOutcome<Hold>> {
+        self.renew_hold_with(kind, name, owner, ttl, token, None).await
+    }
+
+    /// Sets the expiry of `owner`'s live hold on `name` to now + `ttl`, and replaces its
+    /// metadata with `meta` if given, refused as [`LockStore::release_hold`] is.
+    async fn renew_hold_with(
+        &self,
+        kind: HoldKind,
+        name: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>>;
 
     /// The names of `kind` with live holds, in the order of their bytes, one page at a time

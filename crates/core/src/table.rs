@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
 use crate::hold::{self, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind, Verdict};
-use crate::model::{FencingToken, Lease, Owner, Resource, Resources, Terms, Timestamp, Ttl};
+use crate::model::{FencingToken, Lease, Meta, Owner, Resource, Resources, Terms, Timestamp, Ttl};
 use crate::store::{
     AcquireAllOutcome, AcquireOutcome, EndedLease, ForceOutcome, LeasePage, ListQuery, PURGE_BATCH, Refusal,
     ReleaseOutcome, RenewOutcome, StoreError,
@@ -110,12 +110,12 @@ impl LockTable {
         now: Timestamp,
         resource: &Resource,
         owner: &Owner,
-        terms: Terms,
+        terms: &Terms,
     ) -> Result<AcquireOutcome, StoreError> {
         let outcome = match self.judge(now, resource, owner) {
             Judged::Refused(refusal) => return Ok(refusal),
             Judged::Extend(lease) => {
-                let extended = lease.prolonged(now, terms.ttl, true);
+                let extended = lease.prolonged(now, terms.ttl, true, terms.meta.as_ref());
                 if extended.expires_at < lease.expires_at {
                     self.freed.push(Key::lock(resource));
                 }
@@ -140,7 +140,7 @@ impl LockTable {
         now: Timestamp,
         resources: &Resources,
         owner: &Owner,
-        terms: Terms,
+        terms: &Terms,
     ) -> Result<AcquireAllOutcome, StoreError> {
         let names = resources.as_slice();
         let refusals: Vec<AcquireOutcome> = names
@@ -210,11 +210,12 @@ impl LockTable {
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> RenewOutcome {
         match self.check_holder(now, resource, owner, token) {
             Err(refusal) => refusal.into(),
             Ok(lease) => {
-                let lease = lease.prolonged(now, ttl, false);
+                let lease = lease.prolonged(now, ttl, false, meta);
                 if let Some(Lease { expires_at, .. }) = self.set(resource, Some(lease.clone()))
                     && lease.expires_at < expires_at
                 {
@@ -317,7 +318,9 @@ impl LockTable {
         expired
     }
 
-    /// Acquire of a hold: see [`hold::judge`] and [`crate::LockStore::acquire_hold`].
+    /// Acquire of a hold: see [`hold::judge`] and [`crate::LockStore::acquire_hold_with`].
+    // The trait method's arguments, and the time.
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire_hold(
         &mut self,
         now: Timestamp,
@@ -326,6 +329,7 @@ impl LockTable {
         claim: Claim,
         ttl: Ttl,
         intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> Result<HoldOutcome, StoreError> {
         let kind = claim.kind();
         let group = self
@@ -353,6 +357,7 @@ impl LockTable {
                     lease: Lease {
                         acquired_at: now,
                         expires_at: now.plus(ttl),
+                        meta: meta.or(own.lease.meta.as_ref()).cloned(),
                         ..own.lease.clone()
                     },
                     claim,
@@ -364,7 +369,7 @@ impl LockTable {
             }
             Verdict::Grant => {
                 let token = self.next_token()?;
-                let hold = hold::new_hold(name, owner, claim, token, now, ttl);
+                let hold = hold::new_hold(name, owner, claim, token, now, ttl, meta);
                 if own.is_some() {
                     // An upgrade or a downgrade: what the old hold kept out may now get in.
                     self.freed.push(Key::hold(kind, name));
@@ -419,7 +424,10 @@ impl LockTable {
         }
     }
 
-    /// Renew of a hold, refused as [`LockTable::release_hold`] is.
+    /// Renew of a hold, refused as [`LockTable::release_hold`] is; `meta`, if given, replaces
+    /// the hold's metadata.
+    // The trait method's arguments, and the time.
+    #[allow(clippy::too_many_arguments)]
     pub fn renew_hold(
         &mut self,
         now: Timestamp,
@@ -428,6 +436,7 @@ impl LockTable {
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> RenewOutcome<Hold> {
         match self.check_hold(now, kind, name, owner, token) {
             Err(refusal) => refusal.into(),
@@ -435,6 +444,7 @@ impl LockTable {
                 let hold = Hold {
                     lease: Lease {
                         expires_at: now.plus(ttl),
+                        meta: meta.or(before.lease.meta.as_ref()).cloned(),
                         ..before.lease.clone()
                     },
                     claim: before.claim,
@@ -708,13 +718,13 @@ mod tests {
     fn table() -> LockTable {
         let mut table = LockTable::default();
         table
-            .acquire(T0, &r("held"), &o("a"), Terms::ttl(ms(10_000)))
+            .acquire(T0, &r("held"), &o("a"), &Terms::ttl(ms(10_000)))
             .unwrap();
         table
-            .acquire(T0, &r("stale"), &o("b"), Terms::ttl(ms(10)))
+            .acquire(T0, &r("stale"), &o("b"), &Terms::ttl(ms(10)))
             .unwrap();
         table
-            .acquire(T0, &r("gone"), &o("c"), Terms::ttl(ms(10_000)))
+            .acquire(T0, &r("gone"), &o("c"), &Terms::ttl(ms(10_000)))
             .unwrap();
         table.release(T0, &r("gone"), &o("c"), None);
         table
@@ -730,24 +740,24 @@ mod tests {
         let now = at(100);
         assert!(matches!(
             table
-                .acquire(now, &r("new"), &o("d"), Terms::ttl(ms(500)))
+                .acquire(now, &r("new"), &o("d"), &Terms::ttl(ms(500)))
                 .unwrap(),
             AcquireOutcome::Granted { .. }
         ));
         assert!(matches!(
             table
-                .acquire(now, &r("stale"), &o("e"), Terms::ttl(ms(500)))
+                .acquire(now, &r("stale"), &o("e"), &Terms::ttl(ms(500)))
                 .unwrap(),
             AcquireOutcome::Granted { expired: Some(_), .. }
         ));
         assert!(matches!(
             table
-                .acquire(now, &r("held"), &o("a"), Terms::ttl(ms(500)))
+                .acquire(now, &r("held"), &o("a"), &Terms::ttl(ms(500)))
                 .unwrap(),
             AcquireOutcome::Extended(_)
         ));
         assert!(matches!(
-            table.renew(now, &r("held"), &o("a"), ms(700), None),
+            table.renew(now, &r("held"), &o("a"), ms(700), None, None),
             RenewOutcome::Renewed(_)
         ));
         assert!(matches!(
@@ -755,7 +765,7 @@ mod tests {
             ReleaseOutcome::Released(_)
         ));
         table
-            .acquire(now, &r("gone"), &o("f"), Terms::ttl(ms(1)))
+            .acquire(now, &r("gone"), &o("f"), &Terms::ttl(ms(1)))
             .unwrap();
         assert_eq!(table.purge_expired(at(200)).len(), 1, "gone has expired");
     }
@@ -773,7 +783,7 @@ mod tests {
         // The tokens of the undone batch were never given to anyone who could use them:
         // the batch's callers were told it failed.
         let next = table
-            .acquire(at(100), &r("new"), &o("d"), Terms::ttl(ms(500)))
+            .acquire(at(100), &r("new"), &o("d"), &Terms::ttl(ms(500)))
             .unwrap();
         let AcquireOutcome::Granted { lease, .. } = next else {
             panic!("expected a grant, got {next:?}");
@@ -836,7 +846,7 @@ mod tests {
         let now = at(1);
         assert!(matches!(
             table
-                .acquire(now, &r("held"), &o("x"), Terms::ttl(ms(500)))
+                .acquire(now, &r("held"), &o("x"), &Terms::ttl(ms(500)))
                 .unwrap(),
             AcquireOutcome::Held { .. }
         ));
@@ -845,7 +855,7 @@ mod tests {
             ReleaseOutcome::Forbidden
         );
         assert_eq!(
-            table.renew(now, &r("held"), &o("a"), ms(5), Some(FencingToken(9))),
+            table.renew(now, &r("held"), &o("a"), ms(5), Some(FencingToken(9)), None),
             RenewOutcome::Conflict
         );
         assert_eq!(
@@ -864,22 +874,22 @@ mod tests {
         let mut table = table();
         table.take_freed();
         let now = at(1);
-        table.renew(now, &r("held"), &o("a"), ms(20_000), None);
+        table.renew(now, &r("held"), &o("a"), ms(20_000), None, None);
         table
-            .acquire(now, &r("held"), &o("a"), Terms::ttl(ms(30_000)))
+            .acquire(now, &r("held"), &o("a"), &Terms::ttl(ms(30_000)))
             .unwrap();
         table
-            .acquire(now, &r("held"), &o("x"), Terms::ttl(ms(5)))
+            .acquire(now, &r("held"), &o("x"), &Terms::ttl(ms(5)))
             .unwrap();
         table.release(now, &r("held"), &o("x"), None);
         assert_eq!(table.take_freed(), Vec::<Key>::new(), "longer, or refused");
-        table.renew(now, &r("held"), &o("a"), ms(300), None);
+        table.renew(now, &r("held"), &o("a"), ms(300), None, None);
         table
-            .acquire(now, &r("held"), &o("a"), Terms::ttl(ms(100)))
+            .acquire(now, &r("held"), &o("a"), &Terms::ttl(ms(100)))
             .unwrap();
         assert_eq!(table.take_freed(), [k("held"), k("held")], "shortened twice");
         table
-            .acquire(now, &r("new"), &o("d"), Terms::ttl(ms(500)))
+            .acquire(now, &r("new"), &o("d"), &Terms::ttl(ms(500)))
             .unwrap();
         table.release(now, &r("new"), &o("d"), None);
         table.purge_expired(at(1_000));
@@ -893,11 +903,11 @@ mod tests {
         let many = PURGE_BATCH + 10;
         for i in 0..many {
             table
-                .acquire(T0, &r(&format!("r{i}")), &o("a"), Terms::ttl(ms(10)))
+                .acquire(T0, &r(&format!("r{i}")), &o("a"), &Terms::ttl(ms(10)))
                 .unwrap();
         }
         table
-            .acquire(T0, &r("live"), &o("a"), Terms::ttl(ms(10_000)))
+            .acquire(T0, &r("live"), &o("a"), &Terms::ttl(ms(10_000)))
             .unwrap();
         assert_eq!(table.purge_expired(at(100)).len(), PURGE_BATCH);
         assert_eq!(table.purge_expired(at(100)).len(), 10);
@@ -911,17 +921,17 @@ mod tests {
         let (rw, ttl) = (r("rw"), ms(10_000));
         let reader = |table: &mut LockTable, who: &str| {
             table
-                .acquire_hold(at(1), &rw, &o(who), Claim::Read, ttl, None)
+                .acquire_hold(at(1), &rw, &o(who), Claim::Read, ttl, None, None)
                 .unwrap()
         };
         assert!(matches!(reader(&mut table, "a"), HoldOutcome::Granted { .. }));
         table
-            .acquire_hold(at(1), &rw, &o("w"), Claim::Write, ttl, Some(ttl))
+            .acquire_hold(at(1), &rw, &o("w"), Claim::Write, ttl, Some(ttl), None)
             .unwrap();
         table.begin();
         table.withdraw_intent(&rw, &o("w"));
         table
-            .acquire_hold(at(1), &rw, &o("x"), Claim::Write, ttl, Some(ttl))
+            .acquire_hold(at(1), &rw, &o("x"), Claim::Write, ttl, Some(ttl), None)
             .unwrap();
         table.rollback();
         // w waits still, and x never did: a new reader is held back by w alone.
@@ -941,7 +951,7 @@ mod tests {
         let mut table = table();
         table.take_freed();
         table
-            .acquire(at(1), &r("extra"), &o("z"), Terms::ttl(ms(50)))
+            .acquire(at(1), &r("extra"), &o("z"), &Terms::ttl(ms(50)))
             .unwrap();
         table.release(at(1), &r("extra"), &o("z"), None);
         table.begin();
@@ -970,7 +980,7 @@ mod tests {
     fn without_begin_nothing_is_journalled() {
         let mut table = table();
         table
-            .acquire(at(1), &r("new"), &o("d"), Terms::ttl(ms(500)))
+            .acquire(at(1), &r("new"), &o("d"), &Terms::ttl(ms(500)))
             .unwrap();
         let after = state(&table);
         assert!(table.changes().is_empty());
@@ -988,11 +998,12 @@ mod tests {
             expires_at: at(10),
             hold_until: None,
             lock_delay: std::time::Duration::ZERO,
+            meta: None,
         };
         let mut table = LockTable::new(7, [lease]);
         assert_eq!(table.last_token(), 40);
         let next = table
-            .acquire(at(10), &r("held"), &o("b"), Terms::ttl(ms(5)))
+            .acquire(at(10), &r("held"), &o("b"), &Terms::ttl(ms(5)))
             .unwrap();
         assert!(matches!(next, AcquireOutcome::Granted { lease, .. } if lease.token == FencingToken(41)));
         assert_eq!(LockTable::new(99, []).last_token(), 99);

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::deadlock::{Cycle, Deadlock, WaitGraph};
 use crate::hold::{Claim, HoldKind, HoldOutcome, Key};
-use crate::model::{Owner, Resource, Resources, Terms, Ttl};
+use crate::model::{Meta, Owner, Resource, Resources, Terms, Ttl};
 use crate::store::{AcquireAllOutcome, AcquireOutcome, LockStore, ReleaseNotice, Result, StoreError, Watch};
 
 /// A wait with no end, for all practical purposes (some ten years): waits longer than this
@@ -145,7 +145,7 @@ impl Waiters {
         ttl: Ttl,
         wait: Duration,
     ) -> Result<AcquireOutcome> {
-        self.acquire_unless(resource, owner, Terms::ttl(ttl), wait, &CancellationToken::new())
+        self.acquire_unless(resource, owner, &Terms::ttl(ttl), wait, &CancellationToken::new())
             .await
             .map(|acquired| acquired.outcome)
     }
@@ -163,7 +163,7 @@ impl Waiters {
         &self,
         resource: &Resource,
         owner: &Owner,
-        terms: Terms,
+        terms: &Terms,
         wait: Duration,
         gone: &CancellationToken,
     ) -> Result<Acquired> {
@@ -175,7 +175,7 @@ impl Waiters {
             gone,
             None,
             |in_line| async move {
-                let outcome = store.acquire_with(resource, owner, terms).await?;
+                let outcome = store.acquire_with(resource, owner, terms.clone()).await?;
                 // Only the head of a line tells the wait-for graph whom it found: a try's
                 // finding would be thrown away (and cost a try four allocations).
                 let found = if in_line {
@@ -202,14 +202,14 @@ impl Waiters {
         &self,
         resources: &Resources,
         owner: &Owner,
-        terms: Terms,
+        terms: &Terms,
         wait: Duration,
         gone: &CancellationToken,
     ) -> Result<Acquired<AcquireAllOutcome>> {
         let store = &self.inner.store;
         let keys = || resources.as_slice().iter().map(Key::lock).collect();
         self.line_up(keys, owner, wait, gone, None, |in_line| async move {
-            let outcome = store.acquire_all(resources, owner, terms).await?;
+            let outcome = store.acquire_all(resources, owner, terms.clone()).await?;
             let found = if !in_line {
                 Vec::new()
             } else {
@@ -250,13 +250,15 @@ impl Waiters {
     /// [`acquire_unless`](Self::acquire_unless) does when it is busy. A writer at the head of
     /// the line records its intent in the store and renews it while it waits (so that readers
     /// arriving later, on any server sharing the store, wait behind it), and withdraws it if
-    /// it gives up.
+    /// it gives up. The hold gets `meta` as [`LockStore::acquire_hold_with`] gives it.
+    #[allow(clippy::too_many_arguments)]
     pub async fn acquire_hold_unless(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
+        meta: Option<&Meta>,
         wait: Duration,
         gone: &CancellationToken,
     ) -> Result<Acquired<HoldOutcome>> {
@@ -275,7 +277,9 @@ impl Waiters {
                 |in_line| async move {
                     let intent = (writer && in_line).then_some(INTENT_TTL);
                     intended_ref.fetch_or(intent.is_some(), Ordering::Relaxed);
-                    let outcome = store.acquire_hold(name, owner, claim, ttl, intent).await?;
+                    let outcome = store
+                        .acquire_hold_with(name, owner, claim, ttl, intent, meta)
+                        .await?;
                     let retry_in = match &outcome {
                         HoldOutcome::Busy(busy) => Some(busy.retry_in),
                         HoldOutcome::Granted { .. }
@@ -836,7 +840,7 @@ mod tests {
             let ttl = Ttl::from_millis(1_000, Ttl::DEFAULT_MAX).unwrap();
             tokio::spawn(async move {
                 waiters
-                    .acquire_unless(&r, &b, Terms::ttl(ttl), Duration::from_secs(30), &gone)
+                    .acquire_unless(&r, &b, &Terms::ttl(ttl), Duration::from_secs(30), &gone)
                     .await
             })
         };
@@ -862,7 +866,7 @@ mod tests {
         tokio::spawn(async move {
             let gone = CancellationToken::new();
             let acquired = waiters
-                .acquire_hold_unless(&name, &o, claim, ttl, wait, &gone)
+                .acquire_hold_unless(&name, &o, claim, ttl, None, wait, &gone)
                 .await?;
             Ok(acquired.outcome)
         })
@@ -1118,7 +1122,7 @@ mod tests {
                 let gone = CancellationToken::new();
                 let terms = Terms::ttl(minute());
                 waiters
-                    .acquire_all_unless(&wanted, &me, terms, Duration::from_secs(600), &gone)
+                    .acquire_all_unless(&wanted, &me, &terms, Duration::from_secs(600), &gone)
                     .await
             })
         };

@@ -793,3 +793,112 @@ async fn the_openapi_description_has_several_locks_at_once_the_cap_the_delay_and
         );
     }
 }
+
+#[tokio::test]
+async fn meta_is_kept_with_every_kind_and_shown_by_every_answer() {
+    let s = TestServer::manual().await;
+    let meta = json!({"host": "db-3", "pid": 311, "ok": true, "note": null});
+    let body = json!({"owner": "w", "ttl_seconds": 30, "meta": meta});
+    let granted = s.acquire("job", body.clone()).await;
+    assert_eq!(granted.body["lock"]["meta"], meta, "{granted:?}");
+    assert_eq!(s.get("job").await.body["meta"], meta);
+    let listed = s.send(Method::GET, "/locks?prefix=job", None).await;
+    assert_eq!(listed.body["locks"][0]["meta"], meta);
+    // An extension without meta keeps it; a renewal with meta replaces it.
+    let extended = s.acquire("job", json!({"owner": "w", "ttl_seconds": 30})).await;
+    assert_eq!(extended.body["lock"]["meta"], meta);
+    let renewed = s
+        .renew(
+            "job",
+            json!({"owner": "w", "ttl_seconds": 30, "meta": {"step": 2}}),
+        )
+        .await;
+    assert_eq!(renewed.body["meta"], json!({"step": 2}), "{renewed:?}");
+    assert_eq!(s.get("job").await.body["meta"], json!({"step": 2}));
+    // A new token has only what it was sent with: none, and then no field at all.
+    s.release("job", json!({"owner": "w"})).await;
+    let again = s.acquire("job", json!({"owner": "w", "ttl_seconds": 30})).await;
+    assert_lease(&again.body["lock"], "job", "w");
+
+    let permit = s
+        .hold(
+            "semaphores",
+            "pool",
+            json!({"owner": "w", "limit": 2, "ttl_seconds": 30, "meta": meta}),
+        )
+        .await;
+    assert_eq!(permit.body["permit"]["meta"], meta, "{permit:?}");
+    assert_eq!(
+        s.holds("semaphores", "pool").await.body["permits"][0]["meta"],
+        meta
+    );
+    let hold = s
+        .hold(
+            "rwlocks",
+            "cfg",
+            json!({"owner": "w", "mode": "read", "ttl_seconds": 30, "meta": meta}),
+        )
+        .await;
+    assert_eq!(hold.body["hold"]["meta"], meta, "{hold:?}");
+    let renewed = s
+        .renew_hold(
+            "rwlocks",
+            "cfg",
+            json!({"owner": "w", "ttl_seconds": 30, "meta": {"r": 1}}),
+        )
+        .await;
+    assert_eq!(renewed.body["meta"], json!({"r": 1}), "{renewed:?}");
+    let all = s
+        .acquire_all(json!({"resources": ["x", "y"], "owner": "w", "ttl_seconds": 30, "meta": meta}))
+        .await;
+    for lock in all.body["locks"].as_array().expect("locks") {
+        assert_eq!(lock["meta"], meta, "{all:?}");
+    }
+}
+
+#[tokio::test]
+async fn bad_meta_is_a_422_naming_meta_that_changes_nothing() {
+    let s = TestServer::manual().await;
+    let held = s
+        .acquire(
+            "held",
+            json!({"owner": "w", "ttl_seconds": 30, "meta": {"kept": 1}}),
+        )
+        .await
+        .body["lock"]
+        .clone();
+    // Compact, `{"k":"…"}` is 8 bytes around the value: 1,017 of them make 1,025.
+    let too_big = json!({"k": "x".repeat(1017)});
+    let bad = [
+        json!({"nested": {"a": 1}}),
+        json!({"list": [1, 2]}),
+        json!([1, 2]),
+        json!("host=db-3"),
+        json!(7),
+        json!(null),
+        too_big,
+    ];
+    for meta in bad {
+        let ttl = json!({"owner": "w", "ttl_seconds": 30, "meta": meta});
+        let mut acquire = ttl.clone();
+        assert_invalid(&s.acquire("free", acquire.clone()).await, &["meta"]);
+        acquire["resources"] = json!(["free", "other"]);
+        assert_invalid(&s.acquire_all(acquire).await, &["meta"]);
+        let mut permit = ttl.clone();
+        permit["limit"] = json!(2);
+        assert_invalid(&s.hold("semaphores", "free", permit).await, &["meta"]);
+        let mut read = ttl.clone();
+        read["mode"] = json!("read");
+        assert_invalid(&s.hold("rwlocks", "free", read).await, &["meta"]);
+        assert_invalid(&s.renew("held", ttl.clone()).await, &["meta"]);
+    }
+    // Nothing was granted, and the held lease is as it was (expiry and meta).
+    assert_eq!(s.get("free").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(s.get("other").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(s.holds("semaphores", "free").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(s.holds("rwlocks", "free").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(s.get("held").await.body, held);
+    // Exactly the limit is fine.
+    let fits = json!({"owner": "w", "ttl_seconds": 30, "meta": {"k": "x".repeat(1016)}});
+    assert_eq!(s.acquire("fits", fits).await.status, StatusCode::OK);
+}

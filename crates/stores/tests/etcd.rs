@@ -624,7 +624,7 @@ async fn a_cap_inside_etcds_whole_seconds_ends_the_lease_on_every_server() {
         .acquire_unless(
             &resource,
             &owner("b"),
-            terms(Duration::from_secs(60)),
+            &terms(Duration::from_secs(60)),
             Duration::from_secs(20),
             &CancellationToken::new(),
         )
@@ -645,7 +645,11 @@ async fn a_lock_delay_set_through_one_server_refuses_a_grant_through_the_other_u
     let resource = shared::unique("delayed");
     let delay = Duration::from_secs(3);
     let delayed = terms(Duration::from_secs(1)).lock_delay(delay);
-    let lease = shared::granted(one.acquire_with(&resource, &owner("a"), delayed).await.unwrap());
+    let lease = shared::granted(
+        one.acquire_with(&resource, &owner("a"), delayed.clone())
+            .await
+            .unwrap(),
+    );
     assert_eq!(lease.lock_delay, delay);
     assert_eq!(lease.expires_at.since(lease.acquired_at), Duration::from_secs(1));
 
@@ -670,7 +674,7 @@ async fn a_lock_delay_set_through_one_server_refuses_a_grant_through_the_other_u
         .acquire_unless(
             &resource,
             &owner("b"),
-            terms(Duration::from_secs(60)),
+            &terms(Duration::from_secs(60)),
             Duration::from_secs(20),
             &CancellationToken::new(),
         )
@@ -837,7 +841,10 @@ async fn the_most_locks_one_acquire_may_take_fit_one_transaction() {
         .collect();
     let resources = Resources::new(all.clone()).unwrap();
     let long = Terms::ttl(ttl(Duration::from_secs(60)));
-    let granted = store.acquire_all(&resources, &owner("a"), long).await.unwrap();
+    let granted = store
+        .acquire_all(&resources, &owner("a"), long.clone())
+        .await
+        .unwrap();
     let AcquireAllOutcome::Granted(outcomes) = granted else {
         panic!("{granted:?}");
     };

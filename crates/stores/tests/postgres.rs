@@ -130,7 +130,7 @@ async fn servers_starting_together_migrate_once() {
     for start in starts {
         start.await.unwrap().expect("a server starting alongside others");
     }
-    assert_eq!(schema_versions(&fresh).await, [1, 2, 3, 4]);
+    assert_eq!(schema_versions(&fresh).await, [1, 2, 3, 4, 5]);
 }
 
 #[tokio::test]
@@ -725,7 +725,7 @@ async fn a_database_of_version_1_is_migrated_keeping_its_leases() {
             .unwrap(),
     );
     assert!(permit.lease.token > FencingToken(41), "{permit:?}");
-    assert_eq!(schema_versions(&old).await, [1, 2, 3, 4]);
+    assert_eq!(schema_versions(&old).await, [1, 2, 3, 4, 5]);
 }
 
 /// A server of version 2, still running beside newer ones while they are rolled out, calls
@@ -1272,7 +1272,7 @@ async fn opposite_orders_on_two_servers_never_both_win_nor_fail() {
         let backward = Resources::new(vec![y.clone(), x.clone()]).unwrap();
         let terms = Terms::ttl(ttl(LONG));
         let (first, second) = tokio::join!(
-            a.acquire_all(&forward, &p, terms),
+            a.acquire_all(&forward, &p, terms.clone()),
             b.acquire_all(&backward, &q, terms),
         );
         let (first, second) = (first.unwrap(), second.unwrap());
@@ -1336,7 +1336,10 @@ async fn names_that_share_lock_keys_crosswise_never_deadlock() {
     let (p, q) = (owner("p"), owner("q"));
     let terms = Terms::ttl(ttl(LONG));
     for round in 0..20 {
-        let (first, second) = tokio::join!(a.acquire_all(&one, &p, terms), b.acquire_all(&other, &q, terms));
+        let (first, second) = tokio::join!(
+            a.acquire_all(&one, &p, terms.clone()),
+            b.acquire_all(&other, &q, terms.clone())
+        );
         for (outcome, who, names) in [(first, &p, &one), (second, &q, &other)] {
             let outcome = outcome.unwrap_or_else(|e| panic!("round {round}: {e}"));
             assert!(
@@ -1348,6 +1351,90 @@ async fn names_that_share_lock_keys_crosswise_never_deadlock() {
             }
         }
     }
+}
+
+// Servers of version 4, before lease metadata.
+
+/// What version 5 of the schema added, taken away again (with version 4's
+/// `fencelock_keep_terms` back): a database of version 4.
+const UNDO_VERSION_5: &str = "
+    DROP TRIGGER fencelock_holds_new_token_no_meta ON fencelock_holds;
+    DROP FUNCTION fencelock_new_hold_has_no_meta();
+    DROP FUNCTION fencelock_acquire_locks(text[], text, text, bigint, bigint, bigint, text);
+    DROP FUNCTION fencelock_acquire_hold(text, text, text, text, bigint, bigint, bigint, text);
+    DROP FUNCTION fencelock_release_hold_meta(text, text, text, text, bigint);
+    DROP FUNCTION fencelock_renew_hold(text, text, text, text, bigint, bigint, text);
+    DROP FUNCTION fencelock_force_release_with_meta(text, text);
+    CREATE OR REPLACE FUNCTION fencelock_keep_terms() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.token <> OLD.token THEN
+            NEW.hold_until := NULL;
+            NEW.lock_delay := 0;
+        END IF;
+        NEW.expires_at := least(NEW.expires_at, NEW.hold_until);
+        RETURN NEW;
+    END
+    $$;
+    ALTER TABLE fencelock_leases DROP COLUMN meta;
+    ALTER TABLE fencelock_holds DROP COLUMN meta;
+    DELETE FROM fencelock_schema_version WHERE version = 5;
+";
+
+/// A database of version 4 is migrated with its leases and holds, which have no metadata, and
+/// serves metadata from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_version_4_is_migrated_keeping_its_leases_and_holds_without_metadata() {
+    let url = new_database("version_4").await;
+    let old = store(&url).await;
+    let lease = granted(
+        old.acquire(&resource("kept"), &owner("a"), ttl(LONG))
+            .await
+            .unwrap(),
+    );
+    let permit = granted_hold(
+        old.acquire_hold(
+            &resource("sem"),
+            &owner("a"),
+            Claim::Permit { limit: 2 },
+            ttl(LONG),
+            None,
+        )
+        .await
+        .unwrap(),
+    );
+    drop(old);
+    connected(&url).await.batch_execute(UNDO_VERSION_5).await.unwrap();
+    assert_eq!(schema_versions(&url).await, [1, 2, 3, 4]);
+
+    let store = store(&url).await;
+    assert_eq!(schema_versions(&url).await, [1, 2, 3, 4, 5]);
+    assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease.clone()));
+    let holds = store
+        .holds(HoldKind::Semaphore, &permit.lease.resource)
+        .await
+        .unwrap();
+    assert_eq!(holds, [permit.clone()]);
+    let meta = fencelock_core::Meta::parse(r#"{"host":"db-3"}"#).unwrap();
+    let renewed = store
+        .renew_hold_with(
+            HoldKind::Semaphore,
+            &permit.lease.resource,
+            &owner("a"),
+            ttl(LONG),
+            None,
+            Some(&meta),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(renewed, RenewOutcome::Renewed(ref h) if h.lease.meta.as_ref() == Some(&meta)));
+    let released = store
+        .release_hold(HoldKind::Semaphore, &permit.lease.resource, &owner("a"), None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(released, ReleaseOutcome::Released(Some(ref ended)) if ended.lease.meta.as_ref() == Some(&meta)),
+        "{released:?}"
+    );
 }
 
 // Servers of version 3, before the terms.
@@ -1373,6 +1460,7 @@ async fn a_database_of_version_3_is_migrated_keeping_its_leases_with_no_terms() 
     let url = new_database("version_3").await;
     drop(store(&url).await);
     let db = connected(&url).await;
+    db.batch_execute(UNDO_VERSION_5).await.unwrap();
     db.batch_execute(UNDO_VERSION_4).await.unwrap();
     assert_eq!(schema_versions(&url).await, [1, 2, 3]);
     // A lease as version 3 writes one, of billing's principal.
@@ -1386,7 +1474,7 @@ async fn a_database_of_version_3_is_migrated_keeping_its_leases_with_no_terms() 
     .unwrap();
 
     let store = store(&url).await;
-    assert_eq!(schema_versions(&url).await, [1, 2, 3, 4]);
+    assert_eq!(schema_versions(&url).await, [1, 2, 3, 4, 5]);
     let kept = resource("kept");
     let lease = store.get(&kept).await.unwrap().expect("the lease is kept");
     assert_eq!(

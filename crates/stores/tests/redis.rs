@@ -825,7 +825,7 @@ async fn one_node_of_three_failing_changes_nothing_a_caller_sees(fault: Fault) {
 
     let all = names("all", 20);
     let long = Terms::ttl(ttl(Duration::from_secs(60)));
-    match redlock.acquire_all(&all, &who, long).await {
+    match redlock.acquire_all(&all, &who, long.clone()).await {
         Ok(AcquireAllOutcome::Granted(outcomes)) => {
             let tokens: Vec<u64> = outcomes.iter().map(|o| o.lease().unwrap().token.0).collect();
             assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "{fault:?}: {tokens:?}");
@@ -921,7 +921,7 @@ async fn an_all_or_none_its_caller_gave_up_on_takes_nothing_when_hung_nodes_come
     let long = Terms::ttl(ttl(Duration::from_secs(60)));
     let gave_up = tokio::time::timeout(
         Duration::from_millis(300),
-        redlock.acquire_all(&wanted, &who, long),
+        redlock.acquire_all(&wanted, &who, long.clone()),
     )
     .await;
     assert!(

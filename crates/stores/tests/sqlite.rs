@@ -9,8 +9,8 @@ use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireOutcome, Claim, Clock, Expired, FencingToken, Hold, HoldKind, HoldOutcome, Key, Kind, Lease,
-    ListQuery, LockStore, ManualClock, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError, Timestamp,
-    Ttl,
+    ListQuery, LockStore, ManualClock, Meta, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError,
+    Timestamp, Ttl,
 };
 use fencelock_stores::sqlite::SqliteStore;
 use fencelock_testkit::fixtures::resource;
@@ -884,7 +884,7 @@ async fn a_version_2_file_keeps_its_leases_when_migrated_to_keep_holds() {
 }
 
 /// The schema version of this fencelock's files.
-const LATEST: i64 = 7;
+const LATEST: i64 = 8;
 
 /// Makes the store file at `path` one of schema version `to`, by removing what each later
 /// version added, last first.
@@ -910,6 +910,9 @@ fn downgrade(path: &Path, to: i64) {
         // 7: the host's boot and uptime with the last time.
         "ALTER TABLE meta DROP COLUMN boot_id;
          ALTER TABLE meta DROP COLUMN since_boot;",
+        // 8: the metadata of leases and holds.
+        "ALTER TABLE leases DROP COLUMN meta;
+         ALTER TABLE holds DROP COLUMN meta;",
     ];
     let conn = rusqlite::Connection::open(path).unwrap();
     for version in (to + 1..=LATEST).rev() {
@@ -917,6 +920,36 @@ fn downgrade(path: &Path, to: i64) {
             .unwrap();
     }
     conn.pragma_update(None, "user_version", to).unwrap();
+}
+
+#[tokio::test]
+async fn a_version_7_file_keeps_its_leases_without_metadata_and_takes_some_once_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let lease = grant(&store, "lock", "a", long()).await;
+    let permit = grant_hold(&store, "sem", "a", PERMIT, long()).await;
+    store.close().await;
+    downgrade(&db(&dir), 7);
+
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    assert_eq!(store.get(&lease.resource).await.unwrap(), Some(lease.clone()));
+    let holds = store
+        .holds(HoldKind::Semaphore, &permit.lease.resource)
+        .await
+        .unwrap();
+    assert_eq!(holds, [permit.clone()]);
+    let meta = Meta::parse(r#"{"host":"db-3","pid":311}"#).unwrap();
+    let renewed = store
+        .renew_with(&lease.resource, &lease.owner, long(), None, Some(&meta))
+        .await
+        .unwrap();
+    assert!(matches!(renewed, RenewOutcome::Renewed(ref l) if l.meta.as_ref() == Some(&meta)));
+    store.close().await;
+    let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
+    let kept = store.get(&lease.resource).await.unwrap().expect("kept");
+    assert_eq!(kept.meta, Some(meta));
+    store.close().await;
 }
 
 #[tokio::test]

@@ -211,7 +211,7 @@ async fn two_servers_on_one_ensemble_have_one_winner_and_hand_over_by_watch() {
                 .acquire_unless(
                     &resource,
                     &owner("waiter"),
-                    Terms::ttl(long),
+                    &Terms::ttl(long),
                     Duration::from_secs(50),
                     &CancellationToken::new(),
                 )

@@ -426,7 +426,7 @@ impl Worker {
         let (ttl, owner, resource) = (ask.ttl()?, ask.owner()?, name.parse::<Resource>()?);
         let invoked = Mono::now();
         let granted = client
-            .acquire_claim(&resource, &owner, claim, ttl, ask.wait)
+            .acquire_claim(&resource, &owner, claim, ttl, None, ask.wait)
             .await;
         if let Some(guard) = self.settle(&ask, invoked, granted.map(MultiGuard::from)) {
             self.keep(guard, &ask, plan).await;

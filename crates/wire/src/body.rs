@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use fencelock_core::model::MAX_NAME_BYTES;
 use fencelock_core::{
-    FencingToken, InvalidName, Lease, MAX_RESOURCES, Owner, Principal, Resource, Resources, Terms, Timestamp,
-    Ttl,
+    FencingToken, InvalidName, Lease, MAX_RESOURCES, Meta, Owner, Principal, Resource, Resources, Terms,
+    Timestamp, Ttl,
 };
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,27 @@ pub struct LeaseBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub hold_until: Option<String>,
+    /// What the holder said about the lease when it acquired or renewed it: a flat JSON
+    /// object. Absent for a lease without (never `null`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>, nullable = false)]
+    pub meta: Option<MetaObject>,
+}
+
+/// Lease metadata as it travels: a JSON object of strings, numbers, booleans and nulls.
+pub type MetaObject = serde_json::Map<String, serde_json::Value>;
+
+/// `meta` as a request carries it.
+pub(crate) fn meta_object(meta: Option<&Meta>) -> Option<MetaObject> {
+    meta.map(Meta::to_object)
+}
+
+/// `meta` as an answer carries it, read back into the model (any size: the server checked
+/// the size when it took it).
+pub(crate) fn read_meta(meta: Option<MetaObject>) -> Result<Option<Meta>, InvalidLease> {
+    meta.map(|object| Meta::from_object(&object, usize::MAX))
+        .transpose()
+        .map_err(|e| InvalidLease::Answer(format!("meta {e}")))
 }
 
 impl From<&Lease> for LeaseBody {
@@ -53,6 +74,7 @@ impl From<&Lease> for LeaseBody {
             acquired_at: lease.acquired_at.to_rfc3339(),
             expires_at: lease.expires_at.to_rfc3339(),
             hold_until: lease.hold_until.map(Timestamp::to_rfc3339),
+            meta: meta_object(lease.meta.as_ref()),
         }
     }
 }
@@ -89,6 +111,7 @@ impl TryFrom<LeaseBody> for Lease {
             hold_until: body.hold_until.map(time).transpose()?,
             // A server does not say the lock-delay of a lease: it keeps it.
             lock_delay: std::time::Duration::ZERO,
+            meta: read_meta(body.meta)?,
         })
     }
 }
@@ -109,17 +132,21 @@ pub struct AcquireRequest {
     /// A cap on holding, from the grant that issues the token (none if absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_hold_ms: Option<u64>,
+    /// The lease's metadata (none if absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<MetaObject>,
 }
 
 impl AcquireRequest {
-    /// The request of `owner` for a lease on `terms` (its TTL and cap: the lock-delay is the
-    /// server's), waiting up to `wait` (none if zero).
-    pub fn new(owner: &Owner, terms: Terms, wait: Duration) -> Self {
+    /// The request of `owner` for a lease on `terms` (its TTL, cap and metadata: the
+    /// lock-delay is the server's), waiting up to `wait` (none if zero).
+    pub fn new(owner: &Owner, terms: &Terms, wait: Duration) -> Self {
         Self {
             owner: owner.to_string(),
             ttl: TtlFields::ms(terms.ttl.as_millis()),
             wait_ms: (!wait.is_zero()).then(|| millis(wait)),
             max_hold_ms: terms.max_hold.map(Ttl::as_millis),
+            meta: meta_object(terms.meta.as_ref()),
         }
     }
 }
@@ -142,7 +169,7 @@ pub struct AcquireAllRequest {
 
 impl AcquireAllRequest {
     /// The request of `owner` for every lock of `resources` on `terms`, waiting up to `wait`.
-    pub fn new(resources: &Resources, owner: &Owner, terms: Terms, wait: Duration) -> Self {
+    pub fn new(resources: &Resources, owner: &Owner, terms: &Terms, wait: Duration) -> Self {
         Self {
             resources: resources.as_slice().iter().map(Resource::to_string).collect(),
             acquire: AcquireRequest::new(owner, terms, wait),
@@ -215,6 +242,22 @@ pub struct RenewRequest {
     /// Renew only if this is the current lease's token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
+    /// Metadata to replace the lease's with (kept if absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<MetaObject>,
+}
+
+impl RenewRequest {
+    /// The renewal by `owner` for `ttl` from now, of the lease of `token` if given, replacing
+    /// its metadata with `meta` if given.
+    pub fn new(owner: &Owner, ttl: Ttl, token: Option<FencingToken>, meta: Option<&Meta>) -> Self {
+        Self {
+            owner: owner.to_string(),
+            ttl: TtlFields::ms(ttl.as_millis()),
+            fencing_token: token.map(|t| t.0),
+            meta: meta_object(meta),
+        }
+    }
 }
 
 /// The OpenAPI description of a request body: its fields, by [`fields`]'s names and with
@@ -297,6 +340,10 @@ pub(crate) fn acquire_schema_with(
     more: impl FnOnce(ObjectBuilder) -> ObjectBuilder,
 ) -> RefOr<Schema> {
     let limits = Limits::default();
+    let meta = fields::meta_schema(
+        "What the holder says about it (e.g. host, pid, job), shown wherever it is shown. A grant that issues \
+         a new token takes it (none if absent); an extension keeps the lease's unless one is sent.",
+    );
     more(exactly_one_ttl(request_schema(
         description,
         &format!("Who asks; trimmed of white space, 1 to {MAX_NAME_BYTES} bytes, no control characters."),
@@ -314,7 +361,8 @@ pub(crate) fn acquire_schema_with(
                 limits.wait_ms(),
             ),
         ],
-    )))
+    ))
+    .property(fields::META, meta))
     .into()
 }
 
@@ -392,6 +440,13 @@ impl PartialSchema for RenewRequest {
                 token("renewal"),
             ],
         ))
+        .property(
+            fields::META,
+            fields::meta_schema(
+                "If given, replaces the metadata of the lease, permit or hold (in the same step, judged as the \
+                 renewal is); if absent, it is kept.",
+            ),
+        )
         .into()
     }
 }

@@ -32,6 +32,8 @@ pub const FORCE: &str = "force";
 pub const MAX_HOLD_MS: &str = "max_hold_ms";
 /// The locks an acquire of several takes together.
 pub const RESOURCES: &str = "resources";
+/// What the holder says about its lease: a flat JSON object.
+pub const META: &str = "meta";
 
 /// An owner as a client may send it: white space around it is trimmed, what is left is not
 /// blank and has no control characters.
@@ -59,6 +61,8 @@ pub struct Limits {
     pub max_wait: Duration,
     /// The largest `limit` of a semaphore (default 10,000).
     pub max_limit: u32,
+    /// The most bytes of `meta`, as compact JSON (default 1,024).
+    pub max_meta_bytes: usize,
 }
 
 impl Default for Limits {
@@ -67,6 +71,7 @@ impl Default for Limits {
             max_ttl: Ttl::DEFAULT_MAX,
             max_wait: Duration::from_millis(300_000),
             max_limit: Self::DEFAULT_MAX_LIMIT,
+            max_meta_bytes: fencelock_core::Meta::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -106,6 +111,25 @@ impl Limits {
             max: u64::try_from(self.max_wait.as_millis()).unwrap_or(u64::MAX),
         }
     }
+}
+
+/// The schema of `meta`: a flat JSON object, at most the default size as compact JSON.
+pub fn meta_schema(what: &str) -> ObjectBuilder {
+    let scalar = utoipa::openapi::schema::OneOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(Type::String))
+        .item(ObjectBuilder::new().schema_type(Type::Number))
+        .item(ObjectBuilder::new().schema_type(Type::Boolean))
+        .item(ObjectBuilder::new().schema_type(Type::Null));
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some(format!(
+            "{what} A flat JSON object (string, number, boolean or null values, no nesting), at most {} bytes as \
+             compact JSON (the server's `--max-meta-bytes`); anything else is refused with 422 on `meta`.",
+            fencelock_core::Meta::DEFAULT_MAX_BYTES
+        )))
+        .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::RefOr(RefOr::T(
+            Schema::OneOf(scalar.build()),
+        ))))
 }
 
 /// The bounds of `max_hold_ms`: 1 to one year ([`fencelock_core::Ttl::CEILING`]), whatever the
@@ -238,7 +262,8 @@ mod tests {
         let owner = Owner::new("w").unwrap();
         let ttl = Ttl::from_millis(1_500, limits.max_ttl).unwrap();
         for claim in [Claim::Permit { limit: 7 }, Claim::Read, Claim::Write] {
-            let request = HoldAcquireRequest::new(&owner, claim, ttl, std::time::Duration::from_millis(40));
+            let request =
+                HoldAcquireRequest::new(&owner, claim, ttl, None, std::time::Duration::from_millis(40));
             let body = object(serde_json::to_value(&request).unwrap());
             let parsed = parse::acquire_hold(&body, &limits, request.kind()).unwrap();
             assert_eq!(
@@ -247,7 +272,7 @@ mod tests {
             );
             assert_eq!(parsed.acquire.wait.as_millis(), 40);
         }
-        let request = HoldAcquireRequest::new(&owner, Claim::Read, ttl, std::time::Duration::ZERO);
+        let request = HoldAcquireRequest::new(&owner, Claim::Read, ttl, None, std::time::Duration::ZERO);
         assert_eq!(keys(request), sorted(&[OWNER, MODE, TTL_MS]));
         assert_eq!(serde_json::to_value(Mode::Write).unwrap(), json!("write"));
     }
@@ -277,10 +302,11 @@ mod tests {
             },
             wait_ms: Some(1),
             max_hold_ms: Some(1),
+            meta: Some(Map::new()),
         };
         assert_eq!(
             keys(&acquire),
-            sorted(&[OWNER, TTL_SECONDS, TTL_MS, WAIT_MS, MAX_HOLD_MS])
+            sorted(&[OWNER, TTL_SECONDS, TTL_MS, WAIT_MS, MAX_HOLD_MS, META])
         );
         let all = AcquireAllRequest {
             resources: vec!["a".into()],
@@ -288,7 +314,7 @@ mod tests {
         };
         assert_eq!(
             keys(all),
-            sorted(&[OWNER, TTL_SECONDS, TTL_MS, WAIT_MS, MAX_HOLD_MS, RESOURCES])
+            sorted(&[OWNER, TTL_SECONDS, TTL_MS, WAIT_MS, MAX_HOLD_MS, META, RESOURCES])
         );
         let release = ReleaseRequest {
             owner: "w".into(),
@@ -302,15 +328,20 @@ mod tests {
                 ttl_ms: Some(1),
             },
             fencing_token: Some(1),
+            meta: Some(Map::new()),
         };
-        assert_eq!(keys(renew), sorted(&[OWNER, TTL_SECONDS, TTL_MS, FENCING_TOKEN]));
+        assert_eq!(
+            keys(renew),
+            sorted(&[OWNER, TTL_SECONDS, TTL_MS, FENCING_TOKEN, META])
+        );
         let semaphore = SemaphoreAcquireRequest {
             owner: "w".into(),
             limit: 1,
             ttl: TtlFields::ms(1),
             wait_ms: Some(1),
+            meta: Some(Map::new()),
         };
-        assert_eq!(keys(semaphore), sorted(&[OWNER, LIMIT, TTL_MS, WAIT_MS]));
+        assert_eq!(keys(semaphore), sorted(&[OWNER, LIMIT, TTL_MS, WAIT_MS, META]));
     }
 
     #[test]

@@ -9,13 +9,13 @@
 
 use std::time::Duration;
 
-use fencelock_core::{Claim, Hold, HoldKind, Lease, Owner, Ttl};
+use fencelock_core::{Claim, Hold, HoldKind, Lease, Meta, Owner, Ttl};
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::{RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::body::{self, InvalidLease, LeaseBody, TtlFields};
+use crate::body::{self, InvalidLease, LeaseBody, MetaObject, TtlFields};
 use crate::fields::{self, Limits};
 
 /// The path of a kind's collection: `/semaphores` or `/rwlocks` (a name follows as
@@ -85,6 +85,10 @@ pub struct PermitBody {
     pub expires_at: String,
     /// How many permits the semaphore has.
     pub limit: u32,
+    /// What the holder said about it: a flat JSON object. Absent for one without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>, nullable = false)]
+    pub meta: Option<MetaObject>,
 }
 
 /// A read-write lock's hold, as written in every answer: a lease with `name` in place of
@@ -108,6 +112,10 @@ pub struct HoldBody {
     pub expires_at: String,
     /// What it holds.
     pub mode: Mode,
+    /// What the holder said about it: a flat JSON object. Absent for one without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>, nullable = false)]
+    pub meta: Option<MetaObject>,
 }
 
 /// The lease of a hold as a [`LeaseBody`], whose fields a permit and a hold share.
@@ -123,6 +131,7 @@ fn read_lease(
     fencing_token: u64,
     acquired_at: String,
     expires_at: String,
+    meta: Option<MetaObject>,
 ) -> Result<Lease, InvalidLease> {
     Lease::try_from(LeaseBody {
         resource: name,
@@ -132,6 +141,7 @@ fn read_lease(
         acquired_at,
         expires_at,
         hold_until: None,
+        meta,
     })
 }
 
@@ -147,6 +157,7 @@ impl PermitBody {
             acquired_at: lease.acquired_at,
             expires_at: lease.expires_at,
             limit,
+            meta: lease.meta,
         }
     }
 }
@@ -163,6 +174,7 @@ impl HoldBody {
             acquired_at: lease.acquired_at,
             expires_at: lease.expires_at,
             mode,
+            meta: lease.meta,
         }
     }
 }
@@ -182,6 +194,7 @@ impl TryFrom<PermitBody> for Hold {
                 body.fencing_token,
                 body.acquired_at,
                 body.expires_at,
+                body.meta,
             )?,
             claim: Claim::Permit { limit: body.limit },
         })
@@ -200,6 +213,7 @@ impl TryFrom<HoldBody> for Hold {
                 body.fencing_token,
                 body.acquired_at,
                 body.expires_at,
+                body.meta,
             )?,
             claim: body.mode.claim(),
         })
@@ -267,6 +281,9 @@ pub struct SemaphoreAcquireRequest {
     /// How long to wait in line if every permit is held by others (default 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
+    /// The metadata of the permit or hold (none if absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<MetaObject>,
 }
 
 /// `POST /rwlocks/{name}`: acquire in a mode. Exactly one of `ttl_seconds` and `ttl_ms`.
@@ -282,6 +299,9 @@ pub struct RwLockAcquireRequest {
     /// How long to wait in line if the lock is held against this mode (default 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
+    /// The metadata of the permit or hold (none if absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<MetaObject>,
 }
 
 /// The acquire of a permit or of a hold, as a client sends it.
@@ -295,17 +315,20 @@ pub enum HoldAcquireRequest {
 }
 
 impl HoldAcquireRequest {
-    /// The request of `owner` for `claim`, for `ttl`, waiting up to `wait` (none if zero).
-    pub fn new(owner: &Owner, claim: Claim, ttl: Ttl, wait: Duration) -> Self {
+    /// The request of `owner` for `claim`, for `ttl`, with `meta`, waiting up to `wait` (none
+    /// if zero).
+    pub fn new(owner: &Owner, claim: Claim, ttl: Ttl, meta: Option<&Meta>, wait: Duration) -> Self {
         let owner = owner.to_string();
         let ttl = TtlFields::ms(ttl.as_millis());
         let wait_ms = (!wait.is_zero()).then(|| body::millis(wait));
+        let meta = body::meta_object(meta);
         match claim {
             Claim::Permit { limit } => Self::Semaphore(SemaphoreAcquireRequest {
                 owner,
                 limit,
                 ttl,
                 wait_ms,
+                meta,
             }),
             Claim::Read | Claim::Write => Self::RwLock(RwLockAcquireRequest {
                 owner,
@@ -316,6 +339,7 @@ impl HoldAcquireRequest {
                 },
                 ttl,
                 wait_ms,
+                meta,
             }),
         }
     }

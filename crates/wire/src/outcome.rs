@@ -931,6 +931,8 @@ mod tests {
             expires_at: Timestamp::from_millis(31_000),
             hold_until: None,
             lock_delay: std::time::Duration::ZERO,
+            // Round trips carry metadata too.
+            meta: Some(fencelock_core::Meta::parse(r#"{"host":"db-3","pid":311}"#).unwrap()),
         }
     }
 

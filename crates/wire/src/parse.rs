@@ -10,13 +10,13 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    Claim, FencingToken, HoldKind, InvalidName, MAX_RESOURCES, Owner, Resource, Resources, Terms, Ttl,
+    Claim, FencingToken, HoldKind, InvalidName, MAX_RESOURCES, Meta, Owner, Resource, Resources, Terms, Ttl,
 };
 use serde_json::{Map, Value};
 
 pub use crate::fields::Limits;
 use crate::fields::{
-    self, FENCING_TOKEN, FORCE, LIMIT, MAX_HOLD_MS, MODE, OWNER, RESOURCES, Range, TTL_MS, TTL_SECONDS,
+    self, FENCING_TOKEN, FORCE, LIMIT, MAX_HOLD_MS, META, MODE, OWNER, RESOURCES, Range, TTL_MS, TTL_SECONDS,
     WAIT_MS,
 };
 use crate::problem::FieldError;
@@ -30,6 +30,8 @@ pub struct Acquire {
     pub ttl: Ttl,
     /// How long to wait if another owner holds the lock.
     pub wait: Duration,
+    /// The metadata of the lease, permit or hold, if sent.
+    pub meta: Option<Meta>,
 }
 
 /// A valid acquire of a lock: an acquire's fields, and the cap on holding it may ask for.
@@ -48,6 +50,7 @@ impl AcquireLock {
         Terms::ttl(self.acquire.ttl)
             .max_hold(self.max_hold)
             .lock_delay(lock_delay)
+            .meta(self.acquire.meta.clone())
     }
 }
 
@@ -87,6 +90,8 @@ pub struct Renew {
     pub ttl: Ttl,
     /// The token the caller holds, if it sent one.
     pub token: Option<FencingToken>,
+    /// Metadata to replace the lease's with, if sent.
+    pub meta: Option<Meta>,
 }
 
 /// Why a request body is not a JSON object (a 400, before any field is looked at).
@@ -265,9 +270,15 @@ pub fn renew(body: &Map<String, Value>, limits: &Limits) -> Result<Renew, Vec<Fi
     let owner = fields.owner();
     let ttl = fields.ttl(limits);
     let token = fields.token();
+    let meta = fields.meta(limits);
     fields.finish()?;
-    match (owner, ttl, token) {
-        (Some(owner), Some(ttl), Some(token)) => Ok(Renew { owner, ttl, token }),
+    match (owner, ttl, token, meta) {
+        (Some(owner), Some(ttl), Some(token), Some(meta)) => Ok(Renew {
+            owner,
+            ttl,
+            token,
+            meta,
+        }),
         _ => Err(invalid()),
     }
 }
@@ -310,10 +321,12 @@ impl<'a> Fields<'a> {
         let owner = self.owner();
         let ttl = self.ttl(limits);
         let wait = self.integer(WAIT_MS, limits.wait_ms());
+        let meta = self.meta(limits);
         Some(Acquire {
             owner: owner?,
             ttl: ttl?,
             wait: Duration::from_millis(wait?.unwrap_or(0)),
+            meta: meta?,
         })
     }
 
@@ -406,6 +419,21 @@ impl<'a> Fields<'a> {
         };
         // Both fields were checked against `max` above, so this refuses nothing new.
         Ttl::from_millis(ms, limits.max_ttl).ok()
+    }
+
+    /// Optional metadata: a flat JSON object within the server's size: `Some(None)` if
+    /// absent, `None` if invalid.
+    fn meta(&mut self, limits: &Limits) -> Option<Option<Meta>> {
+        let message = match self.body.get(META) {
+            None => return Some(None),
+            Some(Value::Null) => "must not be null".to_owned(),
+            Some(value) => match Meta::from_value(value, limits.max_meta_bytes) {
+                Ok(meta) => return Some(Some(meta)),
+                Err(e) => e.to_string(),
+            },
+        };
+        self.errors.push(FieldError::new(META, message));
+        None
     }
 
     /// An optional fencing token: `Some(None)` if absent, `None` if invalid.

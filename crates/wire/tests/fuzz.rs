@@ -317,11 +317,13 @@ fn encode(op: Op, meant: &Meant) -> Value {
             ttl: TtlFields::ms(ttl_ms),
             wait_ms: meant.wait_ms.filter(|&w| w > 0),
             max_hold_ms: meant.max_hold_ms,
+            meta: None,
         }),
         Op::Semaphore | Op::RwLock => serde_json::to_value(HoldAcquireRequest::new(
             &owner,
             meant.claim.unwrap(),
             Ttl::from_millis(ttl_ms, Ttl::CEILING).unwrap(),
+            None,
             Duration::from_millis(meant.wait_ms.unwrap()),
         )),
         Op::Release | Op::Delete => serde_json::to_value(ReleaseRequest {
@@ -332,6 +334,7 @@ fn encode(op: Op, meant: &Meant) -> Value {
             owner: owner.to_string(),
             ttl: TtlFields::ms(ttl_ms),
             fencing_token: meant.token,
+            meta: None,
         }),
     };
     written.unwrap()
@@ -434,6 +437,7 @@ fn limits() -> impl Strategy<Value = Limits> {
         max_ttl: Ttl::from_millis(ttl, Ttl::CEILING).unwrap(),
         max_wait: Duration::from_millis(wait),
         max_limit,
+        max_meta_bytes: fencelock_core::Meta::DEFAULT_MAX_BYTES,
     })
 }
 
@@ -710,6 +714,7 @@ proptest! {
             expires_at: Timestamp::from_millis(expires_at),
             hold_until: hold_until.map(Timestamp::from_millis),
             lock_delay: std::time::Duration::ZERO,
+            meta: None,
         };
         let json = serde_json::to_value(LeaseBody::from(&lease)).unwrap();
         prop_assert_eq!(json.get("principal").is_some(), principal.is_some());

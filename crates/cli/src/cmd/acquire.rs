@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock_client::{
-    AcquireError, AcquireOutcome, Claim, Client, HoldOutcome, Kind, Owner, Resource, Terms, Ttl,
+    AcquireError, AcquireOutcome, Claim, Client, HoldOutcome, Kind, Meta, Owner, Resource, Terms, Ttl,
 };
 use fencelock_wire::outcome;
 
@@ -51,7 +51,10 @@ async fn acquire(args: Args) -> Result<u8, Failure> {
     let client = args.target.connect().await?;
     match args.claimed.claim() {
         None => acquire_lock(&client, &resource, &owner, terms, args.wait, args.json).await,
-        Some(claim) => acquire_hold(&client, &resource, &owner, claim, terms.ttl, args.wait, args.json).await,
+        Some(claim) => {
+            let held = (claim, terms.ttl, terms.meta.as_ref());
+            acquire_hold(&client, &resource, &owner, held, args.wait, args.json).await
+        }
     }
 }
 
@@ -104,13 +107,12 @@ async fn acquire_hold(
     client: &Client,
     name: &Resource,
     owner: &Owner,
-    claim: Claim,
-    ttl: Ttl,
+    (claim, ttl, meta): (Claim, Ttl, Option<&Meta>),
     wait: Duration,
     json: bool,
 ) -> Result<u8, Failure> {
     let kind = claim.kind();
-    let acquiring = client.acquire_hold(name, owner, claim, ttl, wait);
+    let acquiring = client.acquire_hold(name, owner, claim, ttl, meta, wait);
     let answer = while_waiting(client, kind.into(), std::slice::from_ref(name), wait, acquiring).await?;
     // Told in the client's words, which the guard's acquire uses too.
     let refusal = match answer {

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use fencelock_client::{
     AuthToken, CaCertificates, Claim, Client, ConnectError, FencingToken, Hold, HoldKind, HttpOptions, Key,
-    Kind, Lease, ListQuery, Owner, Resource, StoreError, Terms, Timestamp, Ttl,
+    Kind, Lease, ListQuery, Meta, Owner, Resource, StoreError, Terms, Timestamp, Ttl,
 };
 use fencelock_wire::{HoldItem, LeaseBody};
+use serde_json::{Map, Value};
 
 /// Exit codes of the client commands (the SPEC's table, and `run`'s own).
 pub mod exit {
@@ -131,11 +132,22 @@ pub struct Wanted {
         conflicts_with_all = ["limit", "mode"]
     )]
     max_hold: Option<Duration>,
+    /// Metadata for the lease, e.g. --meta job=backup: shown with it by `status`, `list`
+    /// and the API. Give it several times for several keys; values are strings. `run` adds
+    /// host, pid and command unless given here.
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    meta: Vec<String>,
 }
 
 impl Wanted {
     /// The owner (or `HOSTNAME:PID`) and the terms, checked.
     pub fn parse(&self) -> Result<(Owner, Terms), Failure> {
+        self.parse_with(Map::new())
+    }
+
+    /// [`parse`](Self::parse), with the metadata `defaults` under what --meta gives (which
+    /// wins on a key both have).
+    pub fn parse_with(&self, defaults: Map<String, Value>) -> Result<(Owner, Terms), Failure> {
         let max_hold = self
             .max_hold
             .map(|cap| {
@@ -143,9 +155,45 @@ impl Wanted {
                     .map_err(|e| Failure::bad_input(format!("invalid --max-hold: {e}")))
             })
             .transpose()?;
-        let terms = Terms::ttl(ttl(self.ttl)?).max_hold(max_hold);
+        let terms = Terms::ttl(ttl(self.ttl)?)
+            .max_hold(max_hold)
+            .meta(meta(&self.meta, defaults)?);
         Ok((owner_or_default(self.owner.as_deref())?, terms))
     }
+}
+
+/// The metadata of `--meta KEY=VALUE` pairs over `defaults`; none if both are empty. The
+/// server checks the size against its own limit.
+fn meta(pairs: &[String], mut defaults: Map<String, Value>) -> Result<Option<Meta>, Failure> {
+    for pair in pairs {
+        let (key, value) = pair
+            .split_once('=')
+            .filter(|(key, _)| !key.is_empty())
+            .ok_or_else(|| Failure::bad_input(format!("invalid --meta {pair:?}: expected KEY=VALUE")))?;
+        defaults.insert(key.to_owned(), Value::String(value.to_owned()));
+    }
+    if defaults.is_empty() {
+        return Ok(None);
+    }
+    Meta::from_object(&defaults, usize::MAX)
+        .map(Some)
+        .map_err(|e| Failure::bad_input(format!("invalid --meta: {e}")))
+}
+
+/// What `run` says of itself in its lease's metadata: the host, its own process id (the
+/// holder's, as in the default owner: the process that renews the lease and stops CMD when
+/// it is lost) and CMD as one line.
+pub fn run_meta(command: &[std::ffi::OsString]) -> Map<String, Value> {
+    let command = command
+        .iter()
+        .map(|part| part.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    Map::from_iter([
+        ("host".to_owned(), Value::String(host_name())),
+        ("pid".to_owned(), Value::from(std::process::id())),
+        ("command".to_owned(), Value::String(command)),
+    ])
 }
 
 /// What `acquire` and `run` hold: a lock (neither flag), one permit of a semaphore
@@ -336,12 +384,16 @@ fn owner(name: &str) -> Result<Owner, Failure> {
 }
 
 fn default_owner() -> String {
-    let host = nix::unistd::gethostname()
+    format!("{}:{}", host_name(), std::process::id())
+}
+
+/// This host's name (`localhost` if it has none).
+fn host_name() -> String {
+    nix::unistd::gethostname()
         .ok()
         .and_then(|name| name.into_string().ok())
         .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "localhost".into());
-    format!("{host}:{}", std::process::id())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// A TTL from a duration flag: whole milliseconds, at least one.
@@ -385,11 +437,12 @@ pub fn describe_hold(hold: &Hold) -> String {
     };
     let lease = &hold.lease;
     format!(
-        "{what} of {} (fencing token {}) until {} ({})",
+        "{what} of {} (fencing token {}) until {} ({}){}",
         lease.owner,
         lease.token,
         lease.expires_at,
-        time_left(lease.expires_at)
+        time_left(lease.expires_at),
+        said(lease)
     )
 }
 
@@ -419,13 +472,23 @@ pub async fn every_page<T>(
 /// A lease in words: `payment:42 is held by worker-7 (token 17) until … (in 29.5s)`.
 pub fn describe(lease: &Lease) -> String {
     format!(
-        "{} is held by {} (fencing token {}) until {} ({})",
+        "{} is held by {} (fencing token {}) until {} ({}){}",
         lease.resource,
         lease.owner,
         lease.token,
         lease.expires_at,
-        time_left(lease.expires_at)
+        time_left(lease.expires_at),
+        said(lease)
     )
+}
+
+/// What the holder said about `lease`, for the end of a description: `, meta {…}`, or
+/// nothing.
+fn said(lease: &Lease) -> String {
+    lease
+        .meta
+        .as_ref()
+        .map_or_else(String::new, |meta| format!(", meta {meta}"))
 }
 
 /// How long until `at`, in words: `in 29.5s`, or `ended` if it has passed.

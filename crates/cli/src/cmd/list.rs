@@ -58,7 +58,11 @@ async fn list_locks(client: &Client, prefix: String, json: bool) -> Result<u8, F
         common::print_json(&json!({ "locks": locks }));
     } else {
         let rows = leases.iter().map(|l| row(l, None)).collect();
-        print_table(["RESOURCE", "OWNER", "TOKEN", "EXPIRES"], rows, "no live leases");
+        print_table(
+            ["RESOURCE", "OWNER", "TOKEN", "EXPIRES", "META"],
+            rows,
+            "no live leases",
+        );
     }
     Ok(exit::OK)
 }
@@ -95,13 +99,19 @@ async fn list_holds(client: &Client, kind: HoldKind, prefix: String, json: bool)
         HoldKind::Semaphore => "no live permits",
         HoldKind::RwLock => "no live holds",
     };
-    print_table(["NAME", "OWNER", "TOKEN", "HOLDS", "EXPIRES"], rows, empty);
+    print_table(
+        ["NAME", "OWNER", "TOKEN", "HOLDS", "EXPIRES", "META"],
+        rows,
+        empty,
+    );
     Ok(exit::OK)
 }
 
-/// One line of the table: name, owner, token, what is held (for a permit or hold), expiry.
+/// One line of the table: name, owner, token, what is held (for a permit or hold), expiry,
+/// and the metadata as compact JSON (empty for none).
 fn row(lease: &Lease, held: Option<String>) -> Vec<String> {
     let expires = format!("{} ({})", lease.expires_at, time_left(lease.expires_at));
+    let meta = lease.meta.as_ref().map_or_else(String::new, ToString::to_string);
     [
         lease.resource.to_string(),
         lease.owner.to_string(),
@@ -109,7 +119,7 @@ fn row(lease: &Lease, held: Option<String>) -> Vec<String> {
     ]
     .into_iter()
     .chain(held)
-    .chain([expires])
+    .chain([expires, meta])
     .collect()
 }
 
@@ -140,6 +150,7 @@ fn print_table<const N: usize>(header: [&str; N], rows: Vec<Vec<String>>, empty:
                 _ => format!("{cell:w$}", w = widths[i]),
             })
             .collect();
-        println!("{}", cells.join("  "));
+        // A last column left empty (no metadata) leaves no padding behind it.
+        println!("{}", cells.join("  ").trim_end());
     }
 }

@@ -51,7 +51,7 @@ async fn renew(args: Args) -> Result<u8, Failure> {
             .judged()
             .map(common::print_lease),
         Some(kind) => client
-            .renew_hold(kind, &resource, &owner, ttl, token)
+            .renew_hold(kind, &resource, &owner, ttl, token, None)
             .await?
             .judged()
             .map(common::print_hold),

@@ -150,7 +150,7 @@ struct Schedule {
 }
 
 impl Schedule {
-    fn new(terms: Terms, grace: Option<Duration>) -> Result<(Self, GuardOptions), Failure> {
+    fn new(terms: &Terms, grace: Option<Duration>) -> Result<(Self, GuardOptions), Failure> {
         let lasts = terms.ttl.as_duration();
         let renew_every = lasts / 3;
         let schedule = Self {
@@ -226,11 +226,11 @@ impl Signals {
 
 async fn run_command(args: Args) -> Result<u8, Failure> {
     let names = args.names()?;
-    let (owner, terms) = args.wanted.parse()?;
+    let (owner, terms) = args.wanted.parse_with(common::run_meta(&args.command))?;
     if args.command.is_empty() {
         return Err(Failure::bad_input("no CMD given: put it after --"));
     }
-    let (schedule, options) = Schedule::new(terms, args.grace)?;
+    let (schedule, options) = Schedule::new(&terms, args.grace)?;
     // Before anything is acquired: without it, what CMD starts could not be kept in reach.
     procs::become_subreaper().map_err(|e| {
         Failure::new(
@@ -259,7 +259,8 @@ async fn run_command(args: Args) -> Result<u8, Failure> {
             hold_while_running(acquiring, command, schedule, signals).await
         }
         (Some(claim), _) => {
-            let acquiring = client.acquire_claim(&names[0], &owner, claim, terms.ttl, wait);
+            let meta = terms.meta.as_ref();
+            let acquiring = client.acquire_claim(&names[0], &owner, claim, terms.ttl, meta, wait);
             let acquiring = async { Ok(acquiring.await?.into()) };
             let acquiring = while_waiting(&client, claim.kind().into(), names, wait, acquiring);
             hold_while_running(acquiring, command, schedule, signals).await

@@ -34,6 +34,10 @@ pub struct Args {
     #[arg(long, env = "FENCELOCK_MAX_LIMIT", default_value_t = Limits::DEFAULT_MAX_LIMIT,
         value_parser = clap::value_parser!(u32).range(1..))]
     max_limit: u32,
+    /// The most bytes of a lease's `meta` a client may send, as compact JSON.
+    #[arg(long, env = "FENCELOCK_MAX_META_BYTES", default_value_t = 1024,
+        value_parser = clap::value_parser!(u32).range(2..))]
+    max_meta_bytes: u32,
     /// The largest request body, in bytes.
     #[arg(long, env = "FENCELOCK_MAX_BODY_BYTES", default_value_t = 16_384)]
     max_body_bytes: usize,
@@ -115,6 +119,7 @@ impl Args {
                 max_ttl,
                 max_wait: self.max_wait,
                 max_limit: self.max_limit,
+                max_meta_bytes: usize::try_from(self.max_meta_bytes).unwrap_or(usize::MAX),
             },
             max_body_bytes: self.max_body_bytes,
             max_header_bytes: self.max_header_bytes,
@@ -311,6 +316,19 @@ mod tests {
         assert_eq!(config(&["--max-limit", "3"]).unwrap(), 3);
         for bad in ["0", "-1", "x", "4294967296"] {
             assert!(config(&["--max-limit", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_most_metadata_is_a_flag_of_at_least_an_empty_object() {
+        let config = |flags: &[&str]| {
+            Serve::try_parse_from(["serve"].iter().chain(flags))
+                .map(|serve| serve.args.config().unwrap().limits.max_meta_bytes)
+        };
+        assert_eq!(config(&[]).unwrap(), fencelock_core::Meta::DEFAULT_MAX_BYTES);
+        assert_eq!(config(&["--max-meta-bytes", "4096"]).unwrap(), 4096);
+        for bad in ["0", "1", "-1", "x"] {
+            assert!(config(&["--max-meta-bytes", bad]).is_err(), "{bad}");
         }
     }
 

@@ -82,7 +82,7 @@ impl Acquiring for OneLock {
         gone: &CancellationToken,
     ) -> Result<Acquired<AcquireOutcome>, StoreError> {
         waiters
-            .acquire_unless(&asked.resource, &asked.owner, self.0, wait, gone)
+            .acquire_unless(&asked.resource, &asked.owner, &self.0, wait, gone)
             .await
     }
 

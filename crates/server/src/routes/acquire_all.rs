@@ -78,7 +78,7 @@ impl Acquiring for AllLocks {
         gone: &CancellationToken,
     ) -> Result<Acquired<AcquireAllOutcome>, StoreError> {
         waiters
-            .acquire_all_unless(&asked.resources, &asked.owner, self.0, wait, gone)
+            .acquire_all_unless(&asked.resources, &asked.owner, &self.0, wait, gone)
             .await
     }
 

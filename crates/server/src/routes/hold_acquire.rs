@@ -8,7 +8,7 @@ use axum::Extension;
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::Response;
-use fencelock_core::{Acquired, Claim, HoldKind, HoldOutcome, Kind, Lease, StoreError, Ttl, Waiters};
+use fencelock_core::{Acquired, Claim, HoldKind, HoldOutcome, Kind, Lease, Meta, StoreError, Ttl, Waiters};
 use fencelock_wire::{
     Acquire, AcquireHold, HoldAcquireResponse, Op, ProblemKind, RwLockAcquireRequest, RwLockAcquireResponse,
     SemaphoreAcquireRequest, SemaphoreAcquireResponse, outcome, parse,
@@ -108,21 +108,39 @@ async fn acquire(
         hold_name(kind, uri),
         parse::acquire_hold(body, &app.config.limits, kind),
     )?;
-    let Acquire { owner, ttl, wait } = acquire;
+    let Acquire {
+        owner,
+        ttl,
+        wait,
+        meta,
+    } = acquire;
     let asked = Asked {
         resource: name,
         owner,
         token: None,
     };
-    acquired(app, caller, peer, (asked, wait), OneHold { kind, claim, ttl }).await
+    acquired(
+        app,
+        caller,
+        peer,
+        (asked, wait),
+        OneHold {
+            kind,
+            claim,
+            ttl,
+            meta,
+        },
+    )
+    .await
 }
 
 /// An acquire of a semaphore's permit or a read-write lock's hold: of this kind, for this
-/// claim, for this long.
+/// claim, for this long, with this metadata.
 struct OneHold {
     kind: HoldKind,
     claim: Claim,
     ttl: Ttl,
+    meta: Option<Meta>,
 }
 
 impl Acquiring for OneHold {
@@ -148,7 +166,15 @@ impl Acquiring for OneHold {
     ) -> Result<Acquired<HoldOutcome>, StoreError> {
         let Self { claim, ttl, .. } = *self;
         waiters
-            .acquire_hold_unless(&asked.resource, &asked.owner, claim, ttl, wait, gone)
+            .acquire_hold_unless(
+                &asked.resource,
+                &asked.owner,
+                claim,
+                ttl,
+                self.meta.as_ref(),
+                wait,
+                gone,
+            )
             .await
     }
 

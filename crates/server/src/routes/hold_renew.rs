@@ -94,7 +94,14 @@ impl Judge for OfHold<Renew> {
             token,
         } = asked;
         store
-            .renew_hold(self.kind, resource, owner, self.request.ttl, *token)
+            .renew_hold_with(
+                self.kind,
+                resource,
+                owner,
+                self.request.ttl,
+                *token,
+                self.request.meta.as_ref(),
+            )
             .await
     }
 }

@@ -58,7 +58,13 @@ impl Judge for Renew {
 
     async fn call(&self, store: &dyn LockStore, asked: &Asked) -> Result<RenewOutcome, StoreError> {
         store
-            .renew(&asked.resource, &asked.owner, self.ttl, asked.token)
+            .renew_with(
+                &asked.resource,
+                &asked.owner,
+                self.ttl,
+                asked.token,
+                self.meta.as_ref(),
+            )
             .await
     }
 }

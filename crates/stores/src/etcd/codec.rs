@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, TxnOp, TxnOpResponse, TxnResponse};
 use fencelock_core::{
-    Claim, FencingToken, Hold, HoldKind, Intent, Key, Lease, Owner, Resource, Terms, Timestamp,
+    Claim, FencingToken, Hold, HoldKind, Intent, Key, Lease, Meta, Owner, Resource, Terms, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +33,26 @@ struct Stored {
     /// The lock-delay in milliseconds: absent when there is none, as before.
     #[serde(default, skip_serializing_if = "is_zero")]
     lock_delay: u64,
+    /// The lease's metadata: absent when it has none, as in every value written before
+    /// leases kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    meta: Option<StoredMeta>,
+}
+
+/// Metadata as a value holds it: the flat JSON object itself, for people reading the key.
+type StoredMeta = serde_json::Map<String, serde_json::Value>;
+
+/// `meta` as a value holds it.
+fn store_meta(meta: Option<&Meta>) -> Option<StoredMeta> {
+    meta.map(Meta::to_object)
+}
+
+/// The metadata a value of `what` holds.
+fn read_meta(what: &dyn std::fmt::Display, stored: Option<StoredMeta>) -> Result<Option<Meta>> {
+    stored
+        .map(|object| Meta::from_object(&object, usize::MAX))
+        .transpose()
+        .map_err(|e| EtcdError::Corrupt(format!("{what}: meta {e}")))
 }
 
 fn is_zero(ms: &u64) -> bool {
@@ -56,7 +76,7 @@ impl Kept {
     };
 
     /// What a grant at `now` on `terms` keeps: the cap measured from `now`.
-    pub(super) fn granted(now: Timestamp, terms: Terms) -> Self {
+    pub(super) fn granted(now: Timestamp, terms: &Terms) -> Self {
         Self {
             hold_until: terms.max_hold.map(|cap| now.plus(cap)),
             lock_delay: terms.lock_delay,
@@ -78,13 +98,14 @@ impl Kept {
 }
 
 /// The value of a lock key: of `owner`, granted or extended at `acquired_at`, ending at
-/// `expires_at`, keeping `kept`. A lease that keeps nothing is written as before terms were
-/// kept, byte for byte.
+/// `expires_at`, keeping `kept`, with `meta`. A lease that keeps nothing and has no metadata
+/// is written as before terms were kept, byte for byte.
 pub(super) fn encode(
     owner: &Owner,
     acquired_at: Timestamp,
     expires_at: Timestamp,
     kept: Kept,
+    meta: Option<&Meta>,
 ) -> Result<Vec<u8>> {
     serde_json::to_vec(&Stored {
         owner: owner.as_str().to_owned(),
@@ -93,6 +114,7 @@ pub(super) fn encode(
         expires_at: expires_at.as_millis(),
         hold_until: kept.hold_until.map(Timestamp::as_millis),
         lock_delay: u64::try_from(kept.lock_delay.as_millis()).unwrap_or(u64::MAX),
+        meta: store_meta(meta),
     })
     .map_err(|e| EtcdError::Corrupt(format!("cannot encode a lock: {e}")))
 }
@@ -105,6 +127,7 @@ pub(super) fn lease(resource: Resource, kv: &KeyValue) -> Result<Lease> {
         .map_err(|e| EtcdError::Corrupt(format!("lock {resource}: {e}")))?;
     Ok(Lease {
         token: token(kv, &resource)?,
+        meta: read_meta(&format_args!("lock {resource}"), stored.meta)?,
         resource,
         owner,
         acquired_at: Timestamp::from_millis(stored.acquired_at),
@@ -136,6 +159,9 @@ struct StoredHold {
     /// A permit's semaphore limit; absent for read-write locks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     limit: Option<u32>,
+    /// The hold's metadata, as in [`Stored`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    meta: Option<StoredMeta>,
 }
 
 /// What the value of a writer's intent key holds; the writer's name is in the key.
@@ -329,6 +355,7 @@ impl HoldKeys {
         Ok(Hold {
             lease: Lease {
                 token: token(kv, &name)?,
+                meta: read_meta(&format_args!("hold on {name}"), stored.meta)?,
                 resource: name,
                 owner,
                 acquired_at: Timestamp::from_millis(stored.acquired_at),
@@ -366,6 +393,7 @@ pub(super) fn encode_hold(
     claim: Claim,
     acquired_at: Timestamp,
     expires_at: Timestamp,
+    meta: Option<&Meta>,
 ) -> Result<Vec<u8>> {
     serde_json::to_vec(&StoredHold {
         principal: principal_of(owner),
@@ -375,6 +403,7 @@ pub(super) fn encode_hold(
             Claim::Permit { limit } => Some(limit),
             Claim::Read | Claim::Write => None,
         },
+        meta: store_meta(meta),
     })
     .map_err(|e| EtcdError::Corrupt(format!("cannot encode a hold: {e}")))
 }
@@ -478,21 +507,21 @@ mod tests {
         let none = Owner::new("worker-7").unwrap();
         let text = |value: Result<Vec<u8>>| String::from_utf8(value.unwrap()).unwrap();
         assert_eq!(
-            text(encode(&none, AT, ENDS, Kept::NONE)),
+            text(encode(&none, AT, ENDS, Kept::NONE, None)),
             r#"{"owner":"worker-7","acquired_at":1000,"expires_at":2000}"#
         );
         assert_eq!(
-            text(encode_hold(&none, Claim::Read, AT, ENDS)),
+            text(encode_hold(&none, Claim::Read, AT, ENDS, None)),
             r#"{"acquired_at":1000,"expires_at":2000}"#
         );
         assert_eq!(text(encode_intent(&none, ENDS)), r#"{"expires_at":2000}"#);
 
         let lock: Stored =
-            serde_json::from_slice(&encode(&billing(), AT, ENDS, Kept::NONE).unwrap()).unwrap();
+            serde_json::from_slice(&encode(&billing(), AT, ENDS, Kept::NONE, None).unwrap()).unwrap();
         assert_eq!(owner(&lock.owner, lock.principal.as_deref()), Ok(billing()));
         let permit = Claim::Permit { limit: 2 };
         let hold: StoredHold =
-            serde_json::from_slice(&encode_hold(&billing(), permit, AT, ENDS).unwrap()).unwrap();
+            serde_json::from_slice(&encode_hold(&billing(), permit, AT, ENDS, None).unwrap()).unwrap();
         assert_eq!(hold.principal.as_deref(), Some("billing"));
         let intent: StoredIntent = serde_json::from_slice(&encode_intent(&billing(), ENDS).unwrap()).unwrap();
         assert_eq!(intent.principal.as_deref(), Some("billing"));
@@ -512,7 +541,7 @@ mod tests {
     /// back as it was.
     #[test]
     fn terms_are_written_when_there_are_some_and_read_back() {
-        let text = |kept| String::from_utf8(encode(&billing(), AT, ENDS, kept).unwrap()).unwrap();
+        let text = |kept| String::from_utf8(encode(&billing(), AT, ENDS, kept, None).unwrap()).unwrap();
         let capped = Kept {
             hold_until: Some(Timestamp::from_millis(1_500)),
             ..Kept::NONE
@@ -542,7 +571,7 @@ mod tests {
         let terms = Terms::ttl(Ttl::from_const_millis(10_000))
             .max_hold(Some(Ttl::from_const_millis(500)))
             .lock_delay(Duration::from_millis(30));
-        let kept = Kept::granted(AT, terms);
+        let kept = Kept::granted(AT, &terms);
         assert_eq!(kept.hold_until, Some(Timestamp::from_millis(1_500)));
         assert_eq!(kept.lock_delay, Duration::from_millis(30));
         assert_eq!(kept.cut(ENDS), Timestamp::from_millis(1_500));

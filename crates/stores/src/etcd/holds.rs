@@ -5,7 +5,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, Txn
 use fencelock_core::hold::{Verdict, judge};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    Claim, EndedLease, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Intent, ListQuery, Owner,
+    Claim, EndedLease, FencingToken, Hold, HoldKind, HoldOutcome, HoldPage, Intent, ListQuery, Meta, Owner,
     ReleaseOutcome, RenewOutcome, Resource, Timestamp, Ttl,
 };
 
@@ -69,10 +69,11 @@ impl EtcdStore {
         claim: Claim,
         ttl: Ttl,
         intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> Result<HoldOutcome> {
         let mut spare = [Spare::default(), Spare::default()];
         let result = self
-            .acquire_hold_with(name, owner, claim, ttl, intent, &mut spare)
+            .acquire_hold_on(name, owner, claim, (ttl, intent, meta), &mut spare)
             .await;
         // Not on an error, though: a transaction whose answer was lost may have put a key
         // on a lease, and revoking it would delete that key. An unused lease just runs out.
@@ -82,13 +83,14 @@ impl EtcdStore {
         result
     }
 
-    async fn acquire_hold_with(
+    /// [`EtcdStore::try_acquire_hold`] with the TTL, the intent and the metadata asked for,
+    /// and the etcd leases it may use.
+    async fn acquire_hold_on(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
-        ttl: Ttl,
-        intent: Option<Ttl>,
+        (ttl, intent, meta): (Ttl, Option<Ttl>, Option<&Meta>),
         [hold_lease, intent_lease]: &mut [Spare; 2],
     ) -> Result<HoldOutcome> {
         let kind = claim.kind();
@@ -170,7 +172,12 @@ impl EtcdStore {
                     ops.push(TxnOp::delete(intent, None));
                 }
             }
-            let value = codec::encode_hold(owner, claim, now, granted.ends(now))?;
+            // A new hold has the metadata sent; an extension keeps its own unless one is.
+            let meta = match (&verdict, own) {
+                (Verdict::Extend, Some((hold, _))) => meta.or(hold.lease.meta.as_ref()),
+                _ => meta,
+            };
+            let value = codec::encode_hold(owner, claim, now, granted.ends(now), meta)?;
             ops.push(TxnOp::put(
                 key.clone(),
                 value,
@@ -301,6 +308,7 @@ impl EtcdStore {
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>> {
         let mut backoff = self.backoff();
         loop {
@@ -309,14 +317,17 @@ impl EtcdStore {
                 Ok(allowed) => allowed,
                 Err(refusal) => return Ok(refusal.into()),
             };
+            let meta = meta.or(hold.lease.meta.as_ref());
             let value =
-                |expires_at| codec::encode_hold(owner, hold.claim, hold.lease.acquired_at, expires_at);
+                |expires_at| codec::encode_hold(owner, hold.claim, hold.lease.acquired_at, expires_at, meta);
             if let Some(expires_at) = self
                 .move_unchanged("renew a hold", &kv, ttl, Kept::NONE, value)
                 .await?
             {
+                let meta = meta.cloned();
                 let mut renewed = hold;
                 renewed.lease.expires_at = expires_at;
+                renewed.lease.meta = meta;
                 return Ok(RenewOutcome::Renewed(renewed));
             }
             backoff

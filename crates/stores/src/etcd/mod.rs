@@ -176,7 +176,7 @@ use etcd_client::{Client, ConnectOptions};
 use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
-    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed,
+    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Meta, Owner, ReleaseFeed,
     ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, Terms, Ttl,
 };
 use tokio::sync::broadcast;
@@ -367,14 +367,15 @@ impl LockStore for EtcdStore {
         self.try_release(resource, owner, token).await
     }
 
-    async fn renew(
+    async fn renew_with(
         &self,
         resource: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome> {
-        self.try_renew(resource, owner, ttl, token).await
+        self.try_renew(resource, owner, ttl, token, meta).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
@@ -387,15 +388,16 @@ impl LockStore for EtcdStore {
         Ok(Vec::new())
     }
 
-    async fn acquire_hold(
+    async fn acquire_hold_with(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
         intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> Result<HoldOutcome> {
-        self.try_acquire_hold(name, owner, claim, ttl, intent).await
+        self.try_acquire_hold(name, owner, claim, ttl, intent, meta).await
     }
 
     async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
@@ -412,15 +414,16 @@ impl LockStore for EtcdStore {
         self.try_release_hold(kind, name, owner, token).await
     }
 
-    async fn renew_hold(
+    async fn renew_hold_with(
         &self,
         kind: HoldKind,
         name: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>> {
-        self.try_renew_hold(kind, name, owner, ttl, token).await
+        self.try_renew_hold(kind, name, owner, ttl, token, meta).await
     }
 
     async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {

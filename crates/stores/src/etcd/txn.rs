@@ -8,8 +8,8 @@ use etcd_client::{
 };
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireAllOutcome, AcquireOutcome, EndedLease, FencingToken, Lease, LeasePage, ListQuery, Owner, Refusal,
-    ReleaseOutcome, RenewOutcome, Resource, Terms, Timestamp, Ttl,
+    AcquireAllOutcome, AcquireOutcome, EndedLease, FencingToken, Lease, LeasePage, ListQuery, Meta, Owner,
+    Refusal, ReleaseOutcome, RenewOutcome, Resource, Terms, Timestamp, Ttl,
 };
 
 use super::codec::{self, Kept};
@@ -110,7 +110,7 @@ impl EtcdStore {
         terms: Terms,
     ) -> Result<AcquireAllOutcome> {
         let mut spares = vec![None; resources.len()];
-        let result = self.acquire_keys(resources, owner, terms, &mut spares).await;
+        let result = self.acquire_keys(resources, owner, &terms, &mut spares).await;
         // The leases still spare hold nothing. Not on an error, though: a transaction whose
         // answer was lost may have put keys on them, and revoking one would then delete a
         // lock the caller may still count on (its old lease, if this extended it). An unused
@@ -129,7 +129,7 @@ impl EtcdStore {
         &self,
         resources: &[Resource],
         owner: &Owner,
-        terms: Terms,
+        terms: &Terms,
         spares: &mut [Option<Granted>],
     ) -> Result<AcquireAllOutcome> {
         let keys: Vec<Vec<u8>> = resources.iter().map(|r| self.key(r)).collect();
@@ -170,7 +170,7 @@ impl EtcdStore {
                         let kept = Kept::granted(now, terms);
                         self.lease_for(spare, terms.ttl, kept, now).await?
                     }
-                    Write::Rewrite(kv, kept) => {
+                    Write::Rewrite(kv, kept, _) => {
                         when.push(Compare::mod_revision(
                             key.clone(),
                             CompareOp::Equal,
@@ -179,7 +179,12 @@ impl EtcdStore {
                         self.lease_for(spare, terms.ttl, *kept, now).await?
                     }
                 };
-                let value = codec::encode(owner, now, granted.ends(now), granted.kept)?;
+                // A new lease has the metadata sent; an extension keeps its own unless one is.
+                let meta = match write {
+                    Write::Create => terms.meta.as_ref(),
+                    Write::Rewrite(_, _, meta) => terms.meta.as_ref().or(meta.as_ref()),
+                };
+                let value = codec::encode(owner, now, granted.ends(now), granted.kept, meta)?;
                 puts.push(TxnOp::put(
                     key.clone(),
                     value,
@@ -214,7 +219,7 @@ impl EtcdStore {
                         // An expired lease's key was deleted before (by etcd, or above).
                         expired: None,
                     },
-                    Write::Rewrite(old, _) => {
+                    Write::Rewrite(old, _, _) => {
                         // Never the lease the key is on now.
                         if old.lease() != kv.lease() {
                             self.revoke(old.lease());
@@ -409,6 +414,7 @@ impl EtcdStore {
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome> {
         let mut backoff = self.backoff();
         loop {
@@ -417,9 +423,15 @@ impl EtcdStore {
                 Err(refusal) => return Ok(refusal.into()),
             };
             let kept = Kept::of(&lease);
-            let value = |expires_at| codec::encode(owner, lease.acquired_at, expires_at, kept);
+            let meta = meta.or(lease.meta.as_ref());
+            let value = |expires_at| codec::encode(owner, lease.acquired_at, expires_at, kept, meta);
             if let Some(expires_at) = self.move_unchanged("renew", &kv, ttl, kept, value).await? {
-                return Ok(RenewOutcome::Renewed(Lease { expires_at, ..lease }));
+                let meta = meta.cloned();
+                return Ok(RenewOutcome::Renewed(Lease {
+                    expires_at,
+                    meta,
+                    ..lease
+                }));
             }
             backoff.pause().await.map_err(EtcdError::contended("renew"))?;
         }
@@ -525,8 +537,8 @@ enum Write {
     /// The key is absent: create it, with a new create revision, the new token.
     Create,
     /// The caller's live lease, on the key `kv` as read: rewrite it (same token), keeping
-    /// its terms.
-    Rewrite(KeyValue, Kept),
+    /// its terms, and its metadata unless the acquire sends some.
+    Rewrite(KeyValue, Kept, Option<Meta>),
 }
 
 /// What an acquire of one lock would do, judged on its key as read.
@@ -553,7 +565,7 @@ fn judge_acquire(
     Ok(if live(&lease, now) {
         if lease.owner == *owner {
             let kept = Kept::of(&lease);
-            Judged::Write(Write::Rewrite(kv, kept))
+            Judged::Write(Write::Rewrite(kv, kept, lease.meta))
         } else {
             let expires_in = lease.expires_in(now);
             Judged::Refused(AcquireOutcome::Held {

@@ -156,7 +156,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
-    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Owner, ReleaseFeed,
+    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Meta, Owner, ReleaseFeed,
     ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, Terms, Ttl,
 };
 use tokio::sync::broadcast;
@@ -308,6 +308,7 @@ impl PostgresStore {
                 &row::ttl_param(terms.ttl)?,
                 &max_hold,
                 &row::delay_param(terms.lock_delay)?,
+                &terms.meta.as_ref().map(Meta::as_str),
             ],
         )
         .await
@@ -388,12 +389,13 @@ impl LockStore for PostgresStore {
         Ok(outcome)
     }
 
-    async fn renew(
+    async fn renew_with(
         &self,
         resource: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome> {
         let params = (
             resource.as_str(),
@@ -401,12 +403,13 @@ impl LockStore for PostgresStore {
             row::principal_param(owner),
             row::token_param(token),
             row::ttl_param(ttl)?,
+            meta.map(Meta::as_str),
         );
         let rows = self
             .query(
                 "renew",
                 sql::RENEW,
-                &[&params.0, &params.1, &params.2, &params.3, &params.4],
+                &[&params.0, &params.1, &params.2, &params.3, &params.4, &params.5],
             )
             .await?;
         if row::shortened(&rows)? {
@@ -443,13 +446,14 @@ impl LockStore for PostgresStore {
         Ok(purged)
     }
 
-    async fn acquire_hold(
+    async fn acquire_hold_with(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
         intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> Result<HoldOutcome> {
         let (claim, limit) = row::claim_param(claim);
         let ttl = row::ttl_param(ttl)?;
@@ -466,6 +470,7 @@ impl LockStore for PostgresStore {
                     &limit,
                     &ttl,
                     &intent,
+                    &meta.map(Meta::as_str),
                 ],
             )
             .await?;
@@ -503,13 +508,14 @@ impl LockStore for PostgresStore {
         Ok(row::hold_released(name, &rows)?)
     }
 
-    async fn renew_hold(
+    async fn renew_hold_with(
         &self,
         kind: HoldKind,
         name: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>> {
         let params = (
             row::kind_param(kind),
@@ -518,12 +524,15 @@ impl LockStore for PostgresStore {
             row::principal_param(owner),
             row::token_param(token),
             row::ttl_param(ttl)?,
+            meta.map(Meta::as_str),
         );
         let rows = self
             .query(
                 "renew a hold",
                 sql::RENEW_HOLD,
-                &[&params.0, &params.1, &params.2, &params.3, &params.4, &params.5],
+                &[
+                    &params.0, &params.1, &params.2, &params.3, &params.4, &params.5, &params.6,
+                ],
             )
             .await?;
         Ok(row::hold_renewed(name, &rows)?)

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Busy, Claim, EndedLease, Expired, FencingToken, ForceOutcome, Hold,
-    HoldKind, HoldOutcome, HoldPage, Kind, Lease, Owner, Principal, ReleaseOutcome, RenewOutcome, Resource,
-    Timestamp, Ttl,
+    HoldKind, HoldOutcome, HoldPage, Kind, Lease, Meta, Owner, Principal, ReleaseOutcome, RenewOutcome,
+    Resource, Timestamp, Ttl,
 };
 use tokio_postgres::Row;
 
@@ -295,7 +295,7 @@ fn verdict(row: &Row, column: usize) -> Result<Verdict> {
 }
 
 /// How many columns a lease takes in a row: see [`lease`].
-const LEASE_COLUMNS: usize = 5;
+const LEASE_COLUMNS: usize = 6;
 
 /// How many columns a lock's lease takes in a row: see [`lock`].
 const LOCK_COLUMNS: usize = LEASE_COLUMNS + 2;
@@ -304,8 +304,8 @@ const LOCK_COLUMNS: usize = LEASE_COLUMNS + 2;
 const HOLD_COLUMNS: usize = LEASE_COLUMNS + 2;
 
 /// The lease in `row`, whose columns from `first` on are owner, principal (NULL: none),
-/// token, acquired_at and expires_at (the last two in milliseconds); with no terms, as a
-/// hold's lease has none (a lock's are read by [`lock`]).
+/// token, acquired_at and expires_at (in milliseconds) and meta (NULL: none); with no terms,
+/// as a hold's lease has none (a lock's are read by [`lock`]).
 fn lease(resource: Resource, row: &Row, first: usize) -> Result<Lease> {
     let owner: &str = row.try_get(first).map_err(PgError::Row)?;
     let principal: Option<&str> = row.try_get(first + 1).map_err(PgError::Row)?;
@@ -315,6 +315,10 @@ fn lease(resource: Resource, row: &Row, first: usize) -> Result<Lease> {
     let token: i64 = row.try_get(first + 2).map_err(PgError::Row)?;
     let acquired_at: i64 = row.try_get(first + 3).map_err(PgError::Row)?;
     let expires_at: i64 = row.try_get(first + 4).map_err(PgError::Row)?;
+    let meta: Option<&str> = row.try_get(first + 5).map_err(PgError::Row)?;
+    let meta = meta
+        .map(|m| Meta::parse(m).map_err(|e| PgError::Data(format!("meta {m:?}: {e}"))))
+        .transpose()?;
     Ok(Lease {
         resource,
         owner: Owner::new(owner)
@@ -325,6 +329,7 @@ fn lease(resource: Resource, row: &Row, first: usize) -> Result<Lease> {
         expires_at: Timestamp::from_millis(millis(expires_at)?),
         hold_until: None,
         lock_delay: Duration::ZERO,
+        meta,
     })
 }
 

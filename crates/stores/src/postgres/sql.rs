@@ -833,6 +833,235 @@ const MIGRATIONS: &[&str] = &[
         SELECT f.owner, f.principal, f.token, f.acquired_at, f.expires_at, f.ended_at
         FROM fencelock_force_release_with_terms(p_kind, p_name) f
     $$;
+    "#, // 5: lease metadata. Each lease and hold keeps what its holder said about it (`meta`, a
+    // flat JSON object as compact text, kept byte for byte: jsonb would reorder its keys;
+    // NULL: none); rows written before have none. A grant that issues a token takes the
+    // metadata sent; an extension or a renewal replaces it only if some is sent. The acquire
+    // of locks takes it as one more argument; the functions of holds are wrapped by ones that
+    // take it and answer it, and the releases answer the metadata of what they ended. Servers
+    // of version 4 still running beside newer ones keep using their functions: the triggers
+    // below drop the metadata of a row whose token they change, so their grants carry none.
+    r#"
+    ALTER TABLE fencelock_leases ADD COLUMN meta text;
+    ALTER TABLE fencelock_holds ADD COLUMN meta text;
+
+    -- As version 4's, and a new token (a grant by a server of version 3) has no metadata.
+    CREATE OR REPLACE FUNCTION fencelock_keep_terms() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.token <> OLD.token THEN
+            NEW.hold_until := NULL;
+            NEW.lock_delay := 0;
+            NEW.meta := NULL;
+        END IF;
+        NEW.expires_at := least(NEW.expires_at, NEW.hold_until);
+        RETURN NEW;
+    END
+    $$;
+
+    -- A hold row that gets a new token (a grant over the owner's expired or replaced hold)
+    -- is a new hold: it has no metadata until its grant sets some.
+    CREATE FUNCTION fencelock_new_hold_has_no_meta() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        NEW.meta := NULL;
+        RETURN NEW;
+    END
+    $$;
+    CREATE TRIGGER fencelock_holds_new_token_no_meta BEFORE UPDATE ON fencelock_holds
+    FOR EACH ROW WHEN (NEW.token <> OLD.token)
+    EXECUTE FUNCTION fencelock_new_hold_has_no_meta();
+
+    -- As version 4's `fencelock_acquire_locks`, with the metadata `p_meta` (NULL: none): a
+    -- grant's, and an extension's if not NULL (else the lease keeps its own).
+    CREATE FUNCTION fencelock_acquire_locks(
+        p_resources text[], p_owner text, p_principal text,
+        p_ttl_ms bigint, p_max_hold_ms bigint, p_lock_delay_ms bigint, p_meta text
+    ) RETURNS TABLE (at integer, role text, retry_in_ms bigint, lease fencelock_leases)
+    LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_ttl interval := p_ttl_ms * interval '1 millisecond';
+        v_now timestamptz;
+        v_stamp timestamptz;
+        v_cap timestamptz;
+        v_closed timestamptz;
+        v_old fencelock_leases;
+        v_olds fencelock_leases[] := '{}';
+        v_refused boolean := false;
+    BEGIN
+        SELECT l.clock, l.stamp INTO v_now, v_stamp FROM fencelock_lock_resources(p_resources) l;
+        v_cap := v_stamp + p_max_hold_ms * interval '1 millisecond';
+        FOR i IN 1 .. cardinality(p_resources) LOOP
+            SELECT l.* INTO v_old FROM fencelock_leases l WHERE l.resource = p_resources[i]
+            FOR UPDATE;
+            v_olds := v_olds || v_old;
+            at := i;
+            lease := v_old;
+            v_closed := v_old.expires_at + v_old.lock_delay * interval '1 millisecond';
+            IF v_old.expires_at > v_now
+               AND (v_old.owner, v_old.principal) IS DISTINCT FROM (p_owner, p_principal) THEN
+                role := 'held';
+                retry_in_ms := greatest(0, floor(extract(epoch FROM v_old.expires_at - v_now) * 1000));
+                RETURN NEXT;
+                v_refused := true;
+            ELSIF v_old.expires_at <= v_now AND v_now < v_closed THEN
+                role := 'delayed';
+                retry_in_ms := ceil(extract(epoch FROM v_closed - v_now) * 1000);
+                RETURN NEXT;
+                v_refused := true;
+            END IF;
+        END LOOP;
+        IF v_refused THEN
+            RETURN;
+        END IF;
+
+        retry_in_ms := NULL;
+        FOR i IN 1 .. cardinality(p_resources) LOOP
+            at := i;
+            v_old := v_olds[i];
+            IF v_old.expires_at > v_now THEN
+                role := 'extended';
+                UPDATE fencelock_leases l
+                SET acquired_at = v_stamp, expires_at = least(v_stamp + v_ttl, l.hold_until),
+                    meta = coalesce(p_meta, l.meta)
+                WHERE l.resource = p_resources[i]
+                RETURNING l.* INTO lease;
+                IF (lease).expires_at < v_old.expires_at THEN
+                    PERFORM pg_notify('fencelock_released', p_resources[i]);
+                END IF;
+            ELSE
+                IF v_old.resource IS NOT NULL THEN
+                    DELETE FROM fencelock_leases l WHERE l.resource = p_resources[i];
+                    role := 'expired';
+                    lease := v_old;
+                    RETURN NEXT;
+                END IF;
+                role := 'granted';
+                INSERT INTO fencelock_leases AS l
+                    (resource, owner, principal, token, acquired_at, expires_at, hold_until, lock_delay,
+                     meta)
+                VALUES (p_resources[i], p_owner, p_principal, nextval('fencelock_tokens'), v_stamp,
+                        least(v_stamp + v_ttl, v_cap), v_cap, p_lock_delay_ms, p_meta)
+                RETURNING l.* INTO lease;
+            END IF;
+            RETURN NEXT;
+        END LOOP;
+    END
+    $$;
+
+    -- Version 3's `fencelock_acquire_hold` with the metadata `p_meta` (NULL: none), and each
+    -- row's metadata: a new hold gets `p_meta`, an extended one keeps its own unless
+    -- `p_meta` is given; a replaced hold and every other owner's hold show theirs. The
+    -- name's lock is taken first, so that the owner's hold read here is the one it judges.
+    CREATE FUNCTION fencelock_acquire_hold(
+        p_name text, p_owner text, p_principal text, p_claim text, p_lim bigint,
+        p_ttl_ms bigint, p_intent_ms bigint, p_meta text
+    ) RETURNS TABLE (
+        role text, writer_waits boolean, retry_in_ms bigint,
+        owner text, principal text, token bigint, acquired_at timestamptz,
+        expires_at timestamptz, claim text, lim bigint, meta text
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_kind text := CASE WHEN p_claim = 'permit' THEN 'semaphore' ELSE 'rwlock' END;
+        v_own_meta text;
+        a record;
+    BEGIN
+        PERFORM fencelock_lock_name(v_kind, p_name);
+        SELECT h.meta INTO v_own_meta FROM fencelock_holds h
+        WHERE h.kind = v_kind AND h.name = p_name AND h.owner = p_owner;
+        FOR a IN SELECT * FROM fencelock_acquire_hold(
+            p_name, p_owner, p_principal, p_claim, p_lim, p_ttl_ms, p_intent_ms
+        ) LOOP
+            IF a.role = 'granted' OR (a.role = 'extended' AND p_meta IS NOT NULL) THEN
+                UPDATE fencelock_holds h SET meta = p_meta
+                WHERE h.kind = v_kind AND h.name = p_name AND h.owner = p_owner;
+            END IF;
+            RETURN QUERY SELECT a.role, a.writer_waits, a.retry_in_ms, a.owner, a.principal,
+                a.token, a.acquired_at, a.expires_at, a.claim, a.lim,
+                CASE a.role
+                    WHEN 'granted' THEN p_meta
+                    WHEN 'extended' THEN coalesce(p_meta, v_own_meta)
+                    WHEN 'replaced' THEN v_own_meta
+                    WHEN 'holder' THEN (SELECT h.meta FROM fencelock_holds h
+                        WHERE h.kind = v_kind AND h.name = p_name AND h.owner = a.owner)
+                END;
+        END LOOP;
+    END
+    $$;
+
+    -- Version 3's `fencelock_release_hold`, with the metadata of the hold it ended.
+    CREATE FUNCTION fencelock_release_hold_meta(
+        p_kind text, p_name text, p_owner text, p_principal text, p_token bigint
+    ) RETURNS TABLE (
+        owner text, principal text, token bigint, acquired_at timestamptz,
+        expires_at timestamptz, meta text, verdict integer, ended_at timestamptz
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_meta text;
+    BEGIN
+        PERFORM fencelock_lock_name(p_kind, p_name);
+        SELECT h.meta INTO v_meta FROM fencelock_holds h
+        WHERE h.kind = p_kind AND h.name = p_name AND h.owner = p_owner;
+        RETURN QUERY SELECT r.owner, r.principal, r.token, r.acquired_at, r.expires_at, v_meta,
+            r.verdict, r.ended_at
+        FROM fencelock_release_hold(p_kind, p_name, p_owner, p_principal, p_token) r;
+    END
+    $$;
+
+    -- Version 3's `fencelock_renew_hold`, which also replaces the hold's metadata with
+    -- `p_meta` if given (and allowed), and answers the hold's metadata.
+    CREATE FUNCTION fencelock_renew_hold(
+        p_kind text, p_name text, p_owner text, p_principal text, p_token bigint, p_ttl_ms bigint,
+        p_meta text
+    ) RETURNS TABLE (
+        owner text, principal text, token bigint, acquired_at timestamptz,
+        expires_at timestamptz, meta text, claim text, lim bigint, verdict integer
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        r record;
+        v_meta text;
+    BEGIN
+        FOR r IN SELECT * FROM fencelock_renew_hold(p_kind, p_name, p_owner, p_principal, p_token, p_ttl_ms)
+        LOOP
+            IF r.verdict = 3 AND p_meta IS NOT NULL THEN
+                UPDATE fencelock_holds h SET meta = p_meta
+                WHERE h.kind = p_kind AND h.name = p_name AND h.owner = p_owner;
+            END IF;
+            SELECT h.meta INTO v_meta FROM fencelock_holds h
+            WHERE h.kind = p_kind AND h.name = p_name AND h.owner = p_owner;
+            RETURN QUERY SELECT r.owner, r.principal, r.token, r.acquired_at, r.expires_at, v_meta,
+                r.claim, r.lim, r.verdict;
+        END LOOP;
+    END
+    $$;
+
+    -- Version 4's `fencelock_force_release_with_terms`, with the metadata of each lease or
+    -- hold it ended (read under the name's lock before they go).
+    CREATE FUNCTION fencelock_force_release_with_meta(p_kind text, p_name text) RETURNS TABLE (
+        owner text, principal text, token bigint, acquired_at timestamptz,
+        expires_at timestamptz, meta text, hold_until timestamptz, lock_delay bigint,
+        ended_at timestamptz
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_metas jsonb;
+    BEGIN
+        IF p_kind = 'lock' THEN
+            PERFORM fencelock_lock_resources(ARRAY[p_name]);
+            SELECT jsonb_object_agg(l.token::text, l.meta) INTO v_metas
+            FROM fencelock_leases l WHERE l.resource = p_name;
+        ELSE
+            PERFORM fencelock_lock_name(p_kind, p_name);
+            SELECT jsonb_object_agg(h.token::text, h.meta) INTO v_metas
+            FROM fencelock_holds h WHERE h.kind = p_kind AND h.name = p_name;
+        END IF;
+        RETURN QUERY SELECT f.owner, f.principal, f.token, f.acquired_at, f.expires_at,
+            v_metas ->> f.token::text, f.hold_until, f.lock_delay, f.ended_at
+        FROM fencelock_force_release_with_terms(p_kind, p_name) f;
+    END
+    $$;
     "#,
 ];
 
@@ -852,15 +1081,16 @@ macro_rules! ms {
     };
 }
 
-/// A lease's columns, as `row::lease` reads them: owner, principal (NULL: none), token, and
-/// acquired_at and expires_at in ms.
+/// A lease's columns, as `row::lease` reads them: owner, principal (NULL: none), token,
+/// acquired_at and expires_at in ms, and meta (NULL: none).
 macro_rules! lease_columns {
     () => {
         concat!(
             "owner, principal, token, ",
             ms!("acquired_at"),
             ", ",
-            ms!("expires_at")
+            ms!("expires_at"),
+            ", meta"
         )
     };
 }
@@ -905,7 +1135,7 @@ macro_rules! judge_holder {
                 SELECT clock_timestamp() AS now FROM locked
             ), holder AS MATERIALIZED (
                 SELECT l.resource, l.owner, l.principal, l.token, l.acquired_at, l.expires_at,
-                    l.hold_until, l.lock_delay,
+                    l.meta, l.hold_until, l.lock_delay,
                     CASE WHEN l.expires_at <= clock.now THEN 0
                          WHEN NOT ",
             callers!(),
@@ -920,7 +1150,8 @@ macro_rules! judge_holder {
 }
 
 /// `$1` the resources (distinct names), `$2` owner, `$3` its principal or NULL, `$4` TTL in
-/// ms, `$5` the cap on holding in ms or NULL, `$6` the lock-delay in ms. Rows: the name's
+/// ms, `$5` the cap on holding in ms or NULL, `$6` the lock-delay in ms, `$7` the metadata or
+/// NULL. Rows: the name's
 /// place in `$1` (from 1), the role, `retry_in_ms`, then a lock's columns (see
 /// [`lock_columns!`]) of the lease `fencelock_acquire_locks` in the migrations returns: the
 /// refusals alone if any lock is in the way, else every lock granted or extended.
@@ -930,7 +1161,7 @@ pub(super) const ACQUIRE: &str = concat!(
     " FROM (
         SELECT at, role, retry_in_ms, (lease).*
         FROM fencelock_acquire_locks($1::text[], $2::text, $3::text, $4::bigint, $5::bigint,
-            $6::bigint)
+            $6::bigint, $7::text)
     ) acquired"
 );
 
@@ -953,19 +1184,20 @@ pub(super) const RELEASE: &str = concat!(
     FROM holder"
 );
 
-/// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` token or NULL, `$5` TTL in ms.
-/// No row: no lease at all. Else a lock's columns, then the verdict, then whether the renewal
-/// shortened the lease (which the store announces to waiters). The renewal is cut at the
-/// lease's cap.
+/// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` token or NULL, `$5` TTL in ms,
+/// `$6` the metadata to replace the lease's with, or NULL to keep it. No row: no lease at all.
+/// Else a lock's columns, then the verdict, then whether the renewal shortened the lease
+/// (which the store announces to waiters). The renewal is cut at the lease's cap.
 pub(super) const RENEW: &str = concat!(
     judge_holder!(),
     ", renewed AS (
         UPDATE fencelock_leases l
         SET expires_at = least(date_trunc('milliseconds', clock.now + interval '999 microseconds')
-                               + $5::bigint * interval '1 millisecond', l.hold_until)
+                               + $5::bigint * interval '1 millisecond', l.hold_until),
+            meta = coalesce($6::text, l.meta)
         FROM holder h, clock
         WHERE l.resource = h.resource AND h.verdict = 3
-        RETURNING l.expires_at
+        RETURNING l.expires_at, l.meta
     )
     SELECT h.owner, h.principal, h.token, ",
     ms!("h.acquired_at"),
@@ -973,7 +1205,7 @@ pub(super) const RENEW: &str = concat!(
     ms!("expires_at"),
     " FROM renewed), ",
     ms!("h.expires_at"),
-    "), ",
+    "), CASE WHEN EXISTS (SELECT FROM renewed) THEN (SELECT meta FROM renewed) ELSE h.meta END, ",
     ms!("h.hold_until"),
     ", h.lock_delay, h.verdict,
         coalesce((SELECT r.expires_at < h.expires_at FROM renewed r), false) AS shortened
@@ -1024,7 +1256,7 @@ pub(super) const PURGE: &str = concat!(
             FOR UPDATE SKIP LOCKED
         )
         RETURNING 'lock' AS kind, resource AS name, owner, principal, token, acquired_at, expires_at,
-            hold_until, lock_delay
+            meta, hold_until, lock_delay
     ), purged_holds AS (
         DELETE FROM fencelock_holds
         WHERE (kind, name, owner) IN (
@@ -1034,7 +1266,7 @@ pub(super) const PURGE: &str = concat!(
             LIMIT $1::bigint
             FOR UPDATE SKIP LOCKED
         )
-        RETURNING kind, name, owner, principal, token, acquired_at, expires_at,
+        RETURNING kind, name, owner, principal, token, acquired_at, expires_at, meta,
             NULL::timestamptz AS hold_until, 0::bigint AS lock_delay
     ), ended_intents AS (
         DELETE FROM fencelock_intents
@@ -1053,14 +1285,14 @@ pub(super) const PURGE: &str = concat!(
 
 /// `$1` name, `$2` owner, `$3` its principal or NULL, `$4` claim (`permit`, `read` or
 /// `write`), `$5` the semaphore's limit or NULL, `$6` TTL in ms, `$7` a waiting writer's
-/// intent in ms or NULL. Rows: the role of the row, `writer_waits` and `retry_in_ms` (for
+/// intent in ms or NULL, `$8` the metadata or NULL. Rows: the role of the row, `writer_waits` and `retry_in_ms` (for
 /// `busy`), then a hold's columns (see [`hold_columns!`]), as `fencelock_acquire_hold` in
 /// the migrations returns them.
 pub(super) const ACQUIRE_HOLD: &str = concat!(
     "SELECT role, writer_waits, retry_in_ms, ",
     hold_columns!(),
     " FROM fencelock_acquire_hold($1::text, $2::text, $3::text, $4::text, $5::bigint, $6::bigint,
-        $7::bigint)"
+        $7::bigint, $8::text)"
 );
 
 /// `$1` kind, `$2` name: the live holds, in token order.
@@ -1098,16 +1330,17 @@ pub(super) const RELEASE_HOLD: &str = concat!(
     lease_columns!(),
     ", verdict, ",
     ms!("ended_at"),
-    " FROM fencelock_release_hold($1::text, $2::text, $3::text, $4::text, $5::bigint)"
+    " FROM fencelock_release_hold_meta($1::text, $2::text, $3::text, $4::text, $5::bigint)"
 );
 
 /// `$1` kind, `$2` name, `$3` owner, `$4` its principal or NULL, `$5` token or NULL, `$6`
-/// TTL in ms. No row: no live hold under the owner's name. Else a hold's columns, then the
+/// TTL in ms, `$7` the metadata to replace the hold's with, or NULL to keep it. No row: no live hold under the owner's name. Else a hold's columns, then the
 /// verdict.
 pub(super) const RENEW_HOLD: &str = concat!(
     "SELECT ",
     hold_columns!(),
-    ", verdict FROM fencelock_renew_hold($1::text, $2::text, $3::text, $4::text, $5::bigint, $6::bigint)"
+    ", verdict FROM fencelock_renew_hold($1::text, $2::text, $3::text, $4::text, $5::bigint, $6::bigint,
+        $7::text)"
 );
 
 /// `$1` name, `$2` owner, `$3` its principal or NULL.
@@ -1121,7 +1354,7 @@ pub(super) const FORCE_RELEASE: &str = concat!(
     lock_columns!(),
     ", ",
     ms!("ended_at"),
-    " FROM fencelock_force_release_with_terms($1::text, $2::text)"
+    " FROM fencelock_force_release_with_meta($1::text, $2::text)"
 );
 
 /// Brings the schema up to the newest version, in one transaction, under an advisory lock so

@@ -27,10 +27,12 @@
 --   P released              the channel where freed names are announced: KIND US NAME
 --
 -- A record is "token US acquired_at US expires_at US hold_until US lock_delay US claim US
--- limit US principal US owner US until US cap US slot": times in milliseconds since the
--- epoch (hold_until and cap 0: no cap), lock_delay in milliseconds, claim one of lock, permit,
--- read, write, limit 0 but for permits, principal empty for none, slot 0 but for a permit
--- granted under Redlock.
+-- limit US principal US owner US until US cap US slot US meta": times in milliseconds since
+-- the epoch (hold_until and cap 0: no cap), lock_delay in milliseconds, claim one of lock,
+-- permit, read, write, limit 0 but for permits, principal empty for none, slot 0 but for a
+-- permit granted under Redlock, meta the holder's metadata as compact JSON (empty for none;
+-- JSON escapes every control character, so it holds no US). Records written before leases
+-- kept metadata end at slot: they have none.
 --
 -- `until` and `cap` are the end and the cap by this node's clock: they decide whether the
 -- lease is live here. `acquired_at`, `expires_at` and `hold_until` are what the store
@@ -73,14 +75,14 @@ local function decode(s)
     token = tonumber(f[1]), acquired = tonumber(f[2]), expires = tonumber(f[3]),
     hold_until = tonumber(f[4]), delay = tonumber(f[5]), claim = f[6],
     limit = tonumber(f[7]), principal = f[8], owner = f[9], ['until'] = tonumber(f[10]),
-    cap = tonumber(f[11]), slot = tonumber(f[12]), raw = s,
+    cap = tonumber(f[11]), slot = tonumber(f[12]), meta = f[13] or '', raw = s,
   }
 end
 
 local function encode(r)
   r.raw = table.concat({ num(r.token), num(r.acquired), num(r.expires), num(r.hold_until),
     num(r.delay), r.claim, num(r.limit), r.principal, r.owner, num(r['until']), num(r.cap),
-    num(r.slot or 0) }, US)
+    num(r.slot or 0), r.meta or '' }, US)
   return r.raw
 end
 
@@ -199,9 +201,10 @@ local function live_lock(name)
   return nil
 end
 
--- acquire OWNER PRINCIPAL TTL MAX_HOLD LOCK_DELAY CALL SHOWN_FROM SHOWN_PER_MILLE SHOWN_FIXED
+-- acquire OWNER PRINCIPAL TTL MAX_HOLD LOCK_DELAY CALL SHOWN_FROM SHOWN_PER_MILLE SHOWN_FIXED META
 -- (NAME PROPOSAL)...: every lock or none, each new lease with its PROPOSAL as its token
 -- (Redlock) or the next token (PROPOSAL 0, one node).
+-- META is the metadata sent ('' none): a grant's, and an extension's if not ''.
 -- Reply: NOW, then 'unmarked', 'cancelled' or 'late' alone (see `barred`: nothing was
 -- written), or per
 -- name STATUS RECORD PREVIOUS: granted (the new lease, the expired one it replaced or ''),
@@ -213,10 +216,11 @@ local function acquire(a)
   local owner, principal = a[2], a[3]
   local ttl, max_hold, delay, call = tonumber(a[4]), tonumber(a[5]), tonumber(a[6]), a[7]
   local at, ends = shown(a, 8)
+  local meta = a[11]
   local bar = barred(call, at, ttl)
   if bar then return { NOW, bar } end
   local judged, refused = {}, false
-  for i = 11, #a, 2 do
+  for i = 12, #a, 2 do
     local name, proposal = a[i], tonumber(a[i + 1])
     local r = read_lock(name)
     if r and NOW < r['until'] and r.owner == owner and r.principal == principal then
@@ -252,12 +256,13 @@ local function acquire(a)
       r = { token = next_token('L', name, proposal), acquired = at,
         expires = ends(ttl, hold_until), hold_until = hold_until, delay = delay,
         claim = 'lock', limit = 0, principal = principal, owner = owner,
-        ['until'] = cut(NOW + ttl, cap), cap = cap }
+        ['until'] = cut(NOW + ttl, cap), cap = cap, meta = meta }
       write_lock(name, r)
     elseif not refused and status == 'extended' then
       local before = r['until']
       previous = r.raw
       r.acquired, r.expires, r['until'] = at, ends(ttl, r.hold_until), cut(NOW + ttl, r.cap)
+      if meta ~= '' then r.meta = meta end
       write_lock(name, r)
       remember(call, 'L' .. US .. name, previous, r.raw, ttl)
       if r['until'] < before then announce('L', name) end
@@ -296,8 +301,8 @@ local function release(a)
   return { NOW, 'released', r.raw }
 end
 
--- renew NAME OWNER PRINCIPAL TTL TOKEN SHOWN_FROM SHOWN_PER_MILLE SHOWN_FIXED. Reply: NOW, STATUS, the
--- renewed lease or ''.
+-- renew NAME OWNER PRINCIPAL TTL TOKEN SHOWN_FROM SHOWN_PER_MILLE SHOWN_FIXED META ('': keep
+-- the lease's). Reply: NOW, STATUS, the renewed lease or ''.
 local function renew(a)
   local name, ttl = a[2], tonumber(a[5])
   local r = live_lock(name)
@@ -306,6 +311,7 @@ local function renew(a)
   local _, ends = shown(a, 7)
   local before = r['until']
   r.expires, r['until'] = ends(ttl, r.hold_until), cut(NOW + ttl, r.cap)
+  if a[10] ~= '' then r.meta = a[10] end
   write_lock(name, r)
   if r['until'] < before then announce('L', name) end
   return { NOW, 'renewed', r.raw }
@@ -400,7 +406,7 @@ local function settle(kind, name)
 end
 
 -- acquire_hold KIND NAME OWNER PRINCIPAL CLAIM LIMIT TTL INTENT PROPOSAL SLOT CALL SHOWN_FROM
--- SHOWN_PER_MILLE SHOWN_FIXED: as fencelock_core::hold::judge decides; and, for a permit with
+-- SHOWN_PER_MILLE SHOWN_FIXED META (the hold's if new, '' keeps an extended one's): as fencelock_core::hold::judge decides; and, for a permit with
 -- a SLOT (1 to LIMIT, under Redlock), only if no other live permit has that slot here: a
 -- permit under Redlock is an exclusive lock on one of LIMIT slots, so that permits granted by
 -- different majorities can never add up to more than the limit (a count per node could:
@@ -414,6 +420,7 @@ local function acquire_hold(a)
   local limit, ttl, intent, proposal = tonumber(a[7]), tonumber(a[8]), tonumber(a[9]), tonumber(a[10])
   local slot, call = tonumber(a[11]), a[12]
   local at, ends = shown(a, 13)
+  local meta = a[16]
   local bar = barred(call, at, ttl)
   if bar then return { NOW, bar } end
   local live = live_holds(kind, name)
@@ -493,6 +500,7 @@ local function acquire_hold(a)
   if verdict == 'extend' then
     local before, raw = own['until'], own.raw
     own.acquired, own.expires, own['until'] = at, ends(ttl, 0), NOW + ttl
+    if meta ~= '' then own.meta = meta end
     redis.call('HSET', key, owner, encode(own))
     remember(call, kind .. US .. name, raw, own.raw, ttl)
     settle(kind, name)
@@ -503,7 +511,7 @@ local function acquire_hold(a)
   if not token then return { NOW, 'stale', num(last), '', 0, 0, 0 } end
   local h = { token = token, acquired = at, expires = ends(ttl, 0), hold_until = 0, delay = 0,
     claim = claim, limit = claim == 'permit' and limit or 0, principal = principal, owner = owner,
-    ['until'] = NOW + ttl, cap = 0, slot = slot }
+    ['until'] = NOW + ttl, cap = 0, slot = slot, meta = meta }
   redis.call('HSET', key, owner, encode(h))
   if own then remember(call, kind .. US .. name, own.raw, h.raw, ttl) end
   if claim == 'write' then
@@ -545,8 +553,8 @@ local function release_hold(a)
   return { NOW, 'released', h.raw }
 end
 
--- renew_hold KIND NAME OWNER PRINCIPAL TTL TOKEN SHOWN_FROM SHOWN_PER_MILLE SHOWN_FIXED.
--- Reply: NOW,
+-- renew_hold KIND NAME OWNER PRINCIPAL TTL TOKEN SHOWN_FROM SHOWN_PER_MILLE SHOWN_FIXED META
+-- ('': keep the hold's). Reply: NOW,
 -- STATUS, the renewed hold or ''.
 local function renew_hold(a)
   local kind, name, owner, ttl = a[2], a[3], a[4], tonumber(a[6])
@@ -555,6 +563,7 @@ local function renew_hold(a)
   local _, ends = shown(a, 8)
   local before = h['until']
   h.expires, h['until'] = ends(ttl, 0), NOW + ttl
+  if a[11] ~= '' then h.meta = a[11] end
   redis.call('HSET', holds_key(kind, name), owner, encode(h))
   settle(kind, name)
   if h['until'] < before then announce(kind, name) end

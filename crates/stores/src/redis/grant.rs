@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use fencelock_core::hold::{Busy, Claim, HoldOutcome};
-use fencelock_core::{AcquireAllOutcome, AcquireOutcome, Kind, Owner, Resource, Terms, Timestamp, Ttl};
+use fencelock_core::{AcquireAllOutcome, AcquireOutcome, Kind, Meta, Owner, Resource, Terms, Timestamp, Ttl};
 
 use super::RedisStore;
 use super::error::{RedisError, Result};
@@ -229,13 +229,13 @@ impl HoldTook {
 /// one node) and shown times, then each name with its proposal (0 on one node).
 fn acquire_args(
     owner: &Owner,
-    terms: Terms,
+    terms: &Terms,
     call: &str,
     shown: [Arg; 3],
     names: &[Resource],
     tokens: &[u64],
 ) -> Vec<Arg> {
-    let mut args = Vec::with_capacity(9 + 2 * names.len());
+    let mut args = Vec::with_capacity(10 + 2 * names.len());
     args.extend(owner_args(owner));
     args.extend([
         Arg::Number(terms.ttl.as_millis()),
@@ -244,6 +244,7 @@ fn acquire_args(
         Arg::text(call),
     ]);
     args.extend(shown);
+    args.push(Arg::meta(terms.meta.as_ref()));
     for (i, name) in names.iter().enumerate() {
         args.push(Arg::text(name.as_str()));
         args.push(Arg::Number(tokens.get(i).copied().unwrap_or(0)));
@@ -259,6 +260,7 @@ pub(super) struct HoldAsk {
     pub(super) claim: Claim,
     pub(super) ttl: Ttl,
     pub(super) intent: Option<Ttl>,
+    pub(super) meta: Option<Meta>,
 }
 
 impl HoldAsk {
@@ -284,6 +286,7 @@ impl HoldAsk {
             Arg::text(call),
         ]);
         args.extend(shown);
+        args.push(Arg::meta(self.meta.as_ref()));
         args
     }
 }
@@ -302,7 +305,7 @@ impl RedisStore {
         };
         let args = acquire_args(
             owner,
-            terms,
+            &terms,
             "",
             self.shown(Timestamp::EPOCH),
             names,
@@ -352,6 +355,7 @@ impl RedisStore {
         loop {
             let ask = {
                 let (owner, names, shown) = (owner.clone(), names.to_vec(), self.shown_redlock());
+                let terms = terms.clone();
                 Ask {
                     op: "acquire",
                     kind: Kind::Lock,
@@ -360,7 +364,7 @@ impl RedisStore {
                     ttl: terms.ttl,
                     slots: 0,
                     args: Box::new(move |proposal: &Proposal, call: &str, start: Timestamp| {
-                        acquire_args(&owner, terms, call, shown(start), &names, &proposal.tokens)
+                        acquire_args(&owner, &terms, call, shown(start), &names, &proposal.tokens)
                     }),
                     read: read_took,
                 }

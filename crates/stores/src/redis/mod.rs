@@ -117,7 +117,7 @@ use fencelock_core::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage
 use fencelock_core::store::{PURGE_BATCH, Result as StoreResult};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Clock, Drift, EndedLease, FencingToken, ForceOutcome,
-    LeasePage, ListQuery, LockStore, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome,
+    LeasePage, ListQuery, LockStore, Meta, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome,
     Resource, Resources, StoreError, SystemClock, Terms, Timestamp, Ttl,
 };
 use futures_util::future::join_all;
@@ -396,27 +396,32 @@ impl LockStore for RedisStore {
         token: Option<FencingToken>,
     ) -> StoreResult<ReleaseOutcome> {
         let name = vec![Arg::text(resource.as_str())];
-        Ok(match self.judged("release", name, owner, None, token).await? {
-            Ok((record, ended_at)) => ReleaseOutcome::Released(Some(EndedLease {
-                lease: record.lease(resource)?,
-                ended_at,
-            })),
-            Err(refusal) => refusal.into(),
-        })
+        Ok(
+            match self.judged("release", name, owner, None, token, None).await? {
+                Ok((record, ended_at)) => ReleaseOutcome::Released(Some(EndedLease {
+                    lease: record.lease(resource)?,
+                    ended_at,
+                })),
+                Err(refusal) => refusal.into(),
+            },
+        )
     }
 
-    async fn renew(
+    async fn renew_with(
         &self,
         resource: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> StoreResult<RenewOutcome> {
         let name = vec![Arg::text(resource.as_str())];
-        Ok(match self.judged("renew", name, owner, Some(ttl), token).await? {
-            Ok((record, _)) => RenewOutcome::Renewed(record.lease(resource)?),
-            Err(refusal) => refusal.into(),
-        })
+        Ok(
+            match self.judged("renew", name, owner, Some(ttl), token, meta).await? {
+                Ok((record, _)) => RenewOutcome::Renewed(record.lease(resource)?),
+                Err(refusal) => refusal.into(),
+            },
+        )
     }
 
     async fn list(&self, query: &ListQuery) -> StoreResult<LeasePage> {
@@ -448,13 +453,14 @@ impl LockStore for RedisStore {
         Ok(expired)
     }
 
-    async fn acquire_hold(
+    async fn acquire_hold_with(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
         intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> StoreResult<HoldOutcome> {
         let ask = HoldAsk {
             name: name.clone(),
@@ -462,6 +468,7 @@ impl LockStore for RedisStore {
             claim,
             ttl,
             intent,
+            meta: meta.cloned(),
         };
         Ok(if self.redlock() {
             self.hold_on_majority(ask).await?
@@ -483,7 +490,10 @@ impl LockStore for RedisStore {
     ) -> StoreResult<ReleaseOutcome> {
         let head = vec![Arg::text(hold_letter(kind)), Arg::text(name.as_str())];
         Ok(
-            match self.judged("release_hold", head, owner, None, token).await? {
+            match self
+                .judged("release_hold", head, owner, None, token, None)
+                .await?
+            {
                 Ok((record, ended_at)) => ReleaseOutcome::Released(Some(EndedLease {
                     lease: record.hold(name)?.lease,
                     ended_at,
@@ -493,17 +503,21 @@ impl LockStore for RedisStore {
         )
     }
 
-    async fn renew_hold(
+    async fn renew_hold_with(
         &self,
         kind: HoldKind,
         name: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> StoreResult<RenewOutcome<Hold>> {
         let head = vec![Arg::text(hold_letter(kind)), Arg::text(name.as_str())];
         Ok(
-            match self.judged("renew_hold", head, owner, Some(ttl), token).await? {
+            match self
+                .judged("renew_hold", head, owner, Some(ttl), token, meta)
+                .await?
+            {
                 Ok((record, _)) => RenewOutcome::Renewed(record.hold(name)?),
                 Err(refusal) => refusal.into(),
             },

@@ -58,6 +58,7 @@ mod tests {
             principal: String::new(),
             owner: owner.into(),
             until: expires_at + 5,
+            meta: String::new(),
             raw: String::new(),
         }
     }

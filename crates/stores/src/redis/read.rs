@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use fencelock_core::page::page_of;
-use fencelock_core::{FencingToken, Hold, HoldKind, ListQuery, Owner, Refusal, Resource, Timestamp, Ttl};
+use fencelock_core::{
+    FencingToken, Hold, HoldKind, ListQuery, Meta, Owner, Refusal, Resource, Timestamp, Ttl,
+};
 
 use super::RedisStore;
 use super::error::{RedisError, Result};
@@ -198,7 +200,8 @@ impl RedisStore {
     }
 
     /// A release (`ttl` none) or renewal (`op`) of `owner`'s lease or hold named by `head`
-    /// (the name, or the kind and the name), with `token` if given, on every node: the record
+    /// (the name, or the kind and the name), with `token` if given (and `meta` to replace, for a
+    /// renewal), on every node: the record
     /// a majority released or renewed, with when that was done, or the refusal most nodes gave.
     pub(super) async fn judged(
         &self,
@@ -207,6 +210,7 @@ impl RedisStore {
         owner: &Owner,
         ttl: Option<Ttl>,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<Result<(Record, Timestamp), Refusal>> {
         let mut args = head;
         args.extend(owner_args(owner));
@@ -214,6 +218,7 @@ impl RedisStore {
         args.push(Arg::token(token));
         if ttl.is_some() {
             args.extend(self.shown(self.nodes.clock.now()));
+            args.push(Arg::meta(meta));
         }
         let quorum = self.nodes.quorum;
         // Settled once a majority did it, or refused it for one same reason: nodes that a

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fencelock_core::{Claim, FencingToken, Hold, HoldKind, Kind, Lease, Owner, Principal, Resource};
+use fencelock_core::{Claim, FencingToken, Hold, HoldKind, Kind, Lease, Meta, Owner, Principal, Resource};
 use redis::Value;
 
 use super::error::{RedisError, Result};
@@ -23,6 +23,11 @@ impl Arg {
     /// `text` as an argument.
     pub(super) fn text(text: &str) -> Self {
         Self::Text(text.to_owned())
+    }
+
+    /// Metadata sent, or none (`''`: every metadata is a JSON object, never empty).
+    pub(super) fn meta(meta: Option<&Meta>) -> Self {
+        Self::text(meta.map_or("", Meta::as_str))
     }
 
     /// A token given to a release or renewal, or none (`''`: 0 is a token like any other).
@@ -173,13 +178,21 @@ pub(super) struct Record {
     pub(super) owner: String,
     /// The end by the node's clock.
     pub(super) until: u64,
+    /// The metadata as compact JSON; empty for none.
+    pub(super) meta: String,
     /// The record as the node keeps it.
     pub(super) raw: String,
 }
 
 impl Record {
     fn parse(text: &str) -> Result<Self, String> {
-        let fields: Vec<&str> = text.split(US).collect();
+        let mut fields: Vec<&str> = text.split(US).collect();
+        // A record written before leases kept metadata has none.
+        let meta = if fields.len() == 13 {
+            fields.pop().unwrap_or_default()
+        } else {
+            ""
+        };
         let [
             token,
             acquired_at,
@@ -195,7 +208,7 @@ impl Record {
             _slot,
         ] = fields[..]
         else {
-            return Err(format!("{} fields, not 12", fields.len()));
+            return Err(format!("{} fields, not 12 or 13", fields.len()));
         };
         let number = |field: &str| {
             field
@@ -213,6 +226,7 @@ impl Record {
             principal: principal.to_owned(),
             owner: owner.to_owned(),
             until: number(until)?,
+            meta: meta.to_owned(),
             raw: text.to_owned(),
         })
     }
@@ -249,6 +263,10 @@ impl Record {
             hold_until: (self.hold_until > 0)
                 .then(|| fencelock_core::Timestamp::from_millis(self.hold_until)),
             lock_delay: Duration::from_millis(self.lock_delay),
+            meta: match self.meta.as_str() {
+                "" => None,
+                text => Some(Meta::parse(text).map_err(|e| corrupt(format!("meta {text:?}: {e}")))?),
+            },
         })
     }
 
@@ -279,7 +297,8 @@ impl Record {
     }
 
     /// What every node keeps alike of the lease: all but the node's own end.
-    pub(super) fn shown(&self) -> (u64, u64, u64, u64, u64, &str, u32, &str, &str) {
+    #[allow(clippy::type_complexity)]
+    pub(super) fn shown(&self) -> (u64, u64, u64, u64, u64, &str, u32, &str, &str, &str) {
         (
             self.token,
             self.acquired_at,
@@ -290,6 +309,7 @@ impl Record {
             self.limit,
             &self.principal,
             &self.owner,
+            &self.meta,
         )
     }
 }

@@ -106,7 +106,7 @@ use async_trait::async_trait;
 use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Clock, Expired, FencingToken, ForceOutcome, Hold,
-    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, LockTable, Owner,
+    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, LockTable, Meta, Owner,
     ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, SystemClock,
     Terms, Timestamp, Ttl,
 };
@@ -329,7 +329,7 @@ impl Drop for SqliteStore {
 impl LockStore for SqliteStore {
     async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
         let (resource, owner) = (resource.clone(), owner.clone());
-        self.call(move |table, now| table.acquire(now, &resource, &owner, terms))
+        self.call(move |table, now| table.acquire(now, &resource, &owner, &terms))
             .await
     }
 
@@ -340,7 +340,7 @@ impl LockStore for SqliteStore {
         terms: Terms,
     ) -> Result<AcquireAllOutcome> {
         let (resources, owner) = (resources.clone(), owner.clone());
-        self.call(move |table, now| table.acquire_all(now, &resources, &owner, terms))
+        self.call(move |table, now| table.acquire_all(now, &resources, &owner, &terms))
             .await
     }
 
@@ -360,15 +360,16 @@ impl LockStore for SqliteStore {
             .await
     }
 
-    async fn renew(
+    async fn renew_with(
         &self,
         resource: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome> {
-        let (resource, owner) = (resource.clone(), owner.clone());
-        self.call(move |table, now| Ok(table.renew(now, &resource, &owner, ttl, token)))
+        let (resource, owner, meta) = (resource.clone(), owner.clone(), meta.cloned());
+        self.call(move |table, now| Ok(table.renew(now, &resource, &owner, ttl, token, meta.as_ref())))
             .await
     }
 
@@ -381,16 +382,17 @@ impl LockStore for SqliteStore {
         self.call(|table, now| Ok(table.purge_expired(now))).await
     }
 
-    async fn acquire_hold(
+    async fn acquire_hold_with(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
         intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> Result<HoldOutcome> {
-        let (name, owner) = (name.clone(), owner.clone());
-        self.call(move |table, now| table.acquire_hold(now, &name, &owner, claim, ttl, intent))
+        let (name, owner, meta) = (name.clone(), owner.clone(), meta.cloned());
+        self.call(move |table, now| table.acquire_hold(now, &name, &owner, claim, ttl, intent, meta.as_ref()))
             .await
     }
 
@@ -412,16 +414,17 @@ impl LockStore for SqliteStore {
             .await
     }
 
-    async fn renew_hold(
+    async fn renew_hold_with(
         &self,
         kind: HoldKind,
         name: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>> {
-        let (name, owner) = (name.clone(), owner.clone());
-        self.call(move |table, now| Ok(table.renew_hold(now, kind, &name, &owner, ttl, token)))
+        let (name, owner, meta) = (name.clone(), owner.clone(), meta.cloned());
+        self.call(move |table, now| Ok(table.renew_hold(now, kind, &name, &owner, ttl, token, meta.as_ref())))
             .await
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use fencelock_core::store::Result;
 use fencelock_core::table::{Dirty, DirtyHold};
 use fencelock_core::{
-    Claim, FencingToken, Hold, HoldKind, Lease, LockTable, Owner, Principal, Resource, Timestamp,
+    Claim, FencingToken, Hold, HoldKind, Lease, LockTable, Meta, Owner, Principal, Resource, Timestamp,
 };
 use rusqlite::{Connection, params};
 
@@ -25,12 +25,13 @@ pub(super) fn write_row(
     };
     tx.prepare_cached(
         "INSERT INTO leases (resource, owner, token, acquired_at, expires_at, shift, principal,
-             hold_until, lock_delay)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             hold_until, lock_delay, meta)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
          ON CONFLICT (resource) DO UPDATE SET owner = excluded.owner, token = excluded.token,
              acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
              shift = excluded.shift, principal = excluded.principal,
-             hold_until = excluded.hold_until, lock_delay = excluded.lock_delay",
+             hold_until = excluded.hold_until, lock_delay = excluded.lock_delay,
+             meta = excluded.meta",
     )?
     .execute(params![
         lease.resource.as_str(),
@@ -48,6 +49,7 @@ pub(super) fn write_row(
             "lock-delay",
             u64::try_from(lease.lock_delay.as_millis()).unwrap_or(u64::MAX)
         )?,
+        lease.meta.as_ref().map(Meta::as_str),
     ])?;
     Ok(())
 }
@@ -66,12 +68,12 @@ pub(super) fn write_hold(
     let (claim, limit) = claim_to_sql(hold.claim);
     tx.prepare_cached(
         "INSERT INTO holds (kind, name, owner, claim, permit_limit, token, acquired_at, expires_at, shift,
-             principal)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+             principal, meta)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
          ON CONFLICT (kind, name, owner) DO UPDATE SET claim = excluded.claim,
              permit_limit = excluded.permit_limit, token = excluded.token,
              acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
-             shift = excluded.shift, principal = excluded.principal",
+             shift = excluded.shift, principal = excluded.principal, meta = excluded.meta",
     )?
     .execute(params![
         kind.as_str(),
@@ -84,6 +86,7 @@ pub(super) fn write_hold(
         to_sql("timestamp", hold.lease.expires_at.as_millis())?,
         shift,
         hold.lease.owner.principal().map(Principal::as_str),
+        hold.lease.meta.as_ref().map(Meta::as_str),
     ])?;
     Ok(())
 }
@@ -147,20 +150,24 @@ pub(super) fn load(conn: &Connection) -> Result<(LockTable, i64), SqliteError> {
     let mut statement = conn
         .prepare(
             "SELECT resource, owner, token, acquired_at, expires_at, shift, principal, hold_until,
-                 lock_delay
+                 lock_delay, meta
              FROM leases",
         )
         .map_err(unreadable)?;
     let mut rows = statement.query([]).map_err(unreadable)?;
     while let Some(row) = rows.next().map_err(unreadable)? {
         let lease = lease_from_row("lease", row, shift, 6)?;
-        leases.push(with_terms(lease, row, shift)?);
+        let meta = meta_from_sql("lease", row, 9)?;
+        leases.push(Lease {
+            meta,
+            ..with_terms(lease, row, shift)?
+        });
     }
     let mut holds = Vec::new();
     let mut statement = conn
         .prepare(
             "SELECT name, owner, token, acquired_at, expires_at, shift, kind, claim, permit_limit,
-                 principal
+                 principal, meta
              FROM holds",
         )
         .map_err(unreadable)?;
@@ -188,7 +195,14 @@ pub(super) fn hold_from_row(row: &rusqlite::Row<'_>, shift: i64) -> Result<(Hold
     let limit = row.get(8).map_err(SqliteError::Read)?;
     let claim = claim_from_sql(kind, text(row, 7)?, limit).map_err(corrupt)?;
     let lease = lease_from_row(&format!("{kind} hold"), row, shift, 9)?;
-    Ok((kind, Hold { lease, claim }))
+    let meta = meta_from_sql("hold", row, 10)?;
+    Ok((
+        kind,
+        Hold {
+            lease: Lease { meta, ..lease },
+            claim,
+        },
+    ))
 }
 
 /// The lease in `row` (resource or name, owner, token, `acquired_at`, `expires_at` and the
@@ -215,6 +229,7 @@ pub(super) fn lease_from_row(
         expires_at: Timestamp::from_millis(from_sql("expires_at", expires_at)?),
         hold_until: None,
         lock_delay: Duration::ZERO,
+        meta: None,
     })
 }
 
@@ -236,6 +251,21 @@ pub(super) fn with_terms(lease: Lease, row: &rusqlite::Row<'_>, shift: i64) -> R
         lock_delay: Duration::from_millis(from_sql("lock_delay", lock_delay)?),
         ..lease
     })
+}
+
+/// The metadata in column `column` of `row` (a lease's or a hold's, as `of` says): none for
+/// NULL.
+pub(super) fn meta_from_sql(
+    of: &str,
+    row: &rusqlite::Row<'_>,
+    column: usize,
+) -> Result<Option<Meta>, SqliteError> {
+    let text: Option<&str> = row
+        .get_ref(column)
+        .and_then(|value| value.as_str_or_null().map_err(rusqlite::Error::from))
+        .map_err(SqliteError::Read)?;
+    text.map(|text| Meta::parse(text).map_err(|e| SqliteError::Data(format!("{of} meta {text:?}: {e}"))))
+        .transpose()
 }
 
 /// A time written under re-base shift `written_under`, moved to the file's shift `shift`.

@@ -107,6 +107,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE meta ADD COLUMN boot_id TEXT;
     ALTER TABLE meta ADD COLUMN since_boot INTEGER CHECK (since_boot >= 0);
 ",
+    r"
+    -- What each holder said about its lease or hold: a flat JSON object as compact text
+    -- (NULL: nothing). Rows written before this migration have none.
+    ALTER TABLE leases ADD COLUMN meta TEXT;
+    ALTER TABLE holds ADD COLUMN meta TEXT;
+",
 ];
 
 /// Opens the file and takes it for this server alone, durably journalled.

@@ -149,8 +149,8 @@ use async_trait::async_trait;
 use fencelock_core::store::{PURGE_BATCH, Result};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
-    HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, LockTable, Owner,
-    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms,
+    HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, LockTable, Meta,
+    Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms,
     Timestamp, Ttl, Watch,
 };
 use futures_util::future::try_join_all;
@@ -637,7 +637,7 @@ impl Settle for () {}
 impl LockStore for ZooKeeperStore {
     async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
         self.change("acquire", &[Key::lock(resource)], |table, now| {
-            table.acquire(now, resource, owner, terms)
+            table.acquire(now, resource, owner, &terms)
         })
         .await
     }
@@ -651,7 +651,7 @@ impl LockStore for ZooKeeperStore {
     ) -> Result<AcquireAllOutcome> {
         let keys: Vec<Key> = resources.as_slice().iter().map(Key::lock).collect();
         self.change("acquire", &keys, |table, now| {
-            table.acquire_all(now, resources, owner, terms)
+            table.acquire_all(now, resources, owner, &terms)
         })
         .await
     }
@@ -673,15 +673,16 @@ impl LockStore for ZooKeeperStore {
         .await
     }
 
-    async fn renew(
+    async fn renew_with(
         &self,
         resource: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome> {
         self.change("renew", &[Key::lock(resource)], |table, now| {
-            Ok(table.renew(now, resource, owner, ttl, token))
+            Ok(table.renew(now, resource, owner, ttl, token, meta))
         })
         .await
     }
@@ -714,16 +715,17 @@ impl LockStore for ZooKeeperStore {
         Ok(expired)
     }
 
-    async fn acquire_hold(
+    async fn acquire_hold_with(
         &self,
         name: &Resource,
         owner: &Owner,
         claim: Claim,
         ttl: Ttl,
         intent: Option<Ttl>,
+        meta: Option<&Meta>,
     ) -> Result<HoldOutcome> {
         self.change("acquire", &[Key::hold(claim.kind(), name)], |table, now| {
-            table.acquire_hold(now, name, owner, claim, ttl, intent)
+            table.acquire_hold(now, name, owner, claim, ttl, intent, meta)
         })
         .await
     }
@@ -746,16 +748,17 @@ impl LockStore for ZooKeeperStore {
         .await
     }
 
-    async fn renew_hold(
+    async fn renew_hold_with(
         &self,
         kind: HoldKind,
         name: &Resource,
         owner: &Owner,
         ttl: Ttl,
         token: Option<FencingToken>,
+        meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>> {
         self.change("renew", &[Key::hold(kind, name)], |table, now| {
-            Ok(table.renew_hold(now, kind, name, owner, ttl, token))
+            Ok(table.renew_hold(now, kind, name, owner, ttl, token, meta))
         })
         .await
     }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use fencelock_core::{
-    Claim, FencingToken, Hold, HoldKind, Intent, Key, Kind, Lease, LockTable, Resource, Timestamp, Ttl,
+    Claim, FencingToken, Hold, HoldKind, Intent, Key, Kind, Lease, LockTable, Meta, Resource, Timestamp, Ttl,
 };
 use serde::{Deserialize, Serialize};
 
@@ -191,6 +191,10 @@ struct StoredLease {
     /// A permit's semaphore limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     limit: Option<u32>,
+    /// The metadata, a flat JSON object: absent when there is none, as in every state
+    /// written before leases kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -264,6 +268,11 @@ pub(super) fn decode(key: &Key, data: &[u8], mzxid: u64) -> Result<State, ZkErro
             expires_at: Timestamp::from_millis(s.expires_at),
             hold_until: s.hold_until.map(Timestamp::from_millis),
             lock_delay: Duration::from_millis(s.lock_delay),
+            meta: s
+                .meta
+                .map(|object| Meta::from_object(&object, usize::MAX))
+                .transpose()
+                .map_err(|e| corrupt(format!("meta {e}")))?,
         };
         Ok((lease, claim))
     };
@@ -305,6 +314,7 @@ fn stored_lease(lease: &Lease, claim: Option<Claim>) -> StoredLease {
         lock_delay: u64::try_from(lease.lock_delay.as_millis()).unwrap_or(u64::MAX),
         claim: claim.map(str::to_owned),
         limit,
+        meta: lease.meta.as_ref().map(Meta::to_object),
     }
 }
 
@@ -355,7 +365,7 @@ mod tests {
         let ttl = Ttl::from_millis(50, Ttl::DEFAULT_MAX).unwrap();
         let a = Owner::new("a").unwrap();
         let outcome = table
-            .acquire(now, &read.key.name, &a, fencelock_core::Terms::ttl(ttl))
+            .acquire(now, &read.key.name, &a, &fencelock_core::Terms::ttl(ttl))
             .unwrap();
         let lease = outcome.lease().unwrap().clone();
         assert!(lease.token.0 > PENDING, "the call's own, until its write commits");
@@ -439,6 +449,7 @@ mod tests {
             expires_at: Timestamp::from_millis(9),
             hold_until: None,
             lock_delay: Duration::ZERO,
+            meta: Some(Meta::parse(r#"{"job":"backup","pid":311}"#).unwrap()),
         };
         let state = State {
             lease: None,

@@ -108,6 +108,7 @@ impl Session for LeanSession {
                 &self.owner,
                 claim,
                 self.ttl,
+                None,
                 Default::default(),
             )),
             None => serde_json::to_vec(&AcquireRequest {
@@ -115,6 +116,7 @@ impl Session for LeanSession {
                 ttl: TtlFields::ms(self.ttl.as_millis()),
                 wait_ms: None,
                 max_hold_ms: None,
+                meta: None,
             }),
         }?;
         let paths = self.paths.clone();
