@@ -1413,7 +1413,7 @@ async fn a_database_of_version_4_is_migrated_keeping_its_leases_and_holds_withou
         .holds(HoldKind::Semaphore, &permit.lease.resource)
         .await
         .unwrap();
-    assert_eq!(holds, [permit.clone()]);
+    assert_eq!(holds, std::slice::from_ref(&permit));
     let meta = fencelock_core::Meta::parse(r#"{"host":"db-3"}"#).unwrap();
     let renewed = store
         .renew_hold_with(

@@ -938,7 +938,7 @@ async fn a_version_7_file_keeps_its_leases_without_metadata_and_takes_some_once_
         .holds(HoldKind::Semaphore, &permit.lease.resource)
         .await
         .unwrap();
-    assert_eq!(holds, [permit.clone()]);
+    assert_eq!(holds, std::slice::from_ref(&permit));
     let meta = Meta::parse(r#"{"host":"db-3","pid":311}"#).unwrap();
     let renewed = store
         .renew_with(&lease.resource, &lease.owner, long(), None, Some(&meta))
