@@ -13,6 +13,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{Server, fencelock};
+#[cfg(feature = "etcd")]
+use fencelock_testkit::shared_etcd;
+#[cfg(feature = "zookeeper")]
+use fencelock_testkit::shared_zookeeper;
 use fencelock_testkit::sse::{EventStream, Message};
 use fencelock_testkit::{Postgres, RedisNodes, eventually, shared_redis};
 use serde_json::{Value, json};
@@ -83,8 +87,9 @@ async fn series(servers: &[&Server], name: &str) -> f64 {
 }
 
 /// Two servers on `store`: a change made through either is on both streams, in the order of
-/// the changes, and an expiry is told once.
-async fn changes_through_either_server_are_on_both_streams(store: &str) {
+/// the changes, and an expiry is told once (where a server sees `expiries`: not on etcd,
+/// which deletes expired keys itself).
+async fn changes_through_either_server_are_on_both_streams(store: &str, expiries: bool) {
     let flags = ["--purge-interval", "100ms"];
     let (a, b) = (Server::with(store, &[], &flags), Server::with(store, &[], &flags));
     let prefix = unique_prefix();
@@ -111,6 +116,9 @@ async fn changes_through_either_server_are_on_both_streams(store: &str) {
         );
     }
 
+    if !expiries {
+        return;
+    }
     // An expiry is told once, by the server whose purge removed the lease.
     let short = format!("{prefix}short");
     let expired_before = series(&[&a, &b], "fencelock_leases_expired_total").await;
@@ -145,18 +153,30 @@ async fn changes_through_either_server_are_on_both_streams(store: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgresql_changes_through_either_server_are_on_both_streams() {
     let postgres = Postgres::start();
-    changes_through_either_server_are_on_both_streams(&postgres.url()).await;
+    changes_through_either_server_are_on_both_streams(&postgres.url(), true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_changes_through_either_server_are_on_both_streams() {
-    changes_through_either_server_are_on_both_streams(&shared_redis().url()).await;
+    changes_through_either_server_are_on_both_streams(&shared_redis().url(), true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redlock_changes_through_either_server_are_on_both_streams() {
     let nodes = RedisNodes::start(3);
-    changes_through_either_server_are_on_both_streams(&nodes.url()).await;
+    changes_through_either_server_are_on_both_streams(&nodes.url(), true).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_changes_through_either_server_are_on_both_streams() {
+    changes_through_either_server_are_on_both_streams(&shared_etcd().url(), false).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_zookeeper_changes_through_either_server_are_on_both_streams() {
+    changes_through_either_server_are_on_both_streams(&shared_zookeeper().url(), true).await;
 }
 
 /// The delay from a grant's answer on one server to its event on the other's stream, over
@@ -201,6 +221,20 @@ async fn redis_event_delay() {
 async fn redlock_event_delay() {
     let nodes = RedisNodes::start(3);
     delay(&nodes.url(), "Redlock of 3").await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn etcd_event_delay() {
+    delay(&shared_etcd().url(), "etcd").await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn zookeeper_event_delay() {
+    delay(&shared_zookeeper().url(), "ZooKeeper").await;
 }
 
 /// The lines a child prints, as they come.

@@ -45,10 +45,11 @@
 //! | store | how other servers' events arrive | delay seen (p50 / p99, answer on one server → event on another's stream, loopback) | a server that crashes between a commit and its publish |
 //! | --- | --- | --- | --- |
 //! | embedded, in-memory | no other server: one server owns the file, or the process | — | — |
-//! | [`postgres`] | `NOTIFY fencelock_events` by the store's notifying session, in its batches (one session per server, so in the server's order), `LISTEN` on the listening connection | 1.0 / 5.1 ms | that event is on no other server's stream (the change is in the store, and in a snapshot after a `reset`) |
-//! | [`redis`], one node | `PUBLISH PREFIXevents` from a queue per node, `SUBSCRIBE` beside the release channel | 0.0 / 0.7 ms | as PostgreSQL |
-//! | Redlock | published on every node; heard from each, the first copy kept (by the server's epoch and sequence) | 0.1 / 0.8 ms | as PostgreSQL; an event is lost only if no node delivered it |
-//! | [`etcd`], [`zookeeper`] | not yet: only the server's own changes | — | — |
+//! | [`postgres`] | `NOTIFY fencelock_events` by the store's notifying session, in its batches (one session per server, so in the server's order), `LISTEN` on the listening connection | 1.0 / 2.5–5.1 ms | that event is on no other server's stream (the change is in the store, and in a snapshot after a `reset`) |
+//! | [`redis`], one node | `PUBLISH PREFIXevents` from a queue per node, `SUBSCRIBE` beside the release channel | 0.0–0.2 / 0.7 ms | as PostgreSQL |
+//! | Redlock | published on every node; heard from each, the first copy kept (by the server's epoch and sequence) | 0.0–0.1 / 0.8 ms | as PostgreSQL; an event is lost only if no node delivered it |
+//! | [`etcd`] | a key `/fencelock/events/{origin}-{seq}` per event, put with a 20 s etcd lease (reused for 10 s) by a queue in order; a watch on the prefix, resumed from the revision after the last put seen when it is lost | 1.3 / 5.5 ms | as PostgreSQL. Expiries are no events on etcd: etcd deletes an expired key itself, and no server's purge sees it |
+//! | [`zookeeper`] | an ephemeral sequential node `ROOT/events/e-SEQ` per event (deleted by its server after 20 s, or with its session); a child watch on `ROOT/events`, each new node read in sequence order | 1.9 / 9.1 ms | as PostgreSQL |
 //!
 //! An expiry is an event of the one server whose purge removed the lease (or whose grant
 //! replaced it), so it appears once on every stream. Events of two servers about one name
