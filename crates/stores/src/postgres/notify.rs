@@ -35,8 +35,6 @@ const BATCH: usize = 1024;
 /// The longest payload PostgreSQL takes in a notice (8000 bytes, less a margin).
 const MAX_PAYLOAD: usize = 7900;
 
-/// A notice: its channel and payload.
-
 /// Announces one batch: a notice per name, in one statement, so one transaction.
 const ANNOUNCE: &str = "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)";
 
@@ -48,6 +46,7 @@ pub(super) struct Notifier {
     _task: AbortOnDrop,
 }
 
+/// A notice: its channel and payload.
 type Notice = (&'static str, String);
 
 /// The notices waiting for the next batch, and the session that sends them.
