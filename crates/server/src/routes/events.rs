@@ -11,7 +11,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use fencelock_core::{HoldKind, Kind, LeasePage, ListQuery, Timestamp, Waiters};
+use fencelock_core::{HoldKind, HoldPage, Kind, LeasePage, ListQuery, StoreError, Timestamp, Waiters};
 use fencelock_wire::{EventData, EventId, EventName, FieldError, Notice, ProblemKind, Topic, Topics, parse};
 use futures_util::Stream;
 
@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::list::readable;
+use super::list::{Page, readable};
 use super::responses::{AuthProblems, PathProblems};
 
 /// The most leases, or names with holds, read from the store per call for a snapshot.
@@ -150,26 +150,9 @@ async fn snapshot(app: &App, filter: &Filter, at: EventId) -> Result<VecDeque<Ev
     // `readable` lists only what the caller may read under the prefix: the filter's rules.
     let mut snapshot = |data: EventData| events.push_back(data_event(EventName::Snapshot, Some(at), &data));
     if filter.topics.contains(Topic::Lock) {
-        let mut after = None;
-        loop {
-            let query = ListQuery {
-                prefix: filter.prefix.clone(),
-                after,
-                limit: SNAPSHOT_PAGE,
-            };
-            let page: LeasePage = readable(
-                &filter.caller,
-                query,
-                |query| async move { store.list(&query).await },
-            )
-            .await?;
-            for lease in &page.leases {
-                snapshot(EventData::of_lease(Kind::Lock, lease, now));
-            }
-            match page.next {
-                Some(next) => after = Some(next),
-                None => break,
-            }
+        let leases = every::<LeasePage, _>(filter, |query| async move { store.list(&query).await }).await?;
+        for lease in &leases {
+            snapshot(EventData::of_lease(Kind::Lock, lease, now));
         }
     }
     for kind in [HoldKind::Semaphore, HoldKind::RwLock] {
@@ -177,27 +160,42 @@ async fn snapshot(app: &App, filter: &Filter, at: EventId) -> Result<VecDeque<Ev
         if !filter.topics.contains(Topic::of(kind_of)) {
             continue;
         }
-        let mut after = None;
-        loop {
-            let query = ListQuery {
-                prefix: filter.prefix.clone(),
-                after,
-                limit: SNAPSHOT_PAGE,
-            };
-            let page = readable(&filter.caller, query, |query| async move {
-                store.list_holds(kind, &query).await
-            })
-            .await?;
-            for hold in page.names.iter().flat_map(|(_, holds)| holds) {
-                snapshot(EventData::of_hold(kind_of, hold, now));
-            }
-            match page.next {
-                Some(next) => after = Some(next),
-                None => break,
-            }
+        let names = every::<HoldPage, _>(
+            filter,
+            |query| async move { store.list_holds(kind, &query).await },
+        )
+        .await?;
+        for hold in names.iter().flat_map(|(_, holds)| holds) {
+            snapshot(EventData::of_hold(kind_of, hold, now));
         }
     }
     Ok(events)
+}
+
+/// Every entry under `filter`'s prefix that its caller may read, page after page.
+async fn every<P, F>(
+    filter: &Filter,
+    mut fetch: impl FnMut(ListQuery) -> F,
+) -> Result<Vec<P::Item>, StoreError>
+where
+    P: Page,
+    F: Future<Output = Result<P, StoreError>>,
+{
+    let mut items = Vec::new();
+    let mut after = None;
+    loop {
+        let query = ListQuery {
+            prefix: filter.prefix.clone(),
+            after,
+            limit: SNAPSHOT_PAGE,
+        };
+        let (got, next) = readable(&filter.caller, query, &mut fetch).await?.into_parts();
+        items.extend(got);
+        match next {
+            Some(next) => after = Some(next),
+            None => return Ok(items),
+        }
+    }
 }
 
 /// What follows the first events: the live tail, heartbeats, and the end.

@@ -10,51 +10,23 @@ use etcd_client::{Client, EventType, PutOptions, WatchOptions};
 use fencelock_core::{Bulletin, BulletinFeed};
 use tokio::sync::mpsc;
 
-use crate::subscription::AbortOnDrop;
+use crate::subscription::EventChannel;
 
 /// How long an event's key lives (its lease's TTL): long enough for every server's watch to
 /// see it, short enough that the keys do not pile up.
 const KEEP: Duration = Duration::from_secs(20);
 
-/// How many events may wait to be put while etcd does not answer; more are dropped (logged).
-const QUEUE: usize = 4096;
-
 /// The pause before watching again after a watch is lost.
 const REWATCH: Duration = Duration::from_millis(200);
 
-/// This server's events going out, and the other servers' coming in.
-#[derive(Debug)]
-pub(super) struct Events {
-    queue: mpsc::Sender<Bulletin>,
-    feed: BulletinFeed,
-    _tasks: [AbortOnDrop; 2],
-}
-
-impl Events {
-    /// Starts putting and watching events under `prefix`.
-    pub(super) fn start(client: &Client, prefix: &str) -> Self {
-        let (queue, outgoing) = mpsc::channel(QUEUE);
-        let feed = BulletinFeed::new();
-        let put = tokio::spawn(put(client.clone(), prefix.to_owned(), outgoing));
-        let follow = tokio::spawn(follow(client.clone(), prefix.to_owned(), feed.clone()));
-        Self {
-            queue,
-            feed,
-            _tasks: [AbortOnDrop(put), AbortOnDrop(follow)],
-        }
-    }
-
-    /// Queues `bulletin` to be put.
-    pub(super) fn tell(&self, bulletin: &Bulletin) {
-        if self.queue.try_send(bulletin.clone()).is_err() {
-            tracing::warn!("etcd is too far behind: an event is not told to other servers");
-        }
-    }
-
-    /// The other servers' events.
-    pub(super) fn feed(&self) -> &BulletinFeed {
-        &self.feed
-    }
+/// Starts putting and watching events under `prefix`.
+pub(super) fn start(client: &Client, prefix: &str) -> EventChannel {
+    let (writer, reader) = (client.clone(), client.clone());
+    let (put_under, watched) = (prefix.to_owned(), prefix.to_owned());
+    EventChannel::start(
+        move |outgoing| put(writer, put_under, outgoing),
+        move |feed| follow(reader, watched, feed),
+    )
 }
 
 /// Puts each bulletin of `outgoing`, in order, under a lease granted for [`KEEP`] and used

@@ -275,7 +275,7 @@ pub struct EtcdStore {
     // Stops watching when the store is dropped.
     _released: AbortOnDrop,
     /// This server's events told to the others, and theirs heard.
-    events: events::Events,
+    events: crate::subscription::EventChannel,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -325,7 +325,7 @@ impl EtcdStore {
         // Only answer once the watch is in place, so that no release after this is missed;
         // making the watch also proves that the cluster answers.
         let first = open().await?;
-        let events = events::Events::start(&client, &options.events_prefix);
+        let events = events::start(&client, &options.events_prefix);
         let store = Self {
             events,
             client,

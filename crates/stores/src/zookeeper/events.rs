@@ -13,13 +13,10 @@ use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
 use super::session::Session;
-use crate::subscription::AbortOnDrop;
+use crate::subscription::EventChannel;
 
 /// How long an event's node lives: long enough for every server to read it.
 const KEEP: Duration = Duration::from_secs(20);
-
-/// How many events may wait to be written while ZooKeeper does not answer; more are dropped.
-const QUEUE: usize = 4096;
 
 /// The pause before trying again after a failure.
 const RETRY: Duration = Duration::from_millis(250);
@@ -29,39 +26,13 @@ const RETRY: Duration = Duration::from_millis(250);
 const EVENT: zk::CreateOptions<'static> =
     zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
 
-/// This server's events going out, and the other servers' coming in.
-#[derive(Debug)]
-pub(super) struct Events {
-    queue: mpsc::Sender<Bulletin>,
-    feed: BulletinFeed,
-    _tasks: [AbortOnDrop; 2],
-}
-
-impl Events {
-    /// Starts writing and reading events under `folder` (which exists).
-    pub(super) fn start(session: Arc<Session>, folder: String) -> Self {
-        let (queue, outgoing) = mpsc::channel(QUEUE);
-        let feed = BulletinFeed::new();
-        let write = tokio::spawn(write(session.clone(), folder.clone(), outgoing));
-        let read = tokio::spawn(read(session, folder, feed.clone()));
-        Self {
-            queue,
-            feed,
-            _tasks: [AbortOnDrop(write), AbortOnDrop(read)],
-        }
-    }
-
-    /// Queues `bulletin` to be written.
-    pub(super) fn tell(&self, bulletin: &Bulletin) {
-        if self.queue.try_send(bulletin.clone()).is_err() {
-            tracing::warn!("ZooKeeper is too far behind: an event is not told to other servers");
-        }
-    }
-
-    /// The other servers' events.
-    pub(super) fn feed(&self) -> &BulletinFeed {
-        &self.feed
-    }
+/// Starts writing and reading events under `folder` (which exists).
+pub(super) fn start(session: Arc<Session>, folder: String) -> EventChannel {
+    let (writer, written_under) = (session.clone(), folder.clone());
+    EventChannel::start(
+        move |outgoing| write(writer, written_under, outgoing),
+        move |feed| read(session, folder, feed),
+    )
 }
 
 /// Writes each bulletin of `outgoing`, in order, and deletes this server's nodes older than

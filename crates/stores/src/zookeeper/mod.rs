@@ -276,7 +276,7 @@ pub struct ZooKeeperStore {
     /// [`ZooKeeperOptions::max_state_bytes`].
     max_state_bytes: usize,
     /// This server's events told to the others, and theirs heard.
-    events: events::Events,
+    events: crate::subscription::EventChannel,
 }
 
 impl fmt::Debug for ZooKeeperStore {
@@ -323,7 +323,7 @@ impl ZooKeeperStore {
             Ok(Arc::new(session))
         })
         .await?;
-        let events = events::Events::start(session.clone(), paths.events());
+        let events = events::start(session.clone(), paths.events());
         let store = Self {
             events,
             session,
