@@ -40,6 +40,10 @@ enum Command {
     Status(cmd::status::Args),
     /// Show every live lease (or, with --kind, permit or hold), ordered by name.
     List(cmd::list::Args),
+    /// Print every change (grant, release, expire, …) under a prefix as it happens, from a
+    /// server's event stream; resumes by itself after a disconnect (--json: one JSON object
+    /// per line).
+    Events(cmd::events::Args),
     /// Run a command while holding a lock (or several, all or none: --lock A --lock B), a
     /// semaphore's permit (--limit) or a read-write lock (--mode); stop it before the lease
     /// could pass to anyone else, or before --max-hold (exit: the command's status; 75 busy;
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
             Command::Release(args) => cmd::release::run(args).await,
             Command::Status(args) => cmd::status::run(args).await,
             Command::List(args) => cmd::list::run(args).await,
+            Command::Events(args) => cmd::events::run(args).await,
             Command::Run(args) => cmd::run::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
             Command::Auth(command) => cmd::auth::run(command),

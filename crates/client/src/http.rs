@@ -140,26 +140,24 @@ impl HttpStore {
         if url.query().is_some() || url.fragment().is_some() {
             return Err(invalid("must not have a query or a fragment"));
         }
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(options.connect_timeout)
-            .timeout(options.request_timeout)
-            .pool_idle_timeout(options.pool_idle_timeout)
-            // Lock requests are small: send them at once.
-            .tcp_nodelay(true);
-        if let Some(ca) = &options.ca_certificates {
-            builder = builder.tls_certs_only(ca.certificates());
-        }
-        if let Some(token) = &options.auth_token {
-            builder = builder.default_headers(HeaderMap::from_iter([(AUTHORIZATION, token.authorization())]));
-        }
-        let http = builder
-            .build()
+        let http = http_client(&options, true)
             .map_err(|e| invalid(&format!("cannot set up an HTTP client: {e}")))?;
         Ok(Self {
             base: url.as_str().trim_end_matches('/').to_owned(),
             http,
             options,
         })
+    }
+
+    /// The server's event stream (`GET /events`) under `prefix`, of `kinds` (a comma list
+    /// of `lock`, `semaphore`, `rwlock`, `election`; empty: all), from the next event on;
+    /// it resumes by itself after a disconnect. Nothing is sent before the first
+    /// [`Events::next`](crate::events::Events::next).
+    pub fn events(&self, prefix: &str, kinds: &str) -> Result<crate::events::Events, StoreError> {
+        // A stream has no end: its requests get no overall timeout.
+        let http = http_client(&self.options, false)
+            .map_err(|e| StoreError::unavailable("cannot set up an HTTP client", e))?;
+        Ok(crate::events::Events::new(self, http, prefix, kinds))
     }
 
     /// The server's address, without a trailing `/`.
@@ -310,6 +308,26 @@ impl HttpStore {
             Kind::RwLock => self.hold_url(HoldKind::RwLock, &key.name),
         }
     }
+}
+
+/// The HTTP client of `options`: its CA and token, and an overall timeout on each request
+/// if `timed`.
+fn http_client(options: &HttpOptions, timed: bool) -> reqwest::Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(options.connect_timeout)
+        .pool_idle_timeout(options.pool_idle_timeout)
+        // Lock requests are small: send them at once.
+        .tcp_nodelay(true);
+    if timed {
+        builder = builder.timeout(options.request_timeout);
+    }
+    if let Some(ca) = &options.ca_certificates {
+        builder = builder.tls_certs_only(ca.certificates());
+    }
+    if let Some(token) = &options.auth_token {
+        builder = builder.default_headers(HeaderMap::from_iter([(AUTHORIZATION, token.authorization())]));
+    }
+    builder.build()
 }
 
 /// The TLS error under a failed request, if that is what failed it. rustls's errors reach

@@ -89,10 +89,12 @@
 //!   [`HttpOptions`].
 //! - [`access`]: what a client shows a server and what it trusts: [`AuthToken`],
 //!   [`CaCertificates`].
+//! - [`events`]: [`events::Events`], a server's event stream that resumes by itself.
 //! - [`fence`]: the protected side — [`fence::FencedValue`] and a fenced SQL `UPDATE`.
 
 pub mod access;
 pub mod client;
+pub mod events;
 pub mod fence;
 pub mod guard;
 pub mod http;

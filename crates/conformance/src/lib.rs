@@ -332,6 +332,7 @@ macro_rules! suite {
             a_hundred_acquirers_on_two_servers_have_one_winner,
             tokens_increase_across_servers,
             a_release_on_one_server_is_heard_on_the_other,
+            events_published_on_one_server_reach_the_other_in_order,
             a_waiter_on_one_server_gets_the_lock_the_other_releases,
             fifty_acquirers_on_two_servers_get_exactly_the_limit,
             readers_and_writers_on_two_servers_never_overlap

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencelock_core::{
-    AcquireOutcome, Claim, FencingToken, HoldKind, HoldOutcome, Key, Owner, ReleaseOutcome, RenewOutcome,
-    Resource, Waiters,
+    AcquireOutcome, Bulletin, Claim, FencingToken, HoldKind, HoldOutcome, Key, Owner, ReleaseOutcome,
+    RenewOutcome, Resource, Waiters,
 };
 use fencelock_testkit::eventually;
 use tokio_util::sync::CancellationToken;
@@ -168,6 +168,42 @@ pub async fn a_release_on_one_server_is_heard_on_the_other(h: &Harness) {
         announced(&mut heard, &lease.resource).await,
         "the release was not heard on the other server"
     );
+}
+
+/// A server's events (`GET /events`) published through the store reach another server
+/// sharing it, each once, in the order published: what makes a change through any server
+/// appear on every server's stream.
+pub async fn events_published_on_one_server_reach_the_other_in_order(h: &Harness) {
+    if !h.capabilities().shared {
+        return;
+    }
+    let b = h.another_server().await;
+    let mut heard = b.bulletins().expect("a shared store carries servers' events");
+    // An origin of its own per run, so that bulletins of other tests sharing the store are
+    // told apart.
+    let origin = (u64::from(std::process::id()) << 42) ^ fencelock_core::Timestamp::now_wall().as_millis();
+    let sent: Vec<Bulletin> = (1..=3)
+        .map(|seq| Bulletin {
+            origin,
+            seq,
+            body: format!(r#"{{"n":{seq}}}"#),
+        })
+        .collect();
+    for bulletin in &sent {
+        h.store.publish(bulletin);
+    }
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < sent.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, heard.recv()).await {
+            Ok(Ok(bulletin)) if bulletin.origin == origin => got.push(bulletin),
+            Ok(Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(closed)) => panic!("the feed ended: {closed}"),
+            Err(_) => panic!("only {got:?} of {sent:?} reached the other server"),
+        }
+    }
+    assert_eq!(got, sent);
 }
 
 /// A waiter on one server is handed the lock as soon as its holder releases it through the

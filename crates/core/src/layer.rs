@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind};
 use crate::model::{FencingToken, Lease, Meta, Owner, Resource, Resources, Terms, Ttl};
 use crate::store::{
-    AcquireAllOutcome, AcquireOutcome, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore,
+    AcquireAllOutcome, AcquireOutcome, Bulletin, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore,
     ReleaseNotice, ReleaseOutcome, RenewOutcome, Result, Watch,
 };
 
@@ -254,6 +254,14 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         self.inner.releases()
     }
 
+    fn publish(&self, bulletin: &Bulletin) {
+        self.inner.publish(bulletin);
+    }
+
+    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+        self.inner.bulletins()
+    }
+
     async fn watch(&self, key: &Key) -> Watch {
         self.inner.watch(key).await
     }
@@ -371,6 +379,14 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
 
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
         (**self).releases()
+    }
+
+    fn publish(&self, bulletin: &Bulletin) {
+        (**self).publish(bulletin);
+    }
+
+    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+        (**self).bulletins()
     }
 
     async fn watch(&self, key: &Key) -> Watch {

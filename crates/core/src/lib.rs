@@ -45,8 +45,9 @@ pub use model::{
     Principal, Resource, Resources, Terms, Timestamp, Ttl,
 };
 pub use store::{
-    AcquireAllOutcome, AcquireOutcome, Capabilities, Drift, EndedLease, ForceOutcome, LeasePage, ListQuery,
-    LockStore, Refusal, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError, Watch,
+    AcquireAllOutcome, AcquireOutcome, Bulletin, BulletinFeed, Capabilities, Drift, EndedLease, ForceOutcome,
+    LeasePage, ListQuery, LockStore, Refusal, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome,
+    StoreError, Watch,
 };
 pub use table::LockTable;
 pub use turns::Turns;

@@ -251,6 +251,67 @@ impl Default for ReleaseFeed {
     }
 }
 
+/// An event one server tells the other servers sharing its store (`GET /events`), through
+/// [`LockStore::publish`]: opaque to the store, which only carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bulletin {
+    /// The server that made the change (its event epoch: new at every start).
+    pub origin: u64,
+    /// Its place among that server's bulletins: increasing, so that a store that hears one
+    /// bulletin more than once (Redlock, from each node) keeps the first.
+    pub seq: u64,
+    /// The event, as the server wrote it.
+    pub body: String,
+}
+
+impl Bulletin {
+    /// One line for a store's message: `ORIGIN:SEQ:BODY`.
+    pub fn encode(&self) -> String {
+        format!("{}:{}:{}", self.origin, self.seq, self.body)
+    }
+
+    /// What [`Bulletin::encode`] wrote; `None` for anything else.
+    pub fn decode(text: &str) -> Option<Self> {
+        let (origin, rest) = text.split_once(':')?;
+        let (seq, body) = rest.split_once(':')?;
+        Some(Self {
+            origin: origin.parse().ok()?,
+            seq: seq.parse().ok()?,
+            body: body.to_owned(),
+        })
+    }
+}
+
+/// Where a store hands other servers' bulletins, for [`LockStore::bulletins`].
+#[derive(Debug, Clone)]
+pub struct BulletinFeed(broadcast::Sender<Bulletin>);
+
+impl BulletinFeed {
+    /// How many bulletins the server may fall behind before it is told it lagged.
+    const CAPACITY: usize = 4096;
+
+    /// A feed with no listener yet.
+    pub fn new() -> Self {
+        Self(broadcast::channel(Self::CAPACITY).0)
+    }
+
+    /// Hands on a bulletin another server published.
+    pub fn hand(&self, bulletin: Bulletin) {
+        let _ = self.0.send(bulletin);
+    }
+
+    /// A new listener, hearing what is handed on from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Bulletin> {
+        self.0.subscribe()
+    }
+}
+
+impl Default for BulletinFeed {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A server's watch on one name, from [`LockStore::watch`]: while it is kept, the store's
 /// release feed hears other servers' changes of that name. Dropping it ends the watch.
 #[derive(Debug, Default)]
@@ -652,6 +713,22 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     async fn watch(&self, key: &Key) -> Watch {
         let _ = key;
         Watch::none()
+    }
+
+    /// Tells every other server sharing the store of `bulletin` (an event of this server's),
+    /// without waiting for it: a store queues it and sends it in the background, in the
+    /// order given. Best effort: a bulletin lost (a crash, the store unreachable) costs the
+    /// other servers' streams that event, never a change. A store that no other server
+    /// shares (the default: the embedded and in-memory stores) has nobody to tell.
+    fn publish(&self, bulletin: &Bulletin) {
+        let _ = bulletin;
+    }
+
+    /// The bulletins other servers published, as they arrive, each once (a store that hears
+    /// one twice drops the second), in each server's order; `None` if no other server
+    /// shares the store (the default).
+    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+        None
     }
 
     /// How this store differs from the others by nature.

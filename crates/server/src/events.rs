@@ -5,76 +5,164 @@
 //!
 //! A force-release is written to its own target, [`AUDIT`], one line per lease it ended:
 //! who asked, and whose lease it was.
+//!
+//! Each change is also published on the server's [`Hub`] as the event `GET /events` sends
+//! (a refusal only when the acquire waited, see [`refused_after_wait`]): the log line and
+//! the event are written in the same place, so neither can be forgotten.
 
 use std::time::Duration;
 
-use fencelock_core::{EndedLease, FencingToken, Kind, Lease, Owner, Principal, Resource};
-use fencelock_wire::{Label, Op};
+use fencelock_core::{EndedLease, FencingToken, Hold, Kind, Lease, Owner, Principal, Resource, Timestamp};
+use fencelock_wire::{EventData, EventName, Label, Op};
+
+use crate::hub::Hub;
 
 const TARGET: &str = "fencelock::lease";
 
 /// The target of what an administrator did.
 pub const AUDIT: &str = "fencelock::audit";
 
+/// What an event is about: a lock's lease, or a permit or hold (shown with its limit or mode).
+#[derive(Debug, Clone, Copy)]
+pub enum Item<'a> {
+    /// A lock's lease, or the lease of a permit or hold where only that is known (an expiry).
+    Lease(&'a Lease),
+    /// A semaphore's permit or a read-write lock's hold.
+    Hold(&'a Hold),
+}
+
+impl<'a> Item<'a> {
+    /// The lease.
+    pub fn lease(self) -> &'a Lease {
+        match self {
+            Self::Lease(lease) => lease,
+            Self::Hold(hold) => &hold.lease,
+        }
+    }
+
+    /// The event's data about it, at `at`.
+    fn data(self, kind: Kind, at: Timestamp) -> EventData {
+        match self {
+            Self::Lease(lease) => EventData::of_lease(kind, lease, at),
+            Self::Hold(hold) => EventData::of_hold(kind, hold, at),
+        }
+    }
+}
+
 /// A new lease was granted.
-pub fn granted(kind: Kind, lease: &Lease, waited: Duration) {
+pub fn granted(hub: &Hub, kind: Kind, item: Item<'_>, waited: Duration) {
+    let lease = item.lease();
     tracing::info!(target: TARGET, event = "grant", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at, waited_ms = millis(waited));
+    hub.publish(EventName::Grant, &item.data(kind, lease.acquired_at));
 }
 
 /// An owner's read hold was replaced by a write hold (an upgrade), or its write hold by a
-/// read hold (a downgrade): `old` ended when `new` was granted.
-pub fn replaced(kind: Kind, old: &Lease, new: &Lease) {
-    tracing::info!(target: TARGET, event = "replace", kind = kind.as_str(), resource = %old.resource,
-        owner = %old.owner, token = old.token.0, new_token = new.token.0,
-        held_ms = millis(new.acquired_at.since(old.acquired_at)));
+/// read hold (a downgrade): `old` ended when `new` was granted. Its event is a release of
+/// `old` (the grant of `new` is told apart).
+pub fn replaced(hub: &Hub, kind: Kind, old: &Hold, new: &Lease) {
+    let held = new.acquired_at.since(old.lease.acquired_at);
+    tracing::info!(target: TARGET, event = "replace", kind = kind.as_str(), resource = %old.lease.resource,
+        owner = %old.lease.owner, token = old.lease.token.0, new_token = new.token.0,
+        held_ms = millis(held));
+    hub.publish(
+        EventName::Release,
+        &Item::Hold(old).data(kind, new.acquired_at).held(millis(held)),
+    );
 }
 
 /// The holder's lease was extended by a re-acquire.
-pub fn extended(kind: Kind, lease: &Lease) {
+pub fn extended(hub: &Hub, kind: Kind, item: Item<'_>) {
+    let lease = item.lease();
     tracing::info!(target: TARGET, event = "extend", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at);
+    hub.publish(EventName::Extend, &item.data(kind, lease.acquired_at));
 }
 
 /// A lease was renewed.
-pub fn renewed(kind: Kind, lease: &Lease) {
+pub fn renewed(hub: &Hub, kind: Kind, item: Item<'_>) {
+    let lease = item.lease();
     tracing::info!(target: TARGET, event = "renew", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at);
+    hub.publish(EventName::Renew, &item.data(kind, Timestamp::now_wall()));
 }
 
 /// A lease was released after being held for `held`.
-pub fn released(kind: Kind, lease: &Lease, held: Duration) {
+pub fn released(hub: &Hub, kind: Kind, ended: &EndedLease) {
+    let (lease, held) = (&ended.lease, ended.held_for());
     tracing::info!(target: TARGET, event = "release", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, held_ms = millis(held));
+    hub.publish(
+        EventName::Release,
+        &EventData::of_lease(kind, lease, ended.ended_at).held(millis(held)),
+    );
 }
 
 /// A lease was released, by a store that cannot say which (a server in front of another).
-pub fn released_unknown(kind: Kind, resource: &Resource, owner: &Owner, token: Option<FencingToken>) {
+pub fn released_unknown(
+    hub: &Hub,
+    kind: Kind,
+    resource: &Resource,
+    owner: &Owner,
+    token: Option<FencingToken>,
+) {
     tracing::info!(target: TARGET, event = "release", kind = kind.as_str(), resource = %resource,
         owner = %owner, token = token.map(|t| t.0));
+    let data = EventData {
+        fencing_token: token.map(|t| t.0),
+        ..EventData::about(kind, resource, owner, Timestamp::now_wall())
+    };
+    hub.publish(EventName::Release, &data);
 }
 
 /// A lease ended by expiry.
-pub fn expired(kind: Kind, lease: &Lease) {
+pub fn expired(hub: &Hub, kind: Kind, lease: &Lease) {
     tracing::info!(target: TARGET, event = "expire", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expired_at = %lease.expires_at);
+    let held = millis(lease.expires_at.since(lease.acquired_at));
+    hub.publish(
+        EventName::Expire,
+        &EventData::of_lease(kind, lease, lease.expires_at).held(held),
+    );
 }
 
 /// `by` (a principal, or nobody without authentication) force-released `ended`: `owner`
 /// and `principal` are the lease's.
-pub fn force_released(by: Option<&Principal>, kind: Kind, ended: &EndedLease) {
+pub fn force_released(hub: &Hub, by: Option<&Principal>, kind: Kind, ended: &EndedLease) {
     let lease = &ended.lease;
     tracing::info!(target: AUDIT, event = "force_release", by = by.map(Principal::as_str),
         kind = kind.as_str(), resource = %lease.resource, owner = %lease.owner,
         principal = lease.owner.principal().map(Principal::as_str), token = lease.token.0,
         held_ms = millis(ended.held_for()));
+    hub.publish(
+        EventName::ForceRelease,
+        &EventData::of_lease(kind, lease, ended.ended_at).held(millis(ended.held_for())),
+    );
 }
 
 /// `by` force-released `resource`, through a store that cannot say which leases it ended (a
-/// server in front of another).
+/// server in front of another). No event: it tells no lease.
 pub fn force_released_unknown(by: Option<&Principal>, kind: Kind, resource: &Resource) {
     tracing::info!(target: AUDIT, event = "force_release", by = by.map(Principal::as_str),
         kind = kind.as_str(), resource = %resource);
+}
+
+/// An acquire of `names` by `owner` that waited was answered `acquired: false`: its
+/// event (the log line is its refusal's, [`refused`] or [`delayed`]).
+pub fn refused_after_wait(hub: &Hub, kind: Kind, names: &[Resource], owner: &Owner) {
+    let now = Timestamp::now_wall();
+    for name in names {
+        hub.publish(EventName::Refuse, &EventData::about(kind, name, owner, now));
+    }
+}
+
+/// A wait of `owner` for `names` was refused as a deadlock: its event (the log line is
+/// written where the cycle was found, under `fencelock::deadlock`).
+pub fn deadlocked(hub: &Hub, kind: Kind, names: &[Resource], owner: &Owner) {
+    let now = Timestamp::now_wall();
+    for name in names {
+        hub.publish(EventName::Deadlock, &EventData::about(kind, name, owner, now));
+    }
 }
 
 /// A request was refused: `reason` is `held`, `forbidden`, `conflict`, `not_found` or

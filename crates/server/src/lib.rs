@@ -21,7 +21,9 @@
 //!   metrics.
 //! - [`extract`]: reading the resource and the JSON body, with every input check.
 //! - [`problem`]: every failure turned into an RFC 9457 problem, in one place.
-//! - [`events`]: one structured log line per lease event.
+//! - [`events`]: one structured log line and one event of `GET /events` per lease event.
+//! - [`hub`]: the event hub — every event with its id, the retention window, and the open
+//!   streams, each with its filter and bounded buffer.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`observe`]: every call a route makes to the store, timed, counted and logged in one
 //!   call ([`observe::observed`]).
@@ -31,6 +33,7 @@
 pub mod auth;
 pub mod events;
 pub mod extract;
+pub mod hub;
 pub mod listener;
 pub mod metrics;
 pub mod observe;
@@ -59,15 +62,22 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let metrics = Arc::new(metrics::Metrics::new());
     let store = Arc::new(timed::Timed::new(store, timed::Counted(metrics.clone())));
+    let hub = hub::Hub::new(config.events, metrics.clone(), store.clone());
     let app = App {
         waiters: Waiters::with_limit(store, config.waiter_limit()),
         limiter: config.rate_limit.map(|rate| Arc::new(auth::Limiter::new(rate))),
+        hub,
         config: Arc::new(config),
         metrics,
     };
     let purger = tokio::spawn(purge_expired(app.clone()));
+    let relay = (app.waiters.store().bulletins())
+        .map(|bulletins| tokio::spawn(hub::relay(app.hub.clone(), bulletins)));
     let result = listener::run(listener, routes::router(app.clone()), app.clone(), shutdown).await;
     purger.abort();
+    if let Some(relay) = relay {
+        relay.abort();
+    }
     result
 }
 
@@ -84,7 +94,7 @@ async fn purge_expired(app: App) {
             match app.waiters.store().purge_expired().await {
                 Ok(expired) => {
                     for ended in &expired {
-                        events::expired(ended.kind, &ended.lease);
+                        events::expired(&app.hub, ended.kind, &ended.lease);
                         app.metrics.expired(&ended.lease);
                     }
                     if expired.len() < fencelock_core::store::PURGE_BATCH {

@@ -205,6 +205,9 @@ pub struct Metrics {
     forced: Family<By<Kind>, Counter>,
     deadlocks: Family<By<Kind>, Counter>,
     lock_delays: Counter,
+    event_streams: Gauge,
+    events_sent: Counter,
+    event_streams_cut: Counter,
 }
 
 /// Buckets from 100 µs to about 7 minutes: a store call, or an acquire with its wait.
@@ -240,6 +243,9 @@ impl Metrics {
             forced: Family::default(),
             deadlocks: Family::default(),
             lock_delays: Counter::default(),
+            event_streams: Gauge::default(),
+            events_sent: Counter::default(),
+            event_streams_cut: Counter::default(),
         };
         m.registry.register(
             "requests",
@@ -321,7 +327,42 @@ impl Metrics {
             "Acquires of locks answered acquired: false because a lock-delay keeps a lock closed (its last lease expired unreleased less than --lock-delay ago); one per request, however many of its locks are closed",
             m.lock_delays.clone(),
         );
+        m.registry.register(
+            "event_streams",
+            "Streams of GET /events open now",
+            m.event_streams.clone(),
+        );
+        m.registry.register(
+            "events_sent",
+            "Events written to streams of GET /events (one per stream it was sent on; snapshots and resets included)",
+            m.events_sent.clone(),
+        );
+        m.registry.register(
+            "event_streams_cut",
+            "Streams of GET /events cut off with event: overflow because they fell further behind than their buffer",
+            m.event_streams_cut.clone(),
+        );
         m
+    }
+
+    /// A stream of `GET /events` was opened.
+    pub fn event_stream_opened(&self) {
+        self.event_streams.inc();
+    }
+
+    /// A stream of `GET /events` ended.
+    pub fn event_stream_closed(&self) {
+        self.event_streams.dec();
+    }
+
+    /// An event was written to a stream.
+    pub fn event_sent(&self) {
+        self.events_sent.inc();
+    }
+
+    /// A stream fell too far behind and was cut off.
+    pub fn event_stream_cut(&self) {
+        self.event_streams_cut.inc();
     }
 
     /// Counts one answered request on `kind` and how long it took.

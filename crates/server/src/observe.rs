@@ -10,8 +10,7 @@ use fencelock_core::{
 use fencelock_wire::{Label, Op, Outcome};
 use tokio::time::Instant;
 
-use crate::events;
-use crate::metrics::Metrics;
+use crate::events::{self, Item};
 use crate::state::App;
 
 /// What a call on a lease, a permit or a hold asked for, as its log lines tell it.
@@ -34,13 +33,64 @@ pub struct AskedAll {
     pub owner: Owner,
 }
 
-/// An outcome with the log lines (and lease metrics) it is recorded with.
+/// An outcome with the log lines, events (and lease metrics) it is recorded with.
 pub trait Observed: Outcome {
     /// What the log lines need to know of the request besides the outcome.
-    type Asked;
+    type Asked: Subjects;
 
-    /// Writes the log lines of this outcome of `op` on `kind`, which took `took`.
-    fn record(&self, kind: Kind, op: Op, asked: &Self::Asked, took: Duration, metrics: &Metrics);
+    /// Writes the log lines and publishes the events of this outcome of `op` on `kind`,
+    /// which took `took`, and counts it in `app`'s metrics.
+    fn record(&self, kind: Kind, op: Op, asked: &Self::Asked, took: Duration, app: &App);
+}
+
+/// Whom and what a request was about, for the events of a refusal or a deadlock.
+pub trait Subjects {
+    /// The names asked for.
+    fn names(&self) -> &[Resource];
+    /// Who asked, if anyone.
+    fn asker(&self) -> Option<&Owner>;
+}
+
+impl Subjects for Asked {
+    fn names(&self) -> &[Resource] {
+        std::slice::from_ref(&self.resource)
+    }
+
+    fn asker(&self) -> Option<&Owner> {
+        Some(&self.owner)
+    }
+}
+
+impl Subjects for AskedAll {
+    fn names(&self) -> &[Resource] {
+        self.resources.as_slice()
+    }
+
+    fn asker(&self) -> Option<&Owner> {
+        Some(&self.owner)
+    }
+}
+
+/// A force-release waits for nobody.
+impl Subjects for Forced {
+    fn names(&self) -> &[Resource] {
+        std::slice::from_ref(&self.resource)
+    }
+
+    fn asker(&self) -> Option<&Owner> {
+        None
+    }
+}
+
+/// A read asks for nothing of its own.
+impl Subjects for () {
+    fn names(&self) -> &[Resource] {
+        &[]
+    }
+
+    fn asker(&self) -> Option<&Owner> {
+        None
+    }
 }
 
 /// Makes `call`, the call to the store of an `op` on `kind` that `asked` tells of, and
@@ -70,11 +120,14 @@ pub fn observe<O: Observed>(
 ) {
     let label = match outcome {
         Ok(outcome) => {
-            outcome.record(kind, op, asked, took, &app.metrics);
+            outcome.record(kind, op, asked, took, app);
             outcome.label()
         }
         Err(StoreError::Deadlock(_)) => {
             app.metrics.deadlock(kind);
+            if let Some(owner) = asked.asker() {
+                events::deadlocked(&app.hub, kind, asked.names(), owner);
+            }
             Label::Deadlock
         }
         Err(_) => Label::Unavailable,
@@ -85,21 +138,22 @@ pub fn observe<O: Observed>(
 impl Observed for AcquireOutcome {
     type Asked = Asked;
 
-    fn record(&self, kind: Kind, op: Op, asked: &Asked, took: Duration, metrics: &Metrics) {
+    fn record(&self, kind: Kind, op: Op, asked: &Asked, took: Duration, app: &App) {
+        let hub = &app.hub;
         match self {
             Self::Granted { lease, expired } => {
                 if let Some(expired) = expired {
-                    events::expired(kind, expired);
-                    metrics.expired(expired);
+                    events::expired(hub, kind, expired);
+                    app.metrics.expired(expired);
                 }
-                events::granted(kind, lease, took);
-                metrics.granted(lease);
+                events::granted(hub, kind, Item::Lease(lease), took);
+                app.metrics.granted(lease);
             }
-            Self::Extended(lease) => events::extended(kind, lease),
+            Self::Extended(lease) => events::extended(hub, kind, Item::Lease(lease)),
             Self::Held { .. } | Self::Delayed { .. } => {
                 log_refusal(kind, op, self, &asked.owner);
                 if matches!(self, Self::Delayed { .. }) {
-                    metrics.lock_delayed();
+                    app.metrics.lock_delayed();
                 }
             }
         }
@@ -125,7 +179,7 @@ fn log_refusal(kind: Kind, op: Op, refusal: &AcquireOutcome, owner: &Owner) {
 impl Observed for AcquireAllOutcome {
     type Asked = AskedAll;
 
-    fn record(&self, kind: Kind, op: Op, asked: &AskedAll, took: Duration, metrics: &Metrics) {
+    fn record(&self, kind: Kind, op: Op, asked: &AskedAll, took: Duration, app: &App) {
         let owner = &asked.owner;
         match self {
             Self::Granted(granted) => {
@@ -138,7 +192,7 @@ impl Observed for AcquireAllOutcome {
                         owner: owner.clone(),
                         token: None,
                     };
-                    outcome.record(kind, op, &asked, took, metrics);
+                    outcome.record(kind, op, &asked, took, app);
                 }
             }
             Self::Refused(refusals) => {
@@ -149,7 +203,7 @@ impl Observed for AcquireAllOutcome {
                     .iter()
                     .any(|r| matches!(r, AcquireOutcome::Delayed { .. }))
                 {
-                    metrics.lock_delayed();
+                    app.metrics.lock_delayed();
                 }
             }
         }
@@ -161,17 +215,19 @@ impl Observed for AcquireAllOutcome {
 impl Observed for HoldOutcome {
     type Asked = Asked;
 
-    fn record(&self, kind: Kind, op: Op, asked: &Asked, took: Duration, metrics: &Metrics) {
+    fn record(&self, kind: Kind, op: Op, asked: &Asked, took: Duration, app: &App) {
+        let hub = &app.hub;
         match self {
             Self::Granted { hold, replaced } => {
                 if let Some(old) = replaced {
-                    events::replaced(kind, &old.lease, &hold.lease);
-                    metrics.released(Some(hold.lease.acquired_at.since(old.lease.acquired_at)));
+                    events::replaced(hub, kind, old, &hold.lease);
+                    app.metrics
+                        .released(Some(hold.lease.acquired_at.since(old.lease.acquired_at)));
                 }
-                events::granted(kind, &hold.lease, took);
-                metrics.granted(&hold.lease);
+                events::granted(hub, kind, Item::Hold(hold), took);
+                app.metrics.granted(&hold.lease);
             }
-            Self::Extended(hold) => events::extended(kind, &hold.lease),
+            Self::Extended(hold) => events::extended(hub, kind, Item::Hold(hold)),
             Self::Busy(busy) => {
                 let holder = busy.holders.first().map(|h| &h.lease);
                 events::refused(kind, op, self.label(), &asked.resource, &asked.owner, holder);
@@ -186,9 +242,16 @@ impl Observed for HoldOutcome {
 impl<T: Observed + Contended> Observed for Acquired<T> {
     type Asked = T::Asked;
 
-    fn record(&self, kind: Kind, op: Op, asked: &T::Asked, took: Duration, metrics: &Metrics) {
-        self.outcome.record(kind, op, asked, took, metrics);
-        metrics.contended(self.waited, self.outcome.is_held(), self.outcome.is_refused());
+    fn record(&self, kind: Kind, op: Op, asked: &T::Asked, took: Duration, app: &App) {
+        self.outcome.record(kind, op, asked, took, app);
+        app.metrics
+            .contended(self.waited, self.outcome.is_held(), self.outcome.is_refused());
+        if self.waited
+            && self.outcome.is_refused()
+            && let Some(owner) = asked.asker()
+        {
+            events::refused_after_wait(&app.hub, kind, asked.names(), owner);
+        }
     }
 }
 
@@ -233,16 +296,16 @@ impl Contended for HoldOutcome {
 impl Observed for ReleaseOutcome {
     type Asked = Asked;
 
-    fn record(&self, kind: Kind, op: Op, asked: &Asked, _: Duration, metrics: &Metrics) {
+    fn record(&self, kind: Kind, op: Op, asked: &Asked, _: Duration, app: &App) {
         match self {
             Self::Released(Some(ended)) => {
-                events::released(kind, &ended.lease, ended.held_for());
-                metrics.released(Some(ended.held_for()));
+                events::released(&app.hub, kind, ended);
+                app.metrics.released(Some(ended.held_for()));
             }
             // Only a store in front of another server cannot say which lease it ended.
             Self::Released(None) => {
-                events::released_unknown(kind, &asked.resource, &asked.owner, asked.token);
-                metrics.released(None);
+                events::released_unknown(&app.hub, kind, &asked.resource, &asked.owner, asked.token);
+                app.metrics.released(None);
             }
             Self::NotFound | Self::Forbidden | Self::Conflict => refused(kind, op, self, asked),
         }
@@ -262,7 +325,7 @@ pub struct Forced {
 impl Observed for ForceOutcome {
     type Asked = Forced;
 
-    fn record(&self, kind: Kind, _: Op, asked: &Forced, _: Duration, metrics: &Metrics) {
+    fn record(&self, kind: Kind, _: Op, asked: &Forced, _: Duration, app: &App) {
         let Self::Released(ended) = self else {
             return;
         };
@@ -271,10 +334,10 @@ impl Observed for ForceOutcome {
             events::force_released_unknown(asked.by.as_ref(), kind, &asked.resource);
         }
         for lease in ended {
-            events::force_released(asked.by.as_ref(), kind, lease);
-            metrics.released(Some(lease.held_for()));
+            events::force_released(&app.hub, asked.by.as_ref(), kind, lease);
+            app.metrics.released(Some(lease.held_for()));
         }
-        metrics.force_released(kind);
+        app.metrics.force_released(kind);
     }
 }
 
@@ -285,29 +348,29 @@ where
 {
     type Asked = Asked;
 
-    fn record(&self, kind: Kind, op: Op, asked: &Asked, _: Duration, _: &Metrics) {
+    fn record(&self, kind: Kind, op: Op, asked: &Asked, _: Duration, app: &App) {
         match self {
-            Self::Renewed(renewed) => events::renewed(kind, renewed.lease()),
+            Self::Renewed(renewed) => events::renewed(&app.hub, kind, renewed.item()),
             Self::NotFound | Self::Forbidden | Self::Conflict => refused(kind, op, self, asked),
         }
     }
 }
 
-/// What a renewal renewed: a lease, or the lease of a hold.
+/// What a renewal renewed: a lease, or a hold.
 pub trait AsLease {
-    /// The lease.
-    fn lease(&self) -> &Lease;
+    /// It, as an event tells it.
+    fn item(&self) -> Item<'_>;
 }
 
 impl AsLease for Lease {
-    fn lease(&self) -> &Lease {
-        self
+    fn item(&self) -> Item<'_> {
+        Item::Lease(self)
     }
 }
 
 impl AsLease for Hold {
-    fn lease(&self) -> &Lease {
-        &self.lease
+    fn item(&self) -> Item<'_> {
+        Item::Hold(self)
     }
 }
 
@@ -319,26 +382,26 @@ fn refused(kind: Kind, op: Op, outcome: &impl Outcome, asked: &Asked) {
 impl Observed for Option<Lease> {
     type Asked = ();
 
-    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &Metrics) {}
+    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &App) {}
 }
 
 /// A get of a semaphore's permits or a read-write lock's holds is only counted.
 impl Observed for Vec<Hold> {
     type Asked = ();
 
-    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &Metrics) {}
+    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &App) {}
 }
 
 /// A list is only counted.
 impl Observed for LeasePage {
     type Asked = ();
 
-    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &Metrics) {}
+    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &App) {}
 }
 
 /// A list of semaphores or read-write locks is only counted.
 impl Observed for HoldPage {
     type Asked = ();
 
-    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &Metrics) {}
+    fn record(&self, _: Kind, _: Op, (): &(), _: Duration, _: &App) {}
 }

@@ -20,6 +20,8 @@ pub enum Route {
     Hold(HoldKind),
     /// `/semaphores/{name}/renew` or `/rwlocks/{name}/renew`.
     HoldRenew(HoldKind),
+    /// `/events`.
+    Events,
     /// `/healthz`.
     Healthz,
     /// `/readyz`.
@@ -34,7 +36,7 @@ pub enum Route {
 
 impl Route {
     /// Every route the router matches.
-    pub(crate) const MATCHED: [Self; 13] = [
+    pub(crate) const MATCHED: [Self; 14] = [
         Self::Locks,
         Self::Lock,
         Self::Renew,
@@ -44,6 +46,7 @@ impl Route {
         Self::Holds(HoldKind::RwLock),
         Self::Hold(HoldKind::RwLock),
         Self::HoldRenew(HoldKind::RwLock),
+        Self::Events,
         Self::Healthz,
         Self::Readyz,
         Self::Metrics,
@@ -62,6 +65,7 @@ impl Route {
             Self::Holds(HoldKind::RwLock) => "/rwlocks",
             Self::Hold(HoldKind::RwLock) => "/rwlocks/{name}",
             Self::HoldRenew(HoldKind::RwLock) => "/rwlocks/{name}/renew",
+            Self::Events => "/events",
             Self::Healthz => "/healthz",
             Self::Readyz => "/readyz",
             Self::Metrics => "/metrics",

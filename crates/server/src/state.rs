@@ -7,6 +7,7 @@ use fencelock_core::Waiters;
 use fencelock_wire::Limits;
 
 use crate::auth::{Gate, Keyring, Limiter, RateLimit};
+use crate::hub::{Hub, HubLimits};
 use crate::metrics::Metrics;
 use crate::tls::Tls;
 
@@ -52,6 +53,9 @@ pub struct Config {
     /// first (whole milliseconds are kept; zero: none). Given to every lock's acquire, and
     /// kept by the store with the lease; a release ends it at once.
     pub lock_delay: Duration,
+    /// The event streams of `GET /events`: retention window, buffer per stream, streams per
+    /// principal, heartbeat.
+    pub events: HubLimits,
 }
 
 impl Default for Config {
@@ -70,6 +74,7 @@ impl Default for Config {
             rate_limit: None,
             tls: None,
             lock_delay: Duration::ZERO,
+            events: HubLimits::default(),
         }
     }
 }
@@ -92,6 +97,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// The request rate of each principal, if limited.
     pub limiter: Option<Arc<Limiter>>,
+    /// Every event, for the streams of `GET /events`.
+    pub hub: Hub,
 }
 
 impl App {

@@ -37,6 +37,27 @@
 //! | [`zookeeper`] (cargo feature `zookeeper`) | `zookeeper://host:port[,host:port…]` | the fencelock servers': a name's state (its leases, holds, intents) is one node's data, changed by compare-and-set, and a lease is live while `now < expires_at` by the clock of the server that judges the call: keep the servers' clocks synchronised. ZooKeeper's sessions decide nothing: a server whose session expires keeps its leases until their `expires_at` | 1 ms: a lease lasts exactly its TTL | yes: a quorum has logged it before the answer (`forceSync=yes`, ZooKeeper's default) | nothing answered | correctness with fencing tokens: a token is the zxid of the write that granted it (the `czxid` of the holder's node), so it never goes back while the ensemble keeps its data (only a new, empty ensemble starts again low). Each holder also has an ephemeral sequential node (`lease-{hex owner}-{sequence}`, the owner as data) under its name's node, so `ls` shows who holds what in grant order; it goes with its server's session, the lease does not. Only servers with waiters for a name watch it |
 //! | in-memory ([`MemoryStore`]) | `memory://` | the server's, as the embedded store's while it runs | 1 ms | no | everything: nothing survives the process | tests, one process |
 //!
+//! **Events** (`GET /events`). Every server's stream has the changes made through it, in
+//! order, and each expiry its purge removed. The server also publishes each event through
+//! the store ([`LockStore::publish`]), after the change committed and before it answers;
+//! each server appends the others' events to its own stream with its own ids:
+//!
+//! | store | how other servers' events arrive | delay seen (p50 / p99, answer on one server → event on another's stream, loopback) | a server that crashes between a commit and its publish |
+//! | --- | --- | --- | --- |
+//! | embedded, in-memory | no other server: one server owns the file, or the process | — | — |
+//! | [`postgres`] | `NOTIFY fencelock_events` by the store's notifying session, in its batches (one session per server, so in the server's order), `LISTEN` on the listening connection | 1.0 / 2.5–5.1 ms | that event is on no other server's stream (the change is in the store, and in a snapshot after a `reset`) |
+//! | [`redis`], one node | `PUBLISH PREFIXevents` from a queue per node, `SUBSCRIBE` beside the release channel | 0.0–0.2 / 0.7 ms | as PostgreSQL |
+//! | Redlock | published on every node; heard from each, the first copy kept (by the server's epoch and sequence) | 0.0–0.1 / 0.8 ms | as PostgreSQL; an event is lost only if no node delivered it |
+//! | [`etcd`] | a key `/fencelock/events/{origin}-{seq}` per event, put with a 20 s etcd lease (reused for 10 s) by a queue in order; a watch on the prefix, resumed from the revision after the last put seen when it is lost | 1.3 / 5.5 ms | as PostgreSQL. Expiries are no events on etcd: etcd deletes an expired key itself, and no server's purge sees it |
+//! | [`zookeeper`] | an ephemeral sequential node `ROOT/events/e-SEQ` per event (deleted by its server after 20 s, or with its session); a child watch on `ROOT/events`, each new node read in sequence order | 1.9 / 9.1 ms | as PostgreSQL |
+//!
+//! An expiry is an event of the one server whose purge removed the lease (or whose grant
+//! replaced it), so it appears once on every stream. Events of two servers about one name
+//! arrive in the order they reach the store's channel, which may differ from the order of
+//! the changes by the delay above: order them by `fencing_token` and `at` where it matters.
+//! A store's channel is best effort: a server that loses its subscription (the store down)
+//! misses the events of others meanwhile, without a `reset` (its own window never had them).
+//!
 //! What each store survived under faults — servers, store nodes and clients paused and
 //! killed, partitions, slow networks, stepped clocks — is in the torture suite's table
 //! (`docs/TORTURE.md`, with the command that reproduces each row): every row above holds,

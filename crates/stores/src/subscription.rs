@@ -6,8 +6,9 @@
 
 use std::time::Duration;
 
-use fencelock_core::ReleaseFeed;
 use fencelock_core::store::Result;
+use fencelock_core::{Bulletin, BulletinFeed, ReleaseFeed};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// The shortest and the longest pause before subscribing again.
@@ -63,5 +64,54 @@ pub(crate) struct AbortOnDrop(pub(crate) JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// How many of a server's events may wait to go out while its store does not take them;
+/// more are dropped (and logged).
+const EVENT_QUEUE: usize = 4096;
+
+/// A server's events going out through a store that keeps them as data (etcd, ZooKeeper),
+/// and the other servers' coming in: a queue that one task drains in order, and the feed
+/// another task fills. Both tasks stop when it is dropped.
+#[derive(Debug)]
+pub(crate) struct EventChannel {
+    queue: mpsc::Sender<Bulletin>,
+    feed: BulletinFeed,
+    _tasks: [AbortOnDrop; 2],
+}
+
+impl EventChannel {
+    /// Spawns `write`, given the queue of this server's events, and `read`, given the feed
+    /// to hand the others' to.
+    pub(crate) fn start<W, R>(
+        write: impl FnOnce(mpsc::Receiver<Bulletin>) -> W,
+        read: impl FnOnce(BulletinFeed) -> R,
+    ) -> Self
+    where
+        W: Future<Output = ()> + Send + 'static,
+        R: Future<Output = ()> + Send + 'static,
+    {
+        let (queue, outgoing) = mpsc::channel(EVENT_QUEUE);
+        let feed = BulletinFeed::new();
+        let write = tokio::spawn(write(outgoing));
+        let read = tokio::spawn(read(feed.clone()));
+        Self {
+            queue,
+            feed,
+            _tasks: [AbortOnDrop(write), AbortOnDrop(read)],
+        }
+    }
+
+    /// Queues `bulletin` to go out.
+    pub(crate) fn tell(&self, bulletin: &Bulletin) {
+        if self.queue.try_send(bulletin.clone()).is_err() {
+            tracing::warn!("the store is too far behind: an event is not told to other servers");
+        }
+    }
+
+    /// The other servers' events.
+    pub(crate) fn feed(&self) -> &BulletinFeed {
+        &self.feed
     }
 }

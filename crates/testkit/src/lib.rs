@@ -52,6 +52,7 @@
 //!   one, signalling a process and its children, a free loopback port.
 //! - [`Canned`]: an HTTP server that gives every request the same answer (a 401, a 429, …)
 //!   and keeps the requests.
+//! - [`sse`]: an event stream ([`sse::EventStream`]) read through a real HTTP client.
 //! - [`tls`]: a CA made by the test ([`TestCa`]) and server certificates it signs.
 
 mod canned;
@@ -65,6 +66,7 @@ mod postgres;
 mod process;
 mod proxy;
 mod redis;
+pub mod sse;
 pub mod tls;
 mod zookeeper;
 

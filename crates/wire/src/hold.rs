@@ -221,7 +221,7 @@ impl TryFrom<HoldBody> for Hold {
 }
 
 /// A permit or a hold (the answer of a renewal), told apart by its `limit` or `mode`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum HoldItem {
     /// A semaphore's permit.

@@ -8,6 +8,7 @@
 //! - [`body`]: requests and answers as they travel ([`LeaseBody`], [`AcquireResponse`], …).
 //! - [`hold`]: the requests and answers of semaphores and read-write locks ([`PermitBody`],
 //!   [`HoldBody`], …).
+//! - [`event`]: the events of `GET /events` ([`EventData`], [`EventId`], …).
 //! - [`fields`]: the names and bounds of the request fields ([`Limits`]: those a server
 //!   configures), for the parser and the schema.
 //! - [`outcome`]: the one two-way translator between the store's outcomes and the API's
@@ -18,6 +19,7 @@
 //!   HTTP status.
 
 pub mod body;
+pub mod event;
 pub mod fields;
 pub mod hold;
 pub mod outcome;
@@ -29,6 +31,7 @@ pub use body::{
     AllStopped, Delayed, DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody, ListResponse,
     LockRefusal, ReleaseRequest, RenewRequest, Stopped, TtlFields,
 };
+pub use event::{EventData, EventId, EventName, Notice, Relayed, Subject, Topic, Topics};
 pub use fields::Limits;
 pub use hold::{
     HoldAcquireRequest, HoldAcquireResponse, HoldBody, HoldGranted, HoldItem, HoldListResponse, HoldStopped,

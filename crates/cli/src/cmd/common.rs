@@ -93,7 +93,7 @@ impl Target {
     }
 
     /// How the client talks to a server: the CA of `--cacert` and the token.
-    fn http_options(&self) -> Result<HttpOptions, Failure> {
+    pub fn http_options(&self) -> Result<HttpOptions, Failure> {
         let ca_certificates = match &self.cacert {
             None => None,
             Some(path) => {

@@ -4,6 +4,7 @@ pub mod acquire;
 pub mod auth;
 pub mod bench;
 mod common;
+pub mod events;
 pub mod list;
 pub mod release;
 pub mod renew;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use fencelock_core::Ttl;
 use fencelock_server::Config;
 use fencelock_server::auth::{AuthFile, Keyring, RateLimit};
+use fencelock_server::hub::HubLimits;
 use fencelock_server::listener::MIN_HEADER_BYTES;
 use fencelock_server::tls::{Tls, TlsFiles};
 use fencelock_wire::Limits;
@@ -91,6 +92,21 @@ pub struct Args {
     /// The private key of --tls-cert (PEM). Read again on SIGHUP.
     #[arg(long, env = "FENCELOCK_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// How many events the server keeps for streams of GET /events that reconnect: one
+    /// that resumes from an older id gets a reset and a snapshot instead.
+    #[arg(long, env = "FENCELOCK_EVENT_RETENTION", default_value_t = HubLimits::default().retention)]
+    event_retention: usize,
+    /// How many events a stream of GET /events may fall behind before it is cut off (with
+    /// event: overflow).
+    #[arg(long, env = "FENCELOCK_EVENT_BUFFER", default_value_t = HubLimits::default().buffer)]
+    event_buffer: usize,
+    /// How many streams of GET /events each principal (all callers together, without
+    /// --auth) may keep open; more are answered 429.
+    #[arg(long, env = "FENCELOCK_MAX_EVENT_STREAMS", default_value_t = HubLimits::default().streams_per_principal)]
+    max_event_streams: usize,
+    /// The longest a stream of GET /events goes quiet: a heartbeat comment then.
+    #[arg(long, env = "FENCELOCK_EVENT_HEARTBEAT", default_value = "15s", value_parser = humantime::parse_duration)]
+    event_heartbeat: Duration,
 }
 
 impl Args {
@@ -106,6 +122,11 @@ impl Args {
         }
         if !self.lock_delay.subsec_nanos().is_multiple_of(1_000_000) {
             return Err("--lock-delay must be a whole number of milliseconds".into());
+        }
+        if self.event_buffer == 0 || self.max_event_streams == 0 || self.event_heartbeat.is_zero() {
+            return Err(
+                "--event-buffer, --max-event-streams and --event-heartbeat must be above zero".into(),
+            );
         }
         if self.max_waiters.is_some_and(|w| w >= self.max_connections) {
             return Err(
@@ -134,6 +155,12 @@ impl Args {
             purge_interval: self.purge_interval,
             lock_delay: self.lock_delay,
             tls: self.tls()?,
+            events: HubLimits {
+                retention: self.event_retention,
+                buffer: self.event_buffer,
+                streams_per_principal: self.max_event_streams,
+                heartbeat: self.event_heartbeat,
+            },
             ..Config::default()
         })
     }

@@ -188,7 +188,7 @@ async fn give_back(app: &App, kind: Kind, lease: &Lease) {
     };
     match outcome {
         Ok(released @ ReleaseOutcome::Released(_)) => {
-            released.record(kind, Op::Release, &asked, started.elapsed(), &app.metrics);
+            released.record(kind, Op::Release, &asked, started.elapsed(), app);
         }
         // Renewed or released by someone else meanwhile; it ends at its TTL.
         Ok(_) => {}

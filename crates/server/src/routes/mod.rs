@@ -7,13 +7,15 @@
 //! `judge.rs`; both make their call to the store to its end, in a task of its own from the
 //! moment a client hangs up (`detached.rs`). Each
 //! call to the store is timed, counted and logged in one place,
-//! [`observed`](crate::observe::observed).
+//! [`observed`](crate::observe::observed), which also publishes its events on the hub that
+//! `GET /events` (`events.rs`) streams.
 
 mod acquire;
 mod acquire_all;
 mod acquiring;
 mod answer;
 mod detached;
+mod events;
 mod force;
 mod get;
 mod health;
@@ -86,6 +88,7 @@ pub fn router(app: App) -> Router {
             Route::HoldRenew(HoldKind::RwLock).template(),
             post(hold_renew::renew_rwlock),
         )
+        .route(Route::Events.template(), get(events::events))
         // Only the routes above: health, readiness, metrics and the description need no token.
         .route_layer(axum::middleware::from_fn_with_state(app.gate(), authenticate))
         .route(Route::Healthz.template(), get(health::healthz))

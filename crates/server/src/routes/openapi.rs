@@ -32,6 +32,7 @@ use crate::route::Route;
         super::hold_release::release_rwlock,
         super::hold_renew::renew_rwlock,
         super::hold_list::list_rwlocks,
+        super::events::events,
         super::health::healthz,
         super::health::readyz,
         super::health::metrics
@@ -52,7 +53,9 @@ use crate::route::Route;
         fencelock_wire::RwLockBusy,
         fencelock_wire::PermitBody,
         fencelock_wire::HoldBody,
-        fencelock_wire::Mode
+        fencelock_wire::Mode,
+        fencelock_wire::EventName,
+        fencelock_wire::Notice
     ))
 )]
 pub struct ApiDoc;

@@ -264,6 +264,51 @@ impl Drop for TestServer {
     }
 }
 
+impl TestServer {
+    /// `GET /events{query}` (as `token`, resuming after `last_event_id`), unanswered yet: a
+    /// client with no overall timeout, as a stream lasts.
+    pub fn events_request(
+        &self,
+        query: &str,
+        token: Option<&str>,
+        last_event_id: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let mut request = reqwest::Client::new().get(format!("{}/events{query}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        request
+    }
+
+    /// The event stream of `GET /events{query}` (as `token`, resuming after
+    /// `last_event_id`), once the server has registered it: its first message (a heartbeat
+    /// without an id, the first replayed event with one) is read and returned beside it.
+    pub async fn events(
+        &self,
+        query: &str,
+        token: Option<&str>,
+        last_event_id: Option<&str>,
+    ) -> (
+        fencelock_testkit::sse::EventStream,
+        fencelock_testkit::sse::Message,
+    ) {
+        let response = self
+            .events_request(query, token, last_event_id)
+            .send()
+            .await
+            .unwrap();
+        let mut stream = fencelock_testkit::sse::EventStream::new(response);
+        let first = stream
+            .next_message(Duration::from_secs(10))
+            .await
+            .expect("a first message");
+        (stream, first)
+    }
+}
+
 /// The path of `name` (percent-encoded here) in `collection`.
 pub fn hold_path(collection: &str, name: &str) -> String {
     format!("/{collection}/{}", fencelock_wire::parse::encode_segment(name))

@@ -175,9 +175,9 @@ use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
-    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Meta, Owner, ReleaseFeed,
-    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, Terms, Ttl,
+    AcquireAllOutcome, AcquireOutcome, Bulletin, Capabilities, Claim, Expired, FencingToken, ForceOutcome,
+    Hold, HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Meta, Owner,
+    ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, Terms, Ttl,
 };
 use tokio::sync::broadcast;
 
@@ -187,6 +187,7 @@ use crate::subscription::{AbortOnDrop, keep_subscribed};
 
 mod codec;
 mod error;
+mod events;
 mod holds;
 mod txn;
 mod watch;
@@ -214,6 +215,8 @@ pub struct EtcdOptions {
     pub prefix: String,
     /// The prefix of every key of a semaphore or read-write lock (see the module docs).
     pub holds_prefix: String,
+    /// The prefix of the servers' events (`GET /events`), each a key with a short lease.
+    pub events_prefix: String,
 }
 
 impl Default for EtcdOptions {
@@ -223,19 +226,28 @@ impl Default for EtcdOptions {
             connect_timeout: Duration::from_secs(2),
             prefix: "/fencelock/locks/".into(),
             holds_prefix: "/fencelock/holds/".into(),
+            events_prefix: "/fencelock/events/".into(),
         }
     }
 }
 
 impl EtcdOptions {
-    /// Refuses prefixes under which the keys of locks and of holds would mix: listing locks
-    /// would then read holds, and the other way round.
+    /// Refuses prefixes under which the keys of locks, of holds and of events would mix:
+    /// listing locks would then read holds, and the other way round.
     fn check(&self) -> Result<(), EtcdError> {
-        let (locks, holds) = (&self.prefix, &self.holds_prefix);
-        if locks.starts_with(holds.as_str()) || holds.starts_with(locks.as_str()) {
-            return Err(EtcdError::Invalid(format!(
-                "the prefixes of locks ({locks:?}) and of holds ({holds:?}) overlap: neither may start with the other"
-            )));
+        let prefixes = [
+            ("locks", &self.prefix),
+            ("holds", &self.holds_prefix),
+            ("events", &self.events_prefix),
+        ];
+        for (i, (one, a)) in prefixes.iter().enumerate() {
+            for (other, b) in &prefixes[i + 1..] {
+                if a.starts_with(b.as_str()) || b.starts_with(a.as_str()) {
+                    return Err(EtcdError::Invalid(format!(
+                        "the prefixes of {one} ({a:?}) and of {other} ({b:?}) overlap: neither may start with the other"
+                    )));
+                }
+            }
         }
         Ok(())
     }
@@ -262,6 +274,8 @@ pub struct EtcdStore {
     feed: ReleaseFeed,
     // Stops watching when the store is dropped.
     _released: AbortOnDrop,
+    /// This server's events told to the others, and theirs heard.
+    events: crate::subscription::EventChannel,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -311,7 +325,9 @@ impl EtcdStore {
         // Only answer once the watch is in place, so that no release after this is missed;
         // making the watch also proves that the cluster answers.
         let first = open().await?;
+        let events = events::start(&client, &options.events_prefix);
         let store = Self {
+            events,
             client,
             endpoints,
             options,
@@ -456,6 +472,14 @@ impl LockStore for EtcdStore {
 
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
         Some(self.feed.subscribe())
+    }
+
+    fn publish(&self, bulletin: &Bulletin) {
+        self.events.tell(bulletin);
+    }
+
+    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+        Some(self.events.feed().subscribe())
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -1,10 +1,10 @@
 //! The connection that listens for release notices (`LISTEN`/`NOTIFY`) and feeds them to
-//! waiters.
+//! waiters, and for the events of other servers ([`EVENT_CHANNEL`]).
 
 use std::time::Duration;
 
 use fencelock_core::store::Result;
-use fencelock_core::{Key, Kind, ReleaseFeed, Resource};
+use fencelock_core::{Bulletin, BulletinFeed, Key, Kind, ReleaseFeed, Resource};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use super::STORE;
@@ -24,17 +24,31 @@ const CHANNEL: &str = "fencelock_released";
 /// [`CHANNEL`] as a lock's name, are not woken for names that are not locks.
 const HOLD_CHANNEL: &str = "fencelock_hold_released";
 
+/// The notification channel of servers' events (`GET /events`); the payload is a
+/// [`Bulletin`], encoded.
+pub(super) const EVENT_CHANNEL: &str = "fencelock_events";
+
+/// Where the listening connection hands what it hears.
+#[derive(Debug, Clone)]
+pub(super) struct Feeds {
+    /// Names freed.
+    pub(super) released: ReleaseFeed,
+    /// Other servers' events.
+    pub(super) bulletins: BulletinFeed,
+}
+
 /// How often the listening connection checks that the server still answers.
 const HEARTBEAT: Duration = Duration::from_secs(5);
 
-/// Opens a connection that listens on [`CHANNEL`] and [`HOLD_CHANNEL`]. Returns the session:
-/// a future that passes each freed name to `feed` until the connection is lost (closed, failing, or not
-/// answering a heartbeat). Notices of `own` session, which the store told `feed` itself, are
-/// passed over.
+/// Opens a connection that listens on [`CHANNEL`], [`HOLD_CHANNEL`] and [`EVENT_CHANNEL`].
+/// Returns the session: a future that passes each freed name and each event to `feeds`
+/// until the connection is lost (closed, failing, or not answering a heartbeat). Notices of
+/// `own` session, which the store told its feed itself (and the server's events, which it
+/// has), are passed over.
 pub(super) async fn listen(
     config: tokio_postgres::Config,
     deadline: Duration,
-    feed: ReleaseFeed,
+    feed: Feeds,
     own: OwnSession,
 ) -> Result<impl Future<Output = ()> + Send + 'static> {
     const DOING: &str = "listen for releases";
@@ -45,7 +59,9 @@ pub(super) async fn listen(
     let mut driver = AbortOnDrop(tokio::spawn(pass_notices(connection, feed, own)));
     within(deadline, STORE, DOING, async {
         Ok(client
-            .batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {HOLD_CHANNEL}"))
+            .batch_execute(&format!(
+                "LISTEN {CHANNEL}; LISTEN {HOLD_CHANNEL}; LISTEN {EVENT_CHANNEL}"
+            ))
             .await
             .map_err(PgError::db(DOING))?)
     })
@@ -68,22 +84,25 @@ pub(super) async fn listen(
     })
 }
 
-/// Drives the listening connection, passing the name of each release notice but `own`
-/// session's to `feed`, until the connection ends. Notices only come out of a connection
-/// driven by `poll_message`: driving it as a plain future would drop them.
-async fn pass_notices<S, T>(
-    mut connection: tokio_postgres::Connection<S, T>,
-    feed: ReleaseFeed,
-    own: OwnSession,
-) where
+/// Drives the listening connection, passing the name of each release notice and each event
+/// but `own` session's to `feeds`, until the connection ends. Notices only come out of a
+/// connection driven by `poll_message`: driving it as a plain future would drop them.
+async fn pass_notices<S, T>(mut connection: tokio_postgres::Connection<S, T>, feeds: Feeds, own: OwnSession)
+where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
         match message {
             Ok(AsyncMessage::Notification(note)) if own.sent(note.process_id()) => {}
+            Ok(AsyncMessage::Notification(note)) if note.channel() == EVENT_CHANNEL => {
+                match Bulletin::decode(note.payload()) {
+                    Some(bulletin) => feeds.bulletins.hand(bulletin),
+                    None => tracing::warn!(payload = note.payload(), "odd event notice"),
+                }
+            }
             Ok(AsyncMessage::Notification(note)) => match freed(note.channel(), note.payload()) {
-                Some(key) => feed.announce(&key),
+                Some(key) => feeds.released.announce(&key),
                 None => tracing::warn!(
                     channel = note.channel(),
                     payload = note.payload(),

@@ -155,9 +155,9 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use fencelock_core::store::Result;
 use fencelock_core::{
-    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
-    HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Meta, Owner, ReleaseFeed,
-    ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, Terms, Ttl,
+    AcquireAllOutcome, AcquireOutcome, Bulletin, BulletinFeed, Capabilities, Claim, Expired, FencingToken,
+    ForceOutcome, Hold, HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Meta,
+    Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, Terms, Ttl,
 };
 use tokio::sync::broadcast;
 use tokio_postgres::{NoTls, Row};
@@ -227,7 +227,9 @@ pub struct PostgresStore {
     /// The release notices of every server, fed by the listener, and by the store itself
     /// for its own calls' releases.
     feed: ReleaseFeed,
-    /// Announces this store's releases to every server.
+    /// Other servers' events, fed by the listener.
+    bulletins: BulletinFeed,
+    /// Announces this store's releases, and this server's events, to every server.
     notifier: Notifier,
     // Stops listening when the store is dropped.
     _released: AbortOnDrop,
@@ -278,10 +280,14 @@ impl PostgresStore {
         .await?;
 
         let released = ReleaseFeed::new();
-        let feed = released.clone();
+        let bulletins = BulletinFeed::new();
+        let feeds = listen::Feeds {
+            released: released.clone(),
+            bulletins: bulletins.clone(),
+        };
         let own = OwnSession::default();
         let notifier = Notifier::start(&config, deadline, own.clone());
-        let open = move || listen::listen(config.clone(), deadline, feed.clone(), own.clone());
+        let open = move || listen::listen(config.clone(), deadline, feeds.clone(), own.clone());
         // Only answer once LISTEN is in place, so that no release after this is missed.
         let first = open().await?;
         let store = Self {
@@ -290,6 +296,7 @@ impl PostgresStore {
             address,
             _released: keep_subscribed(STORE, first, open, released.clone()),
             feed: released,
+            bulletins,
             notifier,
         };
         Ok(Deadline::new(store, Within::new(STORE, deadline)))
@@ -581,6 +588,14 @@ impl LockStore for PostgresStore {
 
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
         Some(self.feed.subscribe())
+    }
+
+    fn publish(&self, bulletin: &Bulletin) {
+        self.notifier.tell(bulletin);
+    }
+
+    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+        Some(self.bulletins.subscribe())
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -1,5 +1,6 @@
-//! The notifier: one session per store that announces what the store's calls freed, in
-//! batches, so that no call's own transaction runs `NOTIFY`.
+//! The notifier: one session per store that announces what the store's calls freed, and the
+//! server's events ([`Bulletin`]s), in batches, so that no call's own transaction runs
+//! `NOTIFY`.
 //!
 //! PostgreSQL takes a lock of the whole cluster for `NOTIFY` from a transaction's pre-commit
 //! until its commit is flushed, so every notifying transaction commits alone: group commit is
@@ -19,17 +20,20 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use fencelock_core::Key;
+use fencelock_core::{Bulletin, Key};
 use tokio::sync::Notify;
 use tokio_postgres::{Client, NoTls};
 
 use super::error::PgError;
-use super::listen::notice;
+use super::listen::{EVENT_CHANNEL, notice};
 use crate::subscription::AbortOnDrop;
 
-/// The most names announced in one transaction (each is one notice, of at most a name's
+/// The most notices sent in one transaction (a name freed is one of at most a name's
 /// length): enough to take a whole purge batch, few enough to keep the statement short.
 const BATCH: usize = 1024;
+
+/// The longest payload PostgreSQL takes in a notice (8000 bytes, less a margin).
+const MAX_PAYLOAD: usize = 7900;
 
 /// Announces one batch: a notice per name, in one statement, so one transaction.
 const ANNOUNCE: &str = "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)";
@@ -42,17 +46,20 @@ pub(super) struct Notifier {
     _task: AbortOnDrop,
 }
 
-/// The names waiting for the next batch, and the session that sends them.
+/// A notice: its channel and payload.
+type Notice = (&'static str, String);
+
+/// The notices waiting for the next batch, and the session that sends them.
 #[derive(Debug, Default)]
 struct Queue {
-    // Held only to push or take names, never across an `.await`.
-    names: Mutex<Vec<Key>>,
+    // Held only to push or take notices, never across an `.await`.
+    names: Mutex<Vec<Notice>>,
     ready: Notify,
 }
 
 impl Queue {
-    /// Takes up to [`BATCH`] names, the first handed in first.
-    fn take(&self) -> Vec<Key> {
+    /// Takes up to [`BATCH`] notices, the first handed in first.
+    fn take(&self) -> Vec<Notice> {
         let mut names = lock(&self.names);
         let at = names.len().min(BATCH);
         let rest = names.split_off(at);
@@ -95,14 +102,30 @@ impl Notifier {
         if names.is_empty() {
             return;
         }
-        lock(&self.queue.names).extend(names);
+        lock(&self.queue.names).extend(names.iter().map(notice));
+        self.queue.ready.notify_one();
+    }
+
+    /// Hands `bulletin` to the next batch, after everything handed in before it. One too
+    /// long for a notice (an event with a lease's largest metadata is far from it) is
+    /// dropped and logged.
+    pub(super) fn tell(&self, bulletin: &Bulletin) {
+        let payload = bulletin.encode();
+        if payload.len() > MAX_PAYLOAD {
+            tracing::warn!(
+                bytes = payload.len(),
+                "an event too long for a PostgreSQL notice is not told to other servers"
+            );
+            return;
+        }
+        lock(&self.queue.names).push((EVENT_CHANNEL, payload));
         self.queue.ready.notify_one();
     }
 }
 
 /// Locks `names`; a panic while holding it (there is none: pushes and takes) leaves a list
 /// that is still whole.
-fn lock(names: &Mutex<Vec<Key>>) -> MutexGuard<'_, Vec<Key>> {
+fn lock(names: &Mutex<Vec<Notice>>) -> MutexGuard<'_, Vec<Notice>> {
     names.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -117,7 +140,7 @@ async fn announce(config: tokio_postgres::Config, deadline: Duration, queue: Arc
             if batch.is_empty() {
                 break;
             }
-            let (channels, payloads): (Vec<&str>, Vec<String>) = batch.iter().map(notice).unzip();
+            let (channels, payloads): (Vec<&str>, Vec<String>) = batch.iter().cloned().unzip();
             for attempt in 1..=2 {
                 let sent = tokio::time::timeout(deadline, async {
                     if session.is_none() {

@@ -105,7 +105,8 @@
 //!   renewals settled by a majority; `quorum`: what a majority agrees on;
 //! - `grant`: acquires on one node and under Redlock; `redlock`: proposals, tries and undo;
 //!   `repair`: a node that lost its data brought up to date;
-//! - `listen`: the subscription to other servers' releases; `error`: the store's own errors.
+//! - `listen`: the subscription to other servers' releases and events, and the outbox that
+//!   publishes this server's events on every node; `error`: the store's own errors.
 
 use std::fmt;
 use std::sync::Arc;
@@ -116,9 +117,9 @@ use async_trait::async_trait;
 use fencelock_core::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key};
 use fencelock_core::store::{PURGE_BATCH, Result as StoreResult};
 use fencelock_core::{
-    AcquireAllOutcome, AcquireOutcome, Capabilities, Clock, Drift, EndedLease, FencingToken, ForceOutcome,
-    LeasePage, ListQuery, LockStore, Meta, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome,
-    Resource, Resources, StoreError, SystemClock, Terms, Timestamp, Ttl,
+    AcquireAllOutcome, AcquireOutcome, Bulletin, Capabilities, Clock, Drift, EndedLease, FencingToken,
+    ForceOutcome, LeasePage, ListQuery, LockStore, Meta, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
+    RenewOutcome, Resource, Resources, StoreError, SystemClock, Terms, Timestamp, Ttl,
 };
 use futures_util::future::join_all;
 use tokio::sync::broadcast;
@@ -127,7 +128,7 @@ use crate::deadline::{Deadline, Within, within};
 use crate::subscription::{AbortOnDrop, keep_subscribed};
 use error::{RedisError, Result};
 use grant::HoldAsk;
-use listen::{Listening, listen};
+use listen::{Feeds, Heard, Listening, Outbox, listen};
 use node::Node;
 use redlock::Nodes;
 use reply::{Arg, Record, Reply, hold_letter, letter, owner_args};
@@ -188,6 +189,10 @@ pub struct RedisStore {
     // Stop listening when the store is dropped.
     _released: Vec<AbortOnDrop>,
     feed: ReleaseFeed,
+    /// Other servers' events, each once.
+    heard: Arc<Heard>,
+    /// Publishes this server's events on every node.
+    outbox: Outbox,
 }
 
 impl fmt::Debug for RedisStore {
@@ -221,13 +226,18 @@ impl RedisStore {
         let quorum = list.len() / 2 + 1;
         list.iter().for_each(Node::connect_in_background);
         let feed = ReleaseFeed::new();
+        let heard = Arc::new(Heard::default());
+        let feeds = Feeds {
+            released: feed.clone(),
+            heard: heard.clone(),
+        };
         // Subscribe first, so that no release after this is missed; a node that cannot be
         // reached now is subscribed to when it can.
         let firsts = within(options.call_deadline, STORE, "connect", async {
             let timeout = options.node_timeout;
             Ok(join_all(
                 list.iter()
-                    .map(|node| listen(node.client().clone(), node.channel(), feed.clone(), timeout)),
+                    .map(|node| listen(node.clone(), feeds.clone(), timeout)),
             )
             .await)
         })
@@ -251,17 +261,18 @@ impl RedisStore {
             .iter()
             .zip(firsts)
             .map(|(node, first)| {
-                let (client, channel, notices) = (node.client().clone(), node.channel(), feed.clone());
+                let (node, feeds) = (node.clone(), feeds.clone());
                 let first: Listening = match first {
                     Ok(listening) => listening,
                     Err(_) => Box::pin(async {}),
                 };
                 let timeout = options.node_timeout;
-                let again = move || listen(client.clone(), channel.clone(), notices.clone(), timeout);
+                let again = move || listen(node.clone(), feeds.clone(), timeout);
                 keep_subscribed(STORE, first, again, feed.clone())
             })
             .collect();
         let amnesiac = list.iter().map(|_| AtomicBool::new(false)).collect();
+        let outbox = Outbox::start(&list);
         let nodes = Arc::new(Nodes {
             list,
             quorum,
@@ -274,6 +285,8 @@ impl RedisStore {
             nodes,
             _released: released,
             feed,
+            heard,
+            outbox,
         };
         Ok(Deadline::new(store, Within::new(STORE, options.call_deadline)))
     }
@@ -593,6 +606,14 @@ impl LockStore for RedisStore {
 
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
         Some(self.feed.subscribe())
+    }
+
+    fn publish(&self, bulletin: &Bulletin) {
+        self.outbox.tell(bulletin);
+    }
+
+    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+        Some(self.heard.feed().subscribe())
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -81,6 +81,25 @@ impl Node {
         format!("{}released", self.prefix)
     }
 
+    /// The channel where servers publish their events.
+    pub(super) fn event_channel(&self) -> String {
+        format!("{}events", self.prefix)
+    }
+
+    /// Publishes `payload` on [`Node::event_channel`].
+    pub(super) async fn publish(&self, payload: &str) -> Result<()> {
+        let channel = self.event_channel();
+        self.guarded("publish", self.timeout, async |connection| {
+            redis::cmd("PUBLISH")
+                .arg(&channel)
+                .arg(payload)
+                .query_async::<i64>(connection)
+                .await
+        })
+        .await
+        .map(drop)
+    }
+
     async fn connection(&self, doing: &'static str) -> Result<ConnectionManager> {
         let connect = || async {
             let config = redis::aio::ConnectionManagerConfig::new()

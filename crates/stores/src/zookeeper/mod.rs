@@ -148,10 +148,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::store::{PURGE_BATCH, Result};
 use fencelock_core::{
-    AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Expired, FencingToken, ForceOutcome, Hold,
-    HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, LockTable, Meta,
-    Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms,
-    Timestamp, Ttl, Watch,
+    AcquireAllOutcome, AcquireOutcome, Bulletin, Capabilities, Claim, Expired, FencingToken, ForceOutcome,
+    Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, LockTable,
+    Meta, Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError,
+    Terms, Timestamp, Ttl, Watch,
 };
 use futures_util::future::try_join_all;
 use tokio::sync::broadcast;
@@ -162,6 +162,7 @@ use crate::deadline::{Deadline, Within, within};
 use crate::retry::Backoff;
 
 mod error;
+mod events;
 mod session;
 mod state;
 
@@ -229,6 +230,11 @@ impl Paths {
         Self { root: root.into() }
     }
 
+    /// The node under which servers' events are written (see `events`).
+    fn events(&self) -> String {
+        format!("{}/events", self.root)
+    }
+
     fn folder_name(kind: Kind) -> &'static str {
         match kind {
             Kind::Lock => "locks",
@@ -269,6 +275,8 @@ pub struct ZooKeeperStore {
     call_timeout: Duration,
     /// [`ZooKeeperOptions::max_state_bytes`].
     max_state_bytes: usize,
+    /// This server's events told to the others, and theirs heard.
+    events: crate::subscription::EventChannel,
 }
 
 impl fmt::Debug for ZooKeeperStore {
@@ -308,10 +316,16 @@ impl ZooKeeperStore {
                     .await
                     .map_err(ZkError::request("make the folders"))?;
             }
+            client
+                .mkdir(&paths.events(), &FOLDER)
+                .await
+                .map_err(ZkError::request("make the folders"))?;
             Ok(Arc::new(session))
         })
         .await?;
+        let events = events::start(session.clone(), paths.events());
         let store = Self {
+            events,
             session,
             paths,
             feed: ReleaseFeed::new(),
@@ -810,6 +824,14 @@ impl LockStore for ZooKeeperStore {
 
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {
         Some(self.feed.subscribe())
+    }
+
+    fn publish(&self, bulletin: &Bulletin) {
+        self.events.tell(bulletin);
+    }
+
+    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+        Some(self.events.feed().subscribe())
     }
 
     /// A one-shot watch on the name's node, set again each time it fires: see the module

@@ -1,0 +1,325 @@
+//! Events across servers: two `fencelock serve` processes on one shared store, each change
+//! made through either on both streams (one test body, run on every shared store); and
+//! `fencelock events`, the command that prints a stream. Real processes, real servers, real
+//! HTTP. The delay across servers is measured by the ignored `*_delay` tests
+//! (`cargo test --release --all-features -p fencelock --test events delay -- --ignored
+//! --nocapture`), never asserted.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{Server, fencelock};
+#[cfg(feature = "etcd")]
+use fencelock_testkit::shared_etcd;
+#[cfg(feature = "zookeeper")]
+use fencelock_testkit::shared_zookeeper;
+use fencelock_testkit::sse::{EventStream, Message};
+use fencelock_testkit::{Postgres, RedisNodes, eventually, shared_redis};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A prefix no other test uses, that needs no escaping in a path.
+fn unique_prefix() -> String {
+    fencelock_testkit::fixtures::unique_prefix().replace('/', ":")
+}
+
+/// The stream of `server` under `prefix`, once registered (its first heartbeat read).
+async fn stream(server: &Server, prefix: &str) -> EventStream {
+    let response = reqwest::Client::new()
+        .get(format!("{}/events?prefix={prefix}", server.url))
+        .send()
+        .await
+        .expect("the server answers");
+    let mut stream = EventStream::new(response);
+    let first = stream.next_message(WAIT).await.expect("a heartbeat");
+    assert!(first.is_comment(), "{first:?}");
+    stream
+}
+
+async fn send(method: reqwest::Method, url: String, body: Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .request(method, url)
+        .json(&body)
+        .send()
+        .await
+        .expect("the server answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Acquires `name` through `server`; the lease.
+async fn grant(server: &Server, name: &str, body: Value) -> Value {
+    let (status, answer) = send(
+        reqwest::Method::POST,
+        format!("{}/locks/{name}", server.url),
+        body,
+    )
+    .await;
+    assert_eq!((status, &answer["acquired"]), (200, &json!(true)), "{answer}");
+    answer["lock"].clone()
+}
+
+fn is(event: &str, name: &str) -> impl Fn(&Message) -> bool {
+    move |m: &Message| m.event == event && m.json()["name"] == name
+}
+
+/// The sum over `servers` of a series of their /metrics.
+async fn series(servers: &[&Server], name: &str) -> f64 {
+    let mut sum = 0.0;
+    for server in servers {
+        let text = reqwest::get(format!("{}/metrics", server.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        sum += text
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .map_or(0.0, |v| v.trim().parse().unwrap());
+    }
+    sum
+}
+
+/// Two servers on `store`: a change made through either is on both streams, in the order of
+/// the changes, and an expiry is told once (where a server sees `expiries`: not on etcd,
+/// which deletes expired keys itself).
+async fn changes_through_either_server_are_on_both_streams(store: &str, expiries: bool) {
+    let flags = ["--purge-interval", "100ms"];
+    let (a, b) = (Server::with(store, &[], &flags), Server::with(store, &[], &flags));
+    let prefix = unique_prefix();
+    let (mut on_a, mut on_b) = (stream(&a, &prefix).await, stream(&b, &prefix).await);
+
+    let name = format!("{prefix}x");
+    let lease = grant(&a, &name, json!({"owner": "w", "ttl_seconds": 30})).await;
+    let seen = on_b.events_until(WAIT, is("grant", &name)).await;
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    assert_eq!(seen[0].json()["lease"], lease);
+    let (status, _) = send(
+        reqwest::Method::DELETE,
+        format!("{}/locks/{name}", b.url),
+        json!({"owner": "w", "fencing_token": lease["fencing_token"]}),
+    )
+    .await;
+    assert_eq!(status, 204);
+    for stream in [&mut on_a, &mut on_b] {
+        let seen = stream.events_until(WAIT, is("release", &name)).await;
+        let events: Vec<&str> = seen.iter().map(|m| m.event.as_str()).collect();
+        assert!(
+            events == ["grant", "release"] || events == ["release"],
+            "{seen:#?}"
+        );
+    }
+
+    if !expiries {
+        return;
+    }
+    // An expiry is told once, by the server whose purge removed the lease.
+    let short = format!("{prefix}short");
+    let expired_before = series(&[&a, &b], "fencelock_leases_expired_total").await;
+    grant(&b, &short, json!({"owner": "w", "ttl_ms": 300})).await;
+    on_a.events_until(WAIT, is("expire", &short)).await;
+    eventually(WAIT, "the expiry counted by one server", async || {
+        let now = series(&[&a, &b], "fencelock_leases_expired_total").await;
+        if now > expired_before { Ok(now) } else { Err(now) }
+    })
+    .await;
+    // Both servers purge again after it; then a marker: no second expiry comes before it.
+    let purges = r#"fencelock_store_duration_seconds_count{op="purge"}"#;
+    let purged = series(&[&a, &b], purges).await;
+    eventually(WAIT, "both servers to purge again", async || {
+        let now = series(&[&a, &b], purges).await;
+        if now >= purged + 4.0 { Ok(()) } else { Err(now) }
+    })
+    .await;
+    let marker = format!("{prefix}marker");
+    grant(&b, &marker, json!({"owner": "w", "ttl_seconds": 30})).await;
+    let seen = on_a.events_until(WAIT, is("grant", &marker)).await;
+    assert!(
+        !seen.iter().any(is("expire", &short)),
+        "a second expiry: {seen:#?}"
+    );
+    assert_eq!(
+        series(&[&a, &b], "fencelock_leases_expired_total").await,
+        expired_before + 1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgresql_changes_through_either_server_are_on_both_streams() {
+    let postgres = Postgres::start();
+    changes_through_either_server_are_on_both_streams(&postgres.url(), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_changes_through_either_server_are_on_both_streams() {
+    changes_through_either_server_are_on_both_streams(&shared_redis().url(), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redlock_changes_through_either_server_are_on_both_streams() {
+    let nodes = RedisNodes::start(3);
+    changes_through_either_server_are_on_both_streams(&nodes.url(), true).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_changes_through_either_server_are_on_both_streams() {
+    changes_through_either_server_are_on_both_streams(&shared_etcd().url(), false).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_zookeeper_changes_through_either_server_are_on_both_streams() {
+    changes_through_either_server_are_on_both_streams(&shared_zookeeper().url(), true).await;
+}
+
+/// The delay from a grant's answer on one server to its event on the other's stream, over
+/// `rounds` grants: printed as p50 and p99, never asserted.
+async fn delay(store: &str, what: &str) {
+    let (a, b) = (Server::on(store), Server::on(store));
+    let prefix = unique_prefix();
+    let mut on_b = stream(&b, &prefix).await;
+    let mut delays = Vec::new();
+    for round in 0..300 {
+        let name = format!("{prefix}{round}");
+        grant(&a, &name, json!({"owner": "w", "ttl_seconds": 30})).await;
+        let answered = Instant::now();
+        on_b.events_until(WAIT, is("grant", &name)).await;
+        delays.push(answered.elapsed());
+    }
+    delays.sort();
+    let at = |q: f64| delays[((delays.len() - 1) as f64 * q) as usize].as_secs_f64() * 1000.0;
+    println!(
+        "event delay across servers on {what}: p50 {:.1} ms, p99 {:.1} ms ({} grants)",
+        at(0.5),
+        at(0.99),
+        delays.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn postgresql_event_delay() {
+    let postgres = Postgres::start();
+    delay(&postgres.url(), "PostgreSQL").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn redis_event_delay() {
+    delay(&shared_redis().url(), "Redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn redlock_event_delay() {
+    let nodes = RedisNodes::start(3);
+    delay(&nodes.url(), "Redlock of 3").await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn etcd_event_delay() {
+    delay(&shared_etcd().url(), "etcd").await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn zookeeper_event_delay() {
+    delay(&shared_zookeeper().url(), "ZooKeeper").await;
+}
+
+/// The lines a child prints, as they come.
+fn lines_of(child: &mut std::process::Child) -> mpsc::Receiver<String> {
+    let (sender, lines) = mpsc::channel();
+    let out = BufReader::new(child.stdout.take().expect("piped stdout"));
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_command_prints_the_stream_as_json_lines_or_for_people() {
+    let server = Server::start();
+    let prefix = unique_prefix();
+    let follow = |json: bool| {
+        let mut command = fencelock();
+        command.args(["events", "--server", &server.url, "--prefix", &prefix]);
+        if json {
+            command.arg("--json");
+        }
+        let mut child = command
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start fencelock events");
+        let lines = lines_of(&mut child);
+        (child, lines)
+    };
+    let (mut json_child, json_lines) = follow(true);
+    let (mut text_child, text_lines) = follow(false);
+    // Each command has its stream once the server counts both.
+    eventually(WAIT, "two streams open", async || {
+        let open = series(&[&server], "fencelock_event_streams").await;
+        if open == 2.0 { Ok(()) } else { Err(open) }
+    })
+    .await;
+    let name = format!("{prefix}job");
+    let lease = grant(&server, &name, json!({"owner": "cron", "ttl_seconds": 30})).await;
+    let (status, _) = send(
+        reqwest::Method::DELETE,
+        format!("{}/locks/{name}", server.url),
+        json!({"owner": "cron"}),
+    )
+    .await;
+    assert_eq!(status, 204);
+
+    let line = |lines: &mpsc::Receiver<String>| lines.recv_timeout(WAIT).expect("a line");
+    let grant_line: Value = serde_json::from_str(&line(&json_lines)).unwrap();
+    assert_eq!(grant_line["event"], "grant");
+    assert_eq!(grant_line["data"]["lease"], lease);
+    assert!(grant_line["id"].as_str().is_some_and(|id| id.contains('-')));
+    let release_line: Value = serde_json::from_str(&line(&json_lines)).unwrap();
+    assert_eq!(release_line["event"], "release");
+    assert!(release_line["data"]["held_ms"].is_u64(), "{release_line}");
+
+    let token = lease["fencing_token"].as_u64().unwrap();
+    let text = line(&text_lines);
+    assert!(
+        text.starts_with(&format!("grant lock {name} owner=cron token={token} at=")),
+        "{text}"
+    );
+    let text = line(&text_lines);
+    assert!(
+        text.starts_with(&format!("release lock {name} owner=cron token={token}")),
+        "{text}"
+    );
+    assert!(text.contains(" held="), "{text}");
+
+    for child in [&mut json_child, &mut text_child] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    // Bad input: exit 2, said on standard error; a server that is not there: exit 3.
+    let bad = common::run(&["events", "--server", &server.url, "--kinds", "locks"]);
+    assert_eq!(bad.code, Some(2), "{bad:?}");
+    let gone = common::run(&[
+        "events",
+        "--server",
+        &format!("http://127.0.0.1:{}", common::closed_port()),
+    ]);
+    assert_eq!(gone.code, Some(3), "{gone:?}");
+}

@@ -1,0 +1,374 @@
+//! The event hub: one per server. Every change the server makes or hears of (from other
+//! servers sharing the store) becomes an [`Entry`] with the next id of this server's epoch,
+//! kept in a bounded retention ring and handed to every open stream whose [`Filter`] admits
+//! it.
+//!
+//! An event this server made is also handed to the store ([`LockStore::publish`]), which
+//! tells the other servers sharing it; theirs come back through [`relay`] and are appended
+//! here as this server's own, with this server's ids.
+//!
+//! Publishing never waits: each stream has a bounded buffer, and a stream whose buffer is
+//! full is cut off ([`Subscription::was_cut`]) rather than let the server wait for it.
+//! Subscribing and publishing take the same lock, so a stream that resumes from an id gets
+//! every entry after it exactly once: those still in the ring, then the live ones, with
+//! nothing between.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fencelock_core::{Bulletin, LockStore, Principal, Resource};
+use fencelock_wire::{EventData, EventId, EventName, Relayed, Topic, Topics};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::auth::{Caller, Right};
+use crate::metrics::Metrics;
+
+/// How many events a hub keeps, how much a stream may fall behind, how many streams one
+/// principal may keep open, and how often a quiet stream says it is alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HubLimits {
+    /// Events kept for streams that resume (the retention window).
+    pub retention: usize,
+    /// Events a stream may have waiting to be sent before it is cut off.
+    pub buffer: usize,
+    /// Streams one principal (all callers together without authentication) may keep open.
+    pub streams_per_principal: usize,
+    /// The longest a stream goes without a line: a heartbeat comment then.
+    pub heartbeat: Duration,
+}
+
+impl Default for HubLimits {
+    fn default() -> Self {
+        Self {
+            retention: 10_000,
+            buffer: 1_024,
+            streams_per_principal: 16,
+            heartbeat: Duration::from_secs(15),
+        }
+    }
+}
+
+/// One event as the hub keeps it: written once, sent to every stream as it is.
+#[derive(Debug)]
+pub struct Entry {
+    /// Its place in this server's epoch.
+    pub seq: u64,
+    /// What it tells.
+    pub name: EventName,
+    /// The namespace of its name.
+    pub topic: Topic,
+    /// The name it is about.
+    pub resource: Resource,
+    /// The `data:` line, JSON.
+    pub data: Arc<str>,
+}
+
+/// What a stream asked for: names under a prefix, of some topics, that its caller may read.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    /// Only names starting with this.
+    pub prefix: String,
+    /// Only these topics.
+    pub topics: Topics,
+    /// Who reads: only names it has the `read` right on.
+    pub caller: Caller,
+}
+
+impl Filter {
+    /// Whether an event about `resource` of `topic` is sent on the stream.
+    pub fn admits(&self, topic: Topic, resource: &Resource) -> bool {
+        self.topics.contains(topic)
+            && resource.as_str().starts_with(&self.prefix)
+            && self.caller.has(Right::Read, resource)
+    }
+}
+
+/// Where a new stream starts.
+#[derive(Debug)]
+pub enum Start {
+    /// No id was given: from the next event on.
+    Tail,
+    /// The id given is in the window: these entries (after it, admitted), then the next.
+    Replay(Vec<Arc<Entry>>),
+    /// The id given is not in the window (too old, from another epoch, or never sent): the
+    /// stream must say `reset` and send a snapshot, then the next events.
+    Reset,
+}
+
+/// A stream's place in the hub: its entries, as they come, until it is cut off or dropped.
+#[derive(Debug)]
+pub struct Subscription {
+    /// Where it starts.
+    pub start: Start,
+    /// The id of the last event published when it subscribed: what a snapshot is as of.
+    pub at: EventId,
+    receiver: mpsc::Receiver<Arc<Entry>>,
+    cut: Arc<AtomicBool>,
+    _open: Open,
+}
+
+impl Subscription {
+    /// The next entry admitted; `None` once the stream is cut off or the hub is gone.
+    pub async fn next(&mut self) -> Option<Arc<Entry>> {
+        self.receiver.recv().await
+    }
+
+    /// The next entry admitted, if one is waiting already.
+    pub fn try_next(&mut self) -> Option<Arc<Entry>> {
+        self.receiver.try_recv().ok()
+    }
+
+    /// Whether the stream fell too far behind and was cut off.
+    pub fn was_cut(&self) -> bool {
+        self.cut.load(Ordering::Acquire)
+    }
+}
+
+/// Why a stream was not opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("this principal has {0} event streams open already, the most allowed")]
+pub struct TooManyStreams(pub usize);
+
+/// The server's event hub: a cheap clonable handle.
+#[derive(Debug, Clone)]
+pub struct Hub(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    epoch: u64,
+    limits: HubLimits,
+    metrics: Arc<Metrics>,
+    /// Where this server's events are told to the other servers sharing the store.
+    store: Arc<dyn LockStore>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// The seq of the next entry (the first is 1).
+    next: u64,
+    ring: VecDeque<Arc<Entry>>,
+    taps: Vec<Tap>,
+    open: HashMap<Option<Principal>, usize>,
+}
+
+/// An open stream, as the hub feeds it.
+#[derive(Debug)]
+struct Tap {
+    filter: Filter,
+    sender: mpsc::Sender<Arc<Entry>>,
+    cut: Arc<AtomicBool>,
+}
+
+impl Hub {
+    /// A hub of a new epoch (the wall clock's nanoseconds, so that a restarted server's ids
+    /// never read as its predecessor's), that tells the other servers sharing `store` of
+    /// its events.
+    pub fn new(limits: HubLimits, metrics: Arc<Metrics>, store: Arc<dyn LockStore>) -> Self {
+        let epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |since| u64::try_from(since.as_nanos()).unwrap_or(u64::MAX));
+        Self(Arc::new(Shared {
+            epoch,
+            limits,
+            metrics,
+            store,
+            inner: Mutex::new(Inner {
+                next: 1,
+                ring: VecDeque::with_capacity(limits.retention.min(1024)),
+                taps: Vec::new(),
+                open: HashMap::new(),
+            }),
+        }))
+    }
+
+    /// The limits it was made with.
+    pub fn limits(&self) -> HubLimits {
+        self.0.limits
+    }
+
+    /// The id of the last event published (`seq` 0 before the first).
+    pub fn latest(&self) -> EventId {
+        let next = self.0.inner().next;
+        self.id(next - 1)
+    }
+
+    /// The id of the event `seq` of this hub's epoch.
+    pub fn id(&self, seq: u64) -> EventId {
+        EventId {
+            epoch: self.0.epoch,
+            seq,
+        }
+    }
+
+    /// The epoch of this hub's ids, which also tells this server's bulletins apart.
+    pub fn epoch(&self) -> u64 {
+        self.0.epoch
+    }
+
+    /// Publishes an event `name` with `data` that this server made: appends it, and tells
+    /// the other servers sharing the store.
+    pub fn publish(&self, name: EventName, data: &EventData) {
+        self.append(name, data, true);
+    }
+
+    /// Appends an event another server made, told in `bulletin`; one that cannot be read
+    /// (a server of another version) is logged and dropped.
+    pub fn relayed(&self, bulletin: &Bulletin) {
+        match serde_json::from_str::<Relayed>(&bulletin.body) {
+            Ok(relayed) => self.append(relayed.event, &relayed.data, false),
+            Err(error) => {
+                tracing::warn!(%error, origin = bulletin.origin, "an event of another server that cannot be read")
+            }
+        }
+    }
+
+    /// Keeps an event in the ring and hands it to every stream that admits it — and, if
+    /// `tell`, to the store for the other servers, under the same lock so that they hear
+    /// this server's events in its order. Never waits: a stream with a full buffer is cut
+    /// off; the store only queues.
+    fn append(&self, name: EventName, data: &EventData, tell: bool) {
+        let Ok(resource) = Resource::new(data.name.as_str()) else {
+            // Every event is about a name the model accepted.
+            return;
+        };
+        // Serialising these types cannot fail: strings, numbers and nested objects only.
+        let json = serde_json::to_string(data).unwrap_or_default();
+        let mut inner = self.0.inner();
+        if tell {
+            self.0.store.publish(&Bulletin {
+                origin: self.0.epoch,
+                seq: inner.next,
+                body: format!(r#"{{"event":"{name}","data":{json}}}"#),
+            });
+        }
+        let entry = Arc::new(Entry {
+            seq: inner.next,
+            name,
+            topic: data.kind,
+            resource,
+            data: json.into(),
+        });
+        inner.next += 1;
+        if inner.ring.len() >= self.0.limits.retention {
+            inner.ring.pop_front();
+        }
+        if self.0.limits.retention > 0 {
+            inner.ring.push_back(entry.clone());
+        }
+        let metrics = &self.0.metrics;
+        inner.taps.retain(|tap| {
+            if !tap.filter.admits(entry.topic, &entry.resource) {
+                return !tap.sender.is_closed();
+            }
+            match tap.sender.try_send(entry.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tap.cut.store(true, Ordering::Release);
+                    metrics.event_stream_cut();
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+    }
+
+    /// Opens a stream for `filter`, resuming after `since` if given; refused when the
+    /// caller's principal has its most streams open.
+    pub fn subscribe(&self, filter: Filter, since: Option<EventId>) -> Result<Subscription, TooManyStreams> {
+        let principal = filter.caller.principal().cloned();
+        let (sender, receiver) = mpsc::channel(self.0.limits.buffer.max(1));
+        let cut = Arc::new(AtomicBool::new(false));
+        let mut inner = self.0.inner();
+        let open = inner.open.entry(principal.clone()).or_default();
+        if *open >= self.0.limits.streams_per_principal {
+            return Err(TooManyStreams(*open));
+        }
+        *open += 1;
+        self.0.metrics.event_stream_opened();
+        let latest = inner.next - 1;
+        let start = match since {
+            None => Start::Tail,
+            Some(id) if self.resumable(&inner, id) => Start::Replay(
+                inner
+                    .ring
+                    .iter()
+                    .filter(|entry| entry.seq > id.seq && filter.admits(entry.topic, &entry.resource))
+                    .cloned()
+                    .collect(),
+            ),
+            Some(_) => Start::Reset,
+        };
+        inner.taps.push(Tap {
+            filter,
+            sender,
+            cut: cut.clone(),
+        });
+        Ok(Subscription {
+            start,
+            at: self.id(latest),
+            receiver,
+            cut,
+            _open: Open {
+                hub: self.clone(),
+                principal,
+            },
+        })
+    }
+
+    /// Whether every event after `id` is still in the ring (or none was published since).
+    fn resumable(&self, inner: &Inner, id: EventId) -> bool {
+        let latest = inner.next - 1;
+        let oldest_kept = latest - inner.ring.len() as u64;
+        id.epoch == self.0.epoch && id.seq <= latest && id.seq >= oldest_kept
+    }
+}
+
+impl Shared {
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        // Nothing under this lock can panic half-way, so a poisoned one is still whole.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// One open stream of a principal, counted until dropped.
+#[derive(Debug)]
+struct Open {
+    hub: Hub,
+    principal: Option<Principal>,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let mut inner = self.hub.0.inner();
+        if let Some(open) = inner.open.get_mut(&self.principal) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                inner.open.remove(&self.principal);
+            }
+        }
+        // Forget the taps of streams gone, so that a quiet hub does not keep their buffers.
+        inner.taps.retain(|tap| !tap.sender.is_closed());
+        self.hub.0.metrics.event_stream_closed();
+    }
+}
+
+/// Appends to `hub` every bulletin of another server that `bulletins` hears, until the store
+/// is gone. Bulletins lost to a lag are logged: those events are missing from the streams.
+pub async fn relay(hub: Hub, mut bulletins: broadcast::Receiver<Bulletin>) {
+    loop {
+        match bulletins.recv().await {
+            Ok(bulletin) if bulletin.origin == hub.epoch() => {}
+            Ok(bulletin) => hub.relayed(&bulletin),
+            Err(broadcast::error::RecvError::Lagged(lost)) => {
+                tracing::warn!(
+                    lost,
+                    "events of other servers were lost: this server fell behind them"
+                );
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
