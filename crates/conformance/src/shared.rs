@@ -182,22 +182,53 @@ pub async fn events_published_on_one_server_reach_the_other_in_order(h: &Harness
     // An origin of its own per run, so that bulletins of other tests sharing the store are
     // told apart.
     let origin = (u64::from(std::process::id()) << 42) ^ fencelock_core::Timestamp::now_wall().as_millis();
-    let sent: Vec<Bulletin> = (1..=3)
-        .map(|seq| Bulletin {
-            origin,
-            seq,
-            body: format!(r#"{{"n":{seq}}}"#),
-        })
-        .collect();
+    let bulletin = |seq: u64| Bulletin {
+        origin,
+        seq,
+        body: format!(r#"{{"n":{seq}}}"#),
+    };
+    // A server hears what is published once it listens, and it starts listening in the
+    // background as it opens the store (a store that keeps events as data skips those from
+    // before): so probes are sent until one is heard, then the three that count. Sequence
+    // numbers only grow, as a server's do.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seq = 0;
+    let heard_probe = loop {
+        seq += 1;
+        h.store.publish(&bulletin(seq));
+        let probe = tokio::time::timeout(Duration::from_millis(500), async {
+            loop {
+                match heard.recv().await {
+                    Ok(got) if got.origin == origin => return got.seq,
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(closed) => panic!("the feed ended: {closed}"),
+                }
+            }
+        });
+        if let Ok(probe) = probe.await {
+            break probe;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the other server never heard a bulletin"
+        );
+    };
+    let sent: Vec<Bulletin> = (seq + 1..=seq + 3).map(bulletin).collect();
     for bulletin in &sent {
         h.store.publish(bulletin);
     }
     let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
     while got.len() < sent.len() {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, heard.recv()).await {
-            Ok(Ok(bulletin)) if bulletin.origin == origin => got.push(bulletin),
+            // Probes sent before the first one was heard may still come.
+            Ok(Ok(bulletin)) if bulletin.origin == origin && bulletin.seq > seq => got.push(bulletin),
+            Ok(Ok(bulletin)) if bulletin.origin == origin => {
+                assert!(
+                    bulletin.seq > heard_probe,
+                    "{bulletin:?} came again, or out of order"
+                );
+            }
             Ok(Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
             Ok(Err(closed)) => panic!("the feed ended: {closed}"),
             Err(_) => panic!("only {got:?} of {sent:?} reached the other server"),
