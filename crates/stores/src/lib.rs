@@ -57,6 +57,9 @@
 //! the changes by the delay above: order them by `fencing_token` and `at` where it matters.
 //! A store's channel is best effort: a server that loses its subscription (the store down)
 //! misses the events of others meanwhile, without a `reset` (its own window never had them).
+//! So do the other servers when a server makes more changes a second than its queue to the
+//! store drains (on etcd and ZooKeeper one writer puts one event at a time): the event is
+//! dropped with a warning ("an event is not told to other servers"), again without a `reset`.
 //!
 //! What each store survived under faults — servers, store nodes and clients paused and
 //! killed, partitions, slow networks, stepped clocks — is in the torture suite's table
