@@ -7,6 +7,7 @@
 //!
 //! - [`model`]: the validated newtypes — [`Resource`], [`Owner`], [`Ttl`], [`FencingToken`],
 //!   [`Timestamp`], [`Meta`] — and [`Lease`].
+//! - [`election`]: leader election as a lock no client can name — [`Leadership`].
 //! - [`hold`]: semaphores and read-write locks — [`Claim`], [`Hold`], and [`hold::judge`],
 //!   their rule book.
 //! - [`store`]: the [`LockStore`] trait, its outcome enums and [`StoreError`].
@@ -25,6 +26,7 @@
 
 pub mod clock;
 pub mod deadlock;
+pub mod election;
 pub mod hold;
 pub mod layer;
 pub mod memory;
@@ -37,6 +39,7 @@ pub mod wait;
 
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, Uptime};
 pub use deadlock::{Cycle, Deadlock};
+pub use election::Leadership;
 pub use hold::{Busy, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind};
 pub use layer::{Call, Layer, Layered, Names};
 pub use memory::MemoryStore;

@@ -38,17 +38,60 @@ fn check_name(name: &str) -> Result<(), InvalidName> {
     }
 }
 
+/// What starts the name under which a store keeps an election: a control character, which no
+/// name a client sends may contain, so an election never meets a lock a client named.
+pub const ELECTION_MARK: char = '\u{1}';
+
+/// The most bytes an election's name may have: its lock's name is one byte longer.
+pub const MAX_ELECTION_NAME_BYTES: usize = MAX_NAME_BYTES - 1;
+
 /// The name of what is locked, e.g. `payment:42`: 1 to 255 bytes of UTF-8 without control
-/// characters, compared byte for byte.
+/// characters, compared byte for byte — or, kept by the server alone, the lock of an
+/// election ([`Resource::election`]), which is such a name after [`ELECTION_MARK`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Resource(String);
 
 impl Resource {
-    /// Checks `name` and wraps it.
+    /// Checks `name` and wraps it. The lock of an election is accepted too, because every
+    /// store reads the names it keeps back through here; what a client names goes through
+    /// [`Resource::named`] instead.
     pub fn new(name: impl Into<String>) -> Result<Self, InvalidName> {
+        let name = name.into();
+        match name.strip_prefix(ELECTION_MARK) {
+            Some(election) if !election.is_empty() && name.len() <= MAX_NAME_BYTES => check_name(election)?,
+            _ => check_name(&name)?,
+        }
+        Ok(Self(name))
+    }
+
+    /// Checks `name` as a client sends it: [`Resource::new`]'s rules, and the lock of an
+    /// election is refused as the control character it starts with is.
+    pub fn named(name: impl Into<String>) -> Result<Self, InvalidName> {
         let name = name.into();
         check_name(&name)?;
         Ok(Self(name))
+    }
+
+    /// The lock that keeps the election `name`: `name` after [`ELECTION_MARK`]. `name` must
+    /// leave room for the mark: at most [`MAX_ELECTION_NAME_BYTES`] bytes.
+    pub fn election(name: &Resource) -> Result<Resource, InvalidName> {
+        if name.is_election() {
+            return Err(InvalidName::ControlCharacter);
+        }
+        if name.0.len() > MAX_ELECTION_NAME_BYTES {
+            return Err(InvalidName::TooLong);
+        }
+        Ok(Self(format!("{ELECTION_MARK}{}", name.0)))
+    }
+
+    /// The name of the election this lock keeps, if it is an election's.
+    pub fn election_name(&self) -> Option<&str> {
+        self.0.strip_prefix(ELECTION_MARK)
+    }
+
+    /// Whether this is the lock of an election.
+    pub fn is_election(&self) -> bool {
+        self.0.starts_with(ELECTION_MARK)
     }
 
     /// The name as it was given.
@@ -580,6 +623,29 @@ mod tests {
         // Resources are not trimmed: white space is part of the name.
         assert_eq!(Resource::new(" x ").unwrap().as_str(), " x ");
         assert!(Resource::new("résumé/€").is_ok());
+    }
+
+    #[test]
+    fn an_election_is_kept_as_a_lock_no_client_can_name() {
+        let name = Resource::named("leader:db").unwrap();
+        let lock = Resource::election(&name).unwrap();
+        assert_eq!(lock.as_str(), "\u{1}leader:db");
+        assert_eq!(lock.election_name(), Some("leader:db"));
+        assert_eq!(name.election_name(), None);
+        // Stores read it back; clients cannot send it.
+        assert_eq!(Resource::new(lock.as_str()), Ok(lock.clone()));
+        assert_eq!(Resource::named(lock.as_str()), Err(InvalidName::ControlCharacter));
+        assert_eq!(Resource::new("\u{1}"), Err(InvalidName::ControlCharacter));
+        assert_eq!(Resource::new("\u{1}\u{1}a"), Err(InvalidName::ControlCharacter));
+        assert_eq!(Resource::election(&lock), Err(InvalidName::ControlCharacter));
+        let longest = Resource::named("e".repeat(254)).unwrap();
+        assert_eq!(Resource::election(&longest).unwrap().as_str().len(), 255);
+        let too_long = Resource::named("e".repeat(255)).unwrap();
+        assert_eq!(Resource::election(&too_long), Err(InvalidName::TooLong));
+        assert_eq!(
+            Resource::new(format!("\u{1}{}", "e".repeat(255))),
+            Err(InvalidName::TooLong)
+        );
     }
 
     #[test]

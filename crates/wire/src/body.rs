@@ -369,7 +369,7 @@ pub(crate) fn acquire_schema_with(
 /// `object`, which takes exactly one of `ttl_seconds` and `ttl_ms` (JSON Schema's `oneOf`
 /// of the two `required`s: neither, or both, matches no branch, or two). utoipa's object has
 /// no `oneOf`, and writes its extensions as they are, so it goes in there.
-fn exactly_one_ttl(object: ObjectBuilder) -> ObjectBuilder {
+pub(crate) fn exactly_one_ttl(object: ObjectBuilder) -> ObjectBuilder {
     let mut members = Extensions::default();
     members.insert(
         "oneOf".to_owned(),

@@ -34,6 +34,12 @@ pub const MAX_HOLD_MS: &str = "max_hold_ms";
 pub const RESOURCES: &str = "resources";
 /// What the holder says about its lease: a flat JSON object.
 pub const META: &str = "meta";
+/// Who campaigns in an election, or its leader: an owner.
+pub const CANDIDATE: &str = "candidate";
+/// A leader's term: the fencing token of its leadership.
+pub const TERM: &str = "term";
+/// What a leader says: a string.
+pub const VALUE: &str = "value";
 
 /// An owner as a client may send it: white space around it is trimmed, what is left is not
 /// blank and has no control characters.

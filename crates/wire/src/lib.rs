@@ -8,6 +8,8 @@
 //! - [`body`]: requests and answers as they travel ([`LeaseBody`], [`AcquireResponse`], …).
 //! - [`hold`]: the requests and answers of semaphores and read-write locks ([`PermitBody`],
 //!   [`HoldBody`], …).
+//! - [`election`]: the requests and answers of leader election ([`LeadershipBody`],
+//!   [`CampaignResponse`], …).
 //! - [`event`]: the events of `GET /events` ([`EventData`], [`EventId`], …).
 //! - [`fields`]: the names and bounds of the request fields ([`Limits`]: those a server
 //!   configures), for the parser and the schema.
@@ -19,6 +21,7 @@
 //!   HTTP status.
 
 pub mod body;
+pub mod election;
 pub mod event;
 pub mod fields;
 pub mod hold;
@@ -31,6 +34,10 @@ pub use body::{
     AllStopped, Delayed, DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody, ListResponse,
     LockRefusal, ReleaseRequest, RenewRequest, Stopped, TtlFields,
 };
+pub use election::{
+    CampaignBody, CampaignDelayed, CampaignResponse, CampaignStopped, CampaignedBody, ElectionRenewBody,
+    LeadershipBody, ProclaimBody, ResignBody,
+};
 pub use event::{EventData, EventId, EventName, Notice, Relayed, Subject, Topic, Topics};
 pub use fields::Limits;
 pub use hold::{
@@ -40,5 +47,8 @@ pub use hold::{
     SemaphoreBusy, SemaphoreListResponse,
 };
 pub use outcome::{Judged, Label, Op, Outcome};
-pub use parse::{Acquire, AcquireAll, AcquireHold, AcquireLock, BadBody, Delete, Release, Renew};
+pub use parse::{
+    Acquire, AcquireAll, AcquireHold, AcquireLock, BadBody, Campaign, Delete, ElectionRenew, Proclaim,
+    Release, Renew, Resign,
+};
 pub use problem::{FieldError, Problem, ProblemKind};

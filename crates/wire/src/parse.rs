@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use fencelock_core::election::MAX_VALUE_BYTES;
 use fencelock_core::{
     Claim, FencingToken, HoldKind, InvalidName, MAX_RESOURCES, Meta, Owner, Resource, Resources, Terms, Ttl,
 };
@@ -16,8 +17,8 @@ use serde_json::{Map, Value};
 
 pub use crate::fields::Limits;
 use crate::fields::{
-    self, FENCING_TOKEN, FORCE, LIMIT, MAX_HOLD_MS, META, MODE, OWNER, RESOURCES, Range, TTL_MS, TTL_SECONDS,
-    WAIT_MS,
+    self, CANDIDATE, FENCING_TOKEN, FORCE, LIMIT, MAX_HOLD_MS, META, MODE, OWNER, RESOURCES, Range, TERM,
+    TTL_MS, TTL_SECONDS, VALUE, WAIT_MS,
 };
 use crate::problem::FieldError;
 
@@ -283,6 +284,117 @@ pub fn renew(body: &Map<String, Value>, limits: &Limits) -> Result<Renew, Vec<Fi
     }
 }
 
+/// A valid campaign.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Campaign {
+    /// Who campaigns.
+    pub candidate: Owner,
+    /// For how long it leads, once elected, unless it renews.
+    pub ttl: Ttl,
+    /// How long to wait while another candidate leads.
+    pub wait: Duration,
+    /// What it says once it leads, if sent.
+    pub value: Option<String>,
+}
+
+/// A valid proclamation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proclaim {
+    /// The leader.
+    pub candidate: Owner,
+    /// Its term.
+    pub term: FencingToken,
+    /// Its new value.
+    pub value: String,
+}
+
+/// A valid renewal of a leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionRenew {
+    /// The leader.
+    pub candidate: Owner,
+    /// Its term.
+    pub term: FencingToken,
+    /// The new TTL from now.
+    pub ttl: Ttl,
+}
+
+/// A valid resignation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resign {
+    /// The leader.
+    pub candidate: Owner,
+    /// Its term.
+    pub term: FencingToken,
+}
+
+/// Checks the body of a campaign.
+pub fn campaign(body: &Map<String, Value>, limits: &Limits) -> Result<Campaign, Vec<FieldError>> {
+    let mut fields = Fields::new(body);
+    let candidate = fields.named(CANDIDATE);
+    let ttl = fields.ttl(limits);
+    let wait = fields.integer(WAIT_MS, limits.wait_ms());
+    let value = fields.value();
+    fields.finish()?;
+    match (candidate, ttl, wait, value) {
+        (Some(candidate), Some(ttl), Some(wait), Some(value)) => Ok(Campaign {
+            candidate,
+            ttl,
+            wait: Duration::from_millis(wait.unwrap_or(0)),
+            value,
+        }),
+        _ => Err(invalid()),
+    }
+}
+
+/// Checks the body of a proclamation: `value` is required.
+pub fn proclaim(body: &Map<String, Value>) -> Result<Proclaim, Vec<FieldError>> {
+    let mut fields = Fields::new(body);
+    let candidate = fields.named(CANDIDATE);
+    let term = fields.term();
+    let value = match fields.value() {
+        Some(None) => {
+            fields.fail(VALUE, "is required");
+            None
+        }
+        value => value.flatten(),
+    };
+    fields.finish()?;
+    match (candidate, term, value) {
+        (Some(candidate), Some(term), Some(value)) => Ok(Proclaim {
+            candidate,
+            term,
+            value,
+        }),
+        _ => Err(invalid()),
+    }
+}
+
+/// Checks the body of a renewal of a leadership.
+pub fn election_renew(body: &Map<String, Value>, limits: &Limits) -> Result<ElectionRenew, Vec<FieldError>> {
+    let mut fields = Fields::new(body);
+    let candidate = fields.named(CANDIDATE);
+    let term = fields.term();
+    let ttl = fields.ttl(limits);
+    fields.finish()?;
+    match (candidate, term, ttl) {
+        (Some(candidate), Some(term), Some(ttl)) => Ok(ElectionRenew { candidate, term, ttl }),
+        _ => Err(invalid()),
+    }
+}
+
+/// Checks the body of a resignation.
+pub fn resign(body: &Map<String, Value>) -> Result<Resign, Vec<FieldError>> {
+    let mut fields = Fields::new(body);
+    let candidate = fields.named(CANDIDATE);
+    let term = fields.term();
+    fields.finish()?;
+    match (candidate, term) {
+        (Some(candidate), Some(term)) => Ok(Resign { candidate, term }),
+        _ => Err(invalid()),
+    }
+}
+
 /// Reads the fields of one JSON object, collecting every error.
 struct Fields<'a> {
     body: &'a Map<String, Value>,
@@ -385,7 +497,12 @@ impl<'a> Fields<'a> {
     }
 
     fn owner(&mut self) -> Option<Owner> {
-        let message = match self.body.get(OWNER) {
+        self.named(OWNER)
+    }
+
+    /// A required owner in the field `field` (`owner`, or an election's `candidate`).
+    fn named(&mut self, field: &str) -> Option<Owner> {
+        let message = match self.body.get(field) {
             None => "is required".to_owned(),
             Some(Value::Null) => "must not be null".to_owned(),
             Some(Value::String(s)) => match Owner::new(s) {
@@ -394,7 +511,32 @@ impl<'a> Fields<'a> {
             },
             Some(_) => "must be a JSON string".to_owned(),
         };
-        self.errors.push(FieldError::new(OWNER, message));
+        self.errors.push(FieldError::new(field, message));
+        None
+    }
+
+    /// A required `term`: any unsigned 64-bit integer.
+    fn term(&mut self) -> Option<FencingToken> {
+        match self.integer(TERM, fields::TOKEN_RANGE)? {
+            Some(term) => Some(FencingToken(term)),
+            None => {
+                self.fail(TERM, "is required");
+                None
+            }
+        }
+    }
+
+    /// An optional leader's `value`: a string of at most 1,024 bytes; `Some(None)` if
+    /// absent, `None` if invalid.
+    fn value(&mut self) -> Option<Option<String>> {
+        let message = match self.body.get(VALUE) {
+            None => return Some(None),
+            Some(Value::Null) => "must not be null".to_owned(),
+            Some(Value::String(value)) if value.len() <= MAX_VALUE_BYTES => return Some(Some(value.clone())),
+            Some(Value::String(_)) => format!("must be at most {MAX_VALUE_BYTES} bytes of UTF-8"),
+            Some(_) => "must be a JSON string".to_owned(),
+        };
+        self.errors.push(FieldError::new(VALUE, message));
         None
     }
 
@@ -457,7 +599,7 @@ fn resource_list(items: &[Value]) -> Result<Resources, String> {
         .iter()
         .enumerate()
         .map(|(i, item)| match item {
-            Value::String(name) => Resource::new(name.as_str()).map_err(|e| format!("item {i}: {e}")),
+            Value::String(name) => Resource::named(name.as_str()).map_err(|e| format!("item {i}: {e}")),
             _ => Err(format!("item {i}: must be a JSON string")),
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -480,7 +622,7 @@ fn segment(raw: &str, field: &str) -> Result<Resource, FieldError> {
     let fail = |message: String| FieldError::new(field, message);
     let bytes = percent_decode(raw).ok_or_else(|| fail("has a malformed %-escape".into()))?;
     let name = String::from_utf8(bytes).map_err(|_| fail("is not valid UTF-8".into()))?;
-    Resource::new(name).map_err(|e| fail(e.to_string()))
+    Resource::named(name).map_err(|e| fail(e.to_string()))
 }
 
 /// Decodes `%XX` escapes; `None` if a `%` is not followed by two hex digits.
@@ -553,7 +695,7 @@ pub fn cursor(text: &str) -> Result<Resource, FieldError> {
         .map(|pair| Some(hex(pair[0])? << 4 | hex(pair[1])?))
         .collect();
     let name = String::from_utf8(bytes.ok_or_else(fail)?).map_err(|_| fail())?;
-    Resource::new(name).map_err(|_| fail())
+    Resource::named(name).map_err(|_| fail())
 }
 
 /// The largest page of a list.
@@ -576,7 +718,7 @@ pub fn list_limit(text: Option<&str>) -> Result<usize, FieldError> {
 /// A list's `prefix` query parameter: at most 255 bytes, no control characters; may be empty.
 pub fn list_prefix(text: Option<&str>) -> Result<String, FieldError> {
     let prefix = text.unwrap_or("");
-    match Resource::new(prefix) {
+    match Resource::named(prefix) {
         Ok(_) | Err(InvalidName::Empty) => Ok(prefix.to_owned()),
         Err(e) => Err(FieldError::new("prefix", e.to_string())),
     }

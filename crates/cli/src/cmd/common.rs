@@ -366,7 +366,7 @@ pub fn finish(command: &str, result: Result<u8, Failure>) -> ExitCode {
 
 /// The resource named on the command line.
 pub fn resource(name: &str) -> Result<Resource, Failure> {
-    Resource::new(name).map_err(|e| Failure::bad_input(format!("invalid resource {name:?}: {e}")))
+    Resource::named(name).map_err(|e| Failure::bad_input(format!("invalid resource {name:?}: {e}")))
 }
 
 /// The owner given, or else `HOSTNAME:PID` — unique to this process, so two processes never
