@@ -49,6 +49,13 @@ enum Command {
     /// could pass to anyone else, or before --max-hold (exit: the command's status; 75 busy;
     /// 124 lease lost or cap reached).
     Run(cmd::run::Args),
+    /// Campaign for the leadership of an election and run a command only while leader: it is
+    /// stopped before the leadership could pass to anyone else, and the campaign starts
+    /// again when it ends or the leadership is lost (ends on SIGINT/SIGTERM/SIGHUP: 128+N).
+    Elect(cmd::elect::Args),
+    /// Show who leads an election: leader, term, value (exit 0 led, 1 vacant); with --watch,
+    /// every change as it happens.
+    Leader(cmd::leader::Args),
     /// Load generator: acquire/release cycles against a server or a store, with latency
     /// percentiles.
     Bench(cmd::bench::Args),
@@ -86,6 +93,8 @@ fn main() -> ExitCode {
             Command::List(args) => cmd::list::run(args).await,
             Command::Events(args) => cmd::events::run(args).await,
             Command::Run(args) => cmd::run::run(args).await,
+            Command::Elect(args) => cmd::elect::run(args).await,
+            Command::Leader(args) => cmd::leader::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
             Command::Auth(command) => cmd::auth::run(command),
             // Taken before the runtime started (above).

@@ -1,16 +1,15 @@
 //! Events across servers: two `fencelock serve` processes on one shared store, each change
 //! made through either on both streams (one test body, run on every shared store); and
 //! `fencelock events`, the command that prints a stream. Real processes, real servers, real
-//! HTTP. The delay across servers is measured by the ignored `*_delay` tests
-//! (`cargo test --release --all-features -p fencelock --test events delay -- --ignored
-//! --nocapture`), never asserted.
+//! HTTP. The delay across servers is measured by a benchmark (`benches/live.rs`), never
+//! asserted.
 
 mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Server, fencelock};
 #[cfg(feature = "etcd")]
@@ -177,64 +176,6 @@ async fn on_etcd_changes_through_either_server_are_on_both_streams() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_zookeeper_changes_through_either_server_are_on_both_streams() {
     changes_through_either_server_are_on_both_streams(&shared_zookeeper().url(), true).await;
-}
-
-/// The delay from a grant's answer on one server to its event on the other's stream, over
-/// `rounds` grants: printed as p50 and p99, never asserted.
-async fn delay(store: &str, what: &str) {
-    let (a, b) = (Server::on(store), Server::on(store));
-    let prefix = unique_prefix();
-    let mut on_b = stream(&b, &prefix).await;
-    let mut delays = Vec::new();
-    for round in 0..300 {
-        let name = format!("{prefix}{round}");
-        grant(&a, &name, json!({"owner": "w", "ttl_seconds": 30})).await;
-        let answered = Instant::now();
-        on_b.events_until(WAIT, is("grant", &name)).await;
-        delays.push(answered.elapsed());
-    }
-    delays.sort();
-    let at = |q: f64| delays[((delays.len() - 1) as f64 * q) as usize].as_secs_f64() * 1000.0;
-    println!(
-        "event delay across servers on {what}: p50 {:.1} ms, p99 {:.1} ms ({} grants)",
-        at(0.5),
-        at(0.99),
-        delays.len()
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-async fn postgresql_event_delay() {
-    let postgres = Postgres::start();
-    delay(&postgres.url(), "PostgreSQL").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-async fn redis_event_delay() {
-    delay(&shared_redis().url(), "Redis").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-async fn redlock_event_delay() {
-    let nodes = RedisNodes::start(3);
-    delay(&nodes.url(), "Redlock of 3").await;
-}
-
-#[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-async fn etcd_event_delay() {
-    delay(&shared_etcd().url(), "etcd").await;
-}
-
-#[cfg(feature = "zookeeper")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-async fn zookeeper_event_delay() {
-    delay(&shared_zookeeper().url(), "ZooKeeper").await;
 }
 
 /// The lines a child prints, as they come.

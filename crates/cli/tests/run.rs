@@ -483,6 +483,23 @@ fn a_lost_lease_stops_what_left_the_group_before_the_next_owner_is_granted() {
     assert!(shown.stderr.contains("stopped"), "{shown:?}");
 }
 
+#[test]
+fn run_paused_past_its_ttl_has_its_child_stopped_by_the_supervisor_before_the_next_owner_is_granted() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (run, writers) = Writers::start(&server, "frozen", "3s", false, dir.path());
+    let next_owner = spawn_next_owner(&server, "frozen");
+    // `run` itself stops: no renewal goes out and it cannot stop its child; the supervisor,
+    // told until when the lease lasts, must.
+    let pid = Pid::from_raw(i32::try_from(run.id()).unwrap());
+    kill(pid, Signal::SIGSTOP).unwrap();
+    writers.assert_none_outlived(dir.path(), granted_at(next_owner));
+    kill(pid, Signal::SIGCONT).unwrap();
+    let shown = finish(run);
+    assert_eq!(shown.code, Some(124), "{shown:?}");
+    assert!(shown.stderr.contains("was not renewed in time"), "{shown:?}");
+}
+
 /// How a forced loss comes about.
 #[derive(Debug, Clone, Copy)]
 enum Loss {

@@ -5,6 +5,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencelock_core::election::{self, Leadership};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Acquired, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind,
     HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Meta, Owner, ReleaseOutcome,
@@ -17,11 +18,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::CaCertificates;
+use crate::events::Events;
 use crate::guard::{
     GuardOptions, HoldGuard, InvalidGuardOptions, Keeper, LeaseGuard, LostReason, MultiGuard, Timing,
     Unconfirmed,
 };
 use crate::http::{HttpOptions, HttpStore, InvalidServerAddress};
+use crate::leader::Leader;
 
 /// Why [`connect`] could not make a client.
 #[derive(Debug, thiserror::Error)]
@@ -982,6 +985,70 @@ impl Client {
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.store.ping().await
     }
+
+    /// Campaigns in the election `name` as `candidate` for `ttl`, saying `value` once it
+    /// leads (at most [`election::MAX_VALUE_BYTES`] bytes), and keeps the leadership renewed
+    /// until the [`Leader`] is resigned or dropped. While another candidate leads, waits up
+    /// to `wait` in line, then answers [`AcquireError::Busy`] with the leader's lease
+    /// ([`Leadership::of`] reads it). The leader campaigning again keeps its term.
+    ///
+    /// An election is kept as a lock ([`fencelock_core::election`]): everything
+    /// [`acquire_with`](Self::acquire_with) says of waiting and of the guard holds here.
+    pub async fn campaign(
+        &self,
+        name: &Resource,
+        candidate: &Owner,
+        value: Option<&str>,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<Leader, AcquireError> {
+        if value.is_some_and(|value| value.len() > election::MAX_VALUE_BYTES) {
+            return Err(AcquireError::Store(StoreError::Invalid(format!(
+                "value: at most {} bytes",
+                election::MAX_VALUE_BYTES
+            ))));
+        }
+        let terms = Terms::ttl(ttl).meta(Some(election::meta(value, None)));
+        let guard = self
+            .acquire_with(&election_lock(name)?, candidate, terms, wait)
+            .await?;
+        Ok(Leader::new(guard, self.store.clone()))
+    }
+
+    /// Who leads the election `name` now, if anyone.
+    pub async fn leader(&self, name: &Resource) -> Result<Option<Leadership>, StoreError> {
+        let lease = self.store.get(&election_lock(name)?).await?;
+        Ok(lease.as_ref().and_then(Leadership::of))
+    }
+
+    /// The server's event stream under `prefix`, of `kinds` (a comma list of `lock`,
+    /// `semaphore`, `rwlock`, `election`; empty: all), from the next event on; it resumes by
+    /// itself after a disconnect ([`HttpStore::events`]). Events come from a server: a
+    /// client straight on a store gets [`StoreError::Invalid`].
+    pub fn events(&self, prefix: &str, kinds: &str) -> Result<Events, StoreError> {
+        self.server()?.events(prefix, kinds)
+    }
+
+    /// The election `name`'s stream: its current state (`leader` or `vacant`), then every
+    /// change of leader, value or vacancy, in term order; it resumes by itself after a
+    /// disconnect ([`HttpStore::observe`]). From a server only, as [`events`](Self::events).
+    pub fn observe(&self, name: &Resource) -> Result<Events, StoreError> {
+        self.server()?.observe(name)
+    }
+
+    fn server(&self) -> Result<&HttpStore, StoreError> {
+        match &self.backend {
+            Backend::Server(server) => Ok(server),
+            Backend::Direct(_) => Err(StoreError::Invalid(
+                "events come from a fencelock server: this client works straight on a store".into(),
+            )),
+        }
+    }
+}
+
+/// The lock that keeps the election `name`.
+fn election_lock(name: &Resource) -> Result<Resource, StoreError> {
+    Resource::election(name).map_err(|e| StoreError::Invalid(format!("invalid election name {name:?}: {e}")))
 }
 
 /// Waits up to `wait` in a server's line: `attempt(left)` sends one request that the server

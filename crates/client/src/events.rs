@@ -1,5 +1,5 @@
-//! [`Events`]: the event stream of a server (`GET /events`), read one event at a time, that
-//! resumes by itself — from the last id it saw — when the connection ends or the server cuts
+//! [`Events`]: the event stream of a server (`GET /events`), or of one election (`GET
+//! /elections/{name}/observe`), read one event at a time, that resumes by itself — from the last id it saw — when the connection ends or the server cuts
 //! it off for falling behind.
 
 use fencelock_core::StoreError;
@@ -26,7 +26,7 @@ impl Event {
     }
 }
 
-/// A server's event stream. See the module docs.
+/// A server's event stream, or an election's. See the module docs.
 #[derive(Debug)]
 pub struct Events {
     http: reqwest::Client,
@@ -39,17 +39,8 @@ pub struct Events {
 }
 
 impl Events {
-    /// The stream of `store`'s server under `prefix`, of `kinds` (a comma list; empty: all).
-    pub(crate) fn new(store: &HttpStore, http: reqwest::Client, prefix: &str, kinds: &str) -> Self {
-        let mut url = format!(
-            "{}/events?prefix={}",
-            store.base(),
-            fencelock_wire::parse::encode_segment(prefix)
-        );
-        if !kinds.is_empty() {
-            url.push_str("&kinds=");
-            url.push_str(kinds);
-        }
+    /// The stream at `url` (a path and query of `store`'s server).
+    pub(crate) fn new(store: &HttpStore, http: reqwest::Client, url: String) -> Self {
         Self {
             http,
             url,

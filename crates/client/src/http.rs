@@ -2,8 +2,11 @@
 //! everything written against a store (the guard, the commands, the conformance suite) works
 //! the same through a server.
 //!
-//! Locks travel at `/locks/{resource}`, semaphores at `/semaphores/{name}` and read-write
-//! locks at `/rwlocks/{name}`. Answers are mapped back to outcomes by
+//! Locks travel at `/locks/{resource}`, semaphores at `/semaphores/{name}`, read-write
+//! locks at `/rwlocks/{name}`, and the lock of an election ([`Resource::election`]) at
+//! `/elections/{name}`: its owner is the candidate, its token the term, the value the
+//! leader says is kept in its metadata ([`fencelock_core::election`]), so that the guard
+//! keeps a leadership as it keeps any lease. Answers are mapped back to outcomes by
 //! [`fencelock_wire::outcome`] and [`ProblemKind::from_status`], the translator and the status
 //! table the server uses too (a 409 whose problem is a `limit-mismatch` is
 //! [`HoldOutcome::LimitMismatch`], read back by [`outcome::decode_limit_mismatch`]). A server
@@ -20,22 +23,26 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fencelock_core::election::{self, Leadership};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Capabilities, Claim, Deadlock, Expired, FencingToken, ForceOutcome,
     Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Meta, Owner,
-    Refusal, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Ttl,
+    Refusal, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Timestamp,
+    Ttl,
 };
 use fencelock_wire::body::InvalidLease;
 use fencelock_wire::hold::collection;
 use fencelock_wire::{
-    AcquireAllRequest, AcquireAllResponse, AcquireRequest, AcquireResponse, ForceReleaseRequest,
-    HoldAcquireRequest, HoldAcquireResponse, HoldListResponse, HoldsBody, Judged, LeaseBody, ListResponse,
-    Problem, ProblemKind, ReleaseRequest, RenewRequest, outcome, parse,
+    AcquireAllRequest, AcquireAllResponse, AcquireRequest, AcquireResponse, CampaignBody, CampaignResponse,
+    ElectionRenewBody, ForceReleaseRequest, HoldAcquireRequest, HoldAcquireResponse, HoldListResponse,
+    HoldsBody, Judged, LeadershipBody, LeaseBody, ListResponse, Problem, ProblemKind, ProclaimBody,
+    ReleaseRequest, RenewRequest, ResignBody, outcome, parse,
 };
 use reqwest::header::{AUTHORIZATION, HeaderMap, RETRY_AFTER};
 use reqwest::{Response, StatusCode};
 
 use crate::access::{AuthToken, CaCertificates};
+use crate::events::Events;
 
 /// Result of a store call.
 type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -153,11 +160,27 @@ impl HttpStore {
     /// of `lock`, `semaphore`, `rwlock`, `election`; empty: all), from the next event on;
     /// it resumes by itself after a disconnect. Nothing is sent before the first
     /// [`Events::next`](crate::events::Events::next).
-    pub fn events(&self, prefix: &str, kinds: &str) -> Result<crate::events::Events, StoreError> {
+    pub fn events(&self, prefix: &str, kinds: &str) -> Result<Events, StoreError> {
+        let mut url = format!("{}/events?prefix={}", self.base, parse::encode_segment(prefix));
+        if !kinds.is_empty() {
+            url.push_str("&kinds=");
+            url.push_str(kinds);
+        }
+        self.stream(url)
+    }
+
+    /// The stream of the election `name` (`GET /elections/{name}/observe`): first its
+    /// current state (`leader` or `vacant`), then every change of leader, value or vacancy,
+    /// in term order; it resumes by itself after a disconnect.
+    pub fn observe(&self, name: &Resource) -> Result<Events, StoreError> {
+        self.stream(format!("{}/observe", self.election_url(name.as_str())))
+    }
+
+    fn stream(&self, url: String) -> Result<Events, StoreError> {
         // A stream has no end: its requests get no overall timeout.
         let http = http_client(&self.options, false)
             .map_err(|e| StoreError::unavailable("cannot set up an HTTP client", e))?;
-        Ok(crate::events::Events::new(self, http, prefix, kinds))
+        Ok(Events::new(self, http, url))
     }
 
     /// The server's address, without a trailing `/`.
@@ -182,10 +205,46 @@ impl HttpStore {
         terms: Terms,
         wait: Duration,
     ) -> Result<AcquireOutcome> {
+        if let Some(election) = resource.election_name() {
+            return self.campaign_waiting(election, owner, &terms, wait).await;
+        }
         // The cap and the metadata travel; the lock-delay does not: the server applies its own.
         let body = |wait| AcquireRequest::new(owner, &terms, wait);
         let response = self.post_acquire(self.lock_url(resource), wait, body).await?;
         outcome::decode_acquire(ok_json::<AcquireResponse>(response).await?).map_err(invalid_lease)
+    }
+
+    /// Campaigns in the election `name` for `candidate`, with the value `terms`' metadata
+    /// keeps, waiting up to `wait` (cut as [`acquire_waiting`](Self::acquire_waiting) cuts
+    /// it) while another candidate leads.
+    async fn campaign_waiting(
+        &self,
+        name: &str,
+        candidate: &Owner,
+        terms: &Terms,
+        wait: Duration,
+    ) -> Result<AcquireOutcome> {
+        let value = election::value_of(terms.meta.as_ref());
+        let body = |wait| CampaignBody::new(candidate, value.as_deref(), terms.ttl, wait);
+        let response = self.post_acquire(self.election_url(name), wait, body).await?;
+        Ok(match ok_json::<CampaignResponse>(response).await? {
+            CampaignResponse::Campaigned(won) if won.elected => AcquireOutcome::Granted {
+                lease: leadership_lease(won.leadership)?,
+                expired: None,
+            },
+            CampaignResponse::Campaigned(lost) => {
+                let holder = leadership_lease(lost.leadership)?;
+                AcquireOutcome::Held {
+                    expires_in: holder.expires_at.since(Timestamp::now_wall()),
+                    holder,
+                }
+            }
+            CampaignResponse::Delayed(delayed) => AcquireOutcome::Delayed {
+                resource: election_lock(&delayed.name)?,
+                retry_in: Duration::from_millis(delayed.retry_after_ms),
+            },
+            CampaignResponse::Stopped(_) => return Err(invalid_lease(InvalidLease::ShuttingDown)),
+        })
     }
 
     /// Acquires every lock of `resources` for `owner` on `terms` (as
@@ -279,6 +338,10 @@ impl HttpStore {
         url
     }
 
+    fn election_url(&self, name: &str) -> String {
+        format!("{}/elections/{}", self.base, parse::encode_segment(name))
+    }
+
     fn lock_url(&self, resource: &Resource) -> String {
         format!("{}/locks/{}", self.base, parse::encode_segment(resource.as_str()))
     }
@@ -367,11 +430,18 @@ impl LockStore for HttpStore {
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
-        let response = self.send(self.http.get(self.lock_url(resource))).await?;
+        let url = match resource.election_name() {
+            Some(election) => self.election_url(election),
+            None => self.lock_url(resource),
+        };
+        let response = self.send(self.http.get(url)).await?;
         if response.status() != StatusCode::OK {
             return nothing_held(response).await.map(|()| None);
         }
-        Ok(Some(lease(read_json(response).await?)?))
+        Ok(Some(match resource.election_name() {
+            Some(_) => leadership_lease(read_json(response).await?)?,
+            None => lease(read_json(response).await?)?,
+        }))
     }
 
     async fn release(
@@ -380,6 +450,11 @@ impl LockStore for HttpStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
+        if let Some(election) = resource.election_name() {
+            let body = ResignBody::new(owner, term(token)?);
+            let request = self.http.delete(self.election_url(election)).json(&body);
+            return judged(self.send(request).await?, async |_| Ok(())).await;
+        }
         let body = ReleaseRequest {
             owner: owner.to_string(),
             fencing_token: token.map(|t| t.0),
@@ -398,6 +473,11 @@ impl LockStore for HttpStore {
         token: Option<FencingToken>,
         meta: Option<&Meta>,
     ) -> Result<RenewOutcome> {
+        if let Some(election) = resource.election_name() {
+            return self
+                .renew_leadership(election, owner, ttl, term(token)?, meta)
+                .await;
+        }
         let body = RenewRequest::new(owner, ttl, token, meta);
         let url = format!("{}/renew", self.lock_url(resource));
         let response = self.send(self.http.post(url).json(&body)).await?;
@@ -529,6 +609,67 @@ impl LockStore for HttpStore {
             ..Capabilities::BASELINE
         }
     }
+}
+
+impl HttpStore {
+    /// Renews the leadership of `name` for `ttl`, or, with `meta`, proclaims the value it
+    /// keeps.
+    async fn renew_leadership(
+        &self,
+        name: &str,
+        candidate: &Owner,
+        ttl: Ttl,
+        term: FencingToken,
+        meta: Option<&Meta>,
+    ) -> Result<RenewOutcome> {
+        let url = self.election_url(name);
+        let request = match meta {
+            None => {
+                let body = ElectionRenewBody::new(candidate, term, ttl);
+                self.http.post(format!("{url}/renew")).json(&body)
+            }
+            Some(meta) => {
+                let value = election::value_of(Some(meta))
+                    .ok_or_else(|| StoreError::Invalid("a leader proclaims a value: none given".into()))?;
+                let body = ProclaimBody::new(candidate, term, &value);
+                self.http.post(format!("{url}/proclaim")).json(&body)
+            }
+        };
+        judged(self.send(request).await?, async |response| {
+            let lease = leadership_lease(read_json(response).await?)?;
+            Ok(LeaseBody::from(&lease))
+        })
+        .await
+    }
+}
+
+/// The term an election's renewal, proclamation or resignation carries: the fencing token,
+/// which the API asks for.
+fn term(token: Option<FencingToken>) -> Result<FencingToken> {
+    token.ok_or_else(|| StoreError::Invalid("a leader renews, proclaims and resigns with its term".into()))
+}
+
+/// The lock that keeps the election `name` a server named.
+fn election_lock(name: &str) -> Result<Resource> {
+    Resource::named(name)
+        .and_then(|name| Resource::election(&name))
+        .map_err(|e| StoreError::Corrupt(format!("the server answered an invalid election name: {e}")))
+}
+
+/// A leadership as the lease of its election's lock: the candidate as owner, the term as
+/// token, `since` as `acquired_at`, the value (and `since`) in the metadata.
+fn leadership_lease(body: LeadershipBody) -> Result<Lease> {
+    let leadership = Leadership::try_from(body).map_err(invalid_lease)?;
+    Ok(Lease {
+        resource: election_lock(leadership.name.as_str())?,
+        owner: leadership.leader.clone(),
+        token: leadership.term,
+        acquired_at: leadership.since,
+        expires_at: leadership.expires_at,
+        hold_until: None,
+        lock_delay: Duration::ZERO,
+        meta: Some(leadership.meta_with(leadership.value.as_deref())),
+    })
 }
 
 fn lease(body: LeaseBody) -> Result<Lease> {

@@ -98,6 +98,7 @@ pub mod events;
 pub mod fence;
 pub mod guard;
 pub mod http;
+pub mod leader;
 
 pub use access::{AuthToken, CaCertificates, InvalidAuthToken, InvalidCaCertificate};
 pub use client::{
@@ -112,3 +113,4 @@ pub use guard::{
     GuardOptions, Held, HoldGuard, InvalidGuardOptions, LeaseGuard, LeaseState, LostReason, MultiGuard,
 };
 pub use http::{HttpOptions, HttpStore, InvalidServerAddress};
+pub use leader::Leader;

@@ -74,6 +74,12 @@ pub fn meta(value: Option<&str>, since: Option<Timestamp>) -> Meta {
     Meta::from_object(&object, usize::MAX).expect("flat metadata without a size limit")
 }
 
+/// The leader's value that an election's lease metadata keeps (none: nothing said).
+pub fn value_of(meta: Option<&Meta>) -> Option<String> {
+    let object = meta?.to_object();
+    object.get(VALUE).and_then(Value::as_str).map(str::to_owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -371,7 +371,7 @@ pub fn resource(name: &str) -> Result<Resource, Failure> {
 
 /// The owner given, or else `HOSTNAME:PID` — unique to this process, so two processes never
 /// share a lease by accident.
-fn owner_or_default(given: Option<&str>) -> Result<Owner, Failure> {
+pub fn owner_or_default(given: Option<&str>) -> Result<Owner, Failure> {
     match given {
         Some(name) => owner(name),
         None => owner(&default_owner()),

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use fencelock_client::HttpStore;
-use fencelock_client::events::Event;
+use fencelock_client::events::{Event, Events};
 use fencelock_wire::{EventName, Subject, Topics};
 use serde_json::json;
 
@@ -50,10 +50,15 @@ async fn follow(args: Args) -> Result<u8, Failure> {
     }
     let store = HttpStore::with_options(&args.target.server, args.target.http_options()?)
         .map_err(|e| Failure::bad_input(e.to_string()))?;
-    let mut events = store.events(&args.prefix, &args.kinds)?;
+    print_stream(store.events(&args.prefix, &args.kinds)?, args.json).await
+}
+
+/// Prints `events` as they come, one line each (`json`: `{"event", "id", "data"}`), until
+/// the reader goes away (exit 0) or the server ends the stream twice in a row.
+pub(super) async fn print_stream(mut events: Events, json: bool) -> Result<u8, Failure> {
     loop {
         let event = events.next().await?;
-        let line = if args.json {
+        let line = if json {
             json_line(&event)
         } else {
             human_line(&event)

@@ -144,16 +144,26 @@ pub async fn run(args: Args) -> ExitCode {
 
 /// The timing of one run, from the TTL (see the module's "The stop schedule").
 #[derive(Debug, Clone, Copy)]
-struct Schedule {
+pub(super) struct Schedule {
+    /// The command that runs CMD (`run`, `elect`), for what it says.
+    command: &'static str,
+    /// How often CMD's supervisor is told until when the lease surely lasts.
+    tell_every: Duration,
     grace: Duration,
     allowance: Duration,
 }
 
 impl Schedule {
-    fn new(terms: &Terms, grace: Option<Duration>) -> Result<(Self, GuardOptions), Failure> {
+    pub(super) fn new(
+        command: &'static str,
+        terms: &Terms,
+        grace: Option<Duration>,
+    ) -> Result<(Self, GuardOptions), Failure> {
         let lasts = terms.ttl.as_duration();
         let renew_every = lasts / 3;
         let schedule = Self {
+            command,
+            tell_every: renew_every / 2,
             grace: grace.unwrap_or((lasts / 10).min(Duration::from_secs(10))),
             allowance: lasts / 20 + Duration::from_millis(50),
         };
@@ -188,6 +198,14 @@ impl Schedule {
         Ok((schedule, options))
     }
 
+    /// When CMD's supervisor stops CMD should `run` fall silent with the lease surely held
+    /// until `held_until`: SIGTERM when `run` would declare it lost, SIGKILL the allowance
+    /// before it.
+    fn if_silent(self, held_until: Instant) -> (Instant, Instant) {
+        let before = |gap| held_until.checked_sub(gap).unwrap_or(held_until);
+        (before(self.grace + self.allowance), before(self.allowance))
+    }
+
     /// When to send SIGKILL after a SIGTERM sent now: after the grace period, but at least
     /// the allowance before `held_until`.
     fn kill_at(self, held_until: Instant) -> Instant {
@@ -197,10 +215,10 @@ impl Schedule {
 }
 
 /// SIGINT, SIGTERM and SIGHUP, listened to from before the wait for the lock.
-struct Signals([(Signal, tokio::signal::unix::Signal); 3]);
+pub(super) struct Signals([(Signal, tokio::signal::unix::Signal); 3]);
 
 impl Signals {
-    fn listen() -> Result<Self, Failure> {
+    pub(super) fn listen() -> Result<Self, Failure> {
         let listen = |signal_: Signal, kind: SignalKind| {
             signal(kind)
                 .map(|listener| (signal_, listener))
@@ -230,58 +248,92 @@ async fn run_command(args: Args) -> Result<u8, Failure> {
     if args.command.is_empty() {
         return Err(Failure::bad_input("no CMD given: put it after --"));
     }
-    let (schedule, options) = Schedule::new(&terms, args.grace)?;
+    let (schedule, options) = Schedule::new("run", &terms, args.grace)?;
     // Before anything is acquired: without it, what CMD starts could not be kept in reach.
-    procs::become_subreaper().map_err(|e| {
-        Failure::new(
-            exit::CANNOT_RUN,
-            format!("cannot become a child subreaper, to keep what CMD starts in reach: {e}"),
-        )
-    })?;
-    let signals = Signals::listen()?;
+    become_subreaper()?;
+    let mut signals = Signals::listen()?;
     let client = args.target.connect().await?.with_guard_options(options);
     let wait = match (args.no_wait, args.wait) {
         (true, _) => Duration::ZERO,
         (false, wait) => wait.unwrap_or(fencelock_core::FOREVER),
     };
     let (command, names) = (&args.command, &names[..]);
-    match (args.claimed.claim(), names) {
+    let ending = match (args.claimed.claim(), names) {
         (None, [one]) => {
             let acquiring = async { Ok(client.acquire_with(one, &owner, terms, wait).await?.into()) };
             let acquiring = while_waiting(&client, Kind::Lock, names, wait, acquiring);
-            hold_while_running(acquiring, command, schedule, signals).await
+            hold_while_running(acquiring, command, schedule, &mut signals).await
         }
         (None, _) => {
             let all =
                 Resources::new(names.to_vec()).map_err(|e| Failure::bad_input(format!("--lock: {e}")))?;
             let acquiring = client.acquire_all_with(&all, &owner, terms, wait);
             let acquiring = while_waiting(&client, Kind::Lock, names, wait, acquiring);
-            hold_while_running(acquiring, command, schedule, signals).await
+            hold_while_running(acquiring, command, schedule, &mut signals).await
         }
         (Some(claim), _) => {
             let meta = terms.meta.as_ref();
             let acquiring = client.acquire_claim(&names[0], &owner, claim, terms.ttl, meta, wait);
             let acquiring = async { Ok(acquiring.await?.into()) };
             let acquiring = while_waiting(&client, claim.kind().into(), names, wait, acquiring);
-            hold_while_running(acquiring, command, schedule, signals).await
+            hold_while_running(acquiring, command, schedule, &mut signals).await
+        }
+    };
+    Ok(ending?.code())
+}
+
+/// Makes this process a child subreaper, so that whatever CMD starts stays in reach (see the
+/// module's "What CMD starts").
+pub(super) fn become_subreaper() -> Result<(), Failure> {
+    procs::become_subreaper().map_err(|e| {
+        Failure::new(
+            exit::CANNOT_RUN,
+            format!("cannot become a child subreaper, to keep what CMD starts in reach: {e}"),
+        )
+    })
+}
+
+/// How holding a lease while CMD ran ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ending {
+    /// The lease was not acquired: busy, or refused (exit 75).
+    Busy,
+    /// A signal came while waiting for the lease (exit 128 + N).
+    Signalled(Signal),
+    /// CMD ended with this status, and the lease was released; with the last signal `run`
+    /// forwarded to CMD's group while it ran, if any.
+    Ran(u8, Option<Signal>),
+    /// The lease was lost (or the cap came near), before CMD started or while it ran, and
+    /// every process CMD started was stopped (exit 124).
+    Lost,
+}
+
+impl Ending {
+    /// The exit status of `run` for it.
+    pub(super) fn code(self) -> u8 {
+        match self {
+            Self::Busy => exit::BUSY,
+            Self::Signalled(signal) => 128 + signal as u8,
+            Self::Ran(code, _) => code,
+            Self::Lost => exit::LOST,
         }
     }
 }
 
 /// Steps 1 to 5 of the module's list, for leases of any kind: `acquiring` gives the guard
 /// (over one lease, or several locks).
-async fn hold_while_running<T: Held>(
+pub(super) async fn hold_while_running<T: Held>(
     acquiring: impl Future<Output = Result<MultiGuard<T>, AcquireError>>,
     command: &[OsString],
     schedule: Schedule,
-    mut signals: Signals,
-) -> Result<u8, Failure> {
+    signals: &mut Signals,
+) -> Result<Ending, Failure> {
     let guard = tokio::select! {
         acquired = acquiring => match acquired {
             Ok(guard) => guard,
             Err(AcquireError::Busy { holder, .. }) => {
-                eprintln!("fencelock run: not running: {}", describe(&holder));
-                return Ok(exit::BUSY);
+                eprintln!("fencelock {}: not running: {}", schedule.command, describe(&holder));
+                return Ok(Ending::Busy);
             }
             Err(
                 busy @ (AcquireError::HoldBusy { .. }
@@ -290,23 +342,23 @@ async fn hold_while_running<T: Held>(
                 | AcquireError::Blocked { .. }
                 | AcquireError::Deadlock { .. }),
             ) => {
-                eprintln!("fencelock run: not running: {busy}");
-                return Ok(exit::BUSY);
+                eprintln!("fencelock {}: not running: {busy}", schedule.command);
+                return Ok(Ending::Busy);
             }
             Err(AcquireError::Store(error)) => return Err(error.into()),
             Err(lost @ AcquireError::LostBeforeConfirmed { .. }) => {
-                eprintln!("fencelock run: not running: {lost}");
-                return Ok(exit::LOST);
+                eprintln!("fencelock {}: not running: {lost}", schedule.command);
+                return Ok(Ending::Lost);
             }
             Err(other) => return Err(Failure::bad_input(other.to_string())),
         },
-        received = signals.recv() => return Ok(128 + received as u8),
+        received = signals.recv() => return Ok(Ending::Signalled(received)),
     };
-    let mut cmd = match start(command, &guard).await {
+    let mut cmd = match start(command, &guard, schedule).await {
         Ok(Some(started)) => started,
         Ok(None) => {
             give_back(guard).await;
-            return Ok(exit::LOST);
+            return Ok(Ending::Lost);
         }
         Err(failure) => {
             give_back(guard).await;
@@ -315,22 +367,46 @@ async fn hold_while_running<T: Held>(
     };
     let lost = guard.lost();
     let mut lost = std::pin::pin!(lost);
+    let mut forwarded = None;
+    let mut tell = tokio::time::interval(schedule.tell_every);
     let ended = loop {
         tokio::select! {
+            // CMD's end first: after a pause, the supervisor's reports of what it did while
+            // `run` was silent come before the guard's word that the lease is lost.
+            biased;
             ended = cmd.ended() => break ended,
-            received = signals.recv() => cmd.forward(received),
+            _ = tell.tick() => {
+                let (term_at, kill_at) = schedule.if_silent(Instant::from_std(guard.held_until()));
+                cmd.tell_until(term_at, kill_at).await;
+            }
+            received = signals.recv() => {
+                cmd.forward(received);
+                forwarded = Some(received);
+            }
             reason = &mut lost => {
                 stop_on_loss(guard, &mut cmd, schedule, &reason).await;
                 cmd.close().await;
-                return Ok(exit::LOST);
+                return Ok(Ending::Lost);
             }
         }
     };
     match ended {
+        Ended::Exited(code) if cmd.expired() => {
+            eprintln!(
+                "fencelock {}: {} was not renewed in time (this process was paused or starved): CMD's supervisor stopped CMD (status {code}) before its end",
+                schedule.command,
+                what_is_held(&guard)
+            );
+            cmd.stop(schedule.kill_at(Instant::from_std(guard.held_until())))
+                .await;
+            give_back(guard).await;
+            cmd.close().await;
+            Ok(Ending::Lost)
+        }
         Ended::Exited(code) => {
             finish_run(guard, &mut cmd, schedule).await;
             cmd.close().await;
-            Ok(code)
+            Ok(Ending::Ran(code, forwarded))
         }
         Ended::SupervisorDied => {
             let stopped = cmd.take_over("died").await;
@@ -352,12 +428,36 @@ async fn hold_while_running<T: Held>(
 
 /// Starts CMD under its supervisor, with the leases in its environment. `None` if the lease
 /// was lost before CMD could start.
-async fn start<T: Held>(command: &[OsString], guard: &MultiGuard<T>) -> Result<Option<Supervised>, Failure> {
+async fn start<T: Held>(
+    command: &[OsString],
+    guard: &MultiGuard<T>,
+    schedule: Schedule,
+) -> Result<Option<Supervised>, Failure> {
     if let Some(reason) = guard.state().lost_reason() {
-        eprintln!("fencelock run: the lease was lost before CMD could start ({reason})");
+        eprintln!(
+            "fencelock {}: {} was lost before CMD could start ({reason})",
+            schedule.command,
+            what_is_held(guard)
+        );
         return Ok(None);
     }
     let leases = guard.leases();
+    if let [lease] = &leases[..]
+        && let Some(election) = lease.resource.election_name()
+    {
+        let env = [
+            ("FENCELOCK_KIND", "election"),
+            ("FENCELOCK_ELECTION", election),
+            ("FENCELOCK_TERM", &lease.token.to_string()),
+            ("FENCELOCK_TOKEN", &lease.token.to_string()),
+            ("FENCELOCK_EXPIRES_AT", &lease.expires_at.to_rfc3339()),
+        ];
+        let env: Vec<_> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        return Supervised::start(command, &env).await.map(Some);
+    }
     let mut env = vec![
         ("FENCELOCK_KIND".to_owned(), guard.kind().as_str().to_owned()),
         ("FENCELOCK_EXPIRES_AT".to_owned(), guard.expires_at().to_rfc3339()),
@@ -380,12 +480,16 @@ async fn start<T: Held>(command: &[OsString], guard: &MultiGuard<T>) -> Result<O
     Supervised::start(command, &env).await.map(Some)
 }
 
-/// What the guard holds, in words: `the lease on a`, `the leases on a, b`.
+/// What the guard holds, in words: `the lease on a`, `the leases on a, b`, `the
+/// leadership of e`.
 fn what_is_held<T: Held>(guard: &MultiGuard<T>) -> String {
-    let names: Vec<&str> = guard.resources().map(Resource::as_str).collect();
+    let names: Vec<&Resource> = guard.resources().collect();
     match &names[..] {
-        [one] => format!("the lease on {one}"),
-        all => format!("the leases on {}", all.join(", ")),
+        [one] => held_name(one),
+        all => {
+            let all: Vec<&str> = all.iter().map(|name| name.as_str()).collect();
+            format!("the leases on {}", all.join(", "))
+        }
     }
 }
 
@@ -400,14 +504,20 @@ async fn stop_on_loss<T: Held>(
     let held_until = Instant::from_std(guard.held_until());
     match (reason, guard.lost_on()) {
         (LostReason::CapReached, _) => eprintln!(
-            "fencelock run: {} reached its cap on holding (--max-hold): stopping CMD",
+            "fencelock {}: {} reached its cap on holding (--max-hold): stopping CMD",
+            schedule.command,
             what_is_held(&guard)
         ),
         (_, Some(lost_on)) => {
-            eprintln!("fencelock run: the lease on {lost_on} is lost ({reason}): stopping CMD")
+            eprintln!(
+                "fencelock {}: {} is lost ({reason}): stopping CMD",
+                schedule.command,
+                held_name(&lost_on)
+            )
         }
         (_, None) => eprintln!(
-            "fencelock run: {} is lost ({reason}): stopping CMD",
+            "fencelock {}: {} is lost ({reason}): stopping CMD",
+            schedule.command,
             what_is_held(&guard)
         ),
     }
@@ -415,7 +525,8 @@ async fn stop_on_loss<T: Held>(
     let now = Instant::now();
     match stopped {
         Stopped::Gone { killed, .. } if now < held_until => eprintln!(
-            "fencelock run: CMD and every process it started stopped ({}) {} ms before the lease's last confirmed expiry",
+            "fencelock {}: CMD and every process it started stopped ({}) {} ms before the lease's last confirmed expiry",
+            schedule.command,
             how(killed),
             (held_until - now).as_millis()
         ),
@@ -423,7 +534,11 @@ async fn stop_on_loss<T: Held>(
             late_ms = (now - held_until).as_millis(),
             "CMD was stopped after the lease's last confirmed expiry"
         ),
-        Stopped::StillAlive { .. } => eprintln!("fencelock run: {}", still_alive("the lease is lost")),
+        Stopped::StillAlive { .. } => eprintln!(
+            "fencelock {}: {}",
+            schedule.command,
+            still_alive("the lease is lost")
+        ),
     }
     // What may still be ours is given back (each lease with its token, so a newer lease is
     // never touched): all of it if only renewals failed or the cap came, the other locks if
@@ -445,11 +560,13 @@ async fn finish_run<T: Held>(guard: MultiGuard<T>, cmd: &mut Supervised, schedul
     match cmd.stop(kill_at).await {
         Stopped::Gone { signalled: 0, .. } => {}
         Stopped::Gone { signalled, killed } => eprintln!(
-            "fencelock run: CMD ended but left {signalled} processes running: stopped them ({}) before releasing",
+            "fencelock {}: CMD ended but left {signalled} processes running: stopped them ({}) before releasing",
+            schedule.command,
             how(killed)
         ),
         Stopped::StillAlive { signalled } => eprintln!(
-            "fencelock run: {}",
+            "fencelock {}: {}",
+            schedule.command,
             still_alive(&format!("CMD ended but left {signalled} processes running"))
         ),
     }
@@ -463,6 +580,15 @@ async fn finish_run<T: Held>(guard: MultiGuard<T>, cmd: &mut Supervised, schedul
             }
         }
         Err(error) => tracing::warn!(%error, "releasing failed; the lease ends at its expiry"),
+    }
+}
+
+/// One lease held, in words: `the lease on a`, or `the leadership of e` for the lock that
+/// keeps the election `e`.
+fn held_name(resource: &Resource) -> String {
+    match resource.election_name() {
+        Some(election) => format!("the leadership of {election}"),
+        None => format!("the lease on {resource}"),
     }
 }
 

@@ -46,6 +46,8 @@ pub struct Supervised {
     answers: Vec<usize>,
     /// No process CMD started is left.
     gone: bool,
+    /// The supervisor stopped CMD itself: `run` fell silent past its last word on the lease.
+    expired: bool,
 }
 
 /// How waiting for CMD ended.
@@ -127,6 +129,7 @@ impl Supervised {
                 exited: None,
                 answers: Vec::new(),
                 gone: false,
+                expired: false,
             }),
             Some(Report::NotStarted { code, message }) => {
                 // It exits at once, with nothing started.
@@ -152,6 +155,28 @@ impl Supervised {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(error) => tracing::warn!(%error, ?signal, "cannot signal the process group of CMD"),
         }
+    }
+
+    /// Tells the supervisor until when the lease surely lasts (`held_until`, by which every
+    /// process CMD started must be gone) and when `run` would send SIGTERM (`term_at`): should
+    /// `run` fall silent past `term_at`, the supervisor stops CMD itself (see `supervisor`).
+    /// A supervisor that cannot be written to is gone, which [`ended`](Self::ended) tells.
+    pub async fn tell_until(&mut self, term_at: Instant, kill_at: Instant) {
+        let (now, mono) = (Instant::now(), super::supervisor::monotonic_ms());
+        let on_clock = |at: Instant| {
+            mono + u64::try_from(at.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
+        };
+        let order = Order::Until {
+            term_at: on_clock(term_at),
+            kill_at: on_clock(kill_at),
+        };
+        let _ = self.channel.send(order).await;
+    }
+
+    /// Whether the supervisor stopped CMD itself, `run` having fallen silent past its last
+    /// word on the lease.
+    pub fn expired(&self) -> bool {
+        self.expired
     }
 
     /// Waits until CMD ends. Safe to cancel (in a `select!`): a report is read whole or not
@@ -238,6 +263,7 @@ impl Supervised {
             Report::Exited { code } => self.exited = Some(code),
             Report::Signalled { count } => self.answers.push(count),
             Report::Gone => self.gone = true,
+            Report::Expired => self.expired = true,
             Report::Started { .. } | Report::NotStarted { .. } => {
                 tracing::warn!(?report, "CMD's supervisor said it started CMD twice")
             }
@@ -275,7 +301,7 @@ const SELF: &str = "/proc/self/exe";
 /// Kills `supervisor`, then every process it supervised (this process's descendants now,
 /// as a subreaper's), and says so.
 async fn take_over(supervisor: &mut Child, why: &str) -> Stopped {
-    eprintln!("fencelock run: CMD's supervisor {why}: killing every process CMD started");
+    eprintln!("fencelock: CMD's supervisor {why}: killing every process CMD started");
     let _ = supervisor.start_kill();
     // Reaped here, so that the reaping below does not take it from tokio (and not waited
     // for past the time SIGKILL is given to work, should it be stuck in the kernel).

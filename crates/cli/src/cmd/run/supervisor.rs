@@ -13,6 +13,14 @@
 //! held passes on at the earliest at the last expiry `run` confirmed: renewals stop with
 //! `run`.
 //!
+//! `run` also tells the supervisor, again and again, until when the lease surely lasts
+//! ([`Order::Until`]): should `run` fall silent past it — stopped (SIGSTOP, a debugger, a
+//! frozen container's main process) or starved, so that neither its renewals nor its own
+//! stop go out — the supervisor stops CMD on the same schedule `run` would have kept (SIGTERM
+//! at the end of the grace period, SIGKILL the allowance before the lease's end), says so
+//! ([`Report::Expired`]) and goes on reaping. A supervisor stopped together with `run` (a
+//! SIGSTOP to both, or to a frozen cgroup) cannot: there the fencing token is the only guard.
+//!
 //! Every blockable signal is blocked here (and unblocked in CMD before its exec: a mask is
 //! inherited). A SIGTERM meant for `run` and its command — a service manager stopping them
 //! all, `pkill fencelock` — must not end the supervisor first, which would leave `run` no
@@ -25,7 +33,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
@@ -64,9 +72,13 @@ pub enum Report {
     /// No process CMD started is left, CMD included: the supervisor has no child any more.
     /// Final: a supervisor with no child cannot get one again.
     Gone,
+    /// `run` fell silent past the last [`Order::Until`]: the supervisor stops every process
+    /// CMD started (SIGTERM now, SIGKILL at `kill_at`), as `run` would have.
+    Expired,
 }
 
-/// What `run` orders: one JSON object per line, each answered with [`Report::Signalled`].
+/// What `run` orders: one JSON object per line; a signal is answered with
+/// [`Report::Signalled`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "order", rename_all = "snake_case")]
 pub enum Order {
@@ -74,15 +86,90 @@ pub enum Order {
     Term,
     /// SIGKILL to every live process CMD started, CMD included.
     Kill,
+    /// Should no later `Until` come, SIGTERM to every process CMD started at `term_at` and
+    /// SIGKILL at `kill_at`: milliseconds of `CLOCK_MONOTONIC`, which every process of the
+    /// machine reads alike. Not answered.
+    Until { term_at: u64, kill_at: u64 },
 }
 
-impl Order {
-    fn signal(self) -> Signal {
-        match self {
-            Self::Term => Signal::SIGTERM,
-            Self::Kill => Signal::SIGKILL,
+/// Milliseconds of `CLOCK_MONOTONIC` now: the clock of [`Order::Until`], the one `std` and
+/// tokio measure `Instant`s on (on Linux), shared by every process of the machine.
+pub fn monotonic_ms() -> u64 {
+    // Cannot fail: CLOCK_MONOTONIC is always there on Linux, and `clock_gettime` fails only
+    // for a clock that is not.
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
+    u64::try_from(now.tv_sec()).unwrap_or(0) * 1_000 + u64::try_from(now.tv_nsec()).unwrap_or(0) / 1_000_000
+}
+
+/// The watchdog's state: the last [`Order::Until`], and whether the channel has ended.
+#[derive(Debug, Default)]
+struct Watch {
+    until: Option<(u64, u64)>,
+    ended: bool,
+}
+
+/// The watchdog, shared by the thread that reads orders and the one that keeps the time.
+#[derive(Debug, Default)]
+struct Watchdog {
+    watch: Mutex<Watch>,
+    changed: Condvar,
+}
+
+impl Watchdog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watch> {
+        self.watch.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes `run`'s latest word on the lease, or the channel's end.
+    fn update(&self, change: impl FnOnce(&mut Watch)) {
+        change(&mut self.lock());
+        self.changed.notify_all();
+    }
+
+    /// Waits until `run` falls silent past its last `Until` (its `term_at` and `kill_at`),
+    /// or the channel ends (`None`).
+    fn wait_for_silence(&self) -> Option<(u64, u64)> {
+        let mut watch = self.lock();
+        loop {
+            if watch.ended {
+                return None;
+            }
+            let Some((term_at, kill_at)) = watch.until else {
+                watch = self
+                    .changed
+                    .wait(watch)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                continue;
+            };
+            let now = monotonic_ms();
+            if now >= term_at {
+                return Some((term_at, kill_at));
+            }
+            let left = std::time::Duration::from_millis(term_at - now);
+            watch = self
+                .changed
+                .wait_timeout(watch, left)
+                .map(|(watch, _)| watch)
+                .unwrap_or_else(|poisoned| poisoned.into_inner().0);
         }
     }
+}
+
+/// Keeps the time for a silent `run`: stops every process CMD started when `run` falls
+/// silent past its last word on the lease (see the module's docs).
+fn watch(watchdog: &Watchdog, channel: &Channel) {
+    let Some((_, kill_at)) = watchdog.wait_for_silence() else {
+        return;
+    };
+    channel.send(&Report::Expired);
+    tell(
+        "fencelock stopped renewing the lease (paused, or starved): stopping CMD and every process it started before the lease's end",
+    );
+    procs::signal_descendants(Signal::SIGTERM);
+    std::thread::sleep(std::time::Duration::from_millis(
+        kill_at.saturating_sub(monotonic_ms()),
+    ));
+    procs::kill_every_descendant(None);
 }
 
 /// Runs `fencelock supervise`.
@@ -120,10 +207,28 @@ fn supervise(args: Args) -> Result<(), String> {
         procs::kill_every_descendant(None);
         return Err(format!("cannot wait for CMD: {error}"));
     }
+    let watchdog = Arc::new(Watchdog::default());
+    let (keeper, told) = (watchdog.clone(), channel.clone());
+    let watching = std::thread::Builder::new()
+        .name("fencelock-watchdog".into())
+        .spawn(move || watch(&keeper, &told));
+    if let Err(error) = watching {
+        procs::kill_every_descendant(None);
+        return Err(format!("cannot keep the time of the lease: {error}"));
+    }
     for order in orders {
-        let count = procs::signal_descendants(order.signal());
+        let signal = match order {
+            Order::Until { term_at, kill_at } => {
+                watchdog.update(|watch| watch.until = Some((term_at, kill_at)));
+                continue;
+            }
+            Order::Term => Signal::SIGTERM,
+            Order::Kill => Signal::SIGKILL,
+        };
+        let count = procs::signal_descendants(signal);
         channel.send(&Report::Signalled { count });
     }
+    watchdog.update(|watch| watch.ended = true);
     // The channel ended: `run` is done with CMD, or gone. Leave nothing behind.
     let killed = procs::kill_every_descendant(None);
     if killed.count > 0 {
