@@ -1,5 +1,6 @@
 //! Events across servers: two `fencelock serve` processes on one shared store, each change
-//! made through either on both streams (one test body, run on every shared store); and
+//! made through either on both streams, and each leader elected through one observed on the
+//! other (one test body each, run on every shared store); and
 //! `fencelock events`, the command that prints a stream. Real processes, real servers, real
 //! HTTP. The delay across servers is measured by a benchmark (`benches/live.rs`), never
 //! asserted.
@@ -176,6 +177,84 @@ async fn on_etcd_changes_through_either_server_are_on_both_streams() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_zookeeper_changes_through_either_server_are_on_both_streams() {
     changes_through_either_server_are_on_both_streams(&shared_zookeeper().url(), true).await;
+}
+
+/// Campaigns for `name` through `server` as `candidate`; the leadership won.
+async fn elect(server: &Server, name: &str, candidate: &str) -> Value {
+    let body = json!({"candidate": candidate, "value": candidate, "ttl_seconds": 30});
+    let (status, answer) = send(
+        reqwest::Method::POST,
+        format!("{}/elections/{name}", server.url),
+        body,
+    )
+    .await;
+    assert_eq!((status, &answer["elected"]), (200, &json!(true)), "{answer}");
+    answer["leadership"].clone()
+}
+
+/// Two servers on `store`: an observer on one sees each leader elected through the other,
+/// each with a greater term, and each resignation (leaderships end by resignation here: on
+/// etcd an expiry is no event).
+async fn leaders_elected_through_one_server_are_observed_on_the_other(store: &str) {
+    let (a, b) = (Server::on(store), Server::on(store));
+    let name = format!("{}election", unique_prefix());
+    let response = reqwest::Client::new()
+        .get(format!("{}/elections/{name}/observe", b.url))
+        .send()
+        .await
+        .expect("the server answers");
+    let mut observer = EventStream::new(response);
+    let first = observer.next_event(WAIT).await.expect("the current state");
+    assert_eq!(first.event, "vacant", "{first:?}");
+    let mut terms = Vec::new();
+    for candidate in ["c1", "c2", "c3"] {
+        let leadership = elect(&a, &name, candidate).await;
+        let seen = observer.events_until(WAIT, is("leader", &name)).await;
+        assert_eq!(seen.len(), 1, "{seen:#?}");
+        assert_eq!(seen[0].json()["leadership"], leadership);
+        terms.push(leadership["term"].as_u64().expect("a term"));
+        let resign = json!({"candidate": candidate, "term": leadership["term"]});
+        let (status, _) = send(
+            reqwest::Method::DELETE,
+            format!("{}/elections/{name}", a.url),
+            resign,
+        )
+        .await;
+        assert_eq!(status, 204);
+        let seen = observer.events_until(WAIT, is("vacant", &name)).await;
+        assert_eq!(seen.len(), 1, "{seen:#?}");
+        assert_eq!(seen[0].json()["owner"], candidate);
+    }
+    assert!(terms.windows(2).all(|t| t[0] < t[1]), "{terms:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgresql_leaders_elected_through_one_server_are_observed_on_the_other() {
+    let postgres = Postgres::start();
+    leaders_elected_through_one_server_are_observed_on_the_other(&postgres.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_leaders_elected_through_one_server_are_observed_on_the_other() {
+    leaders_elected_through_one_server_are_observed_on_the_other(&shared_redis().url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redlock_leaders_elected_through_one_server_are_observed_on_the_other() {
+    let nodes = RedisNodes::start(3);
+    leaders_elected_through_one_server_are_observed_on_the_other(&nodes.url()).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_leaders_elected_through_one_server_are_observed_on_the_other() {
+    leaders_elected_through_one_server_are_observed_on_the_other(&shared_etcd().url()).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_zookeeper_leaders_elected_through_one_server_are_observed_on_the_other() {
+    leaders_elected_through_one_server_are_observed_on_the_other(&shared_zookeeper().url()).await;
 }
 
 /// The lines a child prints, as they come.

@@ -353,7 +353,8 @@ macro_rules! suite {
             several_locks_share_the_metadata_sent,
             metadata_stays_with_permits_and_holds,
             metadata_survives_a_reopen,
-            metadata_is_shared_across_servers
+            metadata_is_shared_across_servers,
+            an_election_is_kept_as_a_lock_apart_from_the_locks
         );
     };
     (@each $make:path; $($check:ident),* $(,)?) => {

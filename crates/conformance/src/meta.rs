@@ -242,3 +242,56 @@ pub async fn metadata_is_shared_across_servers(h: &Harness) {
     let now = h.store.get(&name).await.unwrap().expect("held");
     assert_eq!(said(&now), Some(r#"{"step":"there"}"#));
 }
+
+/// An election is kept as the lock `"\u{1}" + NAME` with its leadership in the lease's
+/// metadata: the store keeps that name as given, reads it back in a get and a list under the
+/// mark, renews the metadata with the term, and a list from past every election (as
+/// `GET /locks` lists) never shows it; a lock of the election's own name is another lock.
+pub async fn an_election_is_kept_as_a_lock_apart_from_the_locks(h: &Harness) {
+    use fencelock_core::{Leadership, Resource, election};
+
+    let (name, me, ttl) = (h.resource("meta:election"), owner("me"), h.long_ttl());
+    let lock = Resource::election(&name).expect("a short name");
+    let terms = Terms::ttl(ttl).meta(Some(election::meta(Some("10.0.0.1"), ttl, None)));
+    let lease = granted(h.store.acquire_with(&lock, &me, terms).await.unwrap());
+    let plain = granted(h.store.acquire(&name, &owner("other"), ttl).await.unwrap());
+    assert_ne!(lease.token, plain.token);
+    assert_eq!(h.store.get(&lock).await.unwrap(), Some(lease.clone()));
+    let won = Leadership::of(&lease).expect("a leadership");
+    assert_eq!((&won.name, won.value.as_deref()), (&name, Some("10.0.0.1")));
+    let under = |prefix: String, after: Option<Resource>| ListQuery {
+        prefix,
+        after,
+        limit: 1000,
+    };
+    let listed = h
+        .store
+        .list(&under(
+            format!("{}{}", fencelock_core::model::ELECTION_MARK, h.namespace()),
+            None,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(listed.leases, std::slice::from_ref(&lease));
+    let past = h
+        .store
+        .list(&under(String::new(), Some(Resource::past_elections())))
+        .await
+        .unwrap();
+    assert!(
+        !past.leases.iter().any(|l| l.resource == lock),
+        "an election after past_elections: {past:?}"
+    );
+    let proclaimed = won.meta_with(Some("10.0.0.2"), ttl);
+    let renewal = h
+        .store
+        .renew_with(&lock, &me, ttl, Some(lease.token), Some(&proclaimed))
+        .await
+        .unwrap();
+    let now = Leadership::of(&renewed(renewal)).expect("a leadership");
+    assert_eq!(
+        (now.value.as_deref(), now.term, now.since),
+        (Some("10.0.0.2"), won.term, won.since)
+    );
+    assert_eq!(h.store.get(&name).await.unwrap(), Some(plain));
+}

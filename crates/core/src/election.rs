@@ -3,12 +3,13 @@
 //! elections with no change, with every guarantee it gives locks.
 //!
 //! What a lease does not say is kept in its [`Meta`], which the server alone writes for an
-//! election: the leader's `value` and, once the leader has campaigned again or renewed
-//! (which moves nothing but `acquired_at` would not say when it won), `since`.
+//! election: the leader's `value`, the TTL it last asked for (`ttl_ms`: a proclamation
+//! renews the leadership for it) and, from its first renewal on, `since` (a lease's
+//! `acquired_at` moves when it is extended, so it does not say when the leader won).
 
 use serde_json::{Map, Value};
 
-use crate::model::{FencingToken, Lease, Meta, Owner, Resource, Timestamp};
+use crate::model::{FencingToken, Lease, Meta, Owner, Resource, Timestamp, Ttl};
 
 /// The most bytes of UTF-8 a leader's value may have.
 pub const MAX_VALUE_BYTES: usize = 1024;
@@ -17,6 +18,8 @@ pub const MAX_VALUE_BYTES: usize = 1024;
 const VALUE: &str = "value";
 /// The key of the time the leader won (milliseconds since the epoch) in the lease's metadata.
 const SINCE: &str = "since";
+/// The key of the TTL the leader last asked for, in milliseconds.
+const TTL_MS: &str = "ttl_ms";
 
 /// Who leads an election, since when, and what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,19 +56,28 @@ impl Leadership {
         })
     }
 
-    /// The metadata of a lease that keeps this leadership with `value` instead of its own.
-    pub fn meta_with(&self, value: Option<&str>) -> Meta {
-        meta(value, Some(self.since))
+    /// The metadata of a lease that keeps this leadership with `value` instead of its own,
+    /// for `ttl` at a time.
+    pub fn meta_with(&self, value: Option<&str>, ttl: Ttl) -> Meta {
+        meta(value, ttl, Some(self.since))
     }
 }
 
-/// The metadata of an election's lease: the leader's `value` and, if known, `since`.
-pub fn meta(value: Option<&str>, since: Option<Timestamp>) -> Meta {
+/// The TTL the leader of an election's lease last asked for, if it says.
+pub fn ttl_of(lease: &Lease) -> Option<Ttl> {
+    let ms = lease.meta.as_ref()?.to_object().get(TTL_MS)?.as_u64()?;
+    Ttl::from_millis(ms, Ttl::CEILING).ok()
+}
+
+/// The metadata of an election's lease: the leader's `value`, the TTL it asked for, and, if
+/// known, `since`.
+pub fn meta(value: Option<&str>, ttl: Ttl, since: Option<Timestamp>) -> Meta {
     let mut object = Map::new();
     object.insert(
         VALUE.to_owned(),
         value.map_or(Value::Null, |v| Value::String(v.to_owned())),
     );
+    object.insert(TTL_MS.to_owned(), Value::from(ttl.as_millis()));
     if let Some(since) = since {
         object.insert(SINCE.to_owned(), Value::from(since.as_millis()));
     }
@@ -92,7 +104,7 @@ mod tests {
         let owner = Owner::new("a").unwrap();
         let ttl = Ttl::from_millis(1_000, Ttl::DEFAULT_MAX).unwrap();
         let at = Timestamp::from_millis(5_000);
-        let terms = Terms::ttl(ttl).meta(Some(meta(Some("10.0.0.1"), None)));
+        let terms = Terms::ttl(ttl).meta(Some(meta(Some("10.0.0.1"), ttl, None)));
         let lease = Lease::granted(
             &Resource::election(&name).unwrap(),
             &owner,
@@ -107,8 +119,9 @@ mod tests {
         );
         // An extension moves `acquired_at`; the leadership keeps when it won.
         let later = Timestamp::from_millis(9_000);
-        let extended = lease.prolonged(later, ttl, true, Some(&won.meta_with(None)));
+        let extended = lease.prolonged(later, ttl, true, Some(&won.meta_with(None, ttl)));
         let again = Leadership::of(&extended).unwrap();
+        assert_eq!(ttl_of(&extended), Some(ttl));
         assert_eq!(
             (again.since, again.value, again.expires_at),
             (at, None, later.plus(ttl))

@@ -94,6 +94,18 @@ impl Resource {
         self.0.starts_with(ELECTION_MARK)
     }
 
+    /// The greatest lock of an election there can be: a list from after it shows no
+    /// election. Elections sort before every name a client may write (their mark is below
+    /// a space), so an unprefixed list of locks starts after this one rather than read them
+    /// and drop them. It is the mark and the greatest 254 bytes of UTF-8: U+10FFFF 63 times,
+    /// then U+07FF.
+    pub fn past_elections() -> Resource {
+        let mut name = String::from(ELECTION_MARK);
+        name.extend(std::iter::repeat_n('\u{10FFFF}', 63));
+        name.push('\u{7FF}');
+        Self(name)
+    }
+
     /// The name as it was given.
     pub fn as_str(&self) -> &str {
         &self.0

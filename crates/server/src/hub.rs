@@ -70,6 +70,8 @@ pub struct Entry {
 pub struct Filter {
     /// Only names starting with this.
     pub prefix: String,
+    /// Only the name `prefix` itself (one election's stream), not those after it.
+    pub only: bool,
     /// Only these topics.
     pub topics: Topics,
     /// Who reads: only names it has the `read` right on.
@@ -80,7 +82,11 @@ impl Filter {
     /// Whether an event about `resource` of `topic` is sent on the stream.
     pub fn admits(&self, topic: Topic, resource: &Resource) -> bool {
         self.topics.contains(topic)
-            && resource.as_str().starts_with(&self.prefix)
+            && if self.only {
+                resource.as_str() == self.prefix
+            } else {
+                resource.as_str().starts_with(&self.prefix)
+            }
             && self.caller.has(Right::Read, resource)
     }
 }
@@ -211,7 +217,13 @@ impl Hub {
     /// Publishes an event `name` with `data` that this server made: appends it, and tells
     /// the other servers sharing the store.
     pub fn publish(&self, name: EventName, data: &EventData) {
-        self.append(name, data, true);
+        // An event of the lock that keeps an election is told as the election's (or not at
+        // all) here, before other servers hear of it: theirs arrive told so.
+        match data.for_election(name) {
+            None => self.append(name, data, true),
+            Some(Some((name, data))) => self.append(name, &data, true),
+            Some(None) => {}
+        }
     }
 
     /// Appends an event another server made, told in `bulletin`; one that cannot be read

@@ -20,6 +20,14 @@ pub enum Route {
     Hold(HoldKind),
     /// `/semaphores/{name}/renew` or `/rwlocks/{name}/renew`.
     HoldRenew(HoldKind),
+    /// `/elections/{name}`.
+    Election,
+    /// `/elections/{name}/proclaim`.
+    Proclaim,
+    /// `/elections/{name}/renew`.
+    ElectionRenew,
+    /// `/elections/{name}/observe`.
+    Observe,
     /// `/events`.
     Events,
     /// `/healthz`.
@@ -36,7 +44,7 @@ pub enum Route {
 
 impl Route {
     /// Every route the router matches.
-    pub(crate) const MATCHED: [Self; 14] = [
+    pub(crate) const MATCHED: [Self; 18] = [
         Self::Locks,
         Self::Lock,
         Self::Renew,
@@ -46,6 +54,10 @@ impl Route {
         Self::Holds(HoldKind::RwLock),
         Self::Hold(HoldKind::RwLock),
         Self::HoldRenew(HoldKind::RwLock),
+        Self::Election,
+        Self::Proclaim,
+        Self::ElectionRenew,
+        Self::Observe,
         Self::Events,
         Self::Healthz,
         Self::Readyz,
@@ -65,6 +77,10 @@ impl Route {
             Self::Holds(HoldKind::RwLock) => "/rwlocks",
             Self::Hold(HoldKind::RwLock) => "/rwlocks/{name}",
             Self::HoldRenew(HoldKind::RwLock) => "/rwlocks/{name}/renew",
+            Self::Election => "/elections/{name}",
+            Self::Proclaim => "/elections/{name}/proclaim",
+            Self::ElectionRenew => "/elections/{name}/renew",
+            Self::Observe => "/elections/{name}/observe",
             Self::Events => "/events",
             Self::Healthz => "/healthz",
             Self::Readyz => "/readyz",

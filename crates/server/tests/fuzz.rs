@@ -125,7 +125,7 @@ proptest! {
         for (collection, field, read) in KINDS {
             let uri = format!("{collection}/{raw}/renew").parse::<Uri>().unwrap();
             let read = read(&uri);
-            prop_assert_eq!(read.clone().ok(), Resource::new(name.clone()).ok());
+            prop_assert_eq!(read.clone().ok(), Resource::named(name.clone()).ok());
             agrees(&raw, field, read)?;
         }
     }

@@ -61,6 +61,13 @@
 //! store drains (on etcd and ZooKeeper one writer puts one event at a time): the event is
 //! dropped with a warning ("an event is not told to other servers"), again without a `reset`.
 //!
+//! **Elections** (`/elections/{name}`) are kept on every store as the lock `"\u{1}" + NAME`
+//! (a name no client can send), with the leader's value, TTL and `since` in the lease's
+//! metadata: each row above holds for them as for locks, a term is that lock's fencing
+//! token, and their events travel as locks' do (the delays above). A vacancy by expiry is an
+//! event where an expiry is one; on etcd it is none: `GET` answers 404 once etcd deleted the
+//! key, and the next leader's `leader` event still comes.
+//!
 //! What each store survived under faults — servers, store nodes and clients paused and
 //! killed, partitions, slow networks, stepped clocks — is in the torture suite's table
 //! (`docs/TORTURE.md`, with the command that reproduces each row): every row above holds,

@@ -4,11 +4,12 @@
 use std::fmt;
 use std::str::FromStr;
 
-use fencelock_core::{Hold, Kind, Lease, Owner, Resource, Timestamp};
+use fencelock_core::{Hold, Kind, Leadership, Lease, Owner, Resource, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::body::LeaseBody;
+use crate::election::LeadershipBody;
 use crate::hold::HoldItem;
 use crate::problem::FieldError;
 
@@ -145,6 +146,11 @@ impl Topics {
     /// Every topic: no `kinds` given.
     pub const ALL: Self = Self(0b1111);
 
+    /// The set of `topics`.
+    pub fn of(topics: &[Topic]) -> Self {
+        Self(topics.iter().fold(0, |set, topic| set | topic.bit()))
+    }
+
     /// Whether `topic` is in the set.
     pub fn contains(self, topic: Topic) -> bool {
         self.0 & topic.bit() != 0
@@ -181,6 +187,8 @@ pub enum Subject {
     Lease(LeaseBody),
     /// A semaphore's permit or a read-write lock's hold.
     Hold(HoldItem),
+    /// An election's leadership (as it is, or was for a `vacant`).
+    Leadership(LeadershipBody),
 }
 
 impl Subject {
@@ -250,6 +258,76 @@ impl EventData {
             subject: Some(Subject::hold(hold)),
             ..Self::of_lease(kind, &hold.lease, at)
         }
+    }
+
+    /// An event about `leadership` at `at`: of kind `election`, under the election's name.
+    pub fn of_leadership(leadership: &Leadership, at: Timestamp) -> Self {
+        Self {
+            kind: Topic::Election,
+            name: leadership.name.to_string(),
+            owner: leadership.leader.to_string(),
+            fencing_token: Some(leadership.term.0),
+            at: at.to_rfc3339(),
+            subject: Some(Subject::Leadership(LeadershipBody::from(leadership))),
+            held_ms: None,
+        }
+    }
+
+    /// An event saying the election `name` has no leader at `at`, without telling who led
+    /// it last (`owner` empty, no token): what an observer first hears of a vacant election.
+    pub fn vacant(name: &Resource, at: Timestamp) -> Self {
+        Self {
+            kind: Topic::Election,
+            name: name.to_string(),
+            owner: String::new(),
+            fencing_token: None,
+            at: at.to_rfc3339(),
+            subject: None,
+            held_ms: None,
+        }
+    }
+
+    /// The same event told of an election: what this event of the lock that keeps an
+    /// election says of it — a grant is a `leader`, an end (release, expiry, force-release)
+    /// a `vacant` with the leadership as it was; an extension or renewal says nothing (a
+    /// new value is told by the route that proclaims it), nor does a refusal or a
+    /// deadlock. `None` also for an event of anything else.
+    pub fn for_election(&self, name: EventName) -> Option<Option<(EventName, Self)>> {
+        if self.kind != Topic::Lock || !self.name.starts_with(fencelock_core::model::ELECTION_MARK) {
+            return None;
+        }
+        let lease = match &self.subject {
+            Some(Subject::Lease(body)) => Lease::try_from(body.clone()).ok(),
+            _ => None,
+        };
+        let leadership = lease.as_ref().and_then(Leadership::of);
+        let at = Timestamp::parse_rfc3339(&self.at).unwrap_or_else(Timestamp::now_wall);
+        let told = match (name, leadership) {
+            (EventName::Grant, Some(leadership)) => {
+                Some((EventName::Leader, Self::of_leadership(&leadership, at)))
+            }
+            (EventName::Release | EventName::Expire | EventName::ForceRelease, Some(leadership)) => Some((
+                EventName::Vacant,
+                Self {
+                    held_ms: self.held_ms,
+                    ..Self::of_leadership(&leadership, at)
+                },
+            )),
+            // A release by a server in front of another, which cannot tell the lease.
+            (EventName::Release, None) => Resource::new(self.name.as_str())
+                .ok()
+                .and_then(|lock| Resource::named(lock.election_name()?).ok())
+                .map(|election| {
+                    let vacant = Self {
+                        owner: self.owner.clone(),
+                        fencing_token: self.fencing_token,
+                        ..Self::vacant(&election, at)
+                    };
+                    (EventName::Vacant, vacant)
+                }),
+            _ => None,
+        };
+        Some(told)
     }
 
     /// The same, held for `held_ms`.

@@ -649,7 +649,7 @@ proptest! {
     /// characters, taken as given; owners are the same after trimming, and only that.
     #[test]
     fn names_and_owners_are_accepted_exactly_as_the_spec_says(name in name_like()) {
-        let resource = Resource::new(name.clone());
+        let resource = Resource::named(name.clone());
         prop_assert!(judged_as_spec_says(&name, &resource), "{:?}: {:?}", name, resource);
         prop_assert!(resource.is_err() || resource.unwrap().as_str() == name);
         let principal = Principal::new(name.clone());

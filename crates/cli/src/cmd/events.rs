@@ -105,6 +105,15 @@ fn human_line(event: &Event) -> String {
     match change.subject {
         Some(Subject::Lease(lease)) => line.push_str(&format!(" expires={}", lease.expires_at)),
         Some(Subject::Hold(hold)) => line.push_str(&format!(" {}", hold_detail(&hold))),
+        Some(Subject::Leadership(leadership)) => {
+            if let Some(value) = leadership.value {
+                line.push_str(&format!(" value={value:?}"));
+            }
+            line.push_str(&format!(
+                " since={} expires={}",
+                leadership.since, leadership.expires_at
+            ));
+        }
         None => {}
     }
     line

@@ -95,11 +95,12 @@ impl Caller {
         owner.of(self.principal().cloned())
     }
 
-    /// Whether the caller has `right` over `name`.
+    /// Whether the caller has `right` over `name`. The lock that keeps an election is
+    /// judged by the election's name: rights are granted on the names clients write.
     pub fn has(&self, right: Right, name: &Resource) -> bool {
         match self {
             Self::Anyone => true,
-            Self::Known(identity) => identity.may(right, name.as_str()),
+            Self::Known(identity) => identity.may(right, name.election_name().unwrap_or(name.as_str())),
         }
     }
 

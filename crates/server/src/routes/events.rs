@@ -11,17 +11,20 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use fencelock_core::{HoldKind, HoldPage, Kind, LeasePage, ListQuery, StoreError, Timestamp, Waiters};
+use fencelock_core::model::ELECTION_MARK;
+use fencelock_core::{
+    HoldKind, HoldPage, Kind, Leadership, LeasePage, ListQuery, LockStore, StoreError, Timestamp, Waiters,
+};
 use fencelock_wire::{EventData, EventId, EventName, FieldError, Notice, ProblemKind, Topic, Topics, parse};
 use futures_util::Stream;
 
-use crate::auth::Caller;
+use crate::auth::{Caller, Right};
 use crate::hub::{Entry, Filter, Hub, Start, Subscription};
 use crate::metrics::Metrics;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::list::{Page, readable};
+use super::list::{Page, locks, readable};
 use super::responses::{AuthProblems, PathProblems};
 
 /// The most leases, or names with holds, read from the store per call for a snapshot.
@@ -60,6 +63,7 @@ pub async fn events(
     let asked = Asked::parse(query.as_deref().unwrap_or(""), &headers)?;
     let filter = Filter {
         prefix: asked.prefix,
+        only: false,
         topics: asked.topics,
         caller,
     };
@@ -74,6 +78,11 @@ pub async fn events(
         // in the live tail, or both — never in neither.
         Start::Reset => snapshot(&app, &filter, subscription.at).await?,
     };
+    Ok(stream(&app, subscription, first))
+}
+
+/// The answer of a stream: the `first` events, then the tail of `subscription`.
+pub(super) fn stream(app: &App, subscription: Subscription, first: VecDeque<Event>) -> Response {
     let tail = Tail {
         pending: first,
         subscription,
@@ -91,7 +100,7 @@ pub async fn events(
     // A stream is the connection's last answer: once it ends (cut off, or at shutdown) the
     // connection closes, so a client reading to the end finds the end.
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-    Ok(response)
+    response
 }
 
 /// What a stream asks for, checked.
@@ -109,14 +118,7 @@ impl Asked {
         let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
         let prefix = parse::list_prefix(get("prefix"));
         let topics = Topics::parse(get("kinds"));
-        let since = match headers.get("last-event-id") {
-            Some(header) => header
-                .to_str()
-                .map_err(|_| FieldError::new("Last-Event-ID", "is not text"))
-                .and_then(|text| id(text, "Last-Event-ID"))
-                .map(Some),
-            None => get("since").map(|text| id(text, "since")).transpose(),
-        };
+        let since = since_of(get("since"), headers);
         match (prefix, topics, since) {
             (Ok(prefix), Ok(topics), Ok(since)) => Ok(Self {
                 prefix,
@@ -131,6 +133,26 @@ impl Asked {
             )),
         }
     }
+}
+
+/// Where a stream resumes: the `Last-Event-ID` header, which wins over `since` (as an
+/// EventSource reconnecting sends it); `None` for the next event.
+fn since_of(since: Option<&str>, headers: &HeaderMap) -> Result<Option<EventId>, FieldError> {
+    match headers.get("last-event-id") {
+        Some(header) => header
+            .to_str()
+            .map_err(|_| FieldError::new("Last-Event-ID", "is not text"))
+            .and_then(|text| id(text, "Last-Event-ID"))
+            .map(Some),
+        None => since.map(|text| id(text, "since")).transpose(),
+    }
+}
+
+/// Where a stream of a raw query with only `since` (and `headers`) resumes: [`since_of`].
+pub(super) fn since(raw: &str, headers: &HeaderMap) -> Result<Option<EventId>, Vec<FieldError>> {
+    let pairs = parse::query_pairs(raw).map_err(|error| vec![error])?;
+    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    since_of(get("since"), headers).map_err(|error| vec![error])
 }
 
 /// An event id sent as `field`.
@@ -150,9 +172,14 @@ async fn snapshot(app: &App, filter: &Filter, at: EventId) -> Result<VecDeque<Ev
     // `readable` lists only what the caller may read under the prefix: the filter's rules.
     let mut snapshot = |data: EventData| events.push_back(data_event(EventName::Snapshot, Some(at), &data));
     if filter.topics.contains(Topic::Lock) {
-        let leases = every::<LeasePage, _>(filter, |query| async move { store.list(&query).await }).await?;
+        let leases = every::<LeasePage, _>(filter, |query| locks(store.as_ref(), query)).await?;
         for lease in &leases {
             snapshot(EventData::of_lease(Kind::Lock, lease, now));
+        }
+    }
+    if filter.topics.contains(Topic::Election) {
+        for leadership in leaderships(store.as_ref(), filter).await? {
+            snapshot(EventData::of_leadership(&leadership, now));
         }
     }
     for kind in [HoldKind::Semaphore, HoldKind::RwLock] {
@@ -170,6 +197,32 @@ async fn snapshot(app: &App, filter: &Filter, at: EventId) -> Result<VecDeque<Ev
         }
     }
     Ok(events)
+}
+
+/// Every live leadership of an election under `filter`'s prefix that its caller may read:
+/// the locks under the mark and the prefix, page after page. Read rights are judged by the
+/// election's name, which no prefix of the caller's covers as the lock's name, so they are
+/// judged one by one here rather than by [`readable`]'s ranges.
+async fn leaderships(store: &dyn LockStore, filter: &Filter) -> Result<Vec<Leadership>, StoreError> {
+    let mut leaderships = Vec::new();
+    let mut query = ListQuery {
+        prefix: format!("{ELECTION_MARK}{}", filter.prefix),
+        after: None,
+        limit: SNAPSHOT_PAGE,
+    };
+    loop {
+        let page = store.list(&query).await?;
+        leaderships.extend(
+            page.leases
+                .iter()
+                .filter(|lease| filter.caller.has(Right::Read, &lease.resource))
+                .filter_map(Leadership::of),
+        );
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return Ok(leaderships),
+        }
+    }
 }
 
 /// Every entry under `filter`'s prefix that its caller may read, page after page.
@@ -265,7 +318,7 @@ impl Tail {
 }
 
 /// An entry of the hub as it is sent.
-fn entry_event(hub: &Hub, entry: &Entry) -> Event {
+pub(super) fn entry_event(hub: &Hub, entry: &Entry) -> Event {
     Event::default()
         .event(entry.name.as_str())
         .id(hub.id(entry.seq).to_string())
@@ -273,7 +326,7 @@ fn entry_event(hub: &Hub, entry: &Entry) -> Event {
 }
 
 /// An event `name` with `data`, and the id `at` if any.
-fn data_event(name: EventName, at: Option<EventId>, data: &impl serde::Serialize) -> Event {
+pub(super) fn data_event(name: EventName, at: Option<EventId>, data: &impl serde::Serialize) -> Event {
     // Serialising the wire types cannot fail: strings, numbers and nested objects only.
     let json = serde_json::to_string(data).unwrap_or_default();
     let event = Event::default().event(name.as_str()).data(json);
@@ -284,7 +337,7 @@ fn data_event(name: EventName, at: Option<EventId>, data: &impl serde::Serialize
 }
 
 /// A `reset` or an `overflow`.
-fn notice(name: EventName, at: Option<EventId>) -> Event {
+pub(super) fn notice(name: EventName, at: Option<EventId>) -> Event {
     let now = Notice {
         at: Timestamp::now_wall().to_rfc3339(),
     };

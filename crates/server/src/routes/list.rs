@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
-use fencelock_core::{HoldPage, Kind, Lease, LeasePage, ListQuery, Resource, StoreError};
+use fencelock_core::{HoldPage, Kind, Lease, LeasePage, ListQuery, LockStore, Resource, StoreError};
 use fencelock_wire::{LeaseBody, ListResponse, Op, parse};
 
 use crate::auth::Caller;
@@ -36,12 +36,25 @@ pub async fn list(
 ) -> Result<Json<ListResponse>, ApiError> {
     let query = parse_query(query.as_deref().unwrap_or(""))?;
     let store = app.waiters.store();
-    let call = readable(&caller, query, |query| async move { store.list(&query).await });
+    let call = readable(&caller, query, |query| locks(store.as_ref(), query));
     let page = observed(&app, Kind::Lock, Op::List, &(), call).await?;
     Ok(Json(ListResponse {
         locks: page.leases.iter().map(LeaseBody::from).collect(),
         next_cursor: page.next.as_ref().map(parse::encode_cursor),
     }))
+}
+
+/// A page of the live leases of locks: never of an election's. Elections sort before
+/// every name a client may write, so a list that could reach them (one without a prefix;
+/// a client's prefix never starts with their mark) starts after the last there can be.
+pub(super) async fn locks(store: &dyn LockStore, mut query: ListQuery) -> Result<LeasePage, StoreError> {
+    if query.prefix.is_empty() {
+        let past = Resource::past_elections();
+        if query.after.as_ref().is_none_or(|after| *after < past) {
+            query.after = Some(past);
+        }
+    }
+    store.list(&query).await
 }
 
 pub(super) fn parse_query(raw: &str) -> Result<ListQuery, ApiError> {

@@ -15,6 +15,7 @@ mod acquire_all;
 mod acquiring;
 mod answer;
 mod detached;
+mod elections;
 mod events;
 mod force;
 mod get;
@@ -88,6 +89,15 @@ pub fn router(app: App) -> Router {
             Route::HoldRenew(HoldKind::RwLock).template(),
             post(hold_renew::renew_rwlock),
         )
+        .route(
+            Route::Election.template(),
+            post(elections::campaign)
+                .get(elections::get)
+                .delete(elections::resign),
+        )
+        .route(Route::Proclaim.template(), post(elections::proclaim))
+        .route(Route::ElectionRenew.template(), post(elections::renew))
+        .route(Route::Observe.template(), get(elections::observe))
         .route(Route::Events.template(), get(events::events))
         // Only the routes above: health, readiness, metrics and the description need no token.
         .route_layer(axum::middleware::from_fn_with_state(app.gate(), authenticate))
@@ -121,10 +131,11 @@ async fn not_found(uri: Uri) -> ApiError {
         ("/locks", "resource"),
         (hold::collection(HoldKind::Semaphore), "name"),
         (hold::collection(HoldKind::RwLock), "name"),
+        ("/elections", "name"),
     ];
     for (collection, field) in collections {
         if let Some(rest) = path.strip_prefix(collection)
-            && (rest == "/" || rest == "//renew")
+            && (rest == "/" || rest == "//renew" || rest == "//proclaim" || rest == "//observe")
         {
             return ApiError::Invalid(vec![FieldError::new(field, "must not be empty or blank")]);
         }

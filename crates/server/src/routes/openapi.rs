@@ -32,6 +32,12 @@ use crate::route::Route;
         super::hold_release::release_rwlock,
         super::hold_renew::renew_rwlock,
         super::hold_list::list_rwlocks,
+        super::elections::campaign,
+        super::elections::get,
+        super::elections::proclaim,
+        super::elections::renew,
+        super::elections::resign,
+        super::elections::observe,
         super::events::events,
         super::health::healthz,
         super::health::readyz,
@@ -55,7 +61,10 @@ use crate::route::Route;
         fencelock_wire::HoldBody,
         fencelock_wire::Mode,
         fencelock_wire::EventName,
-        fencelock_wire::Notice
+        fencelock_wire::Notice,
+        fencelock_wire::CampaignedBody,
+        fencelock_wire::CampaignDelayed,
+        fencelock_wire::CampaignStopped
     ))
 )]
 pub struct ApiDoc;

@@ -1,0 +1,519 @@
+//! `/elections/{name}`: leader election, kept as the lock no client can name
+//! ([`Resource::election`]). A campaign is an acquire of that lock through the one acquire
+//! flow; proclaim, renew and resign are judged calls on its lease; the leadership is read
+//! from the lease and its metadata ([`Leadership::of`]).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use axum::Extension;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use fencelock_core::election::{meta, ttl_of};
+use fencelock_core::{
+    AcquireOutcome, Acquired, Kind, Leadership, Lease, LockStore, Owner, Refusal, ReleaseOutcome,
+    RenewOutcome, Resource, StoreError, Terms, Timestamp, Waiters,
+};
+use fencelock_wire::{
+    CampaignBody, CampaignDelayed, CampaignResponse, CampaignStopped, CampaignedBody, ElectionRenewBody,
+    EventData, EventName, FieldError, LeadershipBody, Op, Problem, ProblemKind, ProclaimBody, ResignBody,
+    Topic, Topics, parse,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{Caller, Right};
+use crate::extract::JsonObject;
+use crate::hub::{Filter, Start};
+use crate::listener::Peer;
+use crate::observe::{Asked, observed};
+use crate::problem::ApiError;
+use crate::state::App;
+
+use super::acquiring::{Acquiring, acquired};
+use super::answer;
+use super::detached::detached;
+use super::events::{data_event, notice, since, stream};
+use super::responses::{AuthProblems, BodyProblems, Deadlocked, Denied, PathProblems};
+
+/// The election of a `/elections/{name}…` path: its name (the field `name`, at most 254
+/// bytes) and the lock that keeps it.
+fn election(uri: &Uri) -> Result<(Resource, Resource), FieldError> {
+    let raw = uri
+        .path()
+        .strip_prefix("/elections/")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default();
+    let name = parse::name(raw)?;
+    let lock = Resource::election(&name).map_err(|_| {
+        FieldError::new(
+            "name",
+            format!(
+                "must be at most {} bytes of UTF-8",
+                fencelock_core::model::MAX_ELECTION_NAME_BYTES
+            ),
+        )
+    })?;
+    Ok((name, lock))
+}
+
+/// The leadership a lease of an election's lock keeps. Every such lease is one (its name is
+/// an election's), so the fallback is never taken.
+fn leadership(lease: &Lease) -> Result<LeadershipBody, ApiError> {
+    Leadership::of(lease)
+        .map(|l| LeadershipBody::from(&l))
+        .ok_or_else(|| {
+            ApiError::Problem(
+                ProblemKind::Internal,
+                "a lease of an election that is no leadership".into(),
+            )
+        })
+}
+
+/// Campaign.
+///
+/// When nobody leads, the candidate wins a new term (a fencing token greater than every
+/// term before): `elected: true`. When another candidate leads, answers `elected: false`
+/// with its leadership — at once, or after waiting up to `wait_ms` in first-come
+/// first-served order. The leader campaigning again keeps its term and `since`, leads for
+/// the TTL from now, and replaces its value if it sends one. Needs the `lock` right on the
+/// name.
+#[utoipa::path(post, path = "/elections/{name}", tag = "elections",
+    params(("name" = String, Path, description = "The election, percent-encoded: 1 to 254 bytes once decoded, no control characters", min_length = 1, max_length = 254, pattern = r"^[^\x00-\x1f\x7f]+$")),
+    request_body(content = CampaignBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Elected (or still the leader); another candidate leads; the election is closed by a lock-delay; or, from a server shutting down, nothing known (`shutting_down`)", body = CampaignResponse),
+        Deadlocked,
+        AuthProblems,
+        Denied,
+        BodyProblems,
+    ))]
+pub async fn campaign(
+    State(app): State<App>,
+    caller: Caller,
+    uri: Uri,
+    peer: Option<Extension<Peer>>,
+    JsonObject(body): JsonObject,
+) -> Result<Response, ApiError> {
+    let ((name, lock), request) = both_election(election(&uri), parse::campaign(&body, &app.config.limits))?;
+    caller.may(Right::Lock, &lock)?;
+    let candidate = caller.owns(request.candidate.clone());
+    if let Some(answer) = campaign_again(&app, &lock, &candidate, &request).await? {
+        return Ok(answer);
+    }
+    let terms = Terms::ttl(request.ttl)
+        .lock_delay(app.config.lock_delay)
+        .meta(Some(meta(request.value.as_deref(), request.ttl, None)));
+    let asked = Asked {
+        resource: lock,
+        owner: request.candidate,
+        token: None,
+    };
+    acquired(
+        app,
+        &caller,
+        peer,
+        (asked, request.wait),
+        Campaigning { terms, name },
+    )
+    .await
+}
+
+/// Reads the election's name and a body, listing every bad field of both.
+fn both_election<T>(
+    election: Result<(Resource, Resource), FieldError>,
+    body: Result<T, Vec<FieldError>>,
+) -> Result<((Resource, Resource), T), ApiError> {
+    match (election, body) {
+        (Ok(election), Ok(body)) => Ok((election, body)),
+        (election, body) => {
+            let mut errors: Vec<FieldError> = election.err().into_iter().collect();
+            errors.extend(body.err().unwrap_or_default());
+            Err(ApiError::Invalid(errors))
+        }
+    }
+}
+
+/// The leader campaigning again: its leadership renewed for the TTL, with the value sent
+/// (or its own), keeping its term and `since` — a token-checked renewal, not an extension,
+/// which would move `acquired_at` and with it what `since` says. `None` if the candidate
+/// does not lead (or stopped leading meanwhile): then it campaigns as any candidate does.
+async fn campaign_again(
+    app: &App,
+    lock: &Resource,
+    candidate: &Owner,
+    request: &parse::Campaign,
+) -> Result<Option<Response>, ApiError> {
+    let store = app.waiters.store();
+    let Some(lease) = store.get(lock).await? else {
+        return Ok(None);
+    };
+    let Some(current) = Leadership::of(&lease).filter(|l| &l.leader == candidate) else {
+        return Ok(None);
+    };
+    let value = request.value.as_deref().or(current.value.as_deref());
+    let asked = Asked {
+        resource: lock.clone(),
+        owner: candidate.clone(),
+        token: Some(current.term),
+    };
+    let renewal = current.meta_with(value, request.ttl);
+    let call = store.renew_with(lock, candidate, request.ttl, Some(current.term), Some(&renewal));
+    match observed(app, Kind::Lock, Op::Renew, &asked, call).await? {
+        RenewOutcome::Renewed(renewed) => {
+            tell_if_new_value(app, &current, &renewed);
+            let answer = CampaignResponse::Campaigned(CampaignedBody {
+                elected: true,
+                leadership: leadership(&renewed)?,
+            });
+            Ok(Some(answer::json(StatusCode::OK, &answer)))
+        }
+        RenewOutcome::NotFound | RenewOutcome::Forbidden | RenewOutcome::Conflict => Ok(None),
+    }
+}
+
+/// Publishes `leader` if `renewed` says another value than `before` did: a renewal of an
+/// election's lock is no event of its own.
+fn tell_if_new_value(app: &App, before: &Leadership, renewed: &Lease) {
+    if let Some(now) = Leadership::of(renewed)
+        && now.value != before.value
+    {
+        app.hub.publish(
+            EventName::Leader,
+            &EventData::of_leadership(&now, Timestamp::now_wall()),
+        );
+    }
+}
+
+/// A campaign, on these terms, for the election `name`.
+struct Campaigning {
+    terms: Terms,
+    name: Resource,
+}
+
+impl Acquiring for Campaigning {
+    const OP: Op = Op::Acquire;
+    type Asked = Asked;
+    type Outcome = AcquireOutcome;
+    type Answer = CampaignResponse;
+
+    fn kind(&self) -> Kind {
+        Kind::Lock
+    }
+
+    fn stopped(&self, _: &Asked) -> CampaignResponse {
+        CampaignResponse::Stopped(CampaignStopped {
+            elected: false,
+            name: self.name.to_string(),
+            shutting_down: true,
+        })
+    }
+
+    async fn call(
+        &self,
+        waiters: &Waiters,
+        asked: &Asked,
+        wait: Duration,
+        gone: &CancellationToken,
+    ) -> Result<Acquired<AcquireOutcome>, StoreError> {
+        waiters
+            .acquire_unless(&asked.resource, &asked.owner, &self.terms, wait, gone)
+            .await
+    }
+
+    fn granted(outcome: &AcquireOutcome) -> Vec<&Lease> {
+        super::acquire::new_lease(outcome).into_iter().collect()
+    }
+
+    fn answer(&self, _: &Asked, outcome: &AcquireOutcome) -> Result<CampaignResponse, ApiError> {
+        let campaigned = |elected, lease: &Lease| {
+            Ok(CampaignResponse::Campaigned(CampaignedBody {
+                elected,
+                leadership: leadership(lease)?,
+            }))
+        };
+        match outcome {
+            AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease) => {
+                campaigned(true, lease)
+            }
+            AcquireOutcome::Held { holder, .. } => campaigned(false, holder),
+            AcquireOutcome::Delayed { retry_in, .. } => Ok(CampaignResponse::Delayed(CampaignDelayed {
+                elected: false,
+                name: self.name.to_string(),
+                retry_after_ms: u64::try_from(retry_in.as_millis()).unwrap_or(u64::MAX),
+            })),
+        }
+    }
+}
+
+/// The leader.
+///
+/// 404 when nobody leads. Needs the `read` right on the name.
+#[utoipa::path(get, path = "/elections/{name}", tag = "elections",
+    params(("name" = String, Path, description = "The election, percent-encoded: 1 to 254 bytes once decoded, no control characters", min_length = 1, max_length = 254, pattern = r"^[^\x00-\x1f\x7f]+$")),
+    responses(
+        (status = 200, description = "The leadership", body = LeadershipBody),
+        (status = 404, description = "Nobody leads", body = Problem, content_type = "application/problem+json"),
+        AuthProblems,
+        Denied,
+        PathProblems,
+    ))]
+pub async fn get(State(app): State<App>, caller: Caller, uri: Uri) -> Result<Response, ApiError> {
+    let (name, lock) = election(&uri).map_err(|e| ApiError::Invalid(vec![e]))?;
+    caller.may(Right::Read, &lock)?;
+    let call = app.waiters.store().get(&lock);
+    match observed(&app, Kind::Lock, Op::Get, &(), call).await? {
+        Some(lease) => Ok(answer::json(StatusCode::OK, &leadership(&lease)?)),
+        None => Err(vacant(&name)),
+    }
+}
+
+/// The problem of an election nobody leads.
+fn vacant(name: &Resource) -> ApiError {
+    ApiError::Problem(ProblemKind::NotFound, format!("nobody leads the election {name}"))
+}
+
+/// The problem of a call on a leadership the store refused.
+fn refused(refusal: Refusal, name: &Resource, candidate: &Owner) -> ApiError {
+    let detail = match refusal {
+        Refusal::NotFound => return vacant(name),
+        Refusal::Forbidden => format!("another candidate than {candidate} leads the election {name}"),
+        Refusal::Conflict => format!("the term given is not the current one of the election {name}"),
+    };
+    ApiError::Problem(refusal.into(), detail)
+}
+
+/// Change the leader's value.
+///
+/// Only the leader, in its current term: 409 for another term, 403 for another candidate,
+/// 404 when nobody leads. The leadership keeps its term, `since` and `expires_at` (a
+/// proclamation does not renew it). Needs the `lock` right on the name.
+#[utoipa::path(post, path = "/elections/{name}/proclaim", tag = "elections",
+    params(("name" = String, Path, description = "The election, percent-encoded", min_length = 1, max_length = 254, pattern = r"^[^\x00-\x1f\x7f]+$")),
+    request_body(content = ProclaimBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The leadership with its new value", body = LeadershipBody),
+        (status = 403, description = "Another candidate leads, or the caller has no `lock` right on this name (problem type ending in denied)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Nobody leads", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The term is not the current one", body = Problem, content_type = "application/problem+json"),
+        AuthProblems,
+        BodyProblems,
+    ))]
+pub async fn proclaim(
+    State(app): State<App>,
+    caller: Caller,
+    uri: Uri,
+    JsonObject(body): JsonObject,
+) -> Result<Response, ApiError> {
+    let ((name, lock), request) = both_election(election(&uri), parse::proclaim(&body))?;
+    caller.may(Right::Lock, &lock)?;
+    let candidate = caller.owns(request.candidate);
+    detached(async move {
+        let store = app.waiters.store();
+        let lease = store.get(&lock).await?.ok_or_else(|| vacant(&name))?;
+        let current = Leadership::of(&lease).ok_or_else(|| vacant(&name))?;
+        // Judged by the store as a renewal (the term, the candidate), for the TTL the
+        // leader last asked for, which every leadership of this server says.
+        let ttl = ttl_of(&lease).ok_or_else(|| vacant(&name))?;
+        let renewal = current.meta_with(Some(&request.value), ttl);
+        let asked = Asked {
+            resource: lock.clone(),
+            owner: candidate.clone(),
+            token: Some(request.term),
+        };
+        let call = store.renew_with(&lock, &candidate, ttl, Some(request.term), Some(&renewal));
+        match observed(&app, Kind::Lock, Op::Renew, &asked, call).await? {
+            RenewOutcome::Renewed(renewed) => {
+                tell_if_new_value(&app, &current, &renewed);
+                Ok(answer::json(StatusCode::OK, &leadership(&renewed)?))
+            }
+            RenewOutcome::NotFound => Err(refused(Refusal::NotFound, &name, &candidate)),
+            RenewOutcome::Forbidden => Err(refused(Refusal::Forbidden, &name, &candidate)),
+            RenewOutcome::Conflict => Err(refused(Refusal::Conflict, &name, &candidate)),
+        }
+    })
+    .await
+}
+
+/// Renew the leadership.
+///
+/// Sets `expires_at` to now + TTL; term, `since` and value stay. Only the leader, in its
+/// current term: 409 for another term, 403 for another candidate, 404 when nobody leads (an
+/// expired leadership is never renewed: campaign again). Needs the `lock` right on the name.
+#[utoipa::path(post, path = "/elections/{name}/renew", tag = "elections",
+    params(("name" = String, Path, description = "The election, percent-encoded", min_length = 1, max_length = 254, pattern = r"^[^\x00-\x1f\x7f]+$")),
+    request_body(content = ElectionRenewBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Renewed", body = LeadershipBody),
+        (status = 403, description = "Another candidate leads, or the caller has no `lock` right on this name (problem type ending in denied)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Nobody leads", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The term is not the current one", body = Problem, content_type = "application/problem+json"),
+        AuthProblems,
+        BodyProblems,
+    ))]
+pub async fn renew(
+    State(app): State<App>,
+    caller: Caller,
+    uri: Uri,
+    JsonObject(body): JsonObject,
+) -> Result<Response, ApiError> {
+    let ((name, lock), request) =
+        both_election(election(&uri), parse::election_renew(&body, &app.config.limits))?;
+    caller.may(Right::Lock, &lock)?;
+    let candidate = caller.owns(request.candidate);
+    detached(async move {
+        let asked = Asked {
+            resource: lock.clone(),
+            owner: candidate.clone(),
+            token: Some(request.term),
+        };
+        let store = app.waiters.store();
+        // The leadership's metadata as it is, with the TTL asked for (what a proclamation
+        // renews for): read first, then judged by the store with the term.
+        let current = store.get(&lock).await?.as_ref().and_then(Leadership::of);
+        let renewal = current.map(|l| l.meta_with(l.value.as_deref(), request.ttl));
+        let call = store.renew_with(
+            &lock,
+            &candidate,
+            request.ttl,
+            Some(request.term),
+            renewal.as_ref(),
+        );
+        match observed(&app, Kind::Lock, Op::Renew, &asked, call).await? {
+            RenewOutcome::Renewed(renewed) => Ok(answer::json(StatusCode::OK, &leadership(&renewed)?)),
+            RenewOutcome::NotFound => Err(refused(Refusal::NotFound, &name, &candidate)),
+            RenewOutcome::Forbidden => Err(refused(Refusal::Forbidden, &name, &candidate)),
+            RenewOutcome::Conflict => Err(refused(Refusal::Conflict, &name, &candidate)),
+        }
+    })
+    .await
+}
+
+/// Resign.
+///
+/// Ends the leadership at once: the election is vacant, and the first candidate waiting
+/// wins the next term. Only the leader, in its current term: 409 for another term, 403 for
+/// another candidate, 404 when nobody leads. Needs the `lock` right on the name.
+#[utoipa::path(delete, path = "/elections/{name}", tag = "elections",
+    params(("name" = String, Path, description = "The election, percent-encoded", min_length = 1, max_length = 254, pattern = r"^[^\x00-\x1f\x7f]+$")),
+    request_body(content = ResignBody, content_type = "application/json"),
+    responses(
+        (status = 204, description = "Resigned"),
+        (status = 403, description = "Another candidate leads, or the caller has no `lock` right on this name (problem type ending in denied)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Nobody leads", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The term is not the current one", body = Problem, content_type = "application/problem+json"),
+        AuthProblems,
+        BodyProblems,
+    ))]
+pub async fn resign(
+    State(app): State<App>,
+    caller: Caller,
+    uri: Uri,
+    JsonObject(body): JsonObject,
+) -> Result<Response, ApiError> {
+    let ((name, lock), request) = both_election(election(&uri), parse::resign(&body))?;
+    caller.may(Right::Lock, &lock)?;
+    let candidate = caller.owns(request.candidate);
+    detached(async move {
+        let asked = Asked {
+            resource: lock.clone(),
+            owner: candidate.clone(),
+            token: Some(request.term),
+        };
+        let store = app.waiters.store();
+        let call = store.release(&lock, &candidate, Some(request.term));
+        match observed(&app, Kind::Lock, Op::Release, &asked, call).await? {
+            ReleaseOutcome::Released(_) => Ok(StatusCode::NO_CONTENT.into_response()),
+            ReleaseOutcome::NotFound => Err(refused(Refusal::NotFound, &name, &candidate)),
+            ReleaseOutcome::Forbidden => Err(refused(Refusal::Forbidden, &name, &candidate)),
+            ReleaseOutcome::Conflict => Err(refused(Refusal::Conflict, &name, &candidate)),
+        }
+    })
+    .await
+}
+
+/// Follow the election.
+///
+/// Server-Sent Events: first the current state (`leader` with the leadership, or
+/// `vacant`), then every `leader` (a new term, or a new value) and `vacant` (resigned,
+/// expired or force-released) of this election, in order. Resumes from `Last-Event-ID`
+/// (or `since`) as `GET /events` does; outside the window, `reset` then the current state.
+/// Heartbeats, the cut-off of a slow reader and the streams per principal are `/events`'.
+/// Needs the `read` right on the name.
+#[utoipa::path(get, path = "/elections/{name}/observe", tag = "elections",
+    params(
+        ("name" = String, Path, description = "The election, percent-encoded", min_length = 1, max_length = 254, pattern = r"^[^\x00-\x1f\x7f]+$"),
+        ("since" = Option<String>, Query, description = "Resume after this event id (EPOCH-SEQ); Last-Event-ID wins over it", pattern = r"^[0-9]+-[0-9]+$"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (EPOCH-SEQ), as an EventSource sends it"),
+    ),
+    responses(
+        (status = 200, description = "The event stream", content_type = "text/event-stream", body = EventData),
+        AuthProblems,
+        Denied,
+        PathProblems,
+    ))]
+pub async fn observe(
+    State(app): State<App>,
+    caller: Caller,
+    uri: Uri,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let election = election(&uri);
+    let since = since(query.as_deref().unwrap_or(""), &headers);
+    let ((name, lock), since) = match (election, since) {
+        (Ok(election), Ok(since)) => (election, since),
+        (election, since) => {
+            let errors = election.err().into_iter().chain(since.err().unwrap_or_default());
+            return Err(ApiError::Invalid(errors.collect()));
+        }
+    };
+    caller.may(Right::Read, &lock)?;
+    let filter = Filter {
+        prefix: name.to_string(),
+        only: true,
+        topics: Topics::of(&[Topic::Election]),
+        caller,
+    };
+    let mut subscription = app
+        .hub
+        .subscribe(filter, since)
+        .map_err(|refused| ApiError::Problem(ProblemKind::TooManyRequests, refused.to_string()))?;
+    let at = subscription.at;
+    let first = match std::mem::replace(&mut subscription.start, Start::Tail) {
+        Start::Replay(entries) => entries
+            .iter()
+            .map(|entry| super::events::entry_event(&app.hub, entry))
+            .collect(),
+        // Subscribed before the store is read: a change made meanwhile is in the current
+        // state, in the live tail, or both — never in neither.
+        Start::Tail => current(&app, &name, &lock, at).await?,
+        Start::Reset => {
+            let mut events = current(&app, &name, &lock, at).await?;
+            events.push_front(notice(EventName::Reset, Some(at)));
+            events
+        }
+    };
+    Ok(stream(&app, subscription, first))
+}
+
+/// The current state of the election as the first event of a stream: `leader`, or
+/// `vacant`, with the id `at`.
+async fn current(
+    app: &App,
+    name: &Resource,
+    lock: &Resource,
+    at: fencelock_wire::EventId,
+) -> Result<VecDeque<axum::response::sse::Event>, ApiError> {
+    let store = app.waiters.store();
+    let now = Timestamp::now_wall();
+    let event = match store.get(lock).await?.as_ref().and_then(Leadership::of) {
+        Some(leadership) => data_event(
+            EventName::Leader,
+            Some(at),
+            &EventData::of_leadership(&leadership, now),
+        ),
+        None => data_event(EventName::Vacant, Some(at), &EventData::vacant(name, now)),
+    };
+    Ok(VecDeque::from([event]))
+}
