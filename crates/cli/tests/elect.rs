@@ -102,7 +102,7 @@ fn leader_says_who_leads_with_term_and_value_or_that_nobody_does() {
     let dir = tempfile::tempdir().unwrap();
     let mut elected = candidate(&server, "jobs", "a", "30s", dir.path());
     let (who, term, _) = eventually_blocking(WAIT, "a leads and runs CMD", || {
-        starts(dir.path()).first().cloned().ok_or(())
+        starts(dir.path()).first().cloned().ok_or("not yet")
     });
     assert_eq!(who, "a");
     let shown = server.run(&["leader", "jobs", "--json"]);
@@ -164,7 +164,7 @@ fn one_candidate_runs_cmd_at_a_time_and_a_paused_leader_is_stopped_before_the_ne
 
     let a = candidate(&server, "nightly", "a", "3s", dir.path());
     eventually_blocking(WAIT, "a leads", || {
-        (starts(dir.path()).len() == 1).then_some(()).ok_or(())
+        (starts(dir.path()).len() == 1).then_some(()).ok_or("not yet")
     });
     let b = candidate(&server, "nightly", "b", "3s", dir.path());
     let mut candidates = [a, b];
@@ -174,7 +174,7 @@ fn one_candidate_runs_cmd_at_a_time_and_a_paused_leader_is_stopped_before_the_ne
     let (paused, next) = if leader == "a" { (0, "b") } else { (1, "a") };
     signal(&candidates[paused], Signal::SIGSTOP);
     let (who, next_term, started) = eventually_blocking(WAIT, "the other candidate leads", || {
-        starts(dir.path()).get(1).cloned().ok_or(())
+        starts(dir.path()).get(1).cloned().ok_or("not yet")
     });
     assert_eq!(who, next);
     assert!(next_term > term, "term {next_term} after {term}");

@@ -1008,7 +1008,7 @@ impl Client {
                 election::MAX_VALUE_BYTES
             ))));
         }
-        let terms = Terms::ttl(ttl).meta(Some(election::meta(value, None)));
+        let terms = Terms::ttl(ttl).meta(Some(election::meta(value, ttl, None)));
         let guard = self
             .acquire_with(&election_lock(name)?, candidate, terms, wait)
             .await?;

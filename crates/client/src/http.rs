@@ -660,6 +660,11 @@ fn election_lock(name: &str) -> Result<Resource> {
 /// token, `since` as `acquired_at`, the value (and `since`) in the metadata.
 fn leadership_lease(body: LeadershipBody) -> Result<Lease> {
     let leadership = Leadership::try_from(body).map_err(invalid_lease)?;
+    // The API does not say the TTL the leader asked for; the time from its win to its end
+    // is what the metadata can say of it (nothing here reads more than value and since).
+    let lasts = leadership.expires_at.since(leadership.since).as_millis().max(1);
+    let ttl = Ttl::from_millis(u64::try_from(lasts).unwrap_or(u64::MAX), Ttl::CEILING)
+        .map_err(|e| StoreError::Corrupt(format!("the server answered an impossible leadership: {e}")))?;
     Ok(Lease {
         resource: election_lock(leadership.name.as_str())?,
         owner: leadership.leader.clone(),
@@ -668,7 +673,7 @@ fn leadership_lease(body: LeadershipBody) -> Result<Lease> {
         expires_at: leadership.expires_at,
         hold_until: None,
         lock_delay: Duration::ZERO,
-        meta: Some(leadership.meta_with(leadership.value.as_deref())),
+        meta: Some(leadership.meta_with(leadership.value.as_deref(), ttl)),
     })
 }
 

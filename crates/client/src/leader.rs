@@ -105,7 +105,7 @@ impl Leader {
     /// term leads ([`RenewOutcome::Conflict`]), another candidate ([`RenewOutcome::Forbidden`]),
     /// nobody ([`RenewOutcome::NotFound`]).
     pub async fn proclaim(&self, value: &str) -> Result<RenewOutcome, StoreError> {
-        let meta = self.leadership().meta_with(Some(value));
+        let meta = self.leadership().meta_with(Some(value), self.guard.ttl());
         let lease = self.guard.lease();
         let outcome = self
             .store

@@ -76,7 +76,8 @@ async fn elect(args: Args) -> Result<u8, Failure> {
         return Err(Failure::bad_input("no CMD given: put it after --"));
     }
     let candidate = common::owner_or_default(args.candidate.as_deref())?;
-    let terms = Terms::ttl(common::ttl(args.ttl)?).meta(Some(election::meta(args.value.as_deref(), None)));
+    let ttl = common::ttl(args.ttl)?;
+    let terms = Terms::ttl(ttl).meta(Some(election::meta(args.value.as_deref(), ttl, None)));
     let (schedule, options) = Schedule::new("elect", &terms, args.grace)?;
     run::become_subreaper()?;
     let mut signals = Signals::listen()?;
