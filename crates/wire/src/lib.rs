@@ -17,6 +17,7 @@
 //!   into the model's newtypes, listing every bad field.
 //! - [`problem`]: RFC 9457 problems and [`ProblemKind`], the one table from outcome to
 //!   HTTP status.
+//! - [`whoami`]: who the server takes the caller for, and its rights ([`WhoAmI`]).
 
 pub mod body;
 pub mod event;
@@ -25,11 +26,12 @@ pub mod hold;
 pub mod outcome;
 pub mod parse;
 pub mod problem;
+pub mod whoami;
 
 pub use body::{
     AcquireAllRequest, AcquireAllResponse, AcquireRequest, AcquireResponse, AllGranted, AllRefused,
     AllStopped, Delayed, DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody, ListResponse,
-    LockRefusal, ReleaseRequest, RenewRequest, Stopped, TtlFields,
+    LockRefusal, ReleaseRequest, RenewRequest, Stopped, TtlFields, WaiterBody, Watched,
 };
 pub use event::{EventData, EventId, EventName, Notice, Relayed, Subject, Topic, Topics};
 pub use fields::Limits;
@@ -42,3 +44,4 @@ pub use hold::{
 pub use outcome::{Judged, Label, Op, Outcome};
 pub use parse::{Acquire, AcquireAll, AcquireHold, AcquireLock, BadBody, Delete, Release, Renew};
 pub use problem::{FieldError, Problem, ProblemKind};
+pub use whoami::{GrantBody, RightName, WhoAmI};

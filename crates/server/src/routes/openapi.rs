@@ -35,7 +35,10 @@ use crate::route::Route;
         super::events::events,
         super::health::healthz,
         super::health::readyz,
-        super::health::metrics
+        super::health::metrics,
+        super::whoami::whoami,
+        super::ui::page,
+        super::ui::asset
     ),
     modifiers(&Bearer),
     components(schemas(
@@ -55,7 +58,10 @@ use crate::route::Route;
         fencelock_wire::HoldBody,
         fencelock_wire::Mode,
         fencelock_wire::EventName,
-        fencelock_wire::Notice
+        fencelock_wire::Notice,
+        fencelock_wire::WhoAmI,
+        fencelock_wire::GrantBody,
+        fencelock_wire::RightName
     ))
 )]
 pub struct ApiDoc;
