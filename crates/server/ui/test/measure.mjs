@@ -68,7 +68,7 @@ async function firstRender(leases = 10_000, runs = 5) {
       await live(page, 60_000);
       await page.waitForFunction(() => performance.getEntriesByName("fencelock:first-rows").length > 0, { timeout: 60_000 });
       await page.waitForFunction(
-        (n) => /of (\d+) shown/.exec(document.getElementById("locks-summary").textContent)?.[1] === String(n),
+        (n) => /(\d+) (shown|held)$/.exec(document.getElementById("locks-summary").textContent.replace(/^\d+ of /, ""))?.[1] === String(n),
         { timeout: 60_000 },
         leases,
       );
