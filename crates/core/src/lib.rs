@@ -54,4 +54,4 @@ pub use store::{
 };
 pub use table::LockTable;
 pub use turns::Turns;
-pub use wait::{Acquired, FOREVER, Waiters};
+pub use wait::{Acquired, FOREVER, Waiters, Waiting};

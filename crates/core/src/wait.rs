@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::deadlock::{Cycle, Deadlock, WaitGraph};
 use crate::hold::{Claim, HoldKind, HoldOutcome, Key};
-use crate::model::{Meta, Owner, Resource, Resources, Terms, Ttl};
+use crate::model::{Meta, Owner, Resource, Resources, Terms, Timestamp, Ttl};
 use crate::store::{AcquireAllOutcome, AcquireOutcome, LockStore, ReleaseNotice, Result, StoreError, Watch};
 
 /// A wait with no end, for all practical purposes (some ten years): waits longer than this
@@ -84,6 +84,21 @@ impl Line {
 struct Place {
     id: u64,
     wake: Arc<Notify>,
+    /// Who waits, for what, since when and until when: what [`Waiters::waiting_on`] shows.
+    waiting: Arc<Waiting>,
+}
+
+/// A caller waiting in the line of a name, as [`Waiters::waiting_on`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// Who waits.
+    pub owner: Owner,
+    /// What it asks for: a permit or a mode of a read-write lock; `None` for a lock.
+    pub claim: Option<Claim>,
+    /// When it joined the line, by this server's wall clock.
+    pub since: Timestamp,
+    /// When it gives up, by the same clock.
+    pub until: Timestamp,
 }
 
 impl Waiters {
@@ -119,6 +134,17 @@ impl Waiters {
     /// How many callers are waiting now, over all resources.
     pub fn waiting(&self) -> usize {
         self.inner.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Who waits in the line of `key` now, in their order (the head first). Only this
+    /// server's waiters: those of other servers sharing the store wait in their own lines.
+    pub fn waiting_on(&self, key: &Key) -> Vec<Waiting> {
+        self.inner
+            .lines()
+            .queues
+            .get(key)
+            .map(|line| line.places.iter().map(|place| (*place.waiting).clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Makes every waiting acquire answer now, as if its wait had run out, and every later
@@ -171,6 +197,7 @@ impl Waiters {
         self.line_up(
             || vec![Key::lock(resource)],
             owner,
+            None,
             wait,
             gone,
             None,
@@ -208,7 +235,7 @@ impl Waiters {
     ) -> Result<Acquired<AcquireAllOutcome>> {
         let store = &self.inner.store;
         let keys = || resources.as_slice().iter().map(Key::lock).collect();
-        self.line_up(keys, owner, wait, gone, None, |in_line| async move {
+        self.line_up(keys, owner, None, wait, gone, None, |in_line| async move {
             let outcome = store.acquire_all(resources, owner, terms.clone()).await?;
             let found = if !in_line {
                 Vec::new()
@@ -271,6 +298,7 @@ impl Waiters {
             .line_up(
                 || vec![Key::hold(claim.kind(), name)],
                 owner,
+                Some(claim),
                 wait,
                 gone,
                 refresh,
@@ -338,11 +366,14 @@ impl Waiters {
     /// head asks again at the latest (to renew a writer's intent).
     ///
     /// A try (no wait, or no room in line) neither makes the `keys` nor touches the lines or
-    /// the graph: it is the store's call and nothing more.
+    /// the graph: it is the store's call and nothing more. `claim` is what a waiter of a
+    /// semaphore or read-write lock asks for, as [`Waiters::waiting_on`] shows it.
+    #[allow(clippy::too_many_arguments)]
     async fn line_up<T, F, Fut>(
         &self,
         keys: impl FnOnce() -> Vec<Key>,
         owner: &Owner,
+        claim: Option<Claim>,
         wait: Duration,
         gone: &CancellationToken,
         refresh: Option<Duration>,
@@ -361,7 +392,18 @@ impl Waiters {
             return attempt(false).await.map(at_once);
         }
         let keys = keys();
-        let Some((place, closed)) = InLine::join(&self.inner, &keys, owner) else {
+        let since = Timestamp::now_wall();
+        let waiting = Waiting {
+            owner: owner.clone(),
+            claim,
+            since,
+            until: Timestamp::from_millis(
+                since
+                    .as_millis()
+                    .saturating_add(u64::try_from(wait.min(FOREVER).as_millis()).unwrap_or(u64::MAX)),
+            ),
+        };
+        let Some((place, closed)) = InLine::join(&self.inner, &keys, waiting) else {
             return attempt(false).await.map(at_once);
         };
         if let Some(cycle) = closed {
@@ -548,7 +590,7 @@ impl<'a> InLine<'a> {
     /// Joins the end of the line of every one of `keys`, in one step, with the cycle of
     /// waiting owners this closes, if it does; `None` if as many callers wait as the limit
     /// allows.
-    fn join(inner: &'a Inner, keys: &[Key], owner: &Owner) -> Option<(Self, Option<Cycle>)> {
+    fn join(inner: &'a Inner, keys: &[Key], waiting: Waiting) -> Option<(Self, Option<Cycle>)> {
         inner
             .waiting
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -557,9 +599,11 @@ impl<'a> InLine<'a> {
             .ok()?;
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
+        let owner = waiting.owner.clone();
+        let waiting = Arc::new(waiting);
         let mut watches = Vec::with_capacity(keys.len());
         let mut lines = inner.lines();
-        let closed = lines.graph.join(id, owner, keys);
+        let closed = lines.graph.join(id, &owner, keys);
         for key in keys {
             let line = lines.queues.entry(key.clone()).or_insert_with(|| Line {
                 places: VecDeque::new(),
@@ -568,6 +612,7 @@ impl<'a> InLine<'a> {
             line.places.push_back(Place {
                 id,
                 wake: wake.clone(),
+                waiting: waiting.clone(),
             });
             watches.push(line.watch.clone());
         }
@@ -576,7 +621,7 @@ impl<'a> InLine<'a> {
             inner,
             watches,
             keys: keys.to_vec(),
-            owner: owner.clone(),
+            owner,
             id,
             wake,
         };

@@ -38,13 +38,19 @@ pub enum Route {
     Metrics,
     /// `/openapi.json`.
     OpenApi,
+    /// `/whoami`.
+    WhoAmI,
+    /// `/ui`: the dashboard's page.
+    Ui,
+    /// `/ui/{asset}`: its scripts, style sheet and icon.
+    UiAsset,
     /// No route matched.
     Other,
 }
 
 impl Route {
     /// Every route the router matches.
-    pub(crate) const MATCHED: [Self; 18] = [
+    pub(crate) const MATCHED: [Self; 21] = [
         Self::Locks,
         Self::Lock,
         Self::Renew,
@@ -63,6 +69,9 @@ impl Route {
         Self::Readyz,
         Self::Metrics,
         Self::OpenApi,
+        Self::WhoAmI,
+        Self::Ui,
+        Self::UiAsset,
     ];
 
     /// The router's template (`other` for no route).
@@ -86,15 +95,25 @@ impl Route {
             Self::Readyz => "/readyz",
             Self::Metrics => "/metrics",
             Self::OpenApi => "/openapi.json",
+            Self::WhoAmI => "/whoami",
+            Self::Ui => "/ui",
+            Self::UiAsset => "/ui/{asset}",
             Self::Other => "other",
         }
     }
 
-    /// Whether the route needs no token: the operations' routes.
+    /// Whether the route needs no token: the operations' routes and the dashboard's files
+    /// (which hold no data: the page asks the API for it with a token).
     pub(crate) fn is_open(self) -> bool {
         matches!(
             self,
-            Self::Healthz | Self::Readyz | Self::Metrics | Self::OpenApi | Self::Other
+            Self::Healthz
+                | Self::Readyz
+                | Self::Metrics
+                | Self::OpenApi
+                | Self::Ui
+                | Self::UiAsset
+                | Self::Other
         )
     }
 

@@ -178,7 +178,8 @@ fn api_requests(name: &str) -> Vec<(Method, String, Option<Value>)> {
 async fn no_or_an_unknown_token_is_401_with_a_bearer_challenge_on_every_api_route() {
     let s = server().await;
     let name = format!("{}payment:1", unique_prefix());
-    for (method, path, body) in api_requests(&name) {
+    let whoami = (Method::GET, "/whoami".to_owned(), None);
+    for (method, path, body) in api_requests(&name).into_iter().chain([whoami]) {
         let instance = path.clone();
         let missing = s.send(method.clone(), &path, body.clone()).await;
         assert_problem(&missing, 401, &instance);
@@ -211,9 +212,16 @@ async fn no_or_an_unknown_token_is_401_with_a_bearer_challenge_on_every_api_rout
 }
 
 #[tokio::test]
-async fn health_readiness_metrics_and_the_description_need_no_token() {
+async fn health_readiness_metrics_the_description_and_the_dashboard_need_no_token() {
     let s = server().await;
-    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
+    for path in [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+        "/ui",
+        "/ui/app.js",
+    ] {
         assert_eq!(s.send(Method::GET, path, None).await.status, 200, "{path}");
     }
     // An unknown route stays a 404, with a token or without.
@@ -911,4 +919,24 @@ async fn several_locks_need_the_lock_right_on_every_name_and_belong_to_the_calle
         (&json!(false), &json!([pay, other])),
         "{rival:?}"
     );
+}
+
+#[tokio::test]
+async fn whoami_tells_each_principal_its_own_grants() {
+    let s = server().await;
+    let me = As(&s, READER).send(Method::GET, "/whoami", None).await;
+    assert_eq!(me.status, StatusCode::OK, "{me:?}");
+    assert_eq!(
+        me.body,
+        json!({"principal": "reader", "grants": [
+            {"prefix": "payment:1", "rights": ["read"]},
+            {"prefix": "job:", "rights": ["read"]},
+        ]})
+    );
+    let admin = As(&s, OPS).send(Method::GET, "/whoami", None).await;
+    assert_eq!(
+        admin.body,
+        json!({"principal": "ops", "grants": [{"prefix": "", "rights": ["read", "lock", "admin"]}]})
+    );
+    // Without a known token: 401, as on every API route (above).
 }

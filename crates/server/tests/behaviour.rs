@@ -115,7 +115,7 @@ async fn waiters_get_the_lease_in_arrival_order() {
         assert_eq!(answer["acquired"], true, "{answer}");
         let next = answer["lock"].clone();
         assert!(next["fencing_token"].as_u64() > last["fencing_token"].as_u64());
-        assert_eq!(s.get("job").await.body, next);
+        assert_eq!(s.lease("job").await, next);
         last = next;
     }
     assert_eq!(last["owner"], "d");

@@ -210,8 +210,9 @@ async fn a_wait_that_closes_a_cycle_of_two_is_refused_and_the_other_waiter_gets_
     let body = json!({"owner": "a", "ttl_seconds": 60, "wait_ms": WAIT_MS});
     refused_as_deadlock(&s, 1, "/locks/y", body, &cycle).await;
     // Nothing a held was released, and b still waits.
-    assert_eq!(s.get("x").await.body, x);
+    assert_eq!(s.lease("x").await, x);
     assert!(!b_waits.is_finished());
+    assert_eq!(s.get("x").await.body["waiters"][0]["owner"], "b");
     // The same cycle closed by an acquire of several locks is refused alike.
     let body = json!({"owner": "a", "resources": ["q", "y"], "ttl_seconds": 60, "wait_ms": WAIT_MS});
     refused_as_deadlock(&s, 1, "/locks", body, &cycle).await;

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use fencelock_core::model::MAX_NAME_BYTES;
 use fencelock_core::{
-    FencingToken, InvalidName, Lease, MAX_RESOURCES, Meta, Owner, Principal, Resource, Resources, Terms,
-    Timestamp, Ttl,
+    Claim, FencingToken, InvalidName, Lease, MAX_RESOURCES, Meta, Owner, Principal, Resource, Resources,
+    Terms, Timestamp, Ttl, Waiting,
 };
 
 use serde::{Deserialize, Serialize};
@@ -633,4 +633,54 @@ pub struct ListResponse {
     pub locks: Vec<LeaseBody>,
     /// Pass as `cursor` for the next page; `null` on the last page.
     pub next_cursor: Option<String>,
+}
+
+/// An answer of `GET` on one name (`/locks/{resource}`, `/semaphores/{name}`,
+/// `/rwlocks/{name}`): what is held, and who waits for it in this server's line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watched<T> {
+    /// The lease, permits or holds, as without waiters.
+    #[serde(flatten)]
+    pub body: T,
+    /// The acquires waiting on this name at the server that answers, head of the line first.
+    /// Only that server's: those at other servers sharing the store wait in their own lines.
+    /// Absent when nobody waits, so that the answer is as it always was for every client
+    /// that does not look for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiters: Vec<WaiterBody>,
+}
+
+/// An acquire waiting in a server's line for a name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"owner": "worker-9", "since": "2026-11-29T06:30:01.000Z",
+    "until": "2026-11-29T06:30:31.000Z"}))]
+pub struct WaiterBody {
+    /// Who waits.
+    pub owner: String,
+    /// The principal it authenticated as, on a server with authentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// For a read-write lock, the mode it asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::hold::Mode>,
+    /// When it began to wait, by the server's wall clock (RFC 3339, UTC, milliseconds).
+    pub since: String,
+    /// When it gives up (its `wait_ms` after `since`).
+    pub until: String,
+}
+
+impl From<&Waiting> for WaiterBody {
+    fn from(waiting: &Waiting) -> Self {
+        Self {
+            owner: waiting.owner.to_string(),
+            principal: waiting.owner.principal().map(|p| p.as_str().to_owned()),
+            mode: match waiting.claim {
+                Some(Claim::Read) => Some(crate::hold::Mode::Read),
+                Some(Claim::Write) => Some(crate::hold::Mode::Write),
+                Some(Claim::Permit { .. }) | None => None,
+            },
+            since: waiting.since.to_rfc3339(),
+            until: waiting.until.to_rfc3339(),
+        }
+    }
 }

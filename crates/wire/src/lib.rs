@@ -19,6 +19,7 @@
 //!   into the model's newtypes, listing every bad field.
 //! - [`problem`]: RFC 9457 problems and [`ProblemKind`], the one table from outcome to
 //!   HTTP status.
+//! - [`whoami`]: who the server takes the caller for, and its rights ([`WhoAmI`]).
 
 pub mod body;
 pub mod election;
@@ -28,11 +29,12 @@ pub mod hold;
 pub mod outcome;
 pub mod parse;
 pub mod problem;
+pub mod whoami;
 
 pub use body::{
     AcquireAllRequest, AcquireAllResponse, AcquireRequest, AcquireResponse, AllGranted, AllRefused,
     AllStopped, Delayed, DeleteRequest, ForceReleaseRequest, Granted, Held, LeaseBody, ListResponse,
-    LockRefusal, ReleaseRequest, RenewRequest, Stopped, TtlFields,
+    LockRefusal, ReleaseRequest, RenewRequest, Stopped, TtlFields, WaiterBody, Watched,
 };
 pub use election::{
     CampaignBody, CampaignDelayed, CampaignResponse, CampaignStopped, CampaignedBody, ElectionRenewBody,
@@ -52,3 +54,4 @@ pub use parse::{
     Release, Renew, Resign,
 };
 pub use problem::{FieldError, Problem, ProblemKind};
+pub use whoami::{GrantBody, RightName, WhoAmI};

@@ -33,7 +33,8 @@ pub enum Right {
 }
 
 impl Right {
-    const ALL: [Self; 3] = [Self::Read, Self::Lock, Self::Admin];
+    /// Every right, in the order the file lists them.
+    pub const ALL: [Self; 3] = [Self::Read, Self::Lock, Self::Admin];
 
     /// The name in the file and in messages: `read`, `lock`, `admin`.
     pub fn as_str(self) -> &'static str {

@@ -1,10 +1,10 @@
-//! `GET /locks/{resource}`: the live lease.
+//! `GET /locks/{resource}`: the live lease, and this server's waiters for it.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
-use fencelock_core::Kind;
-use fencelock_wire::{LeaseBody, Op, Problem, ProblemKind, outcome};
+use fencelock_core::{Key, Kind};
+use fencelock_wire::{LeaseBody, Op, Problem, ProblemKind, WaiterBody, Watched, outcome};
 
 use crate::auth::{Caller, Right};
 use crate::extract::resource;
@@ -14,7 +14,9 @@ use crate::state::App;
 
 use super::responses::{AuthProblems, Denied, PathProblems};
 
-/// The live lease on a resource.
+/// The live lease on a resource, with `waiters`: the acquires waiting for it at this server
+/// (`owner`, `since`, `until`), head of the line first — not those at other servers sharing
+/// the store; absent when nobody waits.
 ///
 /// An expired lease is not shown: it belongs to nobody (404). Needs the `read` right.
 #[utoipa::path(get, path = "/locks/{resource}", tag = "locks",
@@ -26,15 +28,27 @@ use super::responses::{AuthProblems, Denied, PathProblems};
         Denied,
         PathProblems,
     ))]
-pub async fn get(State(app): State<App>, caller: Caller, uri: Uri) -> Result<Json<LeaseBody>, ApiError> {
+pub async fn get(
+    State(app): State<App>,
+    caller: Caller,
+    uri: Uri,
+) -> Result<Json<Watched<LeaseBody>>, ApiError> {
     let resource = resource(&uri).map_err(|e| ApiError::Invalid(vec![e]))?;
     caller.may(Right::Read, &resource)?;
     let call = app.waiters.store().get(&resource);
     match observed(&app, Kind::Lock, Op::Get, &(), call).await? {
-        Some(lease) => Ok(Json(LeaseBody::from(&lease))),
+        Some(lease) => Ok(Json(Watched {
+            body: LeaseBody::from(&lease),
+            waiters: waiters(&app, &Key::lock(&resource)),
+        })),
         None => Err(ApiError::Problem(
             ProblemKind::NotFound,
             outcome::not_found_detail(&resource),
         )),
     }
+}
+
+/// This server's waiters for `key`, head of the line first.
+pub(super) fn waiters(app: &App, key: &Key) -> Vec<WaiterBody> {
+    app.waiters.waiting_on(key).iter().map(WaiterBody::from).collect()
 }

@@ -8,7 +8,8 @@
 //! moment a client hangs up (`detached.rs`). Each
 //! call to the store is timed, counted and logged in one place,
 //! [`observed`](crate::observe::observed), which also publishes its events on the hub that
-//! `GET /events` (`events.rs`) streams.
+//! `GET /events` (`events.rs`) streams. `ui.rs` serves the dashboard's files, built into the
+//! binary; `whoami.rs` tells a caller its grants, which the dashboard asks for.
 
 mod acquire;
 mod acquire_all;
@@ -31,6 +32,8 @@ mod openapi;
 mod release;
 mod renew;
 mod responses;
+mod ui;
+mod whoami;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
@@ -99,17 +102,28 @@ pub fn router(app: App) -> Router {
         .route(Route::ElectionRenew.template(), post(elections::renew))
         .route(Route::Observe.template(), get(elections::observe))
         .route(Route::Events.template(), get(events::events))
-        // Only the routes above: health, readiness, metrics and the description need no token.
+        .route(Route::WhoAmI.template(), get(whoami::whoami))
+        // Only the routes above: health, readiness, metrics, the description and the
+        // dashboard's files need no token.
         .route_layer(axum::middleware::from_fn_with_state(app.gate(), authenticate))
         .route(Route::Healthz.template(), get(health::healthz))
         .route(Route::Readyz.template(), get(health::readyz))
         .route(Route::Metrics.template(), get(health::metrics))
         .route(Route::OpenApi.template(), get(openapi::openapi))
+        .merge(dashboard())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(render_problems))
         .layer(axum::middleware::from_fn_with_state(app.clone(), count_http))
         .with_state(app)
+}
+
+/// The dashboard's files, each answer with its security headers.
+fn dashboard() -> Router<App> {
+    Router::new()
+        .route(Route::Ui.template(), get(ui::page))
+        .route(Route::UiAsset.template(), get(ui::asset))
+        .route_layer(axum::middleware::from_fn(ui::guard))
 }
 
 /// Counts every request by the route it matched and the status of its answer (as the

@@ -41,7 +41,10 @@ use crate::route::Route;
         super::events::events,
         super::health::healthz,
         super::health::readyz,
-        super::health::metrics
+        super::health::metrics,
+        super::whoami::whoami,
+        super::ui::page,
+        super::ui::asset
     ),
     modifiers(&Bearer),
     components(schemas(
@@ -64,7 +67,10 @@ use crate::route::Route;
         fencelock_wire::Notice,
         fencelock_wire::CampaignedBody,
         fencelock_wire::CampaignDelayed,
-        fencelock_wire::CampaignStopped
+        fencelock_wire::CampaignStopped,
+        fencelock_wire::WhoAmI,
+        fencelock_wire::GrantBody,
+        fencelock_wire::RightName
     ))
 )]
 pub struct ApiDoc;

@@ -152,6 +152,16 @@ impl TestServer {
         self.send(Method::GET, &format!("/locks/{resource}"), None).await
     }
 
+    /// The live lease of `resource` as `GET` shows it, without `waiters` (this server's line
+    /// for it, shown beside the lease while anyone waits).
+    pub async fn lease(&self, resource: &str) -> Value {
+        let mut body = self.get(resource).await.body;
+        if let Some(fields) = body.as_object_mut() {
+            fields.remove("waiters");
+        }
+        body
+    }
+
     pub async fn release(&self, resource: &str, body: Value) -> Answer {
         self.send(Method::DELETE, &format!("/locks/{resource}"), Some(body))
             .await
