@@ -1,13 +1,16 @@
 //! How live "follow it live" is (issue 27), measured on every shared store, never asserted:
 //! the delay from a grant's answer on one `fencelock serve` to its event on another server's
-//! stream (`GET /events`), both servers on the same store.
+//! stream (`GET /events`), both servers on the same store; and an election's hand-over when
+//! its leader dies: a leader that stops renewing (killed) through one server, a candidate
+//! waiting through the other, and the time from the leadership's end (`expires_at`) to the
+//! next leader's `since` — what comes on top of the TTL the dead leader had left.
 //!
 //! `cargo bench --all-features -p fencelock --bench live [-- --stores postgres,redis
 //! --rounds 300]`. Each store is a throwaway server the testkit starts (as the tests do);
 //! the two `fencelock serve` processes are the binary this bench was built with. The figures
 //! are p50 and p99 over the rounds, on a shared machine: compare stores of one run.
 
-#[allow(dead_code)]
+// The tests' helpers (which allow their own dead code).
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -83,6 +86,7 @@ fn arguments() -> (Vec<String>, usize) {
 /// `rounds` grants: printed as p50 and p99.
 async fn delay(store: &str, what: &str, rounds: usize) {
     let (a, b) = (Server::on(store), Server::on(store));
+    handover(&a, &b, what, rounds / 15).await;
     let prefix = fencelock_testkit::fixtures::unique_prefix().replace('/', ":");
     let http = reqwest::Client::new();
     let response = http
@@ -115,5 +119,58 @@ async fn delay(store: &str, what: &str, rounds: usize) {
         at(0.5),
         at(0.99),
         delays.len()
+    );
+}
+
+/// `rounds` hand-overs of one election: a leader elected through `a` for 1 s that never
+/// renews (as if killed), a candidate waiting through `b`; printed as p50 and p99 of the next
+/// leader's `since` minus the dead leader's `expires_at` (both by the store's clock).
+async fn handover(a: &Server, b: &Server, what: &str, rounds: usize) {
+    let http = reqwest::Client::new();
+    let name = fencelock_testkit::fixtures::unique_prefix().replace('/', ":") + "leader";
+    let campaign = |server: &Server, candidate: &str, wait_ms: u64| {
+        http.post(format!("{}/elections/{name}", server.url))
+            .json(&json!({"candidate": candidate, "ttl_ms": 1000, "wait_ms": wait_ms}))
+            .send()
+    };
+    let ms = |leadership: &serde_json::Value, field: &str| {
+        let text = leadership[field].as_str().expect("a time");
+        humantime::parse_rfc3339(text).expect("RFC 3339")
+    };
+    let mut gaps = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let dead: serde_json::Value = campaign(a, &format!("dead-{round}"), 5_000)
+            .await
+            .expect("the server answers")
+            .json()
+            .await
+            .expect("JSON");
+        assert_eq!(dead["elected"], true, "{dead}");
+        let next: serde_json::Value = campaign(b, &format!("next-{round}"), 10_000)
+            .await
+            .expect("the server answers")
+            .json()
+            .await
+            .expect("JSON");
+        assert_eq!(next["elected"], true, "{next}");
+        let (ended, since) = (
+            ms(&dead["leadership"], "expires_at"),
+            ms(&next["leadership"], "since"),
+        );
+        gaps.push(since.duration_since(ended).unwrap_or_default());
+        let resign = json!({"candidate": format!("next-{round}"), "term": next["leadership"]["term"]});
+        http.delete(format!("{}/elections/{name}", b.url))
+            .json(&resign)
+            .send()
+            .await
+            .expect("resigned");
+    }
+    gaps.sort();
+    let at = |q: f64| gaps[((gaps.len() - 1) as f64 * q) as usize].as_secs_f64() * 1000.0;
+    println!(
+        "election hand-over after a dead leader's term ends on {what}: p50 {:.1} ms, p99 {:.1} ms ({} hand-overs, TTL 1 s)",
+        at(0.5),
+        at(0.99),
+        gaps.len()
     );
 }

@@ -68,6 +68,7 @@ function renderElections(prefix) {
     .sort((a, b) => (a.name < b.name ? -1 : 1))
     .map((e) => {
       const tr = document.createElement("tr");
+      tr.dataset.name = e.name;
       for (const text of [e.name, e.leader ?? "(vacant)", e.term ?? "", e.value ?? "", new Date(e.at).toLocaleTimeString()]) {
         const td = document.createElement("td");
         td.textContent = String(text);

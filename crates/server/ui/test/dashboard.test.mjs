@@ -121,6 +121,18 @@ describe("without --auth", () => {
     assert.deepEqual(problems, []);
   });
 
+  test("an election shows its leader, term and value, and its vacancy", async () => {
+    const won = await server.call("POST", "/elections/scheduler", { candidate: "node-1", value: "10.0.0.1:8080", ttl_seconds: 60 });
+    assert.equal(won.body.elected, true);
+    const term = won.body.leadership.term;
+    await waitForRow(page, "elections", "scheduler", { 1: /^node-1$/, 2: new RegExp(`^${term}$`), 3: /^10\.0\.0\.1:8080$/ }, 1000);
+    await screenshot(page, "12-election");
+    const resigned = await server.call("DELETE", "/elections/scheduler", { candidate: "node-1", term });
+    assert.equal(resigned.status, 204);
+    await waitForRow(page, "elections", "scheduler", { 1: /^\(vacant\)$/ }, 1000);
+    assert.deepEqual(problems, []);
+  });
+
   test("the prefix filter shows only the names that start with it", async () => {
     await server.call("POST", "/locks/job%3Aa", { owner: "w", ttl_seconds: 60 });
     await server.call("POST", "/locks/other", { owner: "w", ttl_seconds: 60 });
