@@ -12,13 +12,13 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use fencelock_core::election::{meta, ttl_of};
 use fencelock_core::{
-    AcquireOutcome, Acquired, Kind, Leadership, Lease, LockStore, Owner, Refusal, ReleaseOutcome,
-    RenewOutcome, Resource, StoreError, Terms, Timestamp, Waiters,
+    AcquireOutcome, Acquired, Kind, Leadership, Lease, LockStore, Owner, Refusal, RenewOutcome, Resource,
+    StoreError, Terms, Timestamp, Waiters,
 };
 use fencelock_wire::{
     CampaignBody, CampaignDelayed, CampaignResponse, CampaignStopped, CampaignedBody, ElectionRenewBody,
-    EventData, EventName, FieldError, LeadershipBody, Op, Problem, ProblemKind, ProclaimBody, ResignBody,
-    Topic, Topics, parse,
+    EventData, EventName, FieldError, Judged, LeadershipBody, Op, Problem, ProblemKind, ProclaimBody,
+    ResignBody, Topic, Topics, parse,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -274,6 +274,13 @@ fn vacant(name: &Resource) -> ApiError {
 }
 
 /// The problem of a call on a leadership the store refused.
+/// What a judged call (a renewal, a resignation) did, or the problem its refusal is.
+fn done<'o, O: Judged>(outcome: &'o O, name: &Resource, candidate: &Owner) -> Result<&'o O::Done, ApiError> {
+    outcome
+        .judged()
+        .map_err(|refusal| refused(refusal, name, candidate))
+}
+
 fn refused(refusal: Refusal, name: &Resource, candidate: &Owner) -> ApiError {
     let detail = match refusal {
         Refusal::NotFound => return vacant(name),
@@ -322,15 +329,10 @@ pub async fn proclaim(
             token: Some(request.term),
         };
         let call = store.renew_with(&lock, &candidate, ttl, Some(request.term), Some(&renewal));
-        match observed(&app, Kind::Lock, Op::Renew, &asked, call).await? {
-            RenewOutcome::Renewed(renewed) => {
-                tell_if_new_value(&app, &current, &renewed);
-                Ok(answer::json(StatusCode::OK, &leadership(&renewed)?))
-            }
-            RenewOutcome::NotFound => Err(refused(Refusal::NotFound, &name, &candidate)),
-            RenewOutcome::Forbidden => Err(refused(Refusal::Forbidden, &name, &candidate)),
-            RenewOutcome::Conflict => Err(refused(Refusal::Conflict, &name, &candidate)),
-        }
+        let outcome = observed(&app, Kind::Lock, Op::Renew, &asked, call).await?;
+        let renewed = done(&outcome, &name, &candidate)?;
+        tell_if_new_value(&app, &current, renewed);
+        Ok(answer::json(StatusCode::OK, &leadership(renewed)?))
     })
     .await
 }
@@ -379,12 +381,9 @@ pub async fn renew(
             Some(request.term),
             renewal.as_ref(),
         );
-        match observed(&app, Kind::Lock, Op::Renew, &asked, call).await? {
-            RenewOutcome::Renewed(renewed) => Ok(answer::json(StatusCode::OK, &leadership(&renewed)?)),
-            RenewOutcome::NotFound => Err(refused(Refusal::NotFound, &name, &candidate)),
-            RenewOutcome::Forbidden => Err(refused(Refusal::Forbidden, &name, &candidate)),
-            RenewOutcome::Conflict => Err(refused(Refusal::Conflict, &name, &candidate)),
-        }
+        let outcome = observed(&app, Kind::Lock, Op::Renew, &asked, call).await?;
+        let renewed = done(&outcome, &name, &candidate)?;
+        Ok(answer::json(StatusCode::OK, &leadership(renewed)?))
     })
     .await
 }
@@ -422,12 +421,9 @@ pub async fn resign(
         };
         let store = app.waiters.store();
         let call = store.release(&lock, &candidate, Some(request.term));
-        match observed(&app, Kind::Lock, Op::Release, &asked, call).await? {
-            ReleaseOutcome::Released(_) => Ok(StatusCode::NO_CONTENT.into_response()),
-            ReleaseOutcome::NotFound => Err(refused(Refusal::NotFound, &name, &candidate)),
-            ReleaseOutcome::Forbidden => Err(refused(Refusal::Forbidden, &name, &candidate)),
-            ReleaseOutcome::Conflict => Err(refused(Refusal::Conflict, &name, &candidate)),
-        }
+        let outcome = observed(&app, Kind::Lock, Op::Release, &asked, call).await?;
+        done(&outcome, &name, &candidate)?;
+        Ok(StatusCode::NO_CONTENT.into_response())
     })
     .await
 }
