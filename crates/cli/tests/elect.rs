@@ -208,3 +208,45 @@ fn one_candidate_runs_cmd_at_a_time_and_a_paused_leader_is_stopped_before_the_ne
     watch.kill().unwrap();
     watch.wait().unwrap();
 }
+
+#[test]
+fn straight_on_a_store_an_election_is_led_and_never_listed_as_a_lock() {
+    // A store several processes share (the embedded one belongs to one process).
+    let store = fencelock_testkit::shared_postgres().url();
+    let mut elected = fencelock()
+        .args([
+            "elect",
+            "straight",
+            "--store",
+            &store,
+            "--candidate",
+            "a",
+            "--value",
+            "v",
+        ])
+        .args(["--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let shown = eventually_blocking(WAIT, "a leads", || {
+        let shown = common::run(&["leader", "straight", "--store", &store, "--json"]);
+        if shown.code == Some(0) {
+            Ok(shown)
+        } else {
+            Err(format!("{shown:?}"))
+        }
+    });
+    assert_eq!(
+        (&shown.json()["leader"], &shown.json()["value"]),
+        (&Value::from("a"), &Value::from("v"))
+    );
+    let listed = common::run(&["list", "--store", &store, "--json"]);
+    assert_eq!(listed.code, Some(0), "{listed:?}");
+    assert!(
+        !listed.stdout.contains("straight"),
+        "an election listed as a lock: {listed:?}"
+    );
+    signal(&elected, Signal::SIGTERM);
+    assert_eq!(elected.wait().unwrap().code(), Some(143));
+}

@@ -351,6 +351,22 @@ pub struct ListQuery {
     pub limit: usize,
 }
 
+impl ListQuery {
+    /// This query, made never to reach the lock of an election: elections sort before every
+    /// name a client may write, so a query that could reach them (one without a prefix; a
+    /// client's prefix never starts with their mark) starts after the last there can be
+    /// ([`Resource::past_elections`]) rather than read them and drop them.
+    pub fn past_elections(mut self) -> Self {
+        if self.prefix.is_empty() {
+            let past = Resource::past_elections();
+            if self.after.as_ref().is_none_or(|after| *after < past) {
+                self.after = Some(past);
+            }
+        }
+        self
+    }
+}
+
 /// Live leases ordered by the bytes of their resource name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeasePage {

@@ -77,7 +77,7 @@ function renderElections(prefix) {
       return tr;
     });
   $("elections").tBodies[0].replaceChildren(...rows);
-  $("elections-summary").textContent = rows.length ? `${rows.length} seen on the stream` : "none seen on the stream yet";
+  $("elections-summary").textContent = rows.length ? `${rows.length} live or ended while open` : "none live";
 }
 
 setInterval(() => {
@@ -109,6 +109,27 @@ function onEvent(event, data) {
   take(event, data);
 }
 
+/**
+ * An event of the elections' own stream, which starts with a `reset` and a snapshot of
+ * every live leadership (elections have no list to read first).
+ */
+function takeElection(event, data) {
+  if (event === "reset") {
+    state.elections.clear();
+  } else if (data.kind === "election") {
+    const vacant = event === "vacant";
+    state.elections.set(data.name, {
+      name: data.name,
+      leader: vacant ? null : data.owner,
+      term: vacant ? null : data.fencing_token,
+      value: vacant ? null : (data.leadership?.value ?? null),
+      at: Date.parse(vacant ? data.at : (data.leadership?.since ?? data.at)),
+    });
+    if (event !== "snapshot") remember(event, data);
+  }
+  render();
+}
+
 function take(event, data) {
   if (event === "reset") {
     // The events since our last id are gone: what is live comes next as snapshots.
@@ -117,18 +138,6 @@ function take(event, data) {
     return;
   }
   if (event === "overflow") return; // The stream closes; it resumes from the last id.
-  if (data.kind === "election") {
-    state.elections.set(data.name, {
-      name: data.name,
-      leader: event === "vacant" ? null : data.owner,
-      term: event === "vacant" ? null : data.fencing_token,
-      value: event === "vacant" ? null : (data.value ?? data.leadership?.value ?? data.hold?.value ?? null),
-      at: Date.parse(data.at),
-    });
-    remember(event, data);
-    render();
-    return;
-  }
   if (event !== "snapshot") remember(event, data);
   if (state.model.apply(event, data) || (state.open && state.open.name === data.name)) render();
 }
@@ -322,6 +331,8 @@ function signOut() {
 function stop() {
   state.live?.stop();
   state.live = null;
+  state.electionsLive?.stop();
+  state.electionsLive = null;
   state.charts?.stop();
   state.model.clear();
   state.elections.clear();
@@ -350,8 +361,16 @@ async function start() {
   $("board").hidden = false;
   $("who").hidden = me.principal === null;
   $("principal").textContent = me.principal === null ? "" : `signed in as ${me.principal}`;
-  state.live = new Live({ onStart, onEvent, onStatus });
+  state.live = new Live({ onStart, onEvent, onStatus, path: "/events?kinds=lock,semaphore,rwlock" });
   state.live.start();
+  state.electionsLive = new Live({
+    onStart() {},
+    onEvent: takeElection,
+    onStatus() {},
+    path: "/events?kinds=election",
+    from: "0-0",
+  });
+  state.electionsLive.start();
   state.charts.start();
   return true;
 }

@@ -52,11 +52,16 @@ function backoff(failures) {
  * - `onStatus(state)`: `"live"`, `"reconnecting"`, `"signed-out"`.
  */
 export class Live {
-  constructor({ onStart, onEvent, onStatus }) {
+  /**
+   * `path`: the stream (default `/events`); `from`: the id to resume from at the first
+   * connection (`"0-0"` asks for a `reset` and a snapshot of what is live).
+   */
+  constructor({ onStart, onEvent, onStatus, path = "/events", from = null }) {
     this.onStart = onStart;
     this.onEvent = onEvent;
     this.onStatus = onStatus;
-    this.lastId = null;
+    this.path = path;
+    this.lastId = from;
     this.started = false;
     this.abort = null;
     this.stopped = false;
@@ -78,8 +83,8 @@ export class Live {
       try {
         const headers = { Accept: "text/event-stream" };
         if (this.lastId) headers["Last-Event-ID"] = this.lastId;
-        const response = await call("/events", { headers, signal: this.abort.signal });
-        if (!response.ok) throw new Error(`GET /events: HTTP ${response.status}`);
+        const response = await call(this.path, { headers, signal: this.abort.signal });
+        if (!response.ok) throw new Error(`GET ${this.path}: HTTP ${response.status}`);
         this.onStatus("live");
         for await (const message of messages(response.body)) {
           failures = 0;

@@ -44,17 +44,9 @@ pub async fn list(
     }))
 }
 
-/// A page of the live leases of locks: never of an election's. Elections sort before
-/// every name a client may write, so a list that could reach them (one without a prefix;
-/// a client's prefix never starts with their mark) starts after the last there can be.
-pub(super) async fn locks(store: &dyn LockStore, mut query: ListQuery) -> Result<LeasePage, StoreError> {
-    if query.prefix.is_empty() {
-        let past = Resource::past_elections();
-        if query.after.as_ref().is_none_or(|after| *after < past) {
-            query.after = Some(past);
-        }
-    }
-    store.list(&query).await
+/// A page of the live leases of locks: never of an election's ([`ListQuery::past_elections`]).
+pub(super) async fn locks(store: &dyn LockStore, query: ListQuery) -> Result<LeasePage, StoreError> {
+    store.list(&query.past_elections()).await
 }
 
 pub(super) fn parse_query(raw: &str) -> Result<ListQuery, ApiError> {

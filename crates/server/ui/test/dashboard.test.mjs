@@ -121,6 +121,15 @@ describe("without --auth", () => {
     assert.deepEqual(problems, []);
   });
 
+  test("an election won before the page opened shows at once", async () => {
+    const won = await server.call("POST", "/elections/nightly", { candidate: "node-7", value: "v7", ttl_seconds: 60 });
+    assert.equal(won.body.elected, true);
+    await page.reload();
+    await waitForRow(page, "elections", "nightly", { 1: /^node-7$/, 2: new RegExp(`^${won.body.leadership.term}$`), 3: /^v7$/ }, 2000);
+    await server.call("DELETE", "/elections/nightly", { candidate: "node-7", term: won.body.leadership.term });
+    assert.deepEqual(problems, []);
+  });
+
   test("an election shows its leader, term and value, and its vacancy", async () => {
     const won = await server.call("POST", "/elections/scheduler", { candidate: "node-1", value: "10.0.0.1:8080", ttl_seconds: 60 });
     assert.equal(won.body.elected, true);
