@@ -87,9 +87,8 @@ async fn series(servers: &[&Server], name: &str) -> f64 {
 }
 
 /// Two servers on `store`: a change made through either is on both streams, in the order of
-/// the changes, and an expiry is told once (where a server sees `expiries`: not on etcd,
-/// which deletes expired keys itself).
-async fn changes_through_either_server_are_on_both_streams(store: &str, expiries: bool) {
+/// the changes, and an expiry is told once, on both streams, and counted by one server.
+async fn changes_through_either_server_are_on_both_streams(store: &str) {
     let flags = ["--purge-interval", "100ms"];
     let (a, b) = (Server::with(store, &[], &flags), Server::with(store, &[], &flags));
     let prefix = unique_prefix();
@@ -116,14 +115,16 @@ async fn changes_through_either_server_are_on_both_streams(store: &str, expiries
         );
     }
 
-    if !expiries {
-        return;
-    }
-    // An expiry is told once, by the server whose purge removed the lease.
+    // An expiry is told once, by the server whose purge removed the lease (on etcd, which
+    // deletes it itself: the server that claimed what its watch saw).
     let short = format!("{prefix}short");
     let expired_before = series(&[&a, &b], "fencelock_leases_expired_total").await;
-    grant(&b, &short, json!({"owner": "w", "ttl_ms": 300})).await;
-    on_a.events_until(WAIT, is("expire", &short)).await;
+    let lease = grant(&b, &short, json!({"owner": "w", "ttl_ms": 300})).await;
+    for stream in [&mut on_a, &mut on_b] {
+        let seen = stream.events_until(WAIT, is("expire", &short)).await;
+        let expiry = seen.last().expect("the expiry").json();
+        assert_eq!(expiry["fencing_token"], lease["fencing_token"], "{expiry}");
+    }
     eventually(WAIT, "the expiry counted by one server", async || {
         let now = series(&[&a, &b], "fencelock_leases_expired_total").await;
         if now > expired_before { Ok(now) } else { Err(now) }
@@ -139,11 +140,15 @@ async fn changes_through_either_server_are_on_both_streams(store: &str, expiries
     .await;
     let marker = format!("{prefix}marker");
     grant(&b, &marker, json!({"owner": "w", "ttl_seconds": 30})).await;
-    let seen = on_a.events_until(WAIT, is("grant", &marker)).await;
-    assert!(
-        !seen.iter().any(is("expire", &short)),
-        "a second expiry: {seen:#?}"
-    );
+    for stream in [&mut on_a, &mut on_b] {
+        let seen = stream.events_until(WAIT, is("grant", &marker)).await;
+        assert!(
+            !seen.iter().any(is("expire", &short)),
+            "a second expiry: {seen:#?}"
+        );
+        // Each server numbers the events it tells without a gap, whatever it relays.
+        assert!(!seen.iter().any(|m| m.event == "reset"), "{seen:#?}");
+    }
     assert_eq!(
         series(&[&a, &b], "fencelock_leases_expired_total").await,
         expired_before + 1.0
@@ -153,35 +158,97 @@ async fn changes_through_either_server_are_on_both_streams(store: &str, expiries
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgresql_changes_through_either_server_are_on_both_streams() {
     let postgres = Postgres::start();
-    changes_through_either_server_are_on_both_streams(&postgres.url(), true).await;
+    changes_through_either_server_are_on_both_streams(&postgres.url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_changes_through_either_server_are_on_both_streams() {
-    changes_through_either_server_are_on_both_streams(&shared_redis().url(), true).await;
+    changes_through_either_server_are_on_both_streams(&shared_redis().url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redlock_changes_through_either_server_are_on_both_streams() {
     let nodes = RedisNodes::start(3);
-    changes_through_either_server_are_on_both_streams(&nodes.url(), true).await;
+    changes_through_either_server_are_on_both_streams(&nodes.url()).await;
 }
 
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_etcd_changes_through_either_server_are_on_both_streams() {
-    changes_through_either_server_are_on_both_streams(&shared_etcd().url(), false).await;
+    changes_through_either_server_are_on_both_streams(&shared_etcd().url()).await;
 }
 
 #[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_zookeeper_changes_through_either_server_are_on_both_streams() {
-    changes_through_either_server_are_on_both_streams(&shared_zookeeper().url(), true).await;
+    changes_through_either_server_are_on_both_streams(&shared_zookeeper().url()).await;
 }
 
-/// Campaigns for `name` through `server` as `candidate`; the leadership won.
-async fn elect(server: &Server, name: &str, candidate: &str) -> Value {
-    let body = json!({"candidate": candidate, "value": candidate, "ttl_seconds": 30});
+/// A server that lost its subscription to the other servers' events — Redis closed it —
+/// may have missed some: its stream says `reset`, then what is live, then goes on; and a
+/// stream that resumes from before the reset is answered with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_may_have_missed_events_of_others_resets_its_streams() {
+    let node = RedisNodes::start(1);
+    let server = Server::on(&node.url());
+    let prefix = unique_prefix();
+    let mut on = stream(&server, &prefix).await;
+    let before = format!("{prefix}before");
+    grant(&server, &before, json!({"owner": "w", "ttl_seconds": 30})).await;
+    let seen = on.events_until(WAIT, is("grant", &before)).await;
+    let last_id = seen.last().and_then(|m| m.id.clone()).expect("an id");
+
+    kill_subscriptions(node.port(0));
+    let seen = on.events_until(WAIT, |m| m.event == "reset").await;
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    let snapshot = on.events_until(WAIT, |m| m.event == "snapshot").await;
+    assert_eq!(snapshot.len(), 1, "{snapshot:#?}");
+    assert_eq!(snapshot[0].json()["name"], before);
+    let after = format!("{prefix}after");
+    let lease = grant(&server, &after, json!({"owner": "w", "ttl_seconds": 30})).await;
+    let seen = on.events_until(WAIT, is("grant", &after)).await;
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    assert_eq!(seen[0].json()["lease"], lease);
+
+    let resumed = reqwest::Client::new()
+        .get(format!("{}/events?prefix={prefix}", server.url))
+        .header("Last-Event-ID", &last_id)
+        .send()
+        .await
+        .expect("the server answers");
+    let mut resumed = EventStream::new(resumed);
+    let first = resumed.next_event(WAIT).await.expect("an event");
+    assert_eq!(first.event, "reset", "{first:?}");
+    let mut names = Vec::new();
+    for _ in 0..2 {
+        let snapshot = resumed.next_event(WAIT).await.expect("a snapshot");
+        assert_eq!(snapshot.event, "snapshot", "{snapshot:?}");
+        names.push(snapshot.json()["name"].as_str().expect("a name").to_owned());
+    }
+    names.sort();
+    assert_eq!(names, [after, before]);
+}
+
+/// Has the Redis node on `port` close every subscribed connection (`CLIENT KILL TYPE
+/// pubsub`), as a node's restart or a network fault would.
+fn kill_subscriptions(port: u16) {
+    use std::io::{Read, Write};
+    let mut redis = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the node answers");
+    redis
+        .write_all(b"*4\r\n$6\r\nCLIENT\r\n$4\r\nKILL\r\n$4\r\nTYPE\r\n$6\r\npubsub\r\n")
+        .expect("the command is sent");
+    let mut answer = [0; 64];
+    let read = redis.read(&mut answer).expect("the node answers");
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with(":1"), "killed no subscription: {answer}");
+}
+
+/// Campaigns for `name` through `server` as `candidate` for `ttl`; the leadership won.
+async fn elect(server: &Server, name: &str, candidate: &str, ttl: Value) -> Value {
+    let mut body = json!({"candidate": candidate, "value": candidate});
+    body.as_object_mut()
+        .expect("an object")
+        .extend(ttl.as_object().cloned().unwrap_or_default());
     let (status, answer) = send(
         reqwest::Method::POST,
         format!("{}/elections/{name}", server.url),
@@ -193,8 +260,8 @@ async fn elect(server: &Server, name: &str, candidate: &str) -> Value {
 }
 
 /// Two servers on `store`: an observer on one sees each leader elected through the other,
-/// each with a greater term, and each resignation (leaderships end by resignation here: on
-/// etcd an expiry is no event).
+/// each with a greater term, each resignation, and the end of a leader that died (stopped
+/// renewing) as `vacant` after its term's end.
 async fn leaders_elected_through_one_server_are_observed_on_the_other(store: &str) {
     let (a, b) = (Server::on(store), Server::on(store));
     let name = format!("{}election", unique_prefix());
@@ -208,7 +275,7 @@ async fn leaders_elected_through_one_server_are_observed_on_the_other(store: &st
     assert_eq!(first.event, "vacant", "{first:?}");
     let mut terms = Vec::new();
     for candidate in ["c1", "c2", "c3"] {
-        let leadership = elect(&a, &name, candidate).await;
+        let leadership = elect(&a, &name, candidate, json!({"ttl_seconds": 30})).await;
         let seen = observer.events_until(WAIT, is("leader", &name)).await;
         assert_eq!(seen.len(), 1, "{seen:#?}");
         assert_eq!(seen[0].json()["leadership"], leadership);
@@ -225,6 +292,17 @@ async fn leaders_elected_through_one_server_are_observed_on_the_other(store: &st
         assert_eq!(seen.len(), 1, "{seen:#?}");
         assert_eq!(seen[0].json()["owner"], candidate);
     }
+    let dead = elect(&a, &name, "dies", json!({"ttl_ms": 1000})).await;
+    terms.push(dead["term"].as_u64().expect("a term"));
+    let seen = observer.events_until(WAIT, is("vacant", &name)).await;
+    let vacant = seen.last().expect("the vacancy");
+    assert_eq!(
+        (&vacant.json()["owner"], &vacant.json()["fencing_token"]),
+        (&json!("dies"), &dead["term"]),
+        "{seen:#?}"
+    );
+    // Told when the term ended, not when the vacancy was seen.
+    assert_eq!(vacant.json()["at"], dead["expires_at"], "{seen:#?}");
     assert!(terms.windows(2).all(|t| t[0] < t[1]), "{terms:?}");
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencelock_core::{
-    AcquireOutcome, Bulletin, Claim, FencingToken, HoldKind, HoldOutcome, Key, Owner, ReleaseOutcome,
+    AcquireOutcome, Bulletin, Claim, FencingToken, Heard, HoldKind, HoldOutcome, Key, Owner, ReleaseOutcome,
     RenewOutcome, Resource, Waiters,
 };
 use fencelock_testkit::eventually;
@@ -199,7 +199,7 @@ pub async fn events_published_on_one_server_reach_the_other_in_order(h: &Harness
         let probe = tokio::time::timeout(Duration::from_millis(500), async {
             loop {
                 match heard.recv().await {
-                    Ok(got) if got.origin == origin => return got.seq,
+                    Ok(Heard::Told(got)) if got.origin == origin => return got.seq,
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(closed) => panic!("the feed ended: {closed}"),
                 }
@@ -222,8 +222,10 @@ pub async fn events_published_on_one_server_reach_the_other_in_order(h: &Harness
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, heard.recv()).await {
             // Probes sent before the first one was heard may still come.
-            Ok(Ok(bulletin)) if bulletin.origin == origin && bulletin.seq > seq => got.push(bulletin),
-            Ok(Ok(bulletin)) if bulletin.origin == origin => {
+            Ok(Ok(Heard::Told(bulletin))) if bulletin.origin == origin && bulletin.seq > seq => {
+                got.push(bulletin)
+            }
+            Ok(Ok(Heard::Told(bulletin))) if bulletin.origin == origin => {
                 assert!(
                     bulletin.seq > heard_probe,
                     "{bulletin:?} came again, or out of order"

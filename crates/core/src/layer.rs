@@ -11,8 +11,8 @@ use tokio::sync::broadcast;
 use crate::hold::{Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Key, Kind};
 use crate::model::{FencingToken, Lease, Meta, Owner, Resource, Resources, Terms, Ttl};
 use crate::store::{
-    AcquireAllOutcome, AcquireOutcome, Bulletin, Capabilities, ForceOutcome, LeasePage, ListQuery, LockStore,
-    ReleaseNotice, ReleaseOutcome, RenewOutcome, Result, Watch,
+    AcquireAllOutcome, AcquireOutcome, Bulletin, Capabilities, ForceOutcome, Heard, LeasePage, ListQuery,
+    LockStore, ReleaseNotice, ReleaseOutcome, RenewOutcome, Result, Watch,
 };
 
 /// A call of [`LockStore`], by name, as a [`Layer`] is told it.
@@ -258,7 +258,7 @@ impl<S: LockStore, L: Layer> LockStore for Layered<S, L> {
         self.inner.publish(bulletin);
     }
 
-    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+    fn bulletins(&self) -> Option<broadcast::Receiver<Heard>> {
         self.inner.bulletins()
     }
 
@@ -385,7 +385,7 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
         (**self).publish(bulletin);
     }
 
-    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+    fn bulletins(&self) -> Option<broadcast::Receiver<Heard>> {
         (**self).bulletins()
     }
 

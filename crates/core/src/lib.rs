@@ -49,8 +49,8 @@ pub use model::{
 };
 pub use store::{
     AcquireAllOutcome, AcquireOutcome, Bulletin, BulletinFeed, Capabilities, Drift, EndedLease, ForceOutcome,
-    LeasePage, ListQuery, LockStore, Refusal, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome,
-    StoreError, Watch,
+    Heard, LeasePage, ListQuery, LockStore, Refusal, ReleaseFeed, ReleaseNotice, ReleaseOutcome,
+    RenewOutcome, StoreError, Watch,
 };
 pub use table::LockTable;
 pub use turns::Turns;

@@ -257,8 +257,9 @@ impl Default for ReleaseFeed {
 pub struct Bulletin {
     /// The server that made the change (its event epoch: new at every start).
     pub origin: u64,
-    /// Its place among that server's bulletins: increasing, so that a store that hears one
-    /// bulletin more than once (Redlock, from each node) keeps the first.
+    /// Its place among that server's bulletins: 1, 2, 3, … with none left out, so that a
+    /// store that hears one bulletin more than once (Redlock, from each node) keeps the
+    /// first, and a server that hears one after a gap knows it missed some.
     pub seq: u64,
     /// The event, as the server wrote it.
     pub body: String,
@@ -282,9 +283,20 @@ impl Bulletin {
     }
 }
 
+/// What a store hears of other servers' events, for [`LockStore::bulletins`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    /// A bulletin another server published.
+    Told(Bulletin),
+    /// Bulletins may have been lost: the store lost its subscription to the others' events
+    /// and renewed it, or could not resume it where it was lost. A server's streams then
+    /// say `reset`, since they may lack events.
+    Missed,
+}
+
 /// Where a store hands other servers' bulletins, for [`LockStore::bulletins`].
 #[derive(Debug, Clone)]
-pub struct BulletinFeed(broadcast::Sender<Bulletin>);
+pub struct BulletinFeed(broadcast::Sender<Heard>);
 
 impl BulletinFeed {
     /// How many bulletins the server may fall behind before it is told it lagged.
@@ -297,11 +309,16 @@ impl BulletinFeed {
 
     /// Hands on a bulletin another server published.
     pub fn hand(&self, bulletin: Bulletin) {
-        let _ = self.0.send(bulletin);
+        let _ = self.0.send(Heard::Told(bulletin));
+    }
+
+    /// Says that bulletins may have been lost.
+    pub fn missed(&self) {
+        let _ = self.0.send(Heard::Missed);
     }
 
     /// A new listener, hearing what is handed on from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Bulletin> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Heard> {
         self.0.subscribe()
     }
 }
@@ -741,9 +758,9 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     }
 
     /// The bulletins other servers published, as they arrive, each once (a store that hears
-    /// one twice drops the second), in each server's order; `None` if no other server
-    /// shares the store (the default).
-    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+    /// one twice drops the second), in each server's order, and [`Heard::Missed`] where some
+    /// may have been lost; `None` if no other server shares the store (the default).
+    fn bulletins(&self) -> Option<broadcast::Receiver<Heard>> {
         None
     }
 

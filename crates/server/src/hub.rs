@@ -7,6 +7,12 @@
 //! tells the other servers sharing it; theirs come back through [`relay`] and are appended
 //! here as this server's own, with this server's ids.
 //!
+//! Where this server may have missed other servers' events — a gap in a server's bulletins
+//! (each server numbers its own 1, 2, 3, …), a subscription the store lost, a relay that fell
+//! behind — the hub appends a *reset* ([`Hub::reset`]): every open stream then says `reset`
+//! and sends a snapshot, and no stream may resume from before it. So a lost event is never
+//! a silent gap.
+//!
 //! Publishing never waits: each stream has a bounded buffer, and a stream whose buffer is
 //! full is cut off ([`Subscription::was_cut`]) rather than let the server wait for it.
 //! Subscribing and publishing take the same lock, so a stream that resumes from an id gets
@@ -18,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fencelock_core::{Bulletin, LockStore, Principal, Resource};
+use fencelock_core::{Bulletin, Heard, LockStore, Principal, Resource};
 use fencelock_wire::{EventData, EventId, EventName, Relayed, Topic, Topics};
 use tokio::sync::{broadcast, mpsc};
 
@@ -57,12 +63,24 @@ pub struct Entry {
     pub seq: u64,
     /// What it tells.
     pub name: EventName,
-    /// The namespace of its name.
-    pub topic: Topic,
-    /// The name it is about.
-    pub resource: Resource,
-    /// The `data:` line, JSON.
+    /// The namespace and the name it is about; `None` for a reset, which is about everything.
+    pub subject: Option<(Topic, Resource)>,
+    /// The `data:` line, JSON (empty for a reset).
     pub data: Arc<str>,
+}
+
+impl Entry {
+    /// Whether it is a reset ([`Hub::reset`]): the stream says `reset` and sends a snapshot.
+    pub fn is_reset(&self) -> bool {
+        self.subject.is_none()
+    }
+
+    /// Whether a stream of `filter` gets it: a reset goes to every stream.
+    fn sent_on(&self, filter: &Filter) -> bool {
+        self.subject
+            .as_ref()
+            .is_none_or(|(topic, resource)| filter.admits(*topic, resource))
+    }
 }
 
 /// What a stream asked for: names under a prefix, of some topics, that its caller may read.
@@ -155,6 +173,11 @@ struct Shared {
 struct Inner {
     /// The seq of the next entry (the first is 1).
     next: u64,
+    /// The seq of the last bulletin told to the other servers (counted apart from entries,
+    /// so that the others see no gap where this server appended one of theirs).
+    told: u64,
+    /// The seq of the last reset: no stream resumes from before it.
+    floor: u64,
     ring: VecDeque<Arc<Entry>>,
     taps: Vec<Tap>,
     open: HashMap<Option<Principal>, usize>,
@@ -183,6 +206,8 @@ impl Hub {
             store,
             inner: Mutex::new(Inner {
                 next: 1,
+                told: 0,
+                floor: 0,
                 ring: VecDeque::with_capacity(limits.retention.min(1024)),
                 taps: Vec::new(),
                 open: HashMap::new(),
@@ -237,6 +262,16 @@ impl Hub {
         }
     }
 
+    /// Appends a reset: this server may have missed events of others. Every open stream
+    /// says `reset` and sends a snapshot (a stream that cannot take it is cut off), and no
+    /// stream resumes from an id before it.
+    pub fn reset(&self) {
+        let mut inner = self.0.inner();
+        inner.floor = inner.next;
+        // No data: each stream writes its own `reset` (see `routes::events`).
+        self.0.push(&mut inner, EventName::Reset, None, String::new());
+    }
+
     /// Keeps an event in the ring and hands it to every stream that admits it — and, if
     /// `tell`, to the store for the other servers, under the same lock so that they hear
     /// this server's events in its order. Never waits: a stream with a full buffer is cut
@@ -250,41 +285,14 @@ impl Hub {
         let json = serde_json::to_string(data).unwrap_or_default();
         let mut inner = self.0.inner();
         if tell {
+            inner.told += 1;
             self.0.store.publish(&Bulletin {
                 origin: self.0.epoch,
-                seq: inner.next,
+                seq: inner.told,
                 body: format!(r#"{{"event":"{name}","data":{json}}}"#),
             });
         }
-        let entry = Arc::new(Entry {
-            seq: inner.next,
-            name,
-            topic: data.kind,
-            resource,
-            data: json.into(),
-        });
-        inner.next += 1;
-        if inner.ring.len() >= self.0.limits.retention {
-            inner.ring.pop_front();
-        }
-        if self.0.limits.retention > 0 {
-            inner.ring.push_back(entry.clone());
-        }
-        let metrics = &self.0.metrics;
-        inner.taps.retain(|tap| {
-            if !tap.filter.admits(entry.topic, &entry.resource) {
-                return !tap.sender.is_closed();
-            }
-            match tap.sender.try_send(entry.clone()) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    tap.cut.store(true, Ordering::Release);
-                    metrics.event_stream_cut();
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            }
-        });
+        self.0.push(&mut inner, name, Some((data.kind, resource)), json);
     }
 
     /// Opens a stream for `filter`, resuming after `since` if given; refused when the
@@ -307,7 +315,7 @@ impl Hub {
                 inner
                     .ring
                     .iter()
-                    .filter(|entry| entry.seq > id.seq && filter.admits(entry.topic, &entry.resource))
+                    .filter(|entry| entry.seq > id.seq && entry.sent_on(&filter))
                     .cloned()
                     .collect(),
             ),
@@ -330,11 +338,12 @@ impl Hub {
         })
     }
 
-    /// Whether every event after `id` is still in the ring (or none was published since).
+    /// Whether every event after `id` is still in the ring (or none was published since),
+    /// and no reset came after it.
     fn resumable(&self, inner: &Inner, id: EventId) -> bool {
         let latest = inner.next - 1;
         let oldest_kept = latest - inner.ring.len() as u64;
-        id.epoch == self.0.epoch && id.seq <= latest && id.seq >= oldest_kept
+        id.epoch == self.0.epoch && id.seq <= latest && id.seq >= oldest_kept.max(inner.floor)
     }
 }
 
@@ -342,6 +351,39 @@ impl Shared {
     fn inner(&self) -> MutexGuard<'_, Inner> {
         // Nothing under this lock can panic half-way, so a poisoned one is still whole.
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes the next entry, keeps it in the ring and hands it to every stream that gets
+    /// it ([`Entry::sent_on`]); a stream with a full buffer is cut off.
+    fn push(&self, inner: &mut Inner, name: EventName, subject: Option<(Topic, Resource)>, json: String) {
+        let entry = Arc::new(Entry {
+            seq: inner.next,
+            name,
+            subject,
+            data: json.into(),
+        });
+        inner.next += 1;
+        if inner.ring.len() >= self.limits.retention {
+            inner.ring.pop_front();
+        }
+        if self.limits.retention > 0 {
+            inner.ring.push_back(entry.clone());
+        }
+        let metrics = &self.metrics;
+        inner.taps.retain(|tap| {
+            if !entry.sent_on(&tap.filter) {
+                return !tap.sender.is_closed();
+            }
+            match tap.sender.try_send(entry.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tap.cut.store(true, Ordering::Release);
+                    metrics.event_stream_cut();
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
     }
 }
 
@@ -367,20 +409,137 @@ impl Drop for Open {
     }
 }
 
-/// Appends to `hub` every bulletin of another server that `bulletins` hears, until the store
-/// is gone. Bulletins lost to a lag are logged: those events are missing from the streams.
-pub async fn relay(hub: Hub, mut bulletins: broadcast::Receiver<Bulletin>) {
+/// Appends to `hub` every bulletin of another server that `heard` brings, until the store
+/// is gone; appends a reset ([`Hub::reset`]) wherever some may be missing: a bulletin after
+/// a gap in its server's numbers, bulletins the store says it missed, or lost because this
+/// server fell behind them.
+pub async fn relay(hub: Hub, mut heard: broadcast::Receiver<Heard>) {
+    // The seq expected next of each other server (origin) heard from: its first bulletin
+    // heard starts it.
+    let mut expected: HashMap<u64, u64> = HashMap::new();
     loop {
-        match bulletins.recv().await {
-            Ok(bulletin) if bulletin.origin == hub.epoch() => {}
-            Ok(bulletin) => hub.relayed(&bulletin),
+        let missed = match heard.recv().await {
+            Ok(Heard::Told(bulletin)) if bulletin.origin == hub.epoch() => continue,
+            Ok(Heard::Told(bulletin)) => {
+                let next = expected.entry(bulletin.origin).or_insert(bulletin.seq);
+                if bulletin.seq < *next {
+                    // A copy of one appended already.
+                    continue;
+                }
+                let gap = bulletin.seq - *next;
+                *next = bulletin.seq + 1;
+                if gap > 0 {
+                    tracing::warn!(
+                        gap,
+                        origin = bulletin.origin,
+                        "events of another server were lost on the way"
+                    );
+                    hub.reset();
+                }
+                hub.relayed(&bulletin);
+                continue;
+            }
+            Ok(Heard::Missed) => "the store may have lost events of other servers".to_owned(),
             Err(broadcast::error::RecvError::Lagged(lost)) => {
-                tracing::warn!(
-                    lost,
-                    "events of other servers were lost: this server fell behind them"
-                );
+                format!("{lost} events of other servers were lost: this server fell behind them")
             }
             Err(broadcast::error::RecvError::Closed) => return,
+        };
+        tracing::warn!("{missed}: the event streams are reset");
+        hub.reset();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use fencelock_core::{BulletinFeed, Kind, MemoryStore, Owner, Timestamp};
+
+    use super::*;
+    use crate::auth::Caller;
+
+    fn hub() -> Hub {
+        let store: Arc<dyn LockStore> = Arc::new(MemoryStore::new());
+        Hub::new(HubLimits::default(), Arc::new(Metrics::new()), store)
+    }
+
+    fn everything() -> Filter {
+        Filter {
+            prefix: String::new(),
+            only: false,
+            topics: Topics::parse(None).expect("every topic"),
+            caller: Caller::Anyone,
         }
+    }
+
+    /// Another server's bulletin number `seq`: the release of `name`.
+    fn bulletin(origin: u64, seq: u64, name: &str) -> Bulletin {
+        let data = EventData::about(
+            Kind::Lock,
+            &Resource::new(name).expect("a name"),
+            &Owner::new("w").expect("an owner"),
+            Timestamp::now_wall(),
+        );
+        let relayed = serde_json::json!({"event": "release", "data": data});
+        Bulletin {
+            origin,
+            seq,
+            body: relayed.to_string(),
+        }
+    }
+
+    /// What a stream gets next: an event's name and the name it is about.
+    async fn next(subscription: &mut Subscription) -> (EventName, Option<String>) {
+        let entry = tokio::time::timeout(Duration::from_secs(5), subscription.next())
+            .await
+            .expect("an entry in time")
+            .expect("the stream goes on");
+        let about = entry.subject.as_ref().map(|(_, name)| name.to_string());
+        (entry.name, about)
+    }
+
+    #[tokio::test]
+    async fn a_gap_in_another_servers_bulletins_resets_the_streams_and_resuming_from_before_it() {
+        let hub = hub();
+        let feed = BulletinFeed::new();
+        let relay = tokio::spawn(relay(hub.clone(), feed.subscribe()));
+        let mut stream = hub.subscribe(everything(), None).expect("a stream");
+        // Another server's first bulletin heard starts its count; a copy changes nothing.
+        for (seq, name) in [(7, "a"), (8, "b"), (8, "b"), (10, "d"), (11, "e")] {
+            feed.hand(bulletin(42, seq, name));
+        }
+        let release = |name: &str| (EventName::Release, Some(name.to_owned()));
+        assert_eq!(next(&mut stream).await, release("a"));
+        assert_eq!(next(&mut stream).await, release("b"));
+        assert_eq!(next(&mut stream).await, (EventName::Reset, None));
+        assert_eq!(next(&mut stream).await, release("d"));
+        assert_eq!(next(&mut stream).await, release("e"));
+        // Entries 1 and 2 (a, b), the reset 3, then 4 and 5 (d, e). A stream resuming from
+        // before the reset is reset; from it, resumes.
+        let resumed = hub.subscribe(everything(), Some(hub.id(2))).expect("a stream");
+        assert!(matches!(resumed.start, Start::Reset), "{:?}", resumed.start);
+        let after = hub.subscribe(everything(), Some(hub.id(3))).expect("a stream");
+        assert!(
+            matches!(&after.start, Start::Replay(entries) if entries.len() == 2),
+            "{:?}",
+            after.start
+        );
+        relay.abort();
+    }
+
+    #[tokio::test]
+    async fn bulletins_the_store_missed_reset_the_streams() {
+        let hub = hub();
+        let feed = BulletinFeed::new();
+        let relay = tokio::spawn(relay(hub.clone(), feed.subscribe()));
+        let mut stream = hub.subscribe(everything(), None).expect("a stream");
+        feed.hand(bulletin(42, 1, "a"));
+        feed.missed();
+        feed.hand(bulletin(42, 2, "b"));
+        assert_eq!(next(&mut stream).await.0, EventName::Release);
+        assert_eq!(next(&mut stream).await, (EventName::Reset, None));
+        assert_eq!(next(&mut stream).await.0, EventName::Release);
+        relay.abort();
     }
 }

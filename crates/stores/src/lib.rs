@@ -48,25 +48,37 @@
 //! | [`postgres`] | `NOTIFY fencelock_events` by the store's notifying session, in its batches (one session per server, so in the server's order), `LISTEN` on the listening connection | 1.0 / 2.5–5.1 ms | that event is on no other server's stream (the change is in the store, and in a snapshot after a `reset`) |
 //! | [`redis`], one node | `PUBLISH PREFIXevents` from a queue per node, `SUBSCRIBE` beside the release channel | 0.0–0.2 / 0.7 ms | as PostgreSQL |
 //! | Redlock | published on every node; heard from each, the first copy kept (by the server's epoch and sequence) | 0.0–0.1 / 0.8 ms | as PostgreSQL; an event is lost only if no node delivered it |
-//! | [`etcd`] | a key `/fencelock/events/{origin}-{seq}` per event, put with a 20 s etcd lease (reused for 10 s) by a queue in order; a watch on the prefix, resumed from the revision after the last put seen when it is lost | 1.3 / 5.5 ms | as PostgreSQL. Expiries are no events on etcd: etcd deletes an expired key itself, and no server's purge sees it |
-//! | [`zookeeper`] | an ephemeral sequential node `ROOT/events/e-SEQ` per event (deleted by its server after 20 s, or with its session); a child watch on `ROOT/events`, each new node read in sequence order | 1.9 / 9.1 ms | as PostgreSQL |
+//! | [`etcd`] | a key `/fencelock/events/{origin}-{seq}` per event, put with a 20 s etcd lease (reused for 10 s) by a queue in order, those waiting together in one transaction (up to 64); a watch on the prefix, resumed from the revision after the last put seen when it is lost | 1.3 / 5.5 ms | as PostgreSQL |
+//! | [`zookeeper`] | an ephemeral sequential node `ROOT/events/e-SEQ` per event (deleted by its server after 20 s, or with its session), those waiting together in one `multi` (up to 64); a child watch on `ROOT/events`, each new node read in sequence order | 1.9 / 9.1 ms | as PostgreSQL |
 //!
 //! An expiry is an event of the one server whose purge removed the lease (or whose grant
-//! replaced it), so it appears once on every stream. Events of two servers about one name
-//! arrive in the order they reach the store's channel, which may differ from the order of
-//! the changes by the delay above: order them by `fencing_token` and `at` where it matters.
-//! A store's channel is best effort: a server that loses its subscription (the store down)
-//! misses the events of others meanwhile, without a `reset` (its own window never had them).
-//! So do the other servers when a server makes more changes a second than its queue to the
-//! store drains (on etcd and ZooKeeper one writer puts one event at a time): the event is
-//! dropped with a warning ("an event is not told to other servers"), again without a `reset`.
+//! replaced it), so it appears once on every stream. etcd deletes an expired lease's key
+//! itself: every server's watch sees that deletion (told apart from a release by the mark
+//! a release writes in its transaction), and the first server to claim it in etcd tells it
+//! (see [`etcd`], "Expiries"), within its purge interval; a lease with a cap or a lock-delay
+//! is told when its key goes — at the end of its lock-delay, or at the first acquire after
+//! its `expires_at`, whichever comes first — with `at` its `expires_at` either way. Events of
+//! two servers about one name arrive in the order they reach the store's channel, which may
+//! differ from the order of the changes by the delay above: order them by `fencing_token`
+//! and `at` where it matters.
+//!
+//! A store's channel is best effort, and a loss is never silent. Each server numbers the
+//! events it tells 1, 2, 3, …; a server that hears one after a gap in another's numbers (an
+//! event the other could not queue or send: the store down, its queue of 4,096 full, a crash),
+//! that lost its subscription to the others' events (PostgreSQL's `LISTEN`, one Redis node's
+//! `SUBSCRIBE`: renewed, with whatever was sent meanwhile lost; etcd's watch only when etcd
+//! compacted the history it resumes from), or that fell behind them, appends a `reset` to its
+//! own stream: every open stream then says `reset` and sends a snapshot of what is live, and
+//! a stream resuming from an id before it gets `reset` too. A server that stops after it lost
+//! an event, telling nothing more, leaves no gap to see: a server keeps the last event that
+//! found its queue full and sends it once the queue is drained, so the gap shows then.
 //!
 //! **Elections** (`/elections/{name}`) are kept on every store as the lock `"\u{1}" + NAME`
 //! (a name no client can send), with the leader's value, TTL and `since` in the lease's
 //! metadata: each row above holds for them as for locks, a term is that lock's fencing
-//! token, and their events travel as locks' do (the delays above). A vacancy by expiry is an
-//! event where an expiry is one; on etcd it is none: `GET` answers 404 once etcd deleted the
-//! key, and the next leader's `leader` event still comes.
+//! token, and their events travel as locks' do (the delays above). A vacancy by expiry (a
+//! leader that died or was paused past its TTL) is a `vacant` event on every store, told as
+//! an expiry is (above).
 //!
 //! What each store survived under faults — servers, store nodes and clients paused and
 //! killed, partitions, slow networks, stepped clocks — is in the torture suite's table

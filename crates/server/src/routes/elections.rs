@@ -33,7 +33,7 @@ use crate::state::App;
 use super::acquiring::{Acquiring, acquired};
 use super::answer;
 use super::detached::detached;
-use super::events::{data_event, notice, since, stream};
+use super::events::{Again, data_event, since, stream};
 use super::responses::{AuthProblems, BodyProblems, Deadlocked, Denied, PathProblems};
 
 /// The election of a `/elections/{name}…` path: its name (the field `name`, at most 254
@@ -485,17 +485,20 @@ pub async fn observe(
         // state, in the live tail, or both — never in neither.
         Start::Tail => current(&app, &name, &lock, at).await?,
         Start::Reset => {
-            let mut events = current(&app, &name, &lock, at).await?;
-            events.push_front(notice(EventName::Reset, Some(at)));
-            events
+            Again::Election {
+                name: name.clone(),
+                lock: lock.clone(),
+            }
+            .first(&app, at)
+            .await?
         }
     };
-    Ok(stream(&app, subscription, first))
+    Ok(stream(&app, subscription, first, Again::Election { name, lock }))
 }
 
 /// The current state of the election as the first event of a stream: `leader`, or
 /// `vacant`, with the id `at`.
-async fn current(
+pub(super) async fn current(
     app: &App,
     name: &Resource,
     lock: &Resource,

@@ -13,14 +13,13 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use fencelock_core::model::ELECTION_MARK;
 use fencelock_core::{
-    HoldKind, HoldPage, Kind, Leadership, LeasePage, ListQuery, LockStore, StoreError, Timestamp, Waiters,
+    HoldKind, HoldPage, Kind, Leadership, LeasePage, ListQuery, LockStore, Resource, StoreError, Timestamp,
 };
 use fencelock_wire::{EventData, EventId, EventName, FieldError, Notice, ProblemKind, Topic, Topics, parse};
 use futures_util::Stream;
 
 use crate::auth::{Caller, Right};
 use crate::hub::{Entry, Filter, Hub, Start, Subscription};
-use crate::metrics::Metrics;
 use crate::problem::ApiError;
 use crate::state::App;
 
@@ -71,24 +70,51 @@ pub async fn events(
         .hub
         .subscribe(filter.clone(), asked.since)
         .map_err(|refused| ApiError::Problem(ProblemKind::TooManyRequests, refused.to_string()))?;
+    let again = Again::Snapshot(filter);
     let first = match std::mem::replace(&mut subscription.start, Start::Tail) {
         Start::Tail => VecDeque::from([heartbeat(subscription.at)]),
         Start::Replay(entries) => entries.iter().map(|entry| entry_event(&app.hub, entry)).collect(),
-        // Subscribed before the store is read: a change made meanwhile is in the snapshot,
-        // in the live tail, or both — never in neither.
-        Start::Reset => snapshot(&app, &filter, subscription.at).await?,
+        Start::Reset => again.first(&app, subscription.at).await?,
     };
-    Ok(stream(&app, subscription, first))
+    Ok(stream(&app, subscription, first, again))
 }
 
-/// The answer of a stream: the `first` events, then the tail of `subscription`.
-pub(super) fn stream(app: &App, subscription: Subscription, first: VecDeque<Event>) -> Response {
+/// What a stream sends after `reset` — at its start, or when the hub resets it — so that
+/// its client knows the state again.
+pub(super) enum Again {
+    /// A snapshot of every live lease, permit and hold under the filter.
+    Snapshot(Filter),
+    /// The current state of one election: `name`, kept as the lock `lock`.
+    Election { name: Resource, lock: Resource },
+}
+
+impl Again {
+    /// `reset`, then what this says, each with the id `at`. Read from the store after the
+    /// stream subscribed: a change made meanwhile is in what this reads, in the live tail,
+    /// or both — never in neither.
+    pub(super) async fn first(&self, app: &App, at: EventId) -> Result<VecDeque<Event>, ApiError> {
+        let mut events = match self {
+            Self::Snapshot(filter) => snapshot(app, filter, at).await?,
+            Self::Election { name, lock } => super::elections::current(app, name, lock, at).await?,
+        };
+        events.push_front(notice(EventName::Reset, Some(at)));
+        Ok(events)
+    }
+}
+
+/// The answer of a stream: the `first` events, then the tail of `subscription`, and `again`
+/// after each reset of the hub.
+pub(super) fn stream(
+    app: &App,
+    subscription: Subscription,
+    first: VecDeque<Event>,
+    again: Again,
+) -> Response {
     let tail = Tail {
         pending: first,
         subscription,
-        hub: app.hub.clone(),
-        waiters: app.waiters.clone(),
-        metrics: app.metrics.clone(),
+        app: app.clone(),
+        again,
         heartbeat: app.hub.limits().heartbeat,
         told: 0,
         done: false,
@@ -162,12 +188,12 @@ fn id(text: &str, field: &str) -> Result<EventId, FieldError> {
         .map_err(|error: fencelock_wire::event::InvalidEventId| FieldError::new(field, error.to_string()))
 }
 
-/// `reset`, then one `snapshot` per live lease, permit or hold that `filter` admits, each
-/// with the id `at` (the last event before the store was read), so that a client that
-/// reconnects after it resumes from there.
+/// One `snapshot` per live lease, permit or hold that `filter` admits, each with the id `at`
+/// (the last event before the store was read), so that a client that reconnects after it
+/// resumes from there.
 async fn snapshot(app: &App, filter: &Filter, at: EventId) -> Result<VecDeque<Event>, ApiError> {
     let now = Timestamp::now_wall();
-    let mut events = VecDeque::from([notice(EventName::Reset, Some(at))]);
+    let mut events = VecDeque::new();
     let store = app.waiters.store();
     // `readable` lists only what the caller may read under the prefix: the filter's rules.
     let mut snapshot = |data: EventData| events.push_back(data_event(EventName::Snapshot, Some(at), &data));
@@ -255,9 +281,8 @@ where
 struct Tail {
     pending: VecDeque<Event>,
     subscription: Subscription,
-    hub: Hub,
-    waiters: Waiters,
-    metrics: std::sync::Arc<Metrics>,
+    app: App,
+    again: Again,
     heartbeat: Duration,
     /// The highest seq of an entry sent, so a heartbeat never says an id before it.
     told: u64,
@@ -275,45 +300,63 @@ impl Tail {
     }
 
     async fn next(&mut self) -> Option<Event> {
-        if self.done {
-            return None;
-        }
-        if let Some(event) = self.pending.pop_front() {
-            self.metrics.event_sent();
-            return Some(event);
-        }
-        tokio::select! {
-            entry = self.subscription.next() => match entry {
-                Some(entry) => {
-                    self.told = self.told.max(entry.seq);
-                    self.metrics.event_sent();
-                    Some(entry_event(&self.hub, &entry))
-                }
-                None => {
-                    self.done = true;
-                    self.subscription.was_cut().then(|| {
-                        self.metrics.event_sent();
-                        notice(EventName::Overflow, None)
-                    })
-                }
-            },
-            () = tokio::time::sleep(self.heartbeat) => Some(self.heartbeat_now()),
-            () = self.waiters.shutting_down() => None,
+        loop {
+            // What is pending goes out even once the stream is done: its last words.
+            if let Some(event) = self.pending.pop_front() {
+                self.app.metrics.event_sent();
+                return Some(event);
+            }
+            if self.done {
+                return None;
+            }
+            tokio::select! {
+                entry = self.subscription.next() => match entry {
+                    Some(entry) => self.take(&entry).await,
+                    None => {
+                        self.done = true;
+                        if self.subscription.was_cut() {
+                            self.pending.push_back(notice(EventName::Overflow, None));
+                        }
+                    }
+                },
+                () = tokio::time::sleep(self.heartbeat) => self.heartbeat_now().await,
+                () = self.app.waiters.shutting_down() => return None,
+            }
         }
     }
 
-    /// A heartbeat saying the latest id — after the entries admitted up to it, which are
-    /// sent first, so that a client resuming from it misses none.
-    fn heartbeat_now(&mut self) -> Event {
-        let latest = self.hub.latest();
-        while let Some(entry) = self.subscription.try_next() {
-            self.told = self.told.max(entry.seq);
-            self.pending.push_back(entry_event(&self.hub, &entry));
+    /// Queues what `entry` says: its event, or after a reset, `reset` and what [`Again`]
+    /// reads. A stream that cannot read it (the store unavailable) says `reset` without an
+    /// id and ends: its client reconnects from its last id, before the reset, and is
+    /// answered with the reset and what it reads then.
+    async fn take(&mut self, entry: &Entry) {
+        self.told = self.told.max(entry.seq);
+        if !entry.is_reset() {
+            self.pending.push_back(entry_event(&self.app.hub, entry));
+            return;
         }
-        let id = self.hub.id(latest.seq.max(self.told));
+        match self.again.first(&self.app, self.app.hub.id(entry.seq)).await {
+            Ok(events) => self.pending.extend(events),
+            Err(error) => {
+                tracing::warn!(
+                    ?error,
+                    "an event stream ends: its snapshot after a reset could not be read"
+                );
+                self.pending.push_back(notice(EventName::Reset, None));
+                self.done = true;
+            }
+        }
+    }
+
+    /// Queues the entries admitted up to the latest id, then a heartbeat saying it, so
+    /// that a client resuming from it misses none.
+    async fn heartbeat_now(&mut self) {
+        let latest = self.app.hub.latest();
+        while let Some(entry) = self.subscription.try_next() {
+            self.take(&entry).await;
+        }
+        let id = self.app.hub.id(latest.seq.max(self.told));
         self.pending.push_back(heartbeat(id));
-        // Not empty: the heartbeat was just pushed.
-        self.pending.pop_front().unwrap_or_else(|| heartbeat(id))
     }
 }
 

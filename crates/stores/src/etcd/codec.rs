@@ -320,6 +320,11 @@ impl HoldKeys {
         Ok((folder, parts.split(char::from(END)).collect()))
     }
 
+    /// Whether `key` is a writer's intent (not a hold).
+    pub(super) fn is_intent(&self, key: &[u8]) -> bool {
+        self.split(key).is_ok_and(|(folder, _)| folder == INTENTS)
+    }
+
     /// The semaphore or read-write lock a key of a hold or an intent belongs to.
     pub(super) fn key_of(&self, key: &[u8]) -> Result<Key> {
         let (folder, parts) = self.split(key)?;

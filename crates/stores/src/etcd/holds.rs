@@ -12,6 +12,7 @@ use fencelock_core::{
 use super::codec::{self, Kept, Range};
 use super::error::EtcdError;
 use super::txn::{Granted, allowed, ended};
+use super::watch::Deletion;
 use super::{EXPIRY_RECHECK, EtcdStore};
 
 /// What recording a writer's intent is called in errors.
@@ -154,9 +155,10 @@ impl EtcdStore {
                     kv.mod_revision(),
                 ));
                 if kv.key() != key {
-                    // An upgrade or a downgrade: the other mode's key goes, and the new one's
-                    // create revision is the new token.
+                    // An upgrade or a downgrade: the other mode's key goes (told, as a
+                    // replacement), and the new one's create revision is the new token.
                     ops.push(TxnOp::delete(kv.key(), None));
+                    ops.push(self.mark(kv.key()));
                 }
             }
             if let (Claim::Read, Some(intents)) = (claim, &intents) {
@@ -291,7 +293,10 @@ impl EtcdStore {
                 Err(refusal) => return Ok(refusal.into()),
             };
             let ended = ended(hold.lease);
-            if self.delete_unchanged("release a hold", &kv).await? {
+            if self
+                .delete_unchanged("release a hold", &kv, Deletion::Told)
+                .await?
+            {
                 return Ok(ended);
             }
             backoff
@@ -392,7 +397,11 @@ impl EtcdStore {
                 return Ok(());
             }
             // The watch sees the deletion and wakes the readers it held back.
-            if self.delete_unchanged("withdraw an intent", &kv).await? {
+            // An intent holds no lease: its end is no event, marked or not.
+            if self
+                .delete_unchanged("withdraw an intent", &kv, Deletion::Untold)
+                .await?
+            {
                 return Ok(());
             }
             let doing = "withdraw an intent";

@@ -151,8 +151,31 @@
 //! meanwhile. A lease with terms ends with no change to its key (it is over by its
 //! `expires_at`, and its lock-delay by `expires_at + lock_delay`), so nothing is announced
 //! then: those who wait for it are told when in the refusal (`expires_in`, `retry_in`), and
-//! the next try is granted. [`LockStore::purge_expired`] returns nothing: etcd deletes
-//! expired keys by itself.
+//! the next try is granted.
+//!
+//! # Expiries
+//!
+//! etcd deletes an expired lease's key by itself, so no server purges it; instead the
+//! watches above see every expiry, and [`LockStore::purge_expired`] returns those this
+//! server claimed first:
+//!
+//! - every deletion a server tells of itself (a release, a force-release, the old hold of an
+//!   upgrade or a downgrade) is made in a transaction that also puts the **mark**, the key
+//!   that is the bare prefix (`/fencelock/locks/`, `/fencelock/holds/`), which no lock or
+//!   hold has (a name is never empty) and `list` skips. etcd gives a transaction's changes
+//!   one revision and a watch gets a revision's changes in one answer, so a deletion of a
+//!   lease's key with no mark at its revision is an **expiry**: etcd's, or a lease with terms
+//!   whose key an acquire cleared after its end (its `expires_at` is in the key's last value,
+//!   which the watch gets);
+//! - every server's watch sees it, so it is **claimed**: the server puts
+//!   `/fencelock/events/expired/{revision}/{key}` (on a 120 s lease) unless a server put it
+//!   first, and only the one that put it returns it. An expiry seen while no claim can be
+//!   made waits for the next purge. A watch that cannot resume where it was lost (etcd
+//!   compacted the history) tells the server's event streams that events may be missing
+//!   (`reset`), as does a server that saw 100,000 expiries it could not claim yet.
+//!
+//! A server of an earlier version writes no mark: its releases would be told as expiries
+//! too by the servers of this one. Upgrade every server together.
 //!
 //! # Failure
 //!
@@ -169,11 +192,12 @@
 //! [`StoreError::Unavailable`]: fencelock_core::StoreError::Unavailable
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions};
-use fencelock_core::store::Result;
+use fencelock_core::store::{PURGE_BATCH, Result};
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Bulletin, Capabilities, Claim, Expired, FencingToken, ForceOutcome,
     Hold, HoldKind, HoldOutcome, HoldPage, Key, Lease, LeasePage, ListQuery, LockStore, Meta, Owner,
@@ -194,7 +218,7 @@ mod watch;
 
 use codec::HoldKeys;
 use error::EtcdError;
-use watch::{Watch, Watched};
+use watch::{Expiries, Seeing, Watch, Watched};
 
 /// The store's name in error messages.
 const STORE: &str = "etcd";
@@ -276,6 +300,8 @@ pub struct EtcdStore {
     _released: AbortOnDrop,
     /// This server's events told to the others, and theirs heard.
     events: crate::subscription::EventChannel,
+    /// The expiries the watches saw, for [`LockStore::purge_expired`] to claim.
+    expiries: Arc<Expiries>,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -314,25 +340,32 @@ impl EtcdStore {
         .await?;
         let released = ReleaseFeed::new();
         let holds = HoldKeys::new(&options.holds_prefix);
+        let events = events::start(&client, &options.events_prefix);
+        let expiries = Expiries::new(events.feed().clone());
         let open = {
-            let (client, feed) = (client.clone(), released.clone());
+            let client = client.clone();
+            let seeing = Seeing {
+                released: released.clone(),
+                expiries: expiries.clone(),
+            };
             let watches = [
                 Watch::new(Watched::Locks(options.prefix.clone())),
                 Watch::new(Watched::Holds(holds.clone())),
             ];
-            move || watch::watch(client.clone(), watches.clone(), deadline, feed.clone())
+            move || watch::watch(client.clone(), watches.clone(), deadline, seeing.clone())
         };
         // Only answer once the watch is in place, so that no release after this is missed;
         // making the watch also proves that the cluster answers.
         let first = open().await?;
-        let events = events::start(&client, &options.events_prefix);
         let store = Self {
             events,
+            expiries,
             client,
             endpoints,
             options,
             holds,
-            _released: keep_subscribed(STORE, first, open, released.clone()),
+            // Events have a watch of their own, which resumes where it was lost.
+            _released: keep_subscribed(STORE, first, open, released.clone(), None),
             feed: released,
         };
         Ok(Deadline::new(store, Within::new(STORE, deadline)))
@@ -398,10 +431,11 @@ impl LockStore for EtcdStore {
         self.try_list(query).await
     }
 
-    /// etcd deletes the key of an expired lease by itself: there is never anything left to
-    /// purge, so this returns no leases (and makes no request).
+    /// etcd deletes the key of an expired lease by itself, and every server's watch sees it
+    /// (see "Expiries" in the module docs): this returns those this server's watch saw and
+    /// it claimed first of all the servers, so that each is told once.
     async fn purge_expired(&self) -> Result<Vec<Expired>> {
-        Ok(Vec::new())
+        self.claim(self.expiries.take(PURGE_BATCH)).await
     }
 
     async fn acquire_hold_with(
@@ -478,7 +512,7 @@ impl LockStore for EtcdStore {
         self.events.tell(bulletin);
     }
 
-    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+    fn bulletins(&self) -> Option<broadcast::Receiver<fencelock_core::Heard>> {
         Some(self.events.feed().subscribe())
     }
 

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, KeyValue, PutOptions, Txn, TxnOp, TxnResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, KeyValue, PutOptions, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
 };
 use fencelock_core::store::Result;
 use fencelock_core::{
@@ -14,6 +15,7 @@ use fencelock_core::{
 
 use super::codec::{self, Kept};
 use super::error::EtcdError;
+use super::watch::Deletion;
 use super::{EXPIRY_RECHECK, EtcdStore};
 
 impl EtcdStore {
@@ -156,7 +158,9 @@ impl EtcdStore {
                 // the old key goes first (etcd takes no put and delete of one key in one
                 // transaction). The watch announces it as a release.
                 for kv in &over {
-                    self.delete_unchanged("clear an expired lock", kv).await?;
+                    // Unmarked: the watch tells the expiry of the lease it ends.
+                    self.delete_unchanged("clear an expired lock", kv, Deletion::Untold)
+                        .await?;
                 }
                 read = self.read_all("read locks", &gets).await?;
                 continue;
@@ -298,11 +302,23 @@ impl EtcdStore {
         ])
     }
 
-    /// Deletes the key `kv` if it is still that version, and revokes its etcd lease then.
-    /// Returns whether it did; `false` means the key changed meanwhile.
-    pub(super) async fn delete_unchanged(&self, doing: &'static str, kv: &KeyValue) -> Result<bool> {
-        let delete = Self::unchanged(kv).and_then([TxnOp::delete(kv.key(), None)]);
-        let deleted = self.txn(doing, delete).await?.succeeded();
+    /// Deletes the key `kv` if it is still that version, and revokes its etcd lease then;
+    /// a deletion that is [`Deletion::Told`] also writes the mark beside it. Returns whether
+    /// it did; `false` means the key changed meanwhile.
+    pub(super) async fn delete_unchanged(
+        &self,
+        doing: &'static str,
+        kv: &KeyValue,
+        deletion: Deletion,
+    ) -> Result<bool> {
+        let mut ops = vec![TxnOp::delete(kv.key(), None)];
+        if deletion == Deletion::Told {
+            ops.push(self.mark(kv.key()));
+        }
+        let deleted = self
+            .txn(doing, Self::unchanged(kv).and_then(ops))
+            .await?
+            .succeeded();
         if deleted {
             // The key is gone; its lease holds nothing now.
             self.revoke(kv.lease());
@@ -346,21 +362,23 @@ impl EtcdStore {
         }
     }
 
-    /// Deletes every key of `range` in one request, and revokes their etcd leases (which
-    /// hold nothing then). Returns the keys as they were.
+    /// Deletes every key of `range`, with the mark beside them ([`Deletion::Told`]), in one
+    /// transaction, and revokes their etcd leases (which hold nothing then). Returns the
+    /// keys as they were.
     pub(super) async fn delete_range(
         &self,
         doing: &'static str,
         range: &codec::Range,
     ) -> Result<Vec<KeyValue>> {
-        let kv = self.client.kv_client();
         let options = DeleteOptions::new().with_range(range.end.clone()).with_prev_key();
-        let mut deleted = request(doing, || {
-            let (mut kv, options) = (kv.clone(), options.clone());
-            async move { kv.delete(range.start.clone(), Some(options)).await }
-        })
-        .await?;
-        let deleted = deleted.take_prev_kvs();
+        let delete = TxnOp::delete(range.start.clone(), Some(options));
+        let answer = self
+            .txn(doing, Txn::new().and_then([delete, self.mark(&range.start)]))
+            .await?;
+        let deleted = match answer.op_responses().into_iter().next() {
+            Some(TxnOpResponse::Delete(deleted)) => deleted.prev_kvs().to_vec(),
+            _ => return Err(EtcdError::Corrupt(format!("{doing}: etcd answered no deletion")).into()),
+        };
         for kv in &deleted {
             self.revoke(kv.lease());
         }
@@ -380,7 +398,10 @@ impl EtcdStore {
                 lease,
                 ended_at: Timestamp::now_wall(),
             };
-            if self.delete_unchanged("force-release a lock", &kv).await? {
+            if self
+                .delete_unchanged("force-release a lock", &kv, Deletion::Told)
+                .await?
+            {
                 return Ok(Some(ended));
             }
             let doing = "force-release a lock";
@@ -401,7 +422,7 @@ impl EtcdStore {
                 Err(refusal) => return Ok(refusal.into()),
             };
             let ended = ended(lease);
-            if self.delete_unchanged("release", &kv).await? {
+            if self.delete_unchanged("release", &kv, Deletion::Told).await? {
                 return Ok(ended);
             }
             backoff.pause().await.map_err(EtcdError::contended("release"))?;
@@ -466,7 +487,8 @@ impl EtcdStore {
             }
             let more = answer.more();
             let kvs = answer.take_kvs();
-            for kv in &kvs {
+            // The mark of told deletions is the prefix itself, no lock's key.
+            for kv in kvs.iter().filter(|kv| kv.key() != self.options.prefix.as_bytes()) {
                 let lease = codec::lease(self.resource_of(kv)?, kv)?;
                 if live(&lease, now) {
                     leases.push(lease);

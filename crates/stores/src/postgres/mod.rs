@@ -294,7 +294,7 @@ impl PostgresStore {
             pool,
             options,
             address,
-            _released: keep_subscribed(STORE, first, open, released.clone()),
+            _released: keep_subscribed(STORE, first, open, released.clone(), Some(bulletins.clone())),
             feed: released,
             bulletins,
             notifier,
@@ -594,7 +594,7 @@ impl LockStore for PostgresStore {
         self.notifier.tell(bulletin);
     }
 
-    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+    fn bulletins(&self) -> Option<broadcast::Receiver<fencelock_core::Heard>> {
         Some(self.bulletins.subscribe())
     }
 

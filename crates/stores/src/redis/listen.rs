@@ -25,19 +25,19 @@ pub(super) struct Feeds {
     /// Names freed.
     pub(super) released: ReleaseFeed,
     /// Other servers' events, each once whichever nodes it comes from.
-    pub(super) heard: Arc<Heard>,
+    pub(super) heard: Arc<FirstCopies>,
 }
 
 /// Other servers' events as the nodes deliver them: under Redlock each comes from every node,
 /// and is handed on the first time only.
 #[derive(Debug, Default)]
-pub(super) struct Heard {
+pub(super) struct FirstCopies {
     // The highest seq handed on of each server (origin). Held only to compare and set.
     latest: Mutex<HashMap<u64, u64>>,
     feed: BulletinFeed,
 }
 
-impl Heard {
+impl FirstCopies {
     /// The feed of what is handed on.
     pub(super) fn feed(&self) -> &BulletinFeed {
         &self.feed

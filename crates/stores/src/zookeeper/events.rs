@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencelock_core::{Bulletin, BulletinFeed};
-use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
 use super::session::Session;
-use crate::subscription::EventChannel;
+use crate::subscription::{EventChannel, Outgoing};
 
 /// How long an event's node lives: long enough for every server to read it.
 const KEEP: Duration = Duration::from_secs(20);
@@ -35,23 +34,21 @@ pub(super) fn start(session: Arc<Session>, folder: String) -> EventChannel {
     )
 }
 
-/// Writes each bulletin of `outgoing`, in order, and deletes this server's nodes older than
-/// [`KEEP`].
-async fn write(session: Arc<Session>, folder: String, mut outgoing: mpsc::Receiver<Bulletin>) {
+/// Writes the bulletins of `outgoing`, in order, a batch per request, and deletes this
+/// server's nodes older than [`KEEP`].
+async fn write(session: Arc<Session>, folder: String, mut outgoing: Outgoing) {
     let prefix = format!("{folder}/e-");
     let mut written: VecDeque<(String, Instant)> = VecDeque::new();
     let mut tidy = tokio::time::interval(KEEP / 4);
     loop {
         tokio::select! {
-            bulletin = outgoing.recv() => {
-                let Some(bulletin) = bulletin else { return };
-                let created = match session.client().await {
-                    Ok(client) => client.create(&prefix, bulletin.encode().as_bytes(), &EVENT).await.map_err(|e| e.to_string()),
-                    Err(error) => Err(error.to_string()),
-                };
-                match created {
-                    Ok((_, sequence)) => written.push_back((format!("{prefix}{sequence}"), Instant::now())),
-                    Err(error) => tracing::warn!(%error, "an event is not told to other servers: ZooKeeper refused it"),
+            batch = outgoing.next() => {
+                if batch.is_empty() {
+                    return;
+                }
+                match create(&session, &prefix, &batch).await {
+                    Ok(paths) => written.extend(paths.into_iter().map(|path| (path, Instant::now()))),
+                    Err(error) => tracing::warn!(%error, events = batch.len(), "events are not told to other servers: ZooKeeper refused them"),
                 }
             }
             _ = tidy.tick() => {}
@@ -66,6 +63,26 @@ async fn write(session: Arc<Session>, folder: String, mut outgoing: mpsc::Receiv
             }
         }
     }
+}
+
+/// Creates a node under `prefix` for each of `batch`, in order, in one request; the paths
+/// created.
+async fn create(session: &Session, prefix: &str, batch: &[Bulletin]) -> Result<Vec<String>, String> {
+    let client = session.client().await.map_err(|e| e.to_string())?;
+    let mut multi = client.new_multi_writer();
+    for bulletin in batch {
+        multi
+            .add_create(prefix, bulletin.encode().as_bytes(), &EVENT)
+            .map_err(|e| e.to_string())?;
+    }
+    let results = multi.commit().await.map_err(|e| e.to_string())?;
+    Ok(results
+        .into_iter()
+        .filter_map(|result| match result {
+            zk::MultiWriteResult::Create { path, .. } => Some(path),
+            _ => None,
+        })
+        .collect())
 }
 
 /// The sequence of an event's node, from its name (`e-0000000042`).

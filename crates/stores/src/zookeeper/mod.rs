@@ -830,7 +830,7 @@ impl LockStore for ZooKeeperStore {
         self.events.tell(bulletin);
     }
 
-    fn bulletins(&self) -> Option<broadcast::Receiver<Bulletin>> {
+    fn bulletins(&self) -> Option<broadcast::Receiver<fencelock_core::Heard>> {
         Some(self.events.feed().subscribe())
     }
 
