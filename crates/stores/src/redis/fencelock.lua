@@ -41,8 +41,10 @@
 -- sent the call (ARGV's SHOWN_FROM), `expires_at` less its allowance for drift: SHOWN_PER_MILLE
 -- thousandths of the time from the call to the end, and SHOWN_FIXED milliseconds.
 --
--- Numbers are written with string.format('%.0f'): Lua's own conversion keeps 14 digits,
--- and tokens have 16.
+-- Numbers are written with string.format('%d') (a C long: exact for every integer a
+-- double holds): Lua's own conversion keeps 14 digits, and tokens have 16. '%.0f' writes
+-- the same but costs about twice as much (glibc's exact float printing), and an acquire
+-- writes a dozen numbers; it is kept for a number with a fraction, which none should have.
 
 local P = KEYS[1]
 local US = '\31'
@@ -53,6 +55,7 @@ local NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local NOW = math.floor(NOW_US / 1000)
 
 local function num(x)
+  if x % 1 == 0 then return string.format('%d', x) end
   return string.format('%.0f', x)
 end
 
