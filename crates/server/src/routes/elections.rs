@@ -4,7 +4,6 @@
 //! from the lease and its metadata ([`Leadership::of`]).
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use axum::Extension;
 use axum::extract::{RawQuery, State};
@@ -12,15 +11,14 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use fencelock_core::election::{meta, ttl_of};
 use fencelock_core::{
-    AcquireOutcome, Acquired, FencingToken, Kind, Leadership, Lease, LockStore, Meta, Owner, Refusal,
-    RenewOutcome, Resource, StoreError, Terms, Timestamp, Ttl, Waiters,
+    AcquireOutcome, FencingToken, Kind, Leadership, Lease, LockStore, Meta, Owner, Refusal, RenewOutcome,
+    Resource, Terms, Timestamp, Ttl,
 };
 use fencelock_wire::{
     CampaignBody, CampaignDelayed, CampaignResponse, CampaignStopped, CampaignedBody, ElectionRenewBody,
     EventData, EventName, FieldError, Judged, LeadershipBody, Op, Problem, ProblemKind, ProclaimBody,
     Release, Renew, ResignBody, Topic, Topics, parse,
 };
-use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Caller, Right};
 use crate::extract::{JsonObject, both};
@@ -30,7 +28,8 @@ use crate::observe::{Asked, observed};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::acquiring::{Acquiring, acquired};
+use super::acquire::{OneLock, Tell};
+use super::acquiring::acquired_one;
 use super::answer;
 use super::detached::detached;
 use super::events::{data_event, notice, since, stream};
@@ -105,19 +104,12 @@ pub async fn campaign(
     let terms = Terms::ttl(request.ttl)
         .lock_delay(app.config.lock_delay)
         .meta(Some(meta(request.value.as_deref(), request.ttl, None)));
-    let asked = Asked {
-        resource: lock,
-        owner: request.candidate,
-        token: None,
+    let campaign = OneLock {
+        terms,
+        told: Campaigning { name },
     };
-    acquired(
-        app,
-        &caller,
-        peer,
-        (asked, request.wait),
-        Campaigning { terms, name },
-    )
-    .await
+    let asked = (lock, request.candidate, request.wait);
+    acquired_one(app, &caller, peer, asked, campaign).await
 }
 
 /// The leader campaigning again: its leadership renewed for the TTL, with the value sent
@@ -171,21 +163,13 @@ fn tell_if_new_value(app: &App, before: &Leadership, renewed: &Lease) {
     }
 }
 
-/// A campaign, on these terms, for the election `name`.
+/// An acquire of the lock of the election `name`, told as a campaign.
 struct Campaigning {
-    terms: Terms,
     name: Resource,
 }
 
-impl Acquiring for Campaigning {
-    const OP: Op = Op::Acquire;
-    type Asked = Asked;
-    type Outcome = AcquireOutcome;
+impl Tell for Campaigning {
     type Answer = CampaignResponse;
-
-    fn kind(&self) -> Kind {
-        Kind::Lock
-    }
 
     fn stopped(&self, _: &Asked) -> CampaignResponse {
         CampaignResponse::Stopped(CampaignStopped {
@@ -193,22 +177,6 @@ impl Acquiring for Campaigning {
             name: self.name.to_string(),
             shutting_down: true,
         })
-    }
-
-    async fn call(
-        &self,
-        waiters: &Waiters,
-        asked: &Asked,
-        wait: Duration,
-        gone: &CancellationToken,
-    ) -> Result<Acquired<AcquireOutcome>, StoreError> {
-        waiters
-            .acquire_unless(&asked.resource, &asked.owner, &self.terms, wait, gone)
-            .await
-    }
-
-    fn granted(outcome: &AcquireOutcome) -> Vec<&Lease> {
-        super::acquire::new_lease(outcome).into_iter().collect()
     }
 
     fn answer(&self, _: &Asked, outcome: &AcquireOutcome) -> Result<CampaignResponse, ApiError> {
