@@ -17,7 +17,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Server;
-use fencelock_testkit::sse::{EventStream, Message};
+use fencelock_testkit::sse::Message;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -89,14 +89,7 @@ async fn delay(store: &str, what: &str, rounds: usize) {
     handover(&a, &b, what, rounds / 15).await;
     let prefix = fencelock_testkit::fixtures::unique_prefix().replace('/', ":");
     let http = reqwest::Client::new();
-    let response = http
-        .get(format!("{}/events?prefix={prefix}", b.url))
-        .send()
-        .await
-        .expect("the server answers");
-    let mut on_b = EventStream::new(response);
-    let first = on_b.next_message(WAIT).await.expect("a heartbeat");
-    assert!(first.is_comment(), "{first:?}");
+    let mut on_b = common::events_from_now(&b, &prefix, WAIT).await;
     let mut delays = Vec::with_capacity(rounds);
     for round in 0..rounds {
         let name = format!("{prefix}{round}");
@@ -112,14 +105,16 @@ async fn delay(store: &str, what: &str, rounds: usize) {
             .await;
         delays.push(answered.elapsed());
     }
-    delays.sort();
-    let at = |q: f64| delays[((delays.len() - 1) as f64 * q) as usize].as_secs_f64() * 1000.0;
-    println!(
-        "event delay across servers on {what}: p50 {:.1} ms, p99 {:.1} ms ({} grants)",
-        at(0.5),
-        at(0.99),
-        delays.len()
-    );
+    let grants = delays.len();
+    let (p50, p99) = p50_p99(delays);
+    println!("event delay across servers on {what}: p50 {p50:.1} ms, p99 {p99:.1} ms ({grants} grants)");
+}
+
+/// The p50 and p99 of `samples`, in milliseconds.
+fn p50_p99(mut samples: Vec<Duration>) -> (f64, f64) {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize].as_secs_f64() * 1000.0;
+    (at(0.5), at(0.99))
 }
 
 /// `rounds` hand-overs of one election: a leader elected through `a` for 1 s that never
@@ -128,10 +123,22 @@ async fn delay(store: &str, what: &str, rounds: usize) {
 async fn handover(a: &Server, b: &Server, what: &str, rounds: usize) {
     let http = reqwest::Client::new();
     let name = fencelock_testkit::fixtures::unique_prefix().replace('/', ":") + "leader";
-    let campaign = |server: &Server, candidate: &str, wait_ms: u64| {
-        http.post(format!("{}/elections/{name}", server.url))
+    // The leadership `candidate` won through `server`, waiting up to `wait_ms`.
+    let elected = |server: &Server, candidate: &str, wait_ms: u64| {
+        let answer = http
+            .post(format!("{}/elections/{name}", server.url))
             .json(&json!({"candidate": candidate, "ttl_ms": 1000, "wait_ms": wait_ms}))
-            .send()
+            .send();
+        async move {
+            let answer: serde_json::Value = answer
+                .await
+                .expect("the server answers")
+                .json()
+                .await
+                .expect("JSON");
+            assert_eq!(answer["elected"], true, "{answer}");
+            answer["leadership"].clone()
+        }
     };
     let ms = |leadership: &serde_json::Value, field: &str| {
         let text = leadership[field].as_str().expect("a time");
@@ -139,38 +146,20 @@ async fn handover(a: &Server, b: &Server, what: &str, rounds: usize) {
     };
     let mut gaps = Vec::with_capacity(rounds);
     for round in 0..rounds {
-        let dead: serde_json::Value = campaign(a, &format!("dead-{round}"), 5_000)
-            .await
-            .expect("the server answers")
-            .json()
-            .await
-            .expect("JSON");
-        assert_eq!(dead["elected"], true, "{dead}");
-        let next: serde_json::Value = campaign(b, &format!("next-{round}"), 10_000)
-            .await
-            .expect("the server answers")
-            .json()
-            .await
-            .expect("JSON");
-        assert_eq!(next["elected"], true, "{next}");
-        let (ended, since) = (
-            ms(&dead["leadership"], "expires_at"),
-            ms(&next["leadership"], "since"),
-        );
+        let dead = elected(a, &format!("dead-{round}"), 5_000).await;
+        let next = elected(b, &format!("next-{round}"), 10_000).await;
+        let (ended, since) = (ms(&dead, "expires_at"), ms(&next, "since"));
         gaps.push(since.duration_since(ended).unwrap_or_default());
-        let resign = json!({"candidate": format!("next-{round}"), "term": next["leadership"]["term"]});
+        let resign = json!({"candidate": format!("next-{round}"), "term": next["term"]});
         http.delete(format!("{}/elections/{name}", b.url))
             .json(&resign)
             .send()
             .await
             .expect("resigned");
     }
-    gaps.sort();
-    let at = |q: f64| gaps[((gaps.len() - 1) as f64 * q) as usize].as_secs_f64() * 1000.0;
+    let handovers = gaps.len();
+    let (p50, p99) = p50_p99(gaps);
     println!(
-        "election hand-over after a dead leader's term ends on {what}: p50 {:.1} ms, p99 {:.1} ms ({} hand-overs, TTL 1 s)",
-        at(0.5),
-        at(0.99),
-        gaps.len()
+        "election hand-over after a dead leader's term ends on {what}: p50 {p50:.1} ms, p99 {p99:.1} ms ({handovers} hand-overs, TTL 1 s)"
     );
 }

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{Server, fencelock};
+use common::{Server, events_from_now, fencelock};
 #[cfg(feature = "etcd")]
 use fencelock_testkit::shared_etcd;
 #[cfg(feature = "zookeeper")]
@@ -26,19 +26,6 @@ const WAIT: Duration = Duration::from_secs(10);
 /// A prefix no other test uses, that needs no escaping in a path.
 fn unique_prefix() -> String {
     fencelock_testkit::fixtures::unique_prefix().replace('/', ":")
-}
-
-/// The stream of `server` under `prefix`, once registered (its first heartbeat read).
-async fn stream(server: &Server, prefix: &str) -> EventStream {
-    let response = reqwest::Client::new()
-        .get(format!("{}/events?prefix={prefix}", server.url))
-        .send()
-        .await
-        .expect("the server answers");
-    let mut stream = EventStream::new(response);
-    let first = stream.next_message(WAIT).await.expect("a heartbeat");
-    assert!(first.is_comment(), "{first:?}");
-    stream
 }
 
 async fn send(method: reqwest::Method, url: String, body: Value) -> (u16, Value) {
@@ -92,7 +79,10 @@ async fn changes_through_either_server_are_on_both_streams(store: &str) {
     let flags = ["--purge-interval", "100ms"];
     let (a, b) = (Server::with(store, &[], &flags), Server::with(store, &[], &flags));
     let prefix = unique_prefix();
-    let (mut on_a, mut on_b) = (stream(&a, &prefix).await, stream(&b, &prefix).await);
+    let (mut on_a, mut on_b) = (
+        events_from_now(&a, &prefix, WAIT).await,
+        events_from_now(&b, &prefix, WAIT).await,
+    );
 
     let name = format!("{prefix}x");
     let lease = grant(&a, &name, json!({"owner": "w", "ttl_seconds": 30})).await;

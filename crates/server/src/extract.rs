@@ -38,15 +38,13 @@ fn segment_after<'a>(uri: &'a Uri, collection: &str) -> &'a str {
     rest.split('/').next().unwrap_or_default()
 }
 
-/// Combines a checked resource and a checked body, listing every bad field of both.
-pub fn both<T>(
-    resource: Result<Resource, FieldError>,
-    body: Result<T, Vec<FieldError>>,
-) -> Result<(Resource, T), ApiError> {
-    match (resource, body) {
-        (Ok(resource), Ok(body)) => Ok((resource, body)),
-        (resource, body) => {
-            let mut errors: Vec<FieldError> = resource.err().into_iter().collect();
+/// Combines a checked name from the path (a resource, or an election's name and lock) and a
+/// checked body, listing every bad field of both.
+pub fn both<N, T>(name: Result<N, FieldError>, body: Result<T, Vec<FieldError>>) -> Result<(N, T), ApiError> {
+    match (name, body) {
+        (Ok(name), Ok(body)) => Ok((name, body)),
+        (name, body) => {
+            let mut errors: Vec<FieldError> = name.err().into_iter().collect();
             errors.extend(body.err().unwrap_or_default());
             Err(ApiError::Invalid(errors))
         }

@@ -8,7 +8,9 @@ mod common;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use common::{TestServer, assert_invalid, assert_problem, raw_connection, read_response, series_value};
+use common::{
+    TestServer, assert_invalid, assert_problem, principal, raw_connection, read_response, series_value,
+};
 use fencelock_core::MemoryStore;
 use fencelock_server::Config;
 use fencelock_server::auth::{AuthFile, Keyring, RateLimit, token_sha256};
@@ -32,12 +34,6 @@ const KINDS: [&str; 3] = ["locks", "semaphores", "rwlocks"];
 /// an administrator, one that may lock `job:` without reading it, one that may only read
 /// `job:` and `payment:1…`, and one that may read and lock `job:`.
 fn auth_file() -> String {
-    let principal = |name: &str, token: &str, grants: &str| {
-        format!(
-            "[[principal]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\ngrants = [{grants}]\n\n",
-            token_sha256(token)
-        )
-    };
     [
         principal(
             "billing",

@@ -7,10 +7,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Answer, TestServer, assert_invalid, assert_problem};
+use common::{Answer, TestServer, assert_invalid, assert_problem, principal};
 use fencelock_core::MemoryStore;
 use fencelock_server::Config;
-use fencelock_server::auth::{AuthFile, Keyring, token_sha256};
+use fencelock_server::auth::{AuthFile, Keyring};
 use fencelock_testkit::sse::{EventStream, Message};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -406,12 +406,6 @@ const WRITER: &str = "writer-token-2";
 
 #[tokio::test]
 async fn campaigning_needs_the_lock_right_and_following_the_read_right_on_the_name() {
-    let principal = |name: &str, token: &str, grants: &str| {
-        format!(
-            "[[principal]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\ngrants = [{grants}]\n\n",
-            token_sha256(token)
-        )
-    };
     let file = [
         principal("reader", READER, r#"{ prefix = "pub:", rights = ["read"] }"#),
         principal(

@@ -8,10 +8,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestServer;
+use common::{TestServer, principal};
 use fencelock_core::{LockStore, MemoryStore};
 use fencelock_server::Config;
-use fencelock_server::auth::{AuthFile, Keyring, token_sha256};
+use fencelock_server::auth::{AuthFile, Keyring};
 use fencelock_server::hub::HubLimits;
 use fencelock_testkit::eventually;
 use fencelock_testkit::sse::{EventStream, Message};
@@ -456,12 +456,6 @@ const WRITER: &str = "writer-token-2";
 
 #[tokio::test]
 async fn a_caller_sees_only_the_names_it_may_read_and_has_few_streams() {
-    let principal = |name: &str, token: &str, grants: &str| {
-        format!(
-            "[[principal]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\ngrants = [{grants}]\n\n",
-            token_sha256(token)
-        )
-    };
     let file = [
         principal("reader", READER, r#"{ prefix = "pub:", rights = ["read"] }"#),
         principal("writer", WRITER, r#"{ prefix = "", rights = ["read", "lock"] }"#),

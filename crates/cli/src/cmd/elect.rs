@@ -15,19 +15,22 @@
 //! to CMD's group while it runs; the leadership is resigned once CMD is gone): exit 128+N.
 //! Exit 2 on bad input, 3 if the server or store cannot be reached.
 
-use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock_client::{Kind, Resource, Terms};
 use fencelock_core::election;
 
-use super::common::{self, Failure, Target};
-use super::run::{self, Ending, Schedule, Signals};
+use super::common::{self, Failure};
+use super::run::{self, Ending, Running, Schedule, Signals};
 use super::waiting::while_waiting;
 
 /// Flags of `fencelock elect`.
 #[derive(Debug, clap::Args)]
+#[command(
+    mut_arg("grace", |grace| grace.help("After SIGTERM on a lost leadership, how long CMD gets before SIGKILL (default a tenth of the TTL, at most 10s; always cut so that SIGKILL comes before the leadership's end)")),
+    mut_arg("command", |command| command.help("The command to run while leader, and its arguments (after `--`)")),
+)]
 pub struct Args {
     /// The election, e.g. scheduler:nightly.
     #[arg(value_name = "NAME", value_terminator = "--")]
@@ -42,15 +45,8 @@ pub struct Args {
     /// leader that died without resigning.
     #[arg(long, env = "FENCELOCK_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
     ttl: Duration,
-    /// After SIGTERM on a lost leadership, how long CMD gets before SIGKILL (default a tenth of
-    /// the TTL, at most 10s; always cut so that SIGKILL comes before the leadership's end).
-    #[arg(long, env = "FENCELOCK_GRACE", value_parser = humantime::parse_duration)]
-    grace: Option<Duration>,
     #[command(flatten)]
-    target: Target,
-    /// The command to run while leader, and its arguments (after `--`).
-    #[arg(trailing_var_arg = true, value_name = "CMD")]
-    command: Vec<OsString>,
+    running: Running,
 }
 
 /// Runs `fencelock elect`.
@@ -72,16 +68,16 @@ async fn elect(args: Args) -> Result<u8, Failure> {
             election::MAX_VALUE_BYTES
         )));
     }
-    if args.command.is_empty() {
+    if args.running.command.is_empty() {
         return Err(Failure::bad_input("no CMD given: put it after --"));
     }
     let candidate = common::owner_or_default(args.candidate.as_deref())?;
     let ttl = common::ttl(args.ttl)?;
     let terms = Terms::ttl(ttl).meta(Some(election::meta(args.value.as_deref(), ttl, None)));
-    let (schedule, options) = Schedule::new("elect", &terms, args.grace)?;
+    let (schedule, options) = Schedule::new("elect", &terms, args.running.grace)?;
     run::become_subreaper()?;
     let mut signals = Signals::listen()?;
-    let client = args.target.connect().await?.with_guard_options(options);
+    let client = args.running.target.connect().await?.with_guard_options(options);
     let names = std::slice::from_ref(&lock);
     loop {
         let campaign = async {
@@ -91,7 +87,7 @@ async fn elect(args: Args) -> Result<u8, Failure> {
             Ok(guard.into())
         };
         let campaign = while_waiting(&client, Kind::Lock, names, fencelock_core::FOREVER, campaign);
-        match run::hold_while_running(campaign, &args.command, schedule, &mut signals).await? {
+        match run::hold_while_running(campaign, &args.running.command, schedule, &mut signals).await? {
             Ending::Signalled(signal) => return Ok(Ending::Signalled(signal).code()),
             // CMD ended of a signal sent to `elect`: so does `elect`, with its status.
             Ending::Ran(code, Some(_)) => return Ok(code),

@@ -90,6 +90,10 @@ use super::waiting::while_waiting;
 
 /// Flags of `fencelock run`.
 #[derive(Debug, clap::Args)]
+#[command(
+    mut_arg("grace", |grace| grace.help("After SIGTERM on a lost lease, how long CMD gets before SIGKILL (default a tenth of the TTL, at most 10s; always cut so that SIGKILL comes before the lease's expiry)")),
+    mut_arg("command", |command| command.help("The command to run, and its arguments (after `--`). Everything from CMD on is CMD's, hyphens included; before it, an unknown flag (a typo such as `--tll`) is bad input, not a program to run")),
+)]
 pub struct Args {
     /// The lock to hold, e.g. report:daily (with --limit, the semaphore's name; with --mode,
     /// the read-write lock's). To hold several locks, name each with --lock instead.
@@ -111,17 +115,22 @@ pub struct Args {
     /// Do not wait for a busy lock: exit 75 at once (for cron jobs that run on many hosts).
     #[arg(long, env = "FENCELOCK_NO_WAIT", value_parser = clap::builder::BoolishValueParser::new())]
     no_wait: bool,
-    /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL (default a tenth of
-    /// the TTL, at most 10s; always cut so that SIGKILL comes before the lease's expiry).
-    #[arg(long, env = "FENCELOCK_GRACE", value_parser = humantime::parse_duration)]
-    grace: Option<Duration>,
     #[command(flatten)]
-    target: Target,
-    /// The command to run, and its arguments (after `--`). Everything from CMD on is CMD's,
-    /// hyphens included; before it, an unknown flag (a typo such as `--tll`) is bad input,
-    /// not a program to run.
+    running: Running,
+}
+
+/// The flags of a command that runs CMD while it holds a lease (`run`, `elect`): how long CMD
+/// gets after SIGTERM, where requests go, and CMD — last, so that it takes every argument
+/// from CMD on. Each command writes the help of `--grace` and CMD itself (`mut_arg`), for
+/// what it holds: a lease, a leadership.
+#[derive(Debug, clap::Args)]
+pub(super) struct Running {
+    #[arg(long, env = "FENCELOCK_GRACE", value_parser = humantime::parse_duration)]
+    pub(super) grace: Option<Duration>,
+    #[command(flatten)]
+    pub(super) target: Target,
     #[arg(trailing_var_arg = true, value_name = "CMD")]
-    command: Vec<OsString>,
+    pub(super) command: Vec<OsString>,
 }
 
 impl Args {
@@ -244,20 +253,20 @@ impl Signals {
 
 async fn run_command(args: Args) -> Result<u8, Failure> {
     let names = args.names()?;
-    let (owner, terms) = args.wanted.parse_with(common::run_meta(&args.command))?;
-    if args.command.is_empty() {
+    let (owner, terms) = args.wanted.parse_with(common::run_meta(&args.running.command))?;
+    if args.running.command.is_empty() {
         return Err(Failure::bad_input("no CMD given: put it after --"));
     }
-    let (schedule, options) = Schedule::new("run", &terms, args.grace)?;
+    let (schedule, options) = Schedule::new("run", &terms, args.running.grace)?;
     // Before anything is acquired: without it, what CMD starts could not be kept in reach.
     become_subreaper()?;
     let mut signals = Signals::listen()?;
-    let client = args.target.connect().await?.with_guard_options(options);
+    let client = args.running.target.connect().await?.with_guard_options(options);
     let wait = match (args.no_wait, args.wait) {
         (true, _) => Duration::ZERO,
         (false, wait) => wait.unwrap_or(fencelock_core::FOREVER),
     };
-    let (command, names) = (&args.command, &names[..]);
+    let (command, names) = (&args.running.command, &names[..]);
     let ending = match (args.claimed.claim(), names) {
         (None, [one]) => {
             let acquiring = async { Ok(client.acquire_with(one, &owner, terms, wait).await?.into()) };

@@ -205,6 +205,24 @@ impl Drop for Server {
     }
 }
 
+/// The stream of `GET /events?prefix=PREFIX` on `server`, once registered (its first
+/// heartbeat read within `wait`): whatever happens from now on under `prefix` is on it.
+pub async fn events_from_now(
+    server: &Server,
+    prefix: &str,
+    wait: Duration,
+) -> fencelock_testkit::sse::EventStream {
+    let response = reqwest::Client::new()
+        .get(format!("{}/events?prefix={prefix}", server.url))
+        .send()
+        .await
+        .expect("the server answers");
+    let mut stream = fencelock_testkit::sse::EventStream::new(response);
+    let first = stream.next_message(wait).await.expect("a heartbeat");
+    assert!(first.is_comment(), "{first:?}");
+    stream
+}
+
 /// A port nothing listens on (bound, then let go).
 pub fn closed_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

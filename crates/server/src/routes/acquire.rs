@@ -8,6 +8,7 @@ use axum::http::Uri;
 use axum::response::Response;
 use fencelock_core::{AcquireOutcome, Acquired, Kind, Lease, StoreError, Terms, Waiters};
 use fencelock_wire::{Acquire, AcquireRequest, AcquireResponse, Op, outcome, parse};
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Caller;
@@ -17,7 +18,7 @@ use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::acquiring::{Acquiring, acquired};
+use super::acquiring::{Acquiring, acquired_one};
 use super::responses::{AuthProblems, BodyProblems, Deadlocked, Denied};
 
 /// Acquire a lock.
@@ -49,29 +50,55 @@ pub async fn acquire(
     let (resource, request) = both(resource(&uri), parse::acquire(&body, &app.config.limits))?;
     let terms = request.terms(app.config.lock_delay);
     let Acquire { owner, wait, .. } = request.acquire;
-    let asked = Asked {
-        resource,
-        owner,
-        token: None,
-    };
-    acquired(app, &caller, peer, (asked, wait), OneLock(terms)).await
+    let lock = OneLock { terms, told: AsLock };
+    acquired_one(app, &caller, peer, (resource, owner, wait), lock).await
 }
 
-/// An acquire of one lock, on these terms.
-struct OneLock(Terms);
+/// An acquire of one lock, on these terms, told to the client as `told` tells it.
+pub(super) struct OneLock<T> {
+    pub(super) terms: Terms,
+    pub(super) told: T,
+}
 
-impl Acquiring for OneLock {
+/// How the outcome of an acquire of one lock is told to the client: as a lock's
+/// ([`AsLock`]), or as an election's campaign.
+pub(super) trait Tell: Send + Sync + 'static {
+    /// The answer's body.
+    type Answer: Serialize + Send + 'static;
+
+    /// The answer of a server shutting down without its store's: not acquired.
+    fn stopped(&self, asked: &Asked) -> Self::Answer;
+    /// The answer to the client.
+    fn answer(&self, asked: &Asked, outcome: &AcquireOutcome) -> Result<Self::Answer, ApiError>;
+}
+
+/// As `POST /locks/{resource}` tells it.
+struct AsLock;
+
+impl Tell for AsLock {
+    type Answer = AcquireResponse;
+
+    fn stopped(&self, asked: &Asked) -> AcquireResponse {
+        outcome::encode_stopped(&asked.resource)
+    }
+
+    fn answer(&self, _: &Asked, outcome: &AcquireOutcome) -> Result<AcquireResponse, ApiError> {
+        Ok(outcome::encode_acquire(outcome))
+    }
+}
+
+impl<T: Tell> Acquiring for OneLock<T> {
     const OP: Op = Op::Acquire;
     type Asked = Asked;
     type Outcome = AcquireOutcome;
-    type Answer = AcquireResponse;
+    type Answer = T::Answer;
 
     fn kind(&self) -> Kind {
         Kind::Lock
     }
 
-    fn stopped(&self, asked: &Asked) -> AcquireResponse {
-        outcome::encode_stopped(&asked.resource)
+    fn stopped(&self, asked: &Asked) -> T::Answer {
+        self.told.stopped(asked)
     }
 
     async fn call(
@@ -82,7 +109,7 @@ impl Acquiring for OneLock {
         gone: &CancellationToken,
     ) -> Result<Acquired<AcquireOutcome>, StoreError> {
         waiters
-            .acquire_unless(&asked.resource, &asked.owner, &self.0, wait, gone)
+            .acquire_unless(&asked.resource, &asked.owner, &self.terms, wait, gone)
             .await
     }
 
@@ -90,8 +117,8 @@ impl Acquiring for OneLock {
         new_lease(outcome).into_iter().collect()
     }
 
-    fn answer(&self, _: &Asked, outcome: &AcquireOutcome) -> Result<AcquireResponse, ApiError> {
-        Ok(outcome::encode_acquire(outcome))
+    fn answer(&self, asked: &Asked, outcome: &AcquireOutcome) -> Result<T::Answer, ApiError> {
+        self.told.answer(asked, outcome)
     }
 }
 

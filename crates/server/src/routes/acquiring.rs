@@ -129,6 +129,23 @@ pub(super) async fn acquired<A: Acquiring>(
     Ok(answer::json(StatusCode::OK, &answer.await?))
 }
 
+/// [`acquired`] of one name (a lock, a permit, a hold, an election's lock): `owner` asks for
+/// `name`, waiting up to `wait`.
+pub(super) async fn acquired_one<A: Acquiring<Asked = Asked>>(
+    app: App,
+    caller: &Caller,
+    peer: Option<Extension<Peer>>,
+    (name, owner, wait): (Resource, Owner, Duration),
+    request: A,
+) -> Result<Response, ApiError> {
+    let asked = Asked {
+        resource: name,
+        owner,
+        token: None,
+    };
+    acquired(app, caller, peer, (asked, wait), request).await
+}
+
 /// The connection's watch on its client, for an acquire that waits up to `wait` (none for one
 /// that does not wait): see [`Peer::waiting`].
 fn waiting(peer: Option<Extension<Peer>>, wait: Duration) -> Option<Waiting> {

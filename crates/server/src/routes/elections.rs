@@ -4,7 +4,6 @@
 //! from the lease and its metadata ([`Leadership::of`]).
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use axum::Extension;
 use axum::extract::{RawQuery, State};
@@ -12,29 +11,30 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use fencelock_core::election::{meta, ttl_of};
 use fencelock_core::{
-    AcquireOutcome, Acquired, Kind, Leadership, Lease, LockStore, Owner, Refusal, RenewOutcome, Resource,
-    StoreError, Terms, Timestamp, Waiters,
+    AcquireOutcome, FencingToken, Kind, Leadership, Lease, LockStore, Meta, Owner, Refusal, RenewOutcome,
+    Resource, Terms, Timestamp, Ttl,
 };
 use fencelock_wire::{
     CampaignBody, CampaignDelayed, CampaignResponse, CampaignStopped, CampaignedBody, ElectionRenewBody,
     EventData, EventName, FieldError, Judged, LeadershipBody, Op, Problem, ProblemKind, ProclaimBody,
-    ResignBody, Topic, Topics, parse,
+    Release, Renew, ResignBody, Topic, Topics, parse,
 };
-use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Caller, Right};
-use crate::extract::JsonObject;
+use crate::extract::{JsonObject, both};
 use crate::hub::{Filter, Start};
 use crate::listener::Peer;
 use crate::observe::{Asked, observed};
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::acquiring::{Acquiring, acquired};
+use super::acquire::{OneLock, Tell};
+use super::acquiring::acquired_one;
 use super::answer;
 use super::detached::detached;
 use super::events::{Again, data_event, since, stream};
-use super::responses::{AuthProblems, BodyProblems, Deadlocked, Denied, PathProblems};
+use super::judge::{authorised, judge};
+use super::responses::{AuthProblems, BodyProblems, Deadlocked, Denied, LeaderRefusals, PathProblems};
 
 /// The election of a `/elections/{name}…` path: its name (the field `name`, at most 254
 /// bytes) and the lock that keeps it.
@@ -95,7 +95,7 @@ pub async fn campaign(
     peer: Option<Extension<Peer>>,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    let ((name, lock), request) = both_election(election(&uri), parse::campaign(&body, &app.config.limits))?;
+    let ((name, lock), request) = both(election(&uri), parse::campaign(&body, &app.config.limits))?;
     caller.may(Right::Lock, &lock)?;
     let candidate = caller.owns(request.candidate.clone());
     if let Some(answer) = campaign_again(&app, &lock, &candidate, &request).await? {
@@ -104,34 +104,12 @@ pub async fn campaign(
     let terms = Terms::ttl(request.ttl)
         .lock_delay(app.config.lock_delay)
         .meta(Some(meta(request.value.as_deref(), request.ttl, None)));
-    let asked = Asked {
-        resource: lock,
-        owner: request.candidate,
-        token: None,
+    let campaign = OneLock {
+        terms,
+        told: Campaigning { name },
     };
-    acquired(
-        app,
-        &caller,
-        peer,
-        (asked, request.wait),
-        Campaigning { terms, name },
-    )
-    .await
-}
-
-/// Reads the election's name and a body, listing every bad field of both.
-fn both_election<T>(
-    election: Result<(Resource, Resource), FieldError>,
-    body: Result<T, Vec<FieldError>>,
-) -> Result<((Resource, Resource), T), ApiError> {
-    match (election, body) {
-        (Ok(election), Ok(body)) => Ok((election, body)),
-        (election, body) => {
-            let mut errors: Vec<FieldError> = election.err().into_iter().collect();
-            errors.extend(body.err().unwrap_or_default());
-            Err(ApiError::Invalid(errors))
-        }
-    }
+    let asked = (lock, request.candidate, request.wait);
+    acquired_one(app, &caller, peer, asked, campaign).await
 }
 
 /// The leader campaigning again: its leadership renewed for the TTL, with the value sent
@@ -185,21 +163,13 @@ fn tell_if_new_value(app: &App, before: &Leadership, renewed: &Lease) {
     }
 }
 
-/// A campaign, on these terms, for the election `name`.
+/// An acquire of the lock of the election `name`, told as a campaign.
 struct Campaigning {
-    terms: Terms,
     name: Resource,
 }
 
-impl Acquiring for Campaigning {
-    const OP: Op = Op::Acquire;
-    type Asked = Asked;
-    type Outcome = AcquireOutcome;
+impl Tell for Campaigning {
     type Answer = CampaignResponse;
-
-    fn kind(&self) -> Kind {
-        Kind::Lock
-    }
 
     fn stopped(&self, _: &Asked) -> CampaignResponse {
         CampaignResponse::Stopped(CampaignStopped {
@@ -207,22 +177,6 @@ impl Acquiring for Campaigning {
             name: self.name.to_string(),
             shutting_down: true,
         })
-    }
-
-    async fn call(
-        &self,
-        waiters: &Waiters,
-        asked: &Asked,
-        wait: Duration,
-        gone: &CancellationToken,
-    ) -> Result<Acquired<AcquireOutcome>, StoreError> {
-        waiters
-            .acquire_unless(&asked.resource, &asked.owner, &self.terms, wait, gone)
-            .await
-    }
-
-    fn granted(outcome: &AcquireOutcome) -> Vec<&Lease> {
-        super::acquire::new_lease(outcome).into_iter().collect()
     }
 
     fn answer(&self, _: &Asked, outcome: &AcquireOutcome) -> Result<CampaignResponse, ApiError> {
@@ -273,7 +227,6 @@ fn vacant(name: &Resource) -> ApiError {
     ApiError::Problem(ProblemKind::NotFound, format!("nobody leads the election {name}"))
 }
 
-/// The problem of a call on a leadership the store refused.
 /// What a judged call (a renewal, a resignation) did, or the problem its refusal is.
 fn done<'o, O: Judged>(outcome: &'o O, name: &Resource, candidate: &Owner) -> Result<&'o O::Done, ApiError> {
     outcome
@@ -281,6 +234,7 @@ fn done<'o, O: Judged>(outcome: &'o O, name: &Resource, candidate: &Owner) -> Re
         .map_err(|refusal| refused(refusal, name, candidate))
 }
 
+/// The problem of a call on a leadership the store refused.
 fn refused(refusal: Refusal, name: &Resource, candidate: &Owner) -> ApiError {
     let detail = match refusal {
         Refusal::NotFound => return vacant(name),
@@ -288,6 +242,27 @@ fn refused(refusal: Refusal, name: &Resource, candidate: &Owner) -> ApiError {
         Refusal::Conflict => format!("the term given is not the current one of the election {name}"),
     };
     ApiError::Problem(refusal.into(), detail)
+}
+
+/// What a call on the leadership of `lock` asks for: the candidate's, in `term`.
+fn in_term(lock: Resource, candidate: Owner, term: FencingToken) -> Asked {
+    Asked {
+        resource: lock,
+        owner: candidate,
+        token: Some(term),
+    }
+}
+
+/// What the store answers to a renewal of the leadership `asked` tells of, for `ttl`, with
+/// `meta`: the lock's renewal, judged by the term and the candidate.
+async fn renewal(app: &App, asked: &Asked, ttl: Ttl, meta: Option<Meta>) -> Result<RenewOutcome, ApiError> {
+    let renew = Renew {
+        owner: asked.owner.clone(),
+        ttl,
+        token: asked.token,
+        meta,
+    };
+    judge(app, &renew, asked).await
 }
 
 /// Change the leader's value.
@@ -300,9 +275,7 @@ fn refused(refusal: Refusal, name: &Resource, candidate: &Owner) -> ApiError {
     request_body(content = ProclaimBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The leadership with its new value", body = LeadershipBody),
-        (status = 403, description = "Another candidate leads, or the caller has no `lock` right on this name (problem type ending in denied)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Nobody leads", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The term is not the current one", body = Problem, content_type = "application/problem+json"),
+        LeaderRefusals,
         AuthProblems,
         BodyProblems,
     ))]
@@ -312,25 +285,18 @@ pub async fn proclaim(
     uri: Uri,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    let ((name, lock), request) = both_election(election(&uri), parse::proclaim(&body))?;
-    caller.may(Right::Lock, &lock)?;
-    let candidate = caller.owns(request.candidate);
+    let ((name, lock), request) = both(election(&uri), parse::proclaim(&body))?;
+    let asked = authorised(&caller, in_term(lock, request.candidate, request.term))?;
     detached(async move {
-        let store = app.waiters.store();
-        let lease = store.get(&lock).await?.ok_or_else(|| vacant(&name))?;
+        let lease = app.waiters.store().get(&asked.resource).await?;
+        let lease = lease.ok_or_else(|| vacant(&name))?;
         let current = Leadership::of(&lease).ok_or_else(|| vacant(&name))?;
         // Judged by the store as a renewal (the term, the candidate), for the TTL the
         // leader last asked for, which every leadership of this server says.
         let ttl = ttl_of(&lease).ok_or_else(|| vacant(&name))?;
-        let renewal = current.meta_with(Some(&request.value), ttl);
-        let asked = Asked {
-            resource: lock.clone(),
-            owner: candidate.clone(),
-            token: Some(request.term),
-        };
-        let call = store.renew_with(&lock, &candidate, ttl, Some(request.term), Some(&renewal));
-        let outcome = observed(&app, Kind::Lock, Op::Renew, &asked, call).await?;
-        let renewed = done(&outcome, &name, &candidate)?;
+        let meta = current.meta_with(Some(&request.value), ttl);
+        let outcome = renewal(&app, &asked, ttl, Some(meta)).await?;
+        let renewed = done(&outcome, &name, &asked.owner)?;
         tell_if_new_value(&app, &current, renewed);
         Ok(answer::json(StatusCode::OK, &leadership(renewed)?))
     })
@@ -347,9 +313,7 @@ pub async fn proclaim(
     request_body(content = ElectionRenewBody, content_type = "application/json"),
     responses(
         (status = 200, description = "Renewed", body = LeadershipBody),
-        (status = 403, description = "Another candidate leads, or the caller has no `lock` right on this name (problem type ending in denied)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Nobody leads", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The term is not the current one", body = Problem, content_type = "application/problem+json"),
+        LeaderRefusals,
         AuthProblems,
         BodyProblems,
     ))]
@@ -359,30 +323,16 @@ pub async fn renew(
     uri: Uri,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    let ((name, lock), request) =
-        both_election(election(&uri), parse::election_renew(&body, &app.config.limits))?;
-    caller.may(Right::Lock, &lock)?;
-    let candidate = caller.owns(request.candidate);
+    let ((name, lock), request) = both(election(&uri), parse::election_renew(&body, &app.config.limits))?;
+    let asked = authorised(&caller, in_term(lock, request.candidate, request.term))?;
     detached(async move {
-        let asked = Asked {
-            resource: lock.clone(),
-            owner: candidate.clone(),
-            token: Some(request.term),
-        };
-        let store = app.waiters.store();
         // The leadership's metadata as it is, with the TTL asked for (what a proclamation
         // renews for): read first, then judged by the store with the term.
-        let current = store.get(&lock).await?.as_ref().and_then(Leadership::of);
-        let renewal = current.map(|l| l.meta_with(l.value.as_deref(), request.ttl));
-        let call = store.renew_with(
-            &lock,
-            &candidate,
-            request.ttl,
-            Some(request.term),
-            renewal.as_ref(),
-        );
-        let outcome = observed(&app, Kind::Lock, Op::Renew, &asked, call).await?;
-        let renewed = done(&outcome, &name, &candidate)?;
+        let current = app.waiters.store().get(&asked.resource).await?;
+        let current = current.as_ref().and_then(Leadership::of);
+        let meta = current.map(|l| l.meta_with(l.value.as_deref(), request.ttl));
+        let outcome = renewal(&app, &asked, request.ttl, meta).await?;
+        let renewed = done(&outcome, &name, &asked.owner)?;
         Ok(answer::json(StatusCode::OK, &leadership(renewed)?))
     })
     .await
@@ -398,9 +348,7 @@ pub async fn renew(
     request_body(content = ResignBody, content_type = "application/json"),
     responses(
         (status = 204, description = "Resigned"),
-        (status = 403, description = "Another candidate leads, or the caller has no `lock` right on this name (problem type ending in denied)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Nobody leads", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The term is not the current one", body = Problem, content_type = "application/problem+json"),
+        LeaderRefusals,
         AuthProblems,
         BodyProblems,
     ))]
@@ -410,19 +358,14 @@ pub async fn resign(
     uri: Uri,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    let ((name, lock), request) = both_election(election(&uri), parse::resign(&body))?;
-    caller.may(Right::Lock, &lock)?;
-    let candidate = caller.owns(request.candidate);
+    let ((name, lock), request) = both(election(&uri), parse::resign(&body))?;
+    let asked = authorised(&caller, in_term(lock, request.candidate, request.term))?;
     detached(async move {
-        let asked = Asked {
-            resource: lock.clone(),
-            owner: candidate.clone(),
-            token: Some(request.term),
+        let release = Release {
+            owner: asked.owner.clone(),
+            token: asked.token,
         };
-        let store = app.waiters.store();
-        let call = store.release(&lock, &candidate, Some(request.term));
-        let outcome = observed(&app, Kind::Lock, Op::Release, &asked, call).await?;
-        done(&outcome, &name, &candidate)?;
+        done(&judge(&app, &release, &asked).await?, &name, &asked.owner)?;
         Ok(StatusCode::NO_CONTENT.into_response())
     })
     .await

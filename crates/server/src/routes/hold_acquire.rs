@@ -25,7 +25,7 @@ use crate::observe::Asked;
 use crate::problem::ApiError;
 use crate::state::App;
 
-use super::acquiring::{Acquiring, acquired};
+use super::acquiring::{Acquiring, acquired_one};
 use super::responses::{AuthProblems, BodyProblems, DEADLOCK, Deadlocked, Denied, problems};
 
 /// In the OpenAPI description: the two 409s of a semaphore's acquire.
@@ -114,24 +114,13 @@ async fn acquire(
         wait,
         meta,
     } = acquire;
-    let asked = Asked {
-        resource: name,
-        owner,
-        token: None,
+    let hold = OneHold {
+        kind,
+        claim,
+        ttl,
+        meta,
     };
-    acquired(
-        app,
-        caller,
-        peer,
-        (asked, wait),
-        OneHold {
-            kind,
-            claim,
-            ttl,
-            meta,
-        },
-    )
-    .await
+    acquired_one(app, caller, peer, (name, owner, wait), hold).await
 }
 
 /// An acquire of a semaphore's permit or a read-write lock's hold: of this kind, for this

@@ -1,6 +1,9 @@
 //! The one judged path: a call on a held lease that the store judges (release, renew, of a
 //! lock's lease or of a semaphore's permit or a read-write lock's hold) adds an `impl` of
 //! [`Judge`], and [`judged`] does the rest; [`Reply`] turns what it answers into a response.
+//! An election's calls on its leadership (proclaim, renew, resign) are judged calls on its
+//! lock told in the election's words: they take the two steps of [`judged`], [`authorised`]
+//! and [`judge`], and answer themselves.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -43,13 +46,10 @@ pub(super) async fn judged<J: Judge>(
     resource: Resource,
     request: J,
 ) -> Result<Response, ApiError> {
-    caller.may(Right::Lock, &resource)?;
-    let mut asked = request.asked(resource);
-    asked.owner = caller.owns(asked.owner);
+    let asked = authorised(caller, request.asked(resource))?;
     detached(async move {
         let kind = request.kind();
-        let call = request.call(app.waiters.store().as_ref(), &asked);
-        match observed(&app, kind, J::OP, &asked, call).await?.judged() {
+        match judge(&app, &request, &asked).await?.judged() {
             Ok(done) => Ok(J::Outcome::encode(done).reply(J::Outcome::DONE_STATUS)),
             Err(refusal) => Err(ApiError::Problem(
                 refusal.into(),
@@ -58,6 +58,20 @@ pub(super) async fn judged<J: Judge>(
         }
     })
     .await
+}
+
+/// `asked` as `caller` may ask it: its `lock` right on the name checked, the owner made its
+/// principal's.
+pub(super) fn authorised(caller: &Caller, mut asked: Asked) -> Result<Asked, ApiError> {
+    caller.may(Right::Lock, &asked.resource)?;
+    asked.owner = caller.owns(asked.owner);
+    Ok(asked)
+}
+
+/// What the store answers to `request` on what `asked` tells of, observed (counted, logged).
+pub(super) async fn judge<J: Judge>(app: &App, request: &J, asked: &Asked) -> Result<J::Outcome, ApiError> {
+    let call = request.call(app.waiters.store().as_ref(), asked);
+    Ok(observed(app, request.kind(), J::OP, asked, call).await?)
 }
 
 /// The problem's `detail` for a refusal of a call on `kind`.

@@ -82,6 +82,23 @@ impl utoipa::IntoResponses for Deadlocked {
 /// What the 409 `deadlock` of an acquire means, for the OpenAPI description.
 pub(super) const DEADLOCK: &str = "Waiting would close a cycle of owners that wait for each other on this server (problem type ending in deadlock; detail names the cycle, e.g. `b waits for lock \"x\" held by a; a waits for lock \"y\" held by b`). Answered at once; nothing was acquired, and nothing the caller held was released";
 
+/// In the OpenAPI description: the refusals of a call on a leadership (proclaim, renew,
+/// resign), which only the leader may make, in its current term.
+pub(super) struct LeaderRefusals;
+
+impl utoipa::IntoResponses for LeaderRefusals {
+    fn responses() -> BTreeMap<String, RefOr<Described>> {
+        problems(&[
+            (
+                ProblemKind::Forbidden,
+                "Another candidate leads, or the caller has no `lock` right on this name (problem type ending in denied)",
+            ),
+            (ProblemKind::NotFound, "Nobody leads"),
+            (ProblemKind::Conflict, "The term is not the current one"),
+        ])
+    }
+}
+
 /// In the OpenAPI description: the problems of a request without a body.
 pub(super) struct PathProblems;
 

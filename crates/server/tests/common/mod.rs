@@ -20,6 +20,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+/// An authentication file's entry: the principal `name`, known by `token`, with `grants`
+/// (inline tables, e.g. `{ prefix = "pub:", rights = ["read"] }`).
+pub fn principal(name: &str, token: &str, grants: &str) -> String {
+    format!(
+        "[[principal]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\ngrants = [{grants}]\n\n",
+        fencelock_server::auth::token_sha256(token)
+    )
+}
+
 /// A running server and a client for it.
 pub struct TestServer {
     pub base: String,
