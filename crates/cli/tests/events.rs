@@ -182,7 +182,7 @@ async fn a_server_that_may_have_missed_events_of_others_resets_its_streams() {
     let node = RedisNodes::start(1);
     let server = Server::on(&node.url());
     let prefix = unique_prefix();
-    let mut on = stream(&server, &prefix).await;
+    let mut on = events_from_now(&server, &prefix, WAIT).await;
     let before = format!("{prefix}before");
     grant(&server, &before, json!({"owner": "w", "ttl_seconds": 30})).await;
     let seen = on.events_until(WAIT, is("grant", &before)).await;
