@@ -13,12 +13,12 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{Server, events_from_now, fencelock};
-#[cfg(feature = "etcd")]
-use fencelock_testkit::shared_etcd;
-#[cfg(feature = "zookeeper")]
-use fencelock_testkit::shared_zookeeper;
 use fencelock_testkit::sse::{EventStream, Message};
-use fencelock_testkit::{Postgres, RedisNodes, eventually, shared_redis};
+#[cfg(feature = "etcd")]
+use fencelock_testkit::{Etcd, shared_etcd};
+use fencelock_testkit::{Postgres, Redis, RedisNodes, eventually, shared_redis};
+#[cfg(feature = "zookeeper")]
+use fencelock_testkit::{ZooKeeper, shared_zookeeper};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -74,7 +74,8 @@ async fn series(servers: &[&Server], name: &str) -> f64 {
 }
 
 /// Two servers on `store`: a change made through either is on both streams, in the order of
-/// the changes, and an expiry is told once, on both streams, and counted by one server.
+/// the changes, and an expiry is told once, on both streams, and counted by one server. The
+/// store is the test's own: other tests' expiries would be counted too.
 async fn changes_through_either_server_are_on_both_streams(store: &str) {
     let flags = ["--purge-interval", "100ms"];
     let (a, b) = (Server::with(store, &[], &flags), Server::with(store, &[], &flags));
@@ -153,7 +154,8 @@ async fn on_postgresql_changes_through_either_server_are_on_both_streams() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_changes_through_either_server_are_on_both_streams() {
-    changes_through_either_server_are_on_both_streams(&shared_redis().url()).await;
+    let redis = Redis::start();
+    changes_through_either_server_are_on_both_streams(&redis.url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,13 +167,15 @@ async fn on_redlock_changes_through_either_server_are_on_both_streams() {
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_etcd_changes_through_either_server_are_on_both_streams() {
-    changes_through_either_server_are_on_both_streams(&shared_etcd().url()).await;
+    let etcd = Etcd::start();
+    changes_through_either_server_are_on_both_streams(&etcd.url()).await;
 }
 
 #[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_zookeeper_changes_through_either_server_are_on_both_streams() {
-    changes_through_either_server_are_on_both_streams(&shared_zookeeper().url()).await;
+    let zookeeper = ZooKeeper::start();
+    changes_through_either_server_are_on_both_streams(&zookeeper.url()).await;
 }
 
 /// A server that lost its subscription to the other servers' events — Redis closed it —
