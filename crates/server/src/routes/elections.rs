@@ -376,7 +376,8 @@ pub async fn resign(
 /// Server-Sent Events: first the current state (`leader` with the leadership, or
 /// `vacant`), then every `leader` (a new term, or a new value) and `vacant` (resigned,
 /// expired or force-released) of this election, in order. Resumes from `Last-Event-ID`
-/// (or `since`) as `GET /events` does; outside the window, `reset` then the current state.
+/// (or `since`) as `GET /events` does; outside the window (or mid-stream, as on `/events`),
+/// `reset` then the current state.
 /// Heartbeats, the cut-off of a slow reader and the streams per principal are `/events`'.
 /// Needs the `read` right on the name.
 #[utoipa::path(get, path = "/elections/{name}/observe", tag = "elections",

@@ -38,9 +38,12 @@ const SNAPSHOT_PAGE: usize = 1000;
 /// to get every event after it, none twice, while it is in the server's retention window;
 /// otherwise the stream starts with `event: reset`, then one `event: snapshot` per live
 /// lease, permit or hold under the filter, then the live tail. Without an id, the stream
-/// starts at the next event (a heartbeat says the id it starts from). A quiet stream gets
-/// `: heartbeat ID` (and that `id:`) at least every 15 s. A stream that falls further behind
-/// than its buffer gets `event: overflow` and is closed. Only names the caller may `read`.
+/// starts at the next event (a heartbeat says the id it starts from). A `reset` and a
+/// snapshot may also come mid-stream, where this server may have missed events made
+/// through another server sharing the store; an id from before it resumes with them. A
+/// quiet stream gets `: heartbeat ID` (and that `id:`) at least every 15 s. A stream that
+/// falls further behind than its buffer gets `event: overflow` and is closed. Only names the
+/// caller may `read`.
 #[utoipa::path(get, path = "/events", tag = "events",
     params(
         ("prefix" = Option<String>, Query, description = "Only names starting with this", max_length = 255, pattern = r"^[^\x00-\x1f\x7f]*$"),
