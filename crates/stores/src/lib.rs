@@ -119,6 +119,8 @@ use fencelock_core::{Layered, LockStore, MemoryStore, StoreError, Turns};
 mod deadline;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod event_channel;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]

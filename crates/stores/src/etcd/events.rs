@@ -18,7 +18,7 @@ use fencelock_core::{Bulletin, BulletinFeed, Expired};
 use super::EtcdStore;
 use super::error::EtcdError;
 use super::watch::Seen;
-use crate::subscription::{EventChannel, Outgoing};
+use crate::event_channel::{EventChannel, Outgoing};
 
 /// How long an event's key lives (its lease's TTL): long enough for every server's watch to
 /// see it, short enough that the keys do not pile up.

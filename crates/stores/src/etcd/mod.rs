@@ -299,7 +299,7 @@ pub struct EtcdStore {
     // Stops watching when the store is dropped.
     _released: AbortOnDrop,
     /// This server's events told to the others, and theirs heard.
-    events: crate::subscription::EventChannel,
+    events: crate::event_channel::EventChannel,
     /// The expiries the watches saw, for [`LockStore::purge_expired`] to claim.
     expiries: Arc<Expiries>,
 }

@@ -12,7 +12,7 @@ use fencelock_core::{Bulletin, BulletinFeed};
 use zookeeper_client as zk;
 
 use super::session::Session;
-use crate::subscription::{EventChannel, Outgoing};
+use crate::event_channel::{EventChannel, Outgoing};
 
 /// How long an event's node lives: long enough for every server to read it.
 const KEEP: Duration = Duration::from_secs(20);

@@ -276,7 +276,7 @@ pub struct ZooKeeperStore {
     /// [`ZooKeeperOptions::max_state_bytes`].
     max_state_bytes: usize,
     /// This server's events told to the others, and theirs heard.
-    events: crate::subscription::EventChannel,
+    events: crate::event_channel::EventChannel,
 }
 
 impl fmt::Debug for ZooKeeperStore {
