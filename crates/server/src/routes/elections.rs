@@ -420,6 +420,7 @@ pub async fn observe(
         .subscribe(filter, since)
         .map_err(|refused| ApiError::Problem(ProblemKind::TooManyRequests, refused.to_string()))?;
     let at = subscription.at;
+    let again = Again::Election { name, lock };
     let first = match std::mem::replace(&mut subscription.start, Start::Tail) {
         Start::Replay(entries) => entries
             .iter()
@@ -427,17 +428,10 @@ pub async fn observe(
             .collect(),
         // Subscribed before the store is read: a change made meanwhile is in the current
         // state, in the live tail, or both — never in neither.
-        Start::Tail => current(&app, &name, &lock, at).await?,
-        Start::Reset => {
-            Again::Election {
-                name: name.clone(),
-                lock: lock.clone(),
-            }
-            .first(&app, at)
-            .await?
-        }
+        Start::Tail => again.state(&app, at).await?,
+        Start::Reset => again.first(&app, at).await?,
     };
-    Ok(stream(&app, subscription, first, Again::Election { name, lock }))
+    Ok(stream(&app, subscription, first, again))
 }
 
 /// The current state of the election as the first event of a stream: `leader`, or

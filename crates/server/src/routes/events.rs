@@ -96,12 +96,18 @@ impl Again {
     /// stream subscribed: a change made meanwhile is in what this reads, in the live tail,
     /// or both — never in neither.
     pub(super) async fn first(&self, app: &App, at: EventId) -> Result<VecDeque<Event>, ApiError> {
-        let mut events = match self {
-            Self::Snapshot(filter) => snapshot(app, filter, at).await?,
-            Self::Election { name, lock } => super::elections::current(app, name, lock, at).await?,
-        };
+        let mut events = self.state(app, at).await?;
         events.push_front(notice(EventName::Reset, Some(at)));
         Ok(events)
+    }
+
+    /// What this says, without the `reset`, each with the id `at`: read as [`Again::first`]
+    /// reads it.
+    pub(super) async fn state(&self, app: &App, at: EventId) -> Result<VecDeque<Event>, ApiError> {
+        match self {
+            Self::Snapshot(filter) => snapshot(app, filter, at).await,
+            Self::Election { name, lock } => super::elections::current(app, name, lock, at).await,
+        }
     }
 }
 
