@@ -100,6 +100,9 @@ pub(super) async fn listen(
 /// it does not answer.
 const OUTBOX: usize = 4096;
 
+/// The most events published on a node in one round trip.
+const PUBLISH_BATCH: usize = 64;
+
 /// Publishes this server's events on every node, each node in a task of its own so that a
 /// node that does not answer delays no other; each in the order given.
 #[derive(Debug)]
@@ -117,10 +120,14 @@ impl Outbox {
                 let (queue, mut events) = mpsc::channel::<String>(OUTBOX);
                 let node = node.clone();
                 let task = tokio::spawn(async move {
-                    while let Some(payload) = events.recv().await {
-                        if let Err(error) = node.publish(&payload).await {
-                            tracing::warn!(%error, "an event was not published on a Redis node");
+                    // Those queued while the last batch was on its way go out together: one
+                    // round trip and one wake-up for a burst, not one per event.
+                    let mut batch = Vec::with_capacity(PUBLISH_BATCH);
+                    while events.recv_many(&mut batch, PUBLISH_BATCH).await > 0 {
+                        if let Err(error) = node.publish(&batch).await {
+                            tracing::warn!(%error, events = batch.len(), "events were not published on a Redis node");
                         }
+                        batch.clear();
                     }
                 });
                 (queue, AbortOnDrop(task))

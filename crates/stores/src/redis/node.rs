@@ -3,8 +3,8 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::Value;
 use redis::aio::ConnectionManager;
+use redis::{ErrorKind, ServerErrorKind, Value};
 use tokio::sync::OnceCell;
 
 use super::error::{RedisError, Result};
@@ -86,18 +86,17 @@ impl Node {
         format!("{}events", self.prefix)
     }
 
-    /// Publishes `payload` on [`Node::event_channel`].
-    pub(super) async fn publish(&self, payload: &str) -> Result<()> {
+    /// Publishes each of `payloads` on [`Node::event_channel`], in order, in one round trip.
+    pub(super) async fn publish(&self, payloads: &[String]) -> Result<()> {
         let channel = self.event_channel();
+        let mut pipe = redis::pipe();
+        for payload in payloads {
+            pipe.cmd("PUBLISH").arg(&channel).arg(payload).ignore();
+        }
         self.guarded("publish", self.timeout, async |connection| {
-            redis::cmd("PUBLISH")
-                .arg(&channel)
-                .arg(payload)
-                .query_async::<i64>(connection)
-                .await
+            pipe.query_async::<()>(connection).await
         })
         .await
-        .map(drop)
     }
 
     async fn connection(&self, doing: &'static str) -> Result<ConnectionManager> {
@@ -124,18 +123,32 @@ impl Node {
     /// Runs operation `op` of the script with `args` within `timeout` (at most the node's
     /// own); the reply after its first item, the node's time.
     pub(super) async fn call(&self, op: &'static str, args: &[Arg], timeout: Duration) -> Result<Reply> {
-        let mut invocation = SCRIPT.key(&self.prefix);
-        invocation.arg(op);
+        // `EVALSHA` built here rather than through the driver's `ScriptInvocation`, which
+        // copies every argument into a buffer of its own and then again into the command.
+        let mut evalsha = redis::Cmd::with_capacity(args.len() + 5, 64 + args.len() * 16);
+        evalsha
+            .arg("EVALSHA")
+            .arg(SCRIPT.get_hash())
+            .arg(1)
+            .arg(&self.prefix)
+            .arg(op);
         for arg in args {
             match arg {
-                Arg::Text(text) => invocation.arg(text),
-                Arg::Bytes(bytes) => invocation.arg(bytes),
-                Arg::Number(n) => invocation.arg(*n),
+                Arg::Text(text) => evalsha.arg(text),
+                Arg::Bytes(bytes) => evalsha.arg(bytes),
+                Arg::Number(n) => evalsha.arg(*n),
             };
         }
         let answer = self
             .guarded(op, timeout, async |connection| {
-                invocation.invoke_async::<Vec<Value>>(connection).await
+                match evalsha.query_async::<Vec<Value>>(connection).await {
+                    // Not loaded on this node yet (or any more: a restart, `SCRIPT FLUSH`).
+                    Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        SCRIPT.load_async(connection).await?;
+                        evalsha.query_async(connection).await
+                    }
+                    answer => answer,
+                }
             })
             .await?;
         Reply::new(&self.address, op, answer)
