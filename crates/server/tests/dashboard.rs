@@ -106,6 +106,26 @@ async fn an_unknown_file_of_the_dashboard_is_a_404_problem_with_the_same_headers
 }
 
 #[tokio::test]
+async fn the_page_with_a_trailing_slash_is_a_permanent_redirect_to_the_page() {
+    let s = TestServer::real().await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let answer = client.get(format!("{}/ui/", s.base)).send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::PERMANENT_REDIRECT);
+    assert_eq!(answer.headers()["location"], "/ui");
+    assert_eq!(answer.headers()["content-security-policy"], CSP);
+    // Followed, as a browser does: the page.
+    let followed = s.send(Method::GET, "/ui/", None).await;
+    assert_eq!(
+        (followed.status, followed.content_type.as_str()),
+        (StatusCode::OK, "text/html; charset=utf-8")
+    );
+    assert_guarded(&followed, "/ui/");
+}
+
+#[tokio::test]
 async fn whoami_without_authentication_is_nobody_with_every_right_on_every_name() {
     let s = TestServer::real().await;
     let me = s.send(Method::GET, "/whoami", None).await;
@@ -215,4 +235,39 @@ async fn get_shows_this_servers_waiters_in_line_order_on_every_kind() {
     for task in waiting {
         task.abort();
     }
+}
+
+#[tokio::test]
+async fn the_openapi_description_of_get_on_one_name_has_its_waiters() {
+    let s = TestServer::real().await;
+    let doc = s.send(Method::GET, "/openapi.json", None).await.body;
+    for (path, body) in [
+        ("/locks/{resource}", "LeaseBody"),
+        ("/semaphores/{name}", "SemaphoreBody"),
+        ("/rwlocks/{name}", "RwLockBody"),
+    ] {
+        let answer = &doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+        let named = answer["$ref"]
+            .as_str()
+            .and_then(|r| r.strip_prefix("#/components/schemas/"));
+        let schemas = &doc["components"]["schemas"];
+        let answer = named.map_or(answer, |name| &schemas[name]);
+        // The body as without waiters (inlined, or by its name), and the waiters beside it.
+        let [held, waiters] = answer["allOf"].as_array().map(Vec::as_slice).unwrap_or_default() else {
+            panic!("{path}: {answer}");
+        };
+        let by_name = json!({"$ref": format!("#/components/schemas/{body}")});
+        assert!(held == &schemas[body] || held == &by_name, "{path}: {held}");
+        let items = &waiters["properties"]["waiters"]["items"];
+        assert_eq!(
+            items["$ref"], "#/components/schemas/WaiterBody",
+            "{path}: {waiters}"
+        );
+        assert!(
+            !waiters["required"]
+                .as_array()
+                .is_some_and(|r| r.contains(&json!("waiters")))
+        );
+    }
+    assert!(doc["components"]["schemas"]["WaiterBody"]["properties"]["owner"].is_object());
 }

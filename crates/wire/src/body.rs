@@ -637,7 +637,7 @@ pub struct ListResponse {
 
 /// An answer of `GET` on one name (`/locks/{resource}`, `/semaphores/{name}`,
 /// `/rwlocks/{name}`): what is held, and who waits for it in this server's line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Watched<T> {
     /// The lease, permits or holds, as without waiters.
     #[serde(flatten)]

@@ -22,7 +22,7 @@ use super::responses::{AuthProblems, Denied, PathProblems};
 #[utoipa::path(get, path = "/locks/{resource}", tag = "locks",
     params(("resource" = String, Path, description = "The resource, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     responses(
-        (status = 200, description = "The live lease", body = LeaseBody),
+        (status = 200, description = "The live lease", body = Watched<LeaseBody>),
         (status = 404, description = "No live lease", body = Problem, content_type = "application/problem+json"),
         AuthProblems,
         Denied,

@@ -21,7 +21,7 @@ use super::responses::{AuthProblems, Denied, PathProblems};
 #[utoipa::path(get, path = "/semaphores/{name}", tag = "semaphores",
     params(("name" = String, Path, description = "The semaphore, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     responses(
-        (status = 200, description = "The live permits", body = SemaphoreBody),
+        (status = 200, description = "The live permits", body = Watched<SemaphoreBody>),
         (status = 404, description = "No live permit", body = Problem, content_type = "application/problem+json"),
         AuthProblems,
         Denied,
@@ -41,7 +41,7 @@ pub async fn get_semaphore(
 #[utoipa::path(get, path = "/rwlocks/{name}", tag = "rwlocks",
     params(("name" = String, Path, description = "The read-write lock, percent-encoded: 1 to 255 bytes once decoded, no control characters", min_length = 1, max_length = 255, pattern = r"^[^\x00-\x1f\x7f]+$")),
     responses(
-        (status = 200, description = "The live holds", body = RwLockBody),
+        (status = 200, description = "The live holds", body = Watched<RwLockBody>),
         (status = 404, description = "Nothing held", body = Problem, content_type = "application/problem+json"),
         AuthProblems,
         Denied,

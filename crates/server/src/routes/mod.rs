@@ -122,6 +122,7 @@ pub fn router(app: App) -> Router {
 fn dashboard() -> Router<App> {
     Router::new()
         .route(Route::Ui.template(), get(ui::page))
+        .route("/ui/", get(ui::to_page))
         .route(Route::UiAsset.template(), get(ui::asset))
         .route_layer(axum::middleware::from_fn(ui::guard))
 }

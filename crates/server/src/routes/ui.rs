@@ -83,6 +83,16 @@ pub async fn page(headers: HeaderMap) -> Response {
     serve(0, &headers)
 }
 
+/// `/ui/`, as a browser or a person may write it: a permanent redirect to the page's one
+/// address, `/ui` (with the security headers, as every answer under `/ui`).
+pub async fn to_page() -> Response {
+    (
+        StatusCode::PERMANENT_REDIRECT,
+        [(header::LOCATION, HeaderValue::from_static("/ui"))],
+    )
+        .into_response()
+}
+
 /// A file of the dashboard: a script, the style sheet or the icon.
 #[utoipa::path(get, path = "/ui/{asset}", tag = "operations",
     params(("asset" = String, Path, description = "The file's name, e.g. `app.js`")),
