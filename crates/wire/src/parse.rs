@@ -416,15 +416,16 @@ impl<'a> Fields<'a> {
 
     /// An optional integer in `range`: `Some(None)` if absent, `None` if invalid.
     fn integer(&mut self, name: &str, Range { min, max }: Range) -> Option<Option<u64>> {
-        let range = format!("must be a JSON integer from {min} to {max}");
+        // The message is written only when it is sent: a valid integer costs no allocation.
+        let range = || format!("must be a JSON integer from {min} to {max}");
         match self.body.get(name) {
             None => Some(None),
             Some(Value::Null) => self.fail(name, "must not be null"),
             Some(Value::Number(n)) => match n.as_u64() {
                 Some(v) if (min..=max).contains(&v) => Some(Some(v)),
-                _ => self.fail(name, range),
+                _ => self.fail(name, range()),
             },
-            Some(_) => self.fail(name, range),
+            Some(_) => self.fail(name, range()),
         }
     }
 
