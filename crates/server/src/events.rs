@@ -17,7 +17,8 @@ use fencelock_wire::{EventData, EventName, Label, Op};
 
 use crate::hub::Hub;
 
-const TARGET: &str = "fencelock::lease";
+/// The target of the line of every change of a lease, permit or hold.
+pub const LEASE: &str = "fencelock::lease";
 
 /// The target of what an administrator did.
 pub const AUDIT: &str = "fencelock::audit";
@@ -52,7 +53,7 @@ impl<'a> Item<'a> {
 /// A new lease was granted.
 pub fn granted(hub: &Hub, kind: Kind, item: Item<'_>, waited: Duration) {
     let lease = item.lease();
-    tracing::info!(target: TARGET, event = "grant", kind = kind.as_str(), resource = %lease.resource,
+    tracing::info!(target: LEASE, event = "grant", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at, waited_ms = millis(waited));
     hub.publish(EventName::Grant, &item.data(kind, lease.acquired_at));
 }
@@ -62,7 +63,7 @@ pub fn granted(hub: &Hub, kind: Kind, item: Item<'_>, waited: Duration) {
 /// `old` (the grant of `new` is told apart).
 pub fn replaced(hub: &Hub, kind: Kind, old: &Hold, new: &Lease) {
     let held = new.acquired_at.since(old.lease.acquired_at);
-    tracing::info!(target: TARGET, event = "replace", kind = kind.as_str(), resource = %old.lease.resource,
+    tracing::info!(target: LEASE, event = "replace", kind = kind.as_str(), resource = %old.lease.resource,
         owner = %old.lease.owner, token = old.lease.token.0, new_token = new.token.0,
         held_ms = millis(held));
     hub.publish(
@@ -74,7 +75,7 @@ pub fn replaced(hub: &Hub, kind: Kind, old: &Hold, new: &Lease) {
 /// The holder's lease was extended by a re-acquire.
 pub fn extended(hub: &Hub, kind: Kind, item: Item<'_>) {
     let lease = item.lease();
-    tracing::info!(target: TARGET, event = "extend", kind = kind.as_str(), resource = %lease.resource,
+    tracing::info!(target: LEASE, event = "extend", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at);
     hub.publish(EventName::Extend, &item.data(kind, lease.acquired_at));
 }
@@ -82,7 +83,7 @@ pub fn extended(hub: &Hub, kind: Kind, item: Item<'_>) {
 /// A lease was renewed.
 pub fn renewed(hub: &Hub, kind: Kind, item: Item<'_>) {
     let lease = item.lease();
-    tracing::info!(target: TARGET, event = "renew", kind = kind.as_str(), resource = %lease.resource,
+    tracing::info!(target: LEASE, event = "renew", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at);
     hub.publish(EventName::Renew, &item.data(kind, Timestamp::now_wall()));
 }
@@ -90,7 +91,7 @@ pub fn renewed(hub: &Hub, kind: Kind, item: Item<'_>) {
 /// A lease was released after being held for `held`.
 pub fn released(hub: &Hub, kind: Kind, ended: &EndedLease) {
     let (lease, held) = (&ended.lease, ended.held_for());
-    tracing::info!(target: TARGET, event = "release", kind = kind.as_str(), resource = %lease.resource,
+    tracing::info!(target: LEASE, event = "release", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, held_ms = millis(held));
     hub.publish(
         EventName::Release,
@@ -106,7 +107,7 @@ pub fn released_unknown(
     owner: &Owner,
     token: Option<FencingToken>,
 ) {
-    tracing::info!(target: TARGET, event = "release", kind = kind.as_str(), resource = %resource,
+    tracing::info!(target: LEASE, event = "release", kind = kind.as_str(), resource = %resource,
         owner = %owner, token = token.map(|t| t.0));
     let data = EventData {
         fencing_token: token.map(|t| t.0),
@@ -117,7 +118,7 @@ pub fn released_unknown(
 
 /// A lease ended by expiry.
 pub fn expired(hub: &Hub, kind: Kind, lease: &Lease) {
-    tracing::info!(target: TARGET, event = "expire", kind = kind.as_str(), resource = %lease.resource,
+    tracing::info!(target: LEASE, event = "expire", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expired_at = %lease.expires_at);
     let held = millis(lease.expires_at.since(lease.acquired_at));
     hub.publish(
@@ -176,7 +177,7 @@ pub fn refused(
     owner: &Owner,
     holder: Option<&Lease>,
 ) {
-    tracing::info!(target: TARGET, event = "refuse", kind = kind.as_str(), op = op.as_str(),
+    tracing::info!(target: LEASE, event = "refuse", kind = kind.as_str(), op = op.as_str(),
         reason = reason.as_str(), resource = %resource, owner = %owner,
         holder = holder.map(|h| h.owner.as_str()), token = holder.map(|h| h.token.0));
 }
@@ -184,7 +185,7 @@ pub fn refused(
 /// An acquire of `resource` was refused because a lock-delay keeps it closed for
 /// `retry_in` more: its last lease expired unreleased less than the delay ago.
 pub fn delayed(kind: Kind, op: Op, resource: &Resource, owner: &Owner, retry_in: Duration) {
-    tracing::info!(target: TARGET, event = "refuse", kind = kind.as_str(), op = op.as_str(),
+    tracing::info!(target: LEASE, event = "refuse", kind = kind.as_str(), op = op.as_str(),
         reason = Label::Delayed.as_str(), resource = %resource, owner = %owner,
         retry_after_ms = millis(retry_in));
 }

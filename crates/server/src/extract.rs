@@ -4,6 +4,7 @@
 
 use std::error::Error as _;
 
+use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{Uri, header};
 use fencelock_core::{HoldKind, Resource};
@@ -59,6 +60,25 @@ impl FromRequest<App> for JsonObject {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, app: &App) -> Result<Self, ApiError> {
+        let JsonBody(bytes) = JsonBody::from_request(request, app).await?;
+        parse::object(&bytes).map(Self).map_err(bad_body)
+    }
+}
+
+/// The 400 of a body that is not a JSON object.
+pub fn bad_body(error: parse::BadBody) -> ApiError {
+    ApiError::Problem(ProblemKind::BadRequest, error.to_string())
+}
+
+/// A request body sent as JSON, read within the server's size and time, not parsed yet: for
+/// a route that reads it field by field (an acquire) instead of as a [`JsonObject`].
+#[derive(Debug)]
+pub struct JsonBody(pub Bytes);
+
+impl FromRequest<App> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, app: &App) -> Result<Self, ApiError> {
         let problem = |kind, detail: String| ApiError::Problem(kind, detail);
         if !is_json(request.headers().get(header::CONTENT_TYPE)) {
             return Err(problem(
@@ -98,9 +118,7 @@ impl FromRequest<App> for JsonObject {
             }
             Ok(Ok(bytes)) => bytes,
         };
-        parse::object(&bytes)
-            .map(Self)
-            .map_err(|e| problem(ProblemKind::BadRequest, e.to_string()))
+        Ok(Self(bytes))
     }
 }
 

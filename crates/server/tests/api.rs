@@ -268,6 +268,31 @@ async fn unknown_fields_are_ignored() {
     assert_eq!(answer.body["acquired"], true);
 }
 
+/// A field sent twice counts as sent last, and a key may be written with escapes: as every
+/// JSON object is read, whichever way the server reads an acquire's.
+#[tokio::test]
+async fn an_acquire_reads_the_last_of_a_field_sent_twice_and_escaped_keys() {
+    let s = TestServer::manual().await;
+    let post = |path: &'static str, body: &'static str| {
+        s.send_raw(Method::POST, path, Some("application/json"), body.into())
+    };
+    let twice = post(
+        "/locks/a",
+        r#"{"owner": "x", "owner": "y", "ttl_ms": 0, "ttl_ms": 5000}"#,
+    )
+    .await;
+    assert_eq!(twice.body["acquired"], true, "{twice:?}");
+    assert_eq!(s.get("a").await.body["owner"], "y");
+    let bad_last = post("/locks/b", r#"{"owner": "x", "ttl_ms": 5000, "ttl_ms": 0}"#).await;
+    assert_invalid(&bad_last, &["ttl_ms"]);
+    let escaped = post("/locks/c", r#"{"\u006fwner": "z", "ttl_\u006ds": 5000}"#).await;
+    assert_eq!(escaped.body["acquired"], true, "{escaped:?}");
+    assert_eq!(s.get("c").await.body["owner"], "z");
+    let not_an_object = post("/locks/d", r#"["z", 5000]"#).await;
+    assert_problem(&not_an_object, 400, "/locks/d");
+    assert_problem(&s.get("b").await, 404, "/locks/b");
+}
+
 #[tokio::test]
 async fn every_bad_integer_is_a_422() {
     let s = TestServer::manual().await;

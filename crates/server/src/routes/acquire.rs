@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Caller;
-use crate::extract::{JsonObject, both, resource};
+use crate::extract::{JsonBody, bad_body, both, resource};
 use crate::listener::Peer;
 use crate::observe::Asked;
 use crate::problem::ApiError;
@@ -45,9 +45,10 @@ pub async fn acquire(
     caller: Caller,
     uri: Uri,
     peer: Option<Extension<Peer>>,
-    JsonObject(body): JsonObject,
+    JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let (resource, request) = both(resource(&uri), parse::acquire(&body, &app.config.limits))?;
+    let request = parse::acquire_body(&body, &app.config.limits).map_err(bad_body)?;
+    let (resource, request) = both(resource(&uri), request)?;
     let terms = request.terms(app.config.lock_delay);
     let Acquire { owner, wait, .. } = request.acquire;
     let lock = OneLock { terms, told: AsLock };
