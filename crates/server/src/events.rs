@@ -55,7 +55,7 @@ pub fn granted(hub: &Hub, kind: Kind, item: Item<'_>, waited: Duration) {
     let lease = item.lease();
     tracing::info!(target: LEASE, event = "grant", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at, waited_ms = millis(waited));
-    hub.publish(EventName::Grant, &item.data(kind, lease.acquired_at));
+    hub.publish(EventName::Grant, item.data(kind, lease.acquired_at));
 }
 
 /// An owner's read hold was replaced by a write hold (an upgrade), or its write hold by a
@@ -68,7 +68,7 @@ pub fn replaced(hub: &Hub, kind: Kind, old: &Hold, new: &Lease) {
         held_ms = millis(held));
     hub.publish(
         EventName::Release,
-        &Item::Hold(old).data(kind, new.acquired_at).held(millis(held)),
+        Item::Hold(old).data(kind, new.acquired_at).held(millis(held)),
     );
 }
 
@@ -77,7 +77,7 @@ pub fn extended(hub: &Hub, kind: Kind, item: Item<'_>) {
     let lease = item.lease();
     tracing::info!(target: LEASE, event = "extend", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at);
-    hub.publish(EventName::Extend, &item.data(kind, lease.acquired_at));
+    hub.publish(EventName::Extend, item.data(kind, lease.acquired_at));
 }
 
 /// A lease was renewed.
@@ -85,7 +85,7 @@ pub fn renewed(hub: &Hub, kind: Kind, item: Item<'_>) {
     let lease = item.lease();
     tracing::info!(target: LEASE, event = "renew", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at);
-    hub.publish(EventName::Renew, &item.data(kind, Timestamp::now_wall()));
+    hub.publish(EventName::Renew, item.data(kind, Timestamp::now_wall()));
 }
 
 /// A lease was released after being held for `held`.
@@ -95,7 +95,7 @@ pub fn released(hub: &Hub, kind: Kind, ended: &EndedLease) {
         owner = %lease.owner, token = lease.token.0, held_ms = millis(held));
     hub.publish(
         EventName::Release,
-        &EventData::of_lease(kind, lease, ended.ended_at).held(millis(held)),
+        EventData::of_lease(kind, lease, ended.ended_at).held(millis(held)),
     );
 }
 
@@ -113,7 +113,7 @@ pub fn released_unknown(
         fencing_token: token.map(|t| t.0),
         ..EventData::about(kind, resource, owner, Timestamp::now_wall())
     };
-    hub.publish(EventName::Release, &data);
+    hub.publish(EventName::Release, data);
 }
 
 /// A lease ended by expiry.
@@ -123,7 +123,7 @@ pub fn expired(hub: &Hub, kind: Kind, lease: &Lease) {
     let held = millis(lease.expires_at.since(lease.acquired_at));
     hub.publish(
         EventName::Expire,
-        &EventData::of_lease(kind, lease, lease.expires_at).held(held),
+        EventData::of_lease(kind, lease, lease.expires_at).held(held),
     );
 }
 
@@ -137,7 +137,7 @@ pub fn force_released(hub: &Hub, by: Option<&Principal>, kind: Kind, ended: &End
         held_ms = millis(ended.held_for()));
     hub.publish(
         EventName::ForceRelease,
-        &EventData::of_lease(kind, lease, ended.ended_at).held(millis(ended.held_for())),
+        EventData::of_lease(kind, lease, ended.ended_at).held(millis(ended.held_for())),
     );
 }
 
@@ -153,7 +153,7 @@ pub fn force_released_unknown(by: Option<&Principal>, kind: Kind, resource: &Res
 pub fn refused_after_wait(hub: &Hub, kind: Kind, names: &[Resource], owner: &Owner) {
     let now = Timestamp::now_wall();
     for name in names {
-        hub.publish(EventName::Refuse, &EventData::about(kind, name, owner, now));
+        hub.publish(EventName::Refuse, EventData::about(kind, name, owner, now));
     }
 }
 
@@ -162,7 +162,7 @@ pub fn refused_after_wait(hub: &Hub, kind: Kind, names: &[Resource], owner: &Own
 pub fn deadlocked(hub: &Hub, kind: Kind, names: &[Resource], owner: &Owner) {
     let now = Timestamp::now_wall();
     for name in names {
-        hub.publish(EventName::Deadlock, &EventData::about(kind, name, owner, now));
+        hub.publish(EventName::Deadlock, EventData::about(kind, name, owner, now));
     }
 }
 

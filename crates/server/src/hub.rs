@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fencelock_core::{Bulletin, Heard, LockStore, Principal, Resource};
@@ -56,7 +56,8 @@ impl Default for HubLimits {
     }
 }
 
-/// One event as the hub keeps it: written once, sent to every stream as it is.
+/// One event as the hub keeps it: its JSON written once, by the first stream that sends it,
+/// and sent to every stream as it is.
 #[derive(Debug)]
 pub struct Entry {
     /// Its place in this server's epoch.
@@ -65,11 +66,25 @@ pub struct Entry {
     pub name: EventName,
     /// The namespace and the name it is about; `None` for a reset, which is about everything.
     pub subject: Option<(Topic, Resource)>,
-    /// The `data:` line, JSON (empty for a reset).
-    pub data: Arc<str>,
+    /// Its data; `None` for a reset.
+    data: Option<EventData>,
+    /// The `data:` line, once written.
+    json: OnceLock<Box<str>>,
 }
 
 impl Entry {
+    /// The `data:` line, JSON (empty for a reset): written the first time it is asked for, so
+    /// that a change no stream sends costs no JSON.
+    pub fn json(&self) -> &str {
+        self.json.get_or_init(|| {
+            // Serialising these types cannot fail: strings, numbers and nested objects only.
+            (self.data.as_ref())
+                .map(|data| serde_json::to_string(data).unwrap_or_default())
+                .unwrap_or_default()
+                .into()
+        })
+    }
+
     /// Whether it is a reset ([`Hub::reset`]): the stream says `reset` and sends a snapshot.
     pub fn is_reset(&self) -> bool {
         self.subject.is_none()
@@ -166,6 +181,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// Where this server's events are told to the other servers sharing the store.
     store: Arc<dyn LockStore>,
+    /// Whether other servers may share the store: if not, nobody is told.
+    tells: bool,
     inner: Mutex<Inner>,
 }
 
@@ -203,6 +220,7 @@ impl Hub {
             epoch,
             limits,
             metrics,
+            tells: store.capabilities().shared,
             store,
             inner: Mutex::new(Inner {
                 next: 1,
@@ -241,12 +259,12 @@ impl Hub {
 
     /// Publishes an event `name` with `data` that this server made: appends it, and tells
     /// the other servers sharing the store.
-    pub fn publish(&self, name: EventName, data: &EventData) {
+    pub fn publish(&self, name: EventName, data: EventData) {
         // An event of the lock that keeps an election is told as the election's (or not at
         // all) here, before other servers hear of it: theirs arrive told so.
         match data.for_election(name) {
             None => self.append(name, data, true),
-            Some(Some((name, data))) => self.append(name, &data, true),
+            Some(Some((name, data))) => self.append(name, data, true),
             Some(None) => {}
         }
     }
@@ -255,7 +273,7 @@ impl Hub {
     /// (a server of another version) is logged and dropped.
     pub fn relayed(&self, bulletin: &Bulletin) {
         match serde_json::from_str::<Relayed>(&bulletin.body) {
-            Ok(relayed) => self.append(relayed.event, &relayed.data, false),
+            Ok(relayed) => self.append(relayed.event, relayed.data, false),
             Err(error) => {
                 tracing::warn!(%error, origin = bulletin.origin, "an event of another server that cannot be read")
             }
@@ -269,30 +287,36 @@ impl Hub {
         let mut inner = self.0.inner();
         inner.floor = inner.next;
         // No data: each stream writes its own `reset` (see `routes::events`).
-        self.0.push(&mut inner, EventName::Reset, None, String::new());
+        self.0.push(&mut inner, EventName::Reset, None);
     }
 
     /// Keeps an event in the ring and hands it to every stream that admits it — and, if
     /// `tell`, to the store for the other servers, under the same lock so that they hear
     /// this server's events in its order. Never waits: a stream with a full buffer is cut
     /// off; the store only queues.
-    fn append(&self, name: EventName, data: &EventData, tell: bool) {
+    fn append(&self, name: EventName, data: EventData, tell: bool) {
         let Ok(resource) = Resource::new(data.name.as_str()) else {
             // Every event is about a name the model accepted.
             return;
         };
-        // Serialising these types cannot fail: strings, numbers and nested objects only.
-        let json = serde_json::to_string(data).unwrap_or_default();
+        let told = (tell && self.0.tells).then(|| {
+            // Serialising these types cannot fail: strings, numbers and nested objects only.
+            serde_json::to_string(&Telling {
+                event: name,
+                data: &data,
+            })
+            .unwrap_or_default()
+        });
         let mut inner = self.0.inner();
-        if tell {
+        if let Some(body) = told {
             inner.told += 1;
             self.0.store.publish(&Bulletin {
                 origin: self.0.epoch,
                 seq: inner.told,
-                body: format!(r#"{{"event":"{name}","data":{json}}}"#),
+                body,
             });
         }
-        self.0.push(&mut inner, name, Some((data.kind, resource)), json);
+        self.0.push(&mut inner, name, Some((data.kind, resource, data)));
     }
 
     /// Opens a stream for `filter`, resuming after `since` if given; refused when the
@@ -355,12 +379,18 @@ impl Shared {
 
     /// Makes the next entry, keeps it in the ring and hands it to every stream that gets
     /// it ([`Entry::sent_on`]); a stream with a full buffer is cut off.
-    fn push(&self, inner: &mut Inner, name: EventName, subject: Option<(Topic, Resource)>, json: String) {
+    /// `about` is the namespace, name and data of the event; `None` for a reset.
+    fn push(&self, inner: &mut Inner, name: EventName, about: Option<(Topic, Resource, EventData)>) {
+        let (subject, data) = match about {
+            Some((topic, resource, data)) => (Some((topic, resource)), Some(data)),
+            None => (None, None),
+        };
         let entry = Arc::new(Entry {
             seq: inner.next,
             name,
             subject,
-            data: json.into(),
+            data,
+            json: OnceLock::new(),
         });
         inner.next += 1;
         if inner.ring.len() >= self.limits.retention {
@@ -385,6 +415,14 @@ impl Shared {
             }
         });
     }
+}
+
+/// An event as this server tells the others ([`Relayed`], which they read), written from
+/// the data as it is.
+#[derive(serde::Serialize)]
+struct Telling<'a> {
+    event: EventName,
+    data: &'a EventData,
 }
 
 /// One open stream of a principal, counted until dropped.

@@ -158,7 +158,7 @@ fn tell_if_new_value(app: &App, before: &Leadership, renewed: &Lease) {
     {
         app.hub.publish(
             EventName::Leader,
-            &EventData::of_leadership(&now, Timestamp::now_wall()),
+            EventData::of_leadership(&now, Timestamp::now_wall()),
         );
     }
 }

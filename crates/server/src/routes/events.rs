@@ -374,7 +374,7 @@ pub(super) fn entry_event(hub: &Hub, entry: &Entry) -> Event {
     Event::default()
         .event(entry.name.as_str())
         .id(hub.id(entry.seq).to_string())
-        .data(&*entry.data)
+        .data(entry.json())
 }
 
 /// An event `name` with `data`, and the id `at` if any.
