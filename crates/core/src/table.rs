@@ -534,14 +534,18 @@ impl LockTable {
     /// A durable store writes these and only then calls [`LockTable::commit`] — or
     /// [`LockTable::rollback`] if the write failed, which needs the journal still there.
     pub fn changes(&self) -> Vec<Dirty> {
-        let Some(journal) = &self.journal else {
-            return Vec::new();
-        };
-        journal
-            .before
-            .keys()
-            .map(|r| (r.clone(), self.leases.get(r).cloned()))
+        self.changed()
+            .map(|(resource, lease)| (resource.clone(), lease.cloned()))
             .collect()
+    }
+
+    /// [`LockTable::changes`] as they are in the table, copying nothing: what a store that
+    /// only writes them out (the embedded store's writer, once per batch) reads.
+    pub fn changed(&self) -> impl Iterator<Item = (&Resource, Option<&Lease>)> {
+        self.journal
+            .iter()
+            .flat_map(|journal| journal.before.keys())
+            .map(|resource| (resource, self.leases.get(resource)))
     }
 
     /// The holds that changed since [`LockTable::begin`], as they are now, keeping the
@@ -557,13 +561,12 @@ impl LockTable {
             .collect()
     }
 
-    /// Ends journalling: the changes since [`LockTable::begin`] stay for good. Returns the
-    /// leases changed, as [`LockTable::changes`] does; after this, [`LockTable::rollback`]
-    /// undoes nothing.
-    pub fn commit(&mut self) -> Vec<Dirty> {
-        let dirty = self.changes();
+    /// Ends journalling: the changes since [`LockTable::begin`] stay for good; after this,
+    /// [`LockTable::rollback`] undoes nothing. A store reads what changed before (with
+    /// [`LockTable::changed`]): the committing writer used to be handed a second copy of every
+    /// changed lease here, and dropped it.
+    pub fn commit(&mut self) {
         self.journal = None;
-        dirty
     }
 
     /// Undoes every change since [`LockTable::begin`], tokens and freed resources included.
@@ -831,8 +834,8 @@ mod tests {
         table.begin();
         change_everything(&mut table);
         let after = state(&table);
-        let committed = table.commit();
-        assert_eq!(committed.len(), 4);
+        assert_eq!(table.changes().len(), 4);
+        table.commit();
         assert!(table.changes().is_empty());
         table.rollback(); // nothing left to undo
         assert_eq!(state(&table), after);
@@ -865,7 +868,8 @@ mod tests {
         assert!(table.get(now, &r("held")).is_some());
         assert_eq!(table.purge_expired(now), Vec::new());
         assert!(table.changes().is_empty());
-        assert!(table.commit().is_empty());
+        assert!(table.changed().next().is_none());
+        table.commit();
         assert_eq!(state(&table), before);
     }
 

@@ -9,11 +9,11 @@ use fencelock_conformance::{Harness, owner, ttl};
 use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireOutcome, Claim, Clock, Expired, FencingToken, Hold, HoldKind, HoldOutcome, Key, Kind, Lease,
-    ListQuery, LockStore, ManualClock, Meta, ReleaseNotice, ReleaseOutcome, RenewOutcome, StoreError,
-    Timestamp, Ttl,
+    ListQuery, LockStore, ManualClock, Meta, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource,
+    StoreError, Timestamp, Ttl,
 };
 use fencelock_stores::sqlite::SqliteStore;
-use fencelock_testkit::fixtures::resource;
+use fencelock_testkit::fixtures::{owner_of, resource};
 use tempfile::TempDir;
 
 const T0: Timestamp = Timestamp::from_millis(1_795_933_800_000);
@@ -115,6 +115,53 @@ async fn leases_and_the_token_counter_survive_close_and_reopen() {
     let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
     let c = grant(&store, "c", "worker-3", long()).await;
     assert_eq!(c.token, FencingToken(b.token.0 + 1));
+}
+
+#[tokio::test]
+async fn names_inline_and_on_the_heap_survive_close_and_reopen_in_byte_order() {
+    // A name of up to 24 bytes of UTF-8 is kept inline, a longer one on the heap (model.rs):
+    // both sides of the limit, counted in bytes and not characters, and the longest name, as
+    // resources, owners and principals; an election's lock as well.
+    let names = [
+        "x".repeat(24),
+        "x".repeat(25),
+        format!("{}é", "x".repeat(23)),
+        "é".repeat(127),
+        "x".repeat(255),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let mut granted = Vec::new();
+    for name in &names {
+        granted.push(grant(&store, name, name, long()).await);
+    }
+    for (resource, owner) in [
+        (resource("of a principal"), owner_of(&names[4], &names[1])),
+        (
+            Resource::election(&resource(&names[2])).unwrap(),
+            owner_of(&names[0], "leader"),
+        ),
+    ] {
+        let Ok(AcquireOutcome::Granted { lease, .. }) = store.acquire(&resource, &owner, long()).await else {
+            panic!("no grant of {resource:?}");
+        };
+        granted.push(lease);
+    }
+    store.close().await;
+
+    let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
+    for lease in &granted {
+        assert_eq!(store.get(&lease.resource).await.unwrap().as_ref(), Some(lease));
+    }
+    let query = ListQuery {
+        prefix: String::new(),
+        after: None,
+        limit: 100,
+    };
+    let listed = store.list(&query).await.unwrap().leases;
+    granted.sort_by(|a, b| a.resource.as_str().as_bytes().cmp(b.resource.as_str().as_bytes()));
+    assert_eq!(listed, granted, "every lease, in the byte order of its name");
 }
 
 #[tokio::test]

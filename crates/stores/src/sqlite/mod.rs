@@ -178,12 +178,53 @@ struct Counters {
     failed_commits: AtomicU64,
 }
 
-/// One caller's operation: applied by the writer to the table at the time given, it returns
-/// how to answer the caller once the fate of its batch is known.
-type Job = Box<dyn FnOnce(&mut LockTable, Timestamp) -> Answer + Send>;
+/// One caller's operation, queued for the writer.
+type Job = Box<dyn Pending>;
 
-/// Answers a caller: with its outcome if the batch committed, else with the batch's failure.
-type Answer = Box<dyn FnOnce(Option<&Arc<WriteError>>) + Send>;
+/// An operation on its way through the writer: applied to the table with the rest of its
+/// batch, then answered once the batch's fate is known. The operation, its outcome and the
+/// caller's reply are one allocation (a [`Call`]); a closure that returned the answering
+/// closure took two per call.
+trait Pending: Send {
+    /// Applies the operation to `table` at `now`, keeping its outcome for the answer.
+    fn apply(&mut self, table: &mut LockTable, now: Timestamp);
+
+    /// Answers the caller: with its outcome if the batch committed, else with the batch's
+    /// failure.
+    fn answer(self: Box<Self>, failure: Option<&Arc<WriteError>>);
+}
+
+/// A caller's operation `op`, then its outcome, and where the caller waits for it.
+struct Call<F, T> {
+    op: Option<F>,
+    outcome: Option<Result<T>>,
+    reply: oneshot::Sender<Result<T>>,
+}
+
+impl<F, T> Pending for Call<F, T>
+where
+    F: FnOnce(&mut LockTable, Timestamp) -> Result<T> + Send,
+    T: Send,
+{
+    fn apply(&mut self, table: &mut LockTable, now: Timestamp) {
+        if let Some(op) = self.op.take() {
+            self.outcome = Some(op(table, now));
+        }
+    }
+
+    fn answer(self: Box<Self>, failure: Option<&Arc<WriteError>>) {
+        let Call { outcome, reply, .. } = *self;
+        let answer = match (failure, outcome) {
+            (Some(error), _) => Err(SqliteError::Batch(Arc::clone(error)).into()),
+            (None, Some(outcome)) => outcome,
+            // Never applied (the writer applies a whole batch before it answers any of it):
+            // no reply, which the caller takes for a stopped writer.
+            (None, None) => return,
+        };
+        // The caller may have given up waiting; the change stands all the same.
+        let _ = reply.send(answer);
+    }
+}
 
 enum Message {
     Job(Job),
@@ -282,16 +323,10 @@ impl SqliteStore {
     ) -> Result<T> {
         let queue = self.queue.as_ref().ok_or(SqliteError::Closed)?;
         let (reply, answer) = oneshot::channel();
-        let job: Job = Box::new(move |table, now| {
-            let outcome = op(table, now);
-            Box::new(move |failure| {
-                let answer = match failure {
-                    None => outcome,
-                    Some(error) => Err(SqliteError::Batch(Arc::clone(error)).into()),
-                };
-                // The caller may have given up waiting; the change stands all the same.
-                let _ = reply.send(answer);
-            })
+        let job: Job = Box::new(Call {
+            op: Some(op),
+            outcome: None,
+            reply,
         });
         queue
             .send(Message::Job(job))

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use fencelock_core::store::Result;
-use fencelock_core::table::{Dirty, DirtyHold};
+use fencelock_core::table::DirtyHold;
 use fencelock_core::{
     Claim, FencingToken, Hold, HoldKind, Lease, LockTable, Meta, Owner, Principal, Resource, Timestamp,
 };
@@ -15,7 +15,8 @@ use super::error::{SqliteError, WriteError};
 /// carries so that its `expires_at` needs no rewrite at the next re-base.
 pub(super) fn write_row(
     tx: &rusqlite::Transaction<'_>,
-    (resource, lease): &Dirty,
+    resource: &Resource,
+    lease: Option<&Lease>,
     shift: i64,
 ) -> Result<(), WriteError> {
     let Some(lease) = lease else {

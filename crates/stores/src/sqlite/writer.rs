@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use super::clock::{StoreClock, recorded_uptime_ms};
 use super::error::WriteError;
 use super::row::{to_sql, write_hold, write_row};
-use super::{Answer, Counters, Job, MAX_BATCH, Message};
+use super::{Counters, Job, MAX_BATCH, Message};
 
 /// The thread that owns the connection and the table.
 pub(super) struct Writer {
@@ -30,10 +30,11 @@ pub(super) struct Writer {
 
 impl Writer {
     pub(super) fn run(mut self, mut queue: mpsc::Receiver<Message>) {
+        // Both kept from batch to batch: a batch allocates no list of its own.
         let mut messages = Vec::with_capacity(MAX_BATCH);
+        let mut jobs = Vec::with_capacity(MAX_BATCH);
         // Blocks for the first operation, then takes whatever else is queued: the batch.
         while queue.blocking_recv_many(&mut messages, MAX_BATCH) > 0 {
-            let mut jobs = Vec::with_capacity(messages.len());
             for message in messages.drain(..) {
                 match message {
                     Message::Job(job) => jobs.push(job),
@@ -41,7 +42,7 @@ impl Writer {
                     Message::Close => queue.close(),
                 }
             }
-            self.run_batch(jobs);
+            self.run_batch(&mut jobs);
         }
         let Self { conn, closed, .. } = self;
         if let Err((_, error)) = conn.close() {
@@ -50,16 +51,14 @@ impl Writer {
         closed.send_replace(true);
     }
 
-    pub(super) fn run_batch(&mut self, jobs: Vec<Job>) {
+    /// Applies, commits and answers `jobs`, leaving the list empty.
+    pub(super) fn run_batch(&mut self, jobs: &mut Vec<Job>) {
         self.table.begin();
         let mut now = self.clock.now();
-        let answers: Vec<Answer> = jobs
-            .into_iter()
-            .map(|job| {
-                now = self.clock.now();
-                job(&mut self.table, now)
-            })
-            .collect();
+        for job in jobs.iter_mut() {
+            now = self.clock.now();
+            job.apply(&mut self.table, now);
+        }
         let failure = match self.persist(now) {
             Ok(wrote) => {
                 self.table.commit();
@@ -83,11 +82,11 @@ impl Writer {
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         self.counters
             .operations
-            .fetch_add(answers.len() as u64, Ordering::Relaxed);
+            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
         // Only now may anyone hear of the batch — reads included, as they may have seen its
         // changes.
-        for answer in answers {
-            answer(failure.as_ref());
+        for job in jobs.drain(..) {
+            job.answer(failure.as_ref());
         }
     }
 
@@ -95,16 +94,18 @@ impl Writer {
     /// `now` in one transaction, committed and fsynced on return. Returns whether there was
     /// anything to write.
     pub(super) fn persist(&mut self, now: Timestamp) -> Result<bool, WriteError> {
-        let changes = self.table.changes();
         let hold_changes = self.table.hold_changes();
         let last_token = self.table.last_token();
-        if changes.is_empty() && hold_changes.is_empty() && last_token == self.persisted_token {
+        if self.table.changed().next().is_none()
+            && hold_changes.is_empty()
+            && last_token == self.persisted_token
+        {
             return Ok(false);
         }
         // Dropped without commit on any error: SQLite rolls the transaction back.
         let tx = self.conn.transaction()?;
-        for dirty in &changes {
-            write_row(&tx, dirty, self.shift)?;
+        for (resource, lease) in self.table.changed() {
+            write_row(&tx, resource, lease, self.shift)?;
         }
         for dirty in &hold_changes {
             write_hold(&tx, dirty, self.shift)?;
