@@ -381,7 +381,8 @@ pub(super) async fn hold_while_running<T: Held>(
     let ended = loop {
         tokio::select! {
             // CMD's end first: after a pause, the supervisor's reports of what it did while
-            // `run` was silent come before the guard's word that the lease is lost.
+            // `run` was silent come before the guard's word that the lease is lost — if they
+            // were read by then; if not, `stop_on_loss` reads them, and tells the same.
             biased;
             ended = cmd.ended() => break ended,
             _ = tell.tick() => {
@@ -401,11 +402,7 @@ pub(super) async fn hold_while_running<T: Held>(
     };
     match ended {
         Ended::Exited(code) if cmd.expired() => {
-            eprintln!(
-                "fencelock {}: {} was not renewed in time (this process was paused or starved): CMD's supervisor stopped CMD (status {code}) before its end",
-                schedule.command,
-                what_is_held(&guard)
-            );
+            stopped_by_supervisor(&schedule, &guard, &format!(" (status {code})"));
             cmd.stop(schedule.kill_at(Instant::from_std(guard.held_until())))
                 .await;
             give_back(guard).await;
@@ -489,6 +486,16 @@ async fn start<T: Held>(
     Supervised::start(command, &env).await.map(Some)
 }
 
+/// Says that the supervisor stopped CMD (with `status`, if known) before the end of what
+/// `guard` holds, `run` having been silent past its last word on the lease.
+fn stopped_by_supervisor<T: Held>(schedule: &Schedule, guard: &MultiGuard<T>, status: &str) {
+    eprintln!(
+        "fencelock {}: {} was not renewed in time (this process was paused or starved): CMD's supervisor stopped CMD{status} before its end",
+        schedule.command,
+        what_is_held(guard)
+    );
+}
+
 /// What the guard holds, in words: `the lease on a`, `the leases on a, b`, `the
 /// leadership of e`.
 fn what_is_held<T: Held>(guard: &MultiGuard<T>) -> String {
@@ -533,6 +540,9 @@ async fn stop_on_loss<T: Held>(
     let stopped = cmd.stop(schedule.kill_at(held_until)).await;
     let now = Instant::now();
     match stopped {
+        // Stopped while `run` was paused, before the lease's end, and heard of only now: the
+        // guard's word of the loss can come first when `run` runs again.
+        Stopped::Gone { .. } if cmd.expired() => stopped_by_supervisor(&schedule, &guard, ""),
         Stopped::Gone { killed, .. } if now < held_until => eprintln!(
             "fencelock {}: CMD and every process it started stopped ({}) {} ms before the lease's last confirmed expiry",
             schedule.command,
