@@ -225,10 +225,14 @@ func TestRenewalsAnswered503AreJeopardyThenLost(t *testing.T) {
 		t.Fatalf("lost at the first failed renewal: %v", lease.Err())
 	}
 	closedWithin(t, lease.Lost(), 10*time.Second, "lost once only the safety margin is left")
-	// The cause is the last renewal's failure: a 503, or a retry cut short by the give-up
-	// point. Either way the renewal's outcome is unknown.
-	if lost := lostError(t, lease); lost.Reason != fencelock.ReasonNotRenewed || !errors.Is(lost, fencelock.ErrOutcomeUnknown) {
+	// The cause is the server's 503, not the last retry, cut short by the give-up point.
+	lost := lostError(t, lease)
+	var problem *fencelock.Problem
+	if lost.Reason != fencelock.ReasonNotRenewed || !errors.As(lost, &problem) || problem.Status != 503 {
 		t.Fatalf("lost: %v", lost)
+	}
+	if !errors.Is(lost, fencelock.ErrOutcomeUnknown) {
+		t.Fatalf("a 503 leaves the renewal's outcome unknown: %v", lost)
 	}
 }
 

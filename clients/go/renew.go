@@ -147,7 +147,8 @@ func (l *Lease) keepAlive(ctx context.Context, sent time.Time) {
 		}
 		sent := time.Now()
 		// A renewal that hangs is a failure like any other, in time to try again.
-		timeout := earliestDuration(l.client.requestTimeout, every, giveUpAt.Sub(sent))
+		full := earliestDuration(l.client.requestTimeout, every)
+		timeout := earliestDuration(full, giveUpAt.Sub(sent))
 		results := l.client.renewAll(ctx, l.kind, l.granted, l.terms.ttl, timeout)
 		if ctx.Err() != nil {
 			return
@@ -159,9 +160,15 @@ func (l *Lease) keepAlive(ctx context.Context, sent time.Time) {
 			}
 		}
 		l.renewed(results, sent)
-		if last = firstFailure(l.granted, results); last == nil {
-			next, retry = sent.Add(every), firstRetry
+		failure := firstFailure(l.granted, results)
+		if failure == nil {
+			last, next, retry = nil, sent.Add(every), firstRetry
 			continue
+		}
+		// A renewal cut short by the give-up point says less than the failure before it (a
+		// 503, a refused connection): that one stays the reason given.
+		if cutShort := timeout < full && errors.Is(failure, context.DeadlineExceeded); last == nil || !cutShort {
+			last = failure
 		}
 		l.failed()
 		next = time.Now().Add(retry)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import fencelock
 from fencelock import _wire as wire
-from fencelock._guard import GuardCore, Kept, Renew, Timing
+from fencelock._guard import Failure, GuardCore, Kept, Renew, Timing
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -42,7 +42,7 @@ def test_failed_renewals_mean_jeopardy_then_lost_a_margin_before_the_lease_ends(
     )
     renew = core.step(1.0)
     assert isinstance(renew, Renew) and renew.limit == 1.4, "cut at the give-up point, 2.4"
-    core.take_round(renew, ["HTTP 503"], 1.1)
+    core.take_round(renew, [Failure("HTTP 503")], 1.1)
     assert core.state is fencelock.LeaseState.JEOPARDY and not losses
     assert core.step(2.39) is not None
     assert core.step(2.4) is None
@@ -51,13 +51,42 @@ def test_failed_renewals_mean_jeopardy_then_lost_a_margin_before_the_lease_ends(
     assert core.loss == loss
 
 
+def test_a_timeout_cut_short_by_the_give_up_point_keeps_the_failure_before_it() -> None:
+    losses: list[fencelock.Loss] = []
+    kept = [Kept.granted(lease(ttl_ms=3_000), 0.0, 3.0, None)]
+    core = GuardCore(kept, Timing(3_000, 0.5), 0.0, 0.0, losses.append)
+
+    def next_round() -> Renew:
+        """The next round of renewals, sent when the guard says."""
+        at = core.step(0.0)
+        renew = core.step(at) if isinstance(at, float) else None
+        assert isinstance(renew, Renew)
+        return renew
+
+    first = next_round()
+    assert first.limit == 0.5, "the request timeout"
+    core.take_round(first, [Failure("HTTP 503")], first.sent + 0.01)
+    # Every retry times out; each says how long it was given.
+    while True:
+        renew = next_round()
+        why = f"no answer within {renew.limit:.3f} s"
+        core.take_round(renew, [Failure(why, timed_out=True)], renew.sent + 0.1)
+        if renew.limit < 0.5:
+            break
+    assert core.step(2.4) is None
+    [loss] = losses
+    assert loss.reason is fencelock.LostReason.NOT_RENEWED
+    # A whole request timeout replaced the 503; the one cut short by the give-up point did not.
+    assert loss.detail.endswith("no answer within 0.500 s"), loss.detail
+
+
 def test_a_success_after_failures_holds_again_from_its_send() -> None:
     core = GuardCore(
         [Kept.granted(lease(ttl_ms=3_000), 0.0, 3.0, None)], Timing(3_000, 10.0), 0.0, 0.0, print
     )
     first = core.step(1.0)
     assert isinstance(first, Renew)
-    core.take_round(first, ["no answer"], 1.2)
+    core.take_round(first, [Failure("no answer", timed_out=True)], 1.2)
     retry = core.step(core.step(1.2) or 0.0)  # type: ignore[arg-type]
     assert isinstance(retry, Renew)
     core.take_round(retry, [lease(at_ms=1_400, ttl_ms=3_000)], retry.sent + 0.01)

@@ -1083,7 +1083,7 @@ async fn keep_alive<T: Held>(shared: Arc<Shared<T>>, sent: Instant) {
         let mut renewed = Vec::with_capacity(shared.granted.len());
         let mut error = None;
         for (at, answer) in join_all(renewals).await.into_iter().enumerate() {
-            let failure = match answer {
+            let (failure, timed_out) = match answer {
                 Ok(Ok(outcome)) => match LostReason::of_renewal(outcome) {
                     Ok(held) => {
                         renewed.push(Some(held));
@@ -1094,26 +1094,31 @@ async fn keep_alive<T: Held>(shared: Arc<Shared<T>>, sent: Instant) {
                         return;
                     }
                 },
-                Ok(Err(error)) => error.to_string(),
-                Err(_) => format!("no answer within {limit:?}"),
+                Ok(Err(error)) => (error.to_string(), false),
+                Err(_) => (format!("no answer within {limit:?}"), true),
             };
             renewed.push(None);
             let name = &shared.granted[at].lease().resource;
             error.get_or_insert(if several {
-                format!("{name}: {failure}")
+                (format!("{name}: {failure}"), timed_out)
             } else {
-                failure
+                (failure, timed_out)
             });
         }
         shared.renewed(renewed, sent);
-        let Some(error) = error else {
+        let Some((error, timed_out)) = error else {
             (next, retry, failures) = (sent + timing.renew_every, first_retry, 0);
             continue;
         };
         failures += 1;
         tracing::debug!(%error, failures, "lease renewal failed");
         shared.failed(failures, &error);
-        last_error = error;
+        // A renewal cut short by the give-up point says less than the failure before it (a
+        // 503, a refused connection): that one stays the reason given.
+        let cut_short = timed_out && limit < timing.request_timeout;
+        if failures == 1 || !cut_short {
+            last_error = error;
+        }
         next = Instant::now() + retry;
         retry = (retry * 2).min(timing.renew_every / 2).max(first_retry);
     }

@@ -5,6 +5,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -314,6 +315,31 @@ async fn a_direct_store_client_waits_in_line_too() {
 }
 
 #[tokio::test]
+async fn a_renewal_cut_short_by_the_give_up_point_does_not_hide_the_failure_before_it() {
+    let store = Arc::new(LateGrants::new(
+        Duration::ZERO,
+        Meanwhile::RenewalsFailThenHang(Arc::default()),
+    ));
+    // Every renewal after the first hangs until the give-up point, well before the timeout.
+    let options = GuardOptions {
+        renew_every: Some(Duration::from_millis(100)),
+        request_timeout: Duration::from_secs(60),
+        ..GuardOptions::default()
+    };
+    let client = Client::from_store(store).with_guard_options(options);
+    let guard = client
+        .try_acquire(&resource("cut"), &owner("a"), ttl(600))
+        .await
+        .unwrap();
+    match timeout(LIMIT, guard.lost()).await.expect("lost() fired") {
+        LostReason::NotRenewed { last_error } => {
+            assert!(last_error.contains("renewals are down"), "{last_error}")
+        }
+        other => panic!("expected not renewed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
 async fn a_guard_confirmed_too_late_starts_lost_and_never_reports_held() {
     // Renewals fail, so the grant's send is all the guard can count from; with a margin this
     // wide, a grant answered 200 ms late leaves less than the margin of a 1 s lease.
@@ -391,6 +417,8 @@ enum Meanwhile {
     TakenBy(Owner),
     /// Nothing, but the store stops answering renewals.
     RenewalsFail,
+    /// Nothing, but the store fails the first renewal, then never answers one.
+    RenewalsFailThenHang(Arc<AtomicBool>),
 }
 
 /// A test double: a [`MemoryStore`] whose grants reach the client `late_by` late (as after
@@ -426,7 +454,7 @@ impl LockStore for LateGrants {
                     self.inner.release(r, o, None).await?;
                     self.inner.acquire(r, other, ttl(60_000)).await?;
                 }
-                Meanwhile::RenewalsFail => {}
+                Meanwhile::RenewalsFail | Meanwhile::RenewalsFailThenHang(_) => {}
             }
         }
         // The answer's delay on the way, not a wait for some state.
@@ -464,11 +492,19 @@ impl LockStore for LateGrants {
         token: Option<FencingToken>,
         meta: Option<&fencelock_core::Meta>,
     ) -> Result<RenewOutcome, StoreError> {
-        match self.meanwhile {
-            Meanwhile::RenewalsFail => Err(StoreError::Unavailable {
-                message: "renewals are down".into(),
-                source: None,
-            }),
+        let down = || StoreError::Unavailable {
+            message: "renewals are down".into(),
+            source: None,
+        };
+        match &self.meanwhile {
+            Meanwhile::RenewalsFail => Err(down()),
+            Meanwhile::RenewalsFailThenHang(failed) => {
+                if failed.swap(true, Ordering::SeqCst) {
+                    std::future::pending().await
+                } else {
+                    Err(down())
+                }
+            }
             _ => self.inner.renew_with(r, o, t, token, meta).await,
         }
     }

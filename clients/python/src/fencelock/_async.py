@@ -93,7 +93,8 @@ class AsyncTransport:
         except asyncio.TimeoutError:
             return ServerUnreachable(
                 f"the fencelock server at {self.settings.base_url} did not answer within "
-                f"{step.timeout:.3f} s"
+                f"{step.timeout:.3f} s",
+                timed_out=True,
             )
 
     async def aclose(self) -> None:

@@ -227,7 +227,7 @@ def unreachable(base_url: str, error: BaseException) -> ServerUnreachable:
         )
     else:
         words = f"the fencelock server at {base_url} cannot be reached: {error}"
-    failure = ServerUnreachable(words)
+    failure = ServerUnreachable(words, timed_out=isinstance(error, httpx.TimeoutException))
     failure.__cause__ = error
     return failure
 

@@ -150,7 +150,7 @@ def confirm(
         if isinstance(renewal, wire.LeaseInfo):
             kept[at].renewed(renewal, resent, timing.ttl)
         else:
-            failed = failed or renewal
+            failed = failed or renewal.why
     return Grant(kept, timing, sent if failed else resent, failed)
 
 

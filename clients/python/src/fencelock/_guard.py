@@ -33,7 +33,7 @@ from enum import Enum
 from typing import Callable, Optional, Union
 
 from . import _wire as wire
-from .errors import FencelockError
+from .errors import FencelockError, ServerUnreachable
 
 log = logging.getLogger("fencelock")
 
@@ -164,19 +164,27 @@ def cut(until: float, cap: Optional[float]) -> float:
     return until if cap is None else min(until, cap)
 
 
-#: What a renewal's answer says: the lease as renewed, the server's refusal, or why it failed.
-Renewal = Union[wire.LeaseInfo, wire.Refusal, str]
+@dataclass(frozen=True)
+class Failure:
+    """A renewal that failed, to be retried: why, and whether its time limit ended it."""
+
+    why: str
+    timed_out: bool = False
+
+
+#: What a renewal's answer says: the lease as renewed, the server's refusal, or a failure.
+Renewal = Union[wire.LeaseInfo, wire.Refusal, Failure]
 
 
 def read_renewal(lease: wire.LeaseInfo, reply: Union[wire.Answer, FencelockError]) -> Renewal:
     """What the reply to a renewal of ``lease`` says. Anything but a renewal or a refusal —
     no answer, a 503, a 429, a 401 — is a failure to retry."""
     if isinstance(reply, FencelockError):
-        return str(reply)
+        return Failure(str(reply), isinstance(reply, ServerUnreachable) and reply.timed_out)
     try:
         return wire.read_renewed(lease, reply)
     except FencelockError as error:
-        return str(error)
+        return Failure(str(error))
 
 
 def lost_by(refusal: wire.Refusal, lease: wire.LeaseInfo) -> Loss:
@@ -312,20 +320,26 @@ class GuardCore:
     def _tally(self, renew: Renew, renewals: Sequence[Renewal], now: float, several: bool) -> None:
         """Takes in a round without refusals: held again if every lease was renewed, else in
         jeopardy and retried soon. Called with the lock held."""
-        errors = []
+        failed: Optional[tuple[Failure, str]] = None
         for kept, renewal in zip(self._kept, renewals):
             if isinstance(renewal, wire.LeaseInfo):
                 kept.renewed(renewal, renew.sent, self.timing.ttl)
-            elif isinstance(renewal, str):
-                errors.append(f"{kept.info.name}: {renewal}" if several else renewal)
-        if not errors:
+            elif isinstance(renewal, Failure) and failed is None:
+                failed = (renewal, f"{kept.info.name}: {renewal.why}" if several else renewal.why)
+        if failed is None:
             self._state, self._failures = LeaseState.HELD, 0
             self._next, self._retry = renew.sent + self.timing.renew_every, self.timing.first_retry
             return
+        failure, error = failed
         self._failures += 1
-        self._state, self._last_error = LeaseState.JEOPARDY, errors[0]
+        self._state = LeaseState.JEOPARDY
+        # A renewal cut short by the give-up point says less than the failure before it (a
+        # 503, a refused connection): that one stays the reason given.
+        cut_short = failure.timed_out and renew.limit < self.timing.request_timeout
+        if self._failures == 1 or not cut_short:
+            self._last_error = error
         if self._failures == 1:
-            log.warning("lease renewal failed; in jeopardy until renewed: %s", errors[0])
+            log.warning("lease renewal failed; in jeopardy until renewed: %s", error)
         self._next = now + self._retry
         self._retry = max(
             min(self._retry * 2, self.timing.renew_every / 2), self.timing.first_retry

@@ -101,7 +101,8 @@ class Transport:
         # A request still out is left to end on its own timeout; its answer is not waited for.
         late = ServerUnreachable(
             f"the fencelock server at {self.settings.base_url} did not answer within "
-            f"{step.timeout:.3f} s"
+            f"{step.timeout:.3f} s",
+            timed_out=True,
         )
         return [f.result() if f in done else late for f in futures]
 

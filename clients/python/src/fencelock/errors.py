@@ -62,6 +62,11 @@ class OutcomeUnknown(FencelockError):
 class ServerUnreachable(OutcomeUnknown):
     """The server could not be reached, the TLS handshake failed, or no answer came in time."""
 
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        #: Whether the request's time limit ended it (the server may be slow, not gone).
+        self.timed_out = timed_out
+
 
 class UnexpectedAnswer(OutcomeUnknown):
     """An answer no fencelock server sends (e.g. a proxy's error page): nothing is known."""
