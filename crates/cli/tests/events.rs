@@ -16,7 +16,7 @@ use common::{Server, events_from_now, fencelock};
 use fencelock_testkit::sse::{EventStream, Message};
 #[cfg(feature = "etcd")]
 use fencelock_testkit::{Etcd, shared_etcd};
-use fencelock_testkit::{Postgres, Redis, RedisNodes, eventually, shared_redis};
+use fencelock_testkit::{Postgres, Proxy, Redis, RedisNodes, eventually, shared_redis};
 #[cfg(feature = "zookeeper")]
 use fencelock_testkit::{ZooKeeper, shared_zookeeper};
 use serde_json::{Value, json};
@@ -76,10 +76,10 @@ async fn series(servers: &[&Server], name: &str) -> f64 {
 /// Two servers on `store`: a change made through either is on both streams, in the order of
 /// the changes, and an expiry is told once, on both streams, and counted by one server. The
 /// store is the test's own: other tests' expiries would be counted too.
-/// `tellers`: how many servers may tell one expiry — one, but two under Redlock, where two
-/// servers purging at the same moment may each remove the lease from some nodes (a defect,
-/// open: see the guarantee table).
-async fn changes_through_either_server_are_on_both_streams(store: &str, tellers: usize) {
+/// `counters`: how many servers may count one expiry — one, but two under Redlock, where two
+/// servers purging at the same moment may each remove the lease from some nodes (each server
+/// drops the other's repeat from its streams; see the guarantee table).
+async fn changes_through_either_server_are_on_both_streams(store: &str, counters: f64) {
     let flags = ["--purge-interval", "100ms"];
     let (a, b) = (Server::with(store, &[], &flags), Server::with(store, &[], &flags));
     let prefix = unique_prefix();
@@ -136,54 +136,91 @@ async fn changes_through_either_server_are_on_both_streams(store: &str, tellers:
     grant(&b, &marker, json!({"owner": "w", "ttl_seconds": 30})).await;
     for stream in [&mut on_a, &mut on_b] {
         let seen = stream.events_until(WAIT, is("grant", &marker)).await;
-        let again: Vec<&Message> = seen.iter().filter(|m| is("expire", &short)(m)).collect();
-        assert!(again.len() < tellers, "a second expiry: {seen:#?}");
-        for expiry in again {
-            assert_eq!(
-                expiry.json()["fencing_token"],
-                lease["fencing_token"],
-                "{seen:#?}"
-            );
-        }
+        assert!(
+            !seen.iter().any(|m| is("expire", &short)(m)),
+            "a second expiry: {seen:#?}"
+        );
         // Each server numbers the events it tells without a gap, whatever it relays.
         assert!(!seen.iter().any(|m| m.event == "reset"), "{seen:#?}");
     }
-    assert_eq!(
-        series(&[&a, &b], "fencelock_leases_expired_total").await,
-        expired_before + 1.0
-    );
+    let counted = series(&[&a, &b], "fencelock_leases_expired_total").await - expired_before;
+    assert!((1.0..=counters).contains(&counted), "counted {counted} times");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgresql_changes_through_either_server_are_on_both_streams() {
     let postgres = Postgres::start();
-    changes_through_either_server_are_on_both_streams(&postgres.url(), 1).await;
+    changes_through_either_server_are_on_both_streams(&postgres.url(), 1.0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_changes_through_either_server_are_on_both_streams() {
     let redis = Redis::start();
-    changes_through_either_server_are_on_both_streams(&redis.url(), 1).await;
+    changes_through_either_server_are_on_both_streams(&redis.url(), 1.0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redlock_changes_through_either_server_are_on_both_streams() {
     let nodes = RedisNodes::start(3);
-    changes_through_either_server_are_on_both_streams(&nodes.url(), 2).await;
+    changes_through_either_server_are_on_both_streams(&nodes.url(), 2.0).await;
+}
+
+/// Under Redlock, a node a purge did not reach still has the expired lease, and a later
+/// purge removes it there: that is no second expiry, on the stream or in the count (seen in
+/// CI as two servers' purges splitting the nodes; this is the same repeat, made on purpose).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redlock_a_node_purged_late_tells_no_second_expiry() {
+    let nodes = RedisNodes::start(3);
+    // The third node behind a proxy that can swallow what the server sends it: a paused
+    // node would still run the purges queued for it once resumed, answering no one.
+    let proxy = Proxy::start(nodes.port(2));
+    let url = format!(
+        "redis://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+        nodes.port(0),
+        nodes.port(1),
+        proxy.port()
+    );
+    let server = Server::with(&url, &[], &["--purge-interval", "100ms"]);
+    let prefix = unique_prefix();
+    let mut on = events_from_now(&server, &prefix, WAIT).await;
+    let short = format!("{prefix}short");
+    let lease = grant(&server, &short, json!({"owner": "w", "ttl_ms": 300})).await;
+    proxy.blackhole();
+    let seen = on.events_until(WAIT, is("expire", &short)).await;
+    let expiry = seen.last().expect("the expiry").json();
+    assert_eq!(expiry["fencing_token"], lease["fencing_token"], "{expiry}");
+    proxy.restore();
+    // Three purges after the node is reachable again: one in flight may have been swallowed,
+    // one may find its connection closed, the next reaches it.
+    let purges = r#"fencelock_store_duration_seconds_count{op="purge"}"#;
+    let purged = series(&[&server], purges).await;
+    eventually(WAIT, "three more purges", async || {
+        let now = series(&[&server], purges).await;
+        if now >= purged + 3.0 { Ok(()) } else { Err(now) }
+    })
+    .await;
+    let marker = format!("{prefix}marker");
+    grant(&server, &marker, json!({"owner": "w", "ttl_seconds": 30})).await;
+    let seen = on.events_until(WAIT, is("grant", &marker)).await;
+    assert!(
+        !seen.iter().any(|m| is("expire", &short)(m)),
+        "a second expiry: {seen:#?}"
+    );
+    assert_eq!(series(&[&server], "fencelock_leases_expired_total").await, 1.0);
 }
 
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_etcd_changes_through_either_server_are_on_both_streams() {
     let etcd = Etcd::start();
-    changes_through_either_server_are_on_both_streams(&etcd.url(), 1).await;
+    changes_through_either_server_are_on_both_streams(&etcd.url(), 1.0).await;
 }
 
 #[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_zookeeper_changes_through_either_server_are_on_both_streams() {
     let zookeeper = ZooKeeper::start();
-    changes_through_either_server_are_on_both_streams(&zookeeper.url(), 1).await;
+    changes_through_either_server_are_on_both_streams(&zookeeper.url(), 1.0).await;
 }
 
 /// A server that lost its subscription to the other servers' events — Redis closed it —

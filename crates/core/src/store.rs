@@ -432,6 +432,12 @@ pub struct Capabilities {
     /// most; a Redlock store reports what is left of the TTL after its allowance for the
     /// clocks of its nodes drifting apart, so that no node's copy outlives what it reports.
     pub drift: Drift,
+    /// How long after a purge returned an expiry another purge may return it again: `None`
+    /// for most (a lease is forgotten where it is removed); under Redlock, purges of two
+    /// servers at once may each remove it from some of the nodes, and a node that did not
+    /// answer one purge still holds it for the next, until the node forgets it by itself. The
+    /// server tells and counts each expiry once within this time.
+    pub expiries_repeat_within: Option<Duration>,
 }
 
 impl Capabilities {
@@ -450,6 +456,7 @@ impl Capabilities {
         principals: true,
         lock_delays: true,
         drift: Drift::NONE,
+        expiries_repeat_within: None,
     };
 }
 

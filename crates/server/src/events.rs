@@ -116,15 +116,19 @@ pub fn released_unknown(
     hub.publish(EventName::Release, data);
 }
 
-/// A lease ended by expiry.
-pub fn expired(hub: &Hub, kind: Kind, lease: &Lease) {
-    tracing::info!(target: LEASE, event = "expire", kind = kind.as_str(), resource = %lease.resource,
-        owner = %lease.owner, token = lease.token.0, expired_at = %lease.expires_at);
+/// A lease ended by expiry; `false` if that was told already (a repeat, dropped: see
+/// [`Hub::publish`]).
+pub fn expired(hub: &Hub, kind: Kind, lease: &Lease) -> bool {
     let held = millis(lease.expires_at.since(lease.acquired_at));
-    hub.publish(
+    let first = hub.publish(
         EventName::Expire,
         EventData::of_lease(kind, lease, lease.expires_at).held(held),
     );
+    if first {
+        tracing::info!(target: LEASE, event = "expire", kind = kind.as_str(), resource = %lease.resource,
+            owner = %lease.owner, token = lease.token.0, expired_at = %lease.expires_at);
+    }
+    first
 }
 
 /// `by` (a principal, or nobody without authentication) force-released `ended`: `owner`

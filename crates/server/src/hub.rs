@@ -13,18 +13,22 @@
 //! and sends a snapshot, and no stream may resume from before it. So a lost event is never
 //! a silent gap.
 //!
+//! A store whose purges may return one expiry twice (Redlock: [`Capabilities`]'s
+//! `expiries_repeat_within`) has the hub remember the ends of leases it appended for that
+//! long: a repeat, this server's or another's, is dropped, so every stream has each once.
+//!
 //! Publishing never waits: each stream has a bounded buffer, and a stream whose buffer is
 //! full is cut off ([`Subscription::was_cut`]) rather than let the server wait for it.
 //! Subscribing and publishing take the same lock, so a stream that resumes from an id gets
 //! every entry after it exactly once: those still in the ring, then the live ones, with
 //! nothing between.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fencelock_core::{Bulletin, Heard, LockStore, Principal, Resource};
+use fencelock_core::{Bulletin, Capabilities, Heard, LockStore, Principal, Resource};
 use fencelock_wire::{EventData, EventId, EventName, Relayed, Topic, Topics};
 use tokio::sync::{broadcast, mpsc};
 
@@ -198,6 +202,54 @@ struct Inner {
     ring: VecDeque<Arc<Entry>>,
     taps: Vec<Tap>,
     open: HashMap<Option<Principal>, usize>,
+    /// The ends appended lately, where the store's purges may repeat one.
+    ended: Option<Ended>,
+}
+
+/// The ends of leases (expiries and the vacancies they make) appended within `within`: a
+/// lease ends once, so one seen again is a repeat.
+#[derive(Debug)]
+struct Ended {
+    within: Duration,
+    seen: HashSet<(Topic, String, u64)>,
+    order: VecDeque<(Instant, (Topic, String, u64))>,
+}
+
+impl Ended {
+    fn new(within: Duration) -> Self {
+        Self {
+            within,
+            seen: HashSet::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// Whether the event `name` with `data` is no repeat of an end appended within the time
+    /// (and is remembered, if an end).
+    fn first(&mut self, name: EventName, data: &EventData) -> bool {
+        let Some(token) = data
+            .fencing_token
+            .filter(|_| matches!(name, EventName::Expire | EventName::Vacant))
+        else {
+            return true;
+        };
+        let now = Instant::now();
+        while let Some((at, _)) = self.order.front() {
+            if now.duration_since(*at) <= self.within {
+                break;
+            }
+            if let Some((_, old)) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        let key = (data.kind, data.name.clone(), token);
+        if self.seen.contains(&key) {
+            return false;
+        }
+        self.seen.insert(key.clone());
+        self.order.push_back((now, key));
+        true
+    }
 }
 
 /// An open stream, as the hub feeds it.
@@ -216,11 +268,16 @@ impl Hub {
         let epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |since| u64::try_from(since.as_nanos()).unwrap_or(u64::MAX));
+        let Capabilities {
+            shared,
+            expiries_repeat_within,
+            ..
+        } = store.capabilities();
         Self(Arc::new(Shared {
             epoch,
             limits,
             metrics,
-            tells: store.capabilities().shared,
+            tells: shared,
             store,
             inner: Mutex::new(Inner {
                 next: 1,
@@ -229,6 +286,7 @@ impl Hub {
                 ring: VecDeque::with_capacity(limits.retention.min(1024)),
                 taps: Vec::new(),
                 open: HashMap::new(),
+                ended: expiries_repeat_within.map(Ended::new),
             }),
         }))
     }
@@ -258,14 +316,15 @@ impl Hub {
     }
 
     /// Publishes an event `name` with `data` that this server made: appends it, and tells
-    /// the other servers sharing the store.
-    pub fn publish(&self, name: EventName, data: EventData) {
+    /// the other servers sharing the store. Returns `false` for a repeat, which is dropped:
+    /// the end of a lease appended lately (where the store's purges may repeat one).
+    pub fn publish(&self, name: EventName, data: EventData) -> bool {
         // An event of the lock that keeps an election is told as the election's (or not at
         // all) here, before other servers hear of it: theirs arrive told so.
         match data.for_election(name) {
             None => self.append(name, data, true),
             Some(Some((name, data))) => self.append(name, data, true),
-            Some(None) => {}
+            Some(None) => true,
         }
     }
 
@@ -273,7 +332,9 @@ impl Hub {
     /// (a server of another version) is logged and dropped.
     pub fn relayed(&self, bulletin: &Bulletin) {
         match serde_json::from_str::<Relayed>(&bulletin.body) {
-            Ok(relayed) => self.append(relayed.event, relayed.data, false),
+            Ok(relayed) => {
+                self.append(relayed.event, relayed.data, false);
+            }
             Err(error) => {
                 tracing::warn!(%error, origin = bulletin.origin, "an event of another server that cannot be read")
             }
@@ -293,11 +354,11 @@ impl Hub {
     /// Keeps an event in the ring and hands it to every stream that admits it — and, if
     /// `tell`, to the store for the other servers, under the same lock so that they hear
     /// this server's events in its order. Never waits: a stream with a full buffer is cut
-    /// off; the store only queues.
-    fn append(&self, name: EventName, data: EventData, tell: bool) {
+    /// off; the store only queues. Returns `false` for a repeated end, dropped.
+    fn append(&self, name: EventName, data: EventData, tell: bool) -> bool {
         let Ok(resource) = Resource::new(data.name.as_str()) else {
             // Every event is about a name the model accepted.
-            return;
+            return true;
         };
         let told = (tell && self.0.tells).then(|| {
             // Serialising these types cannot fail: strings, numbers and nested objects only.
@@ -308,6 +369,13 @@ impl Hub {
             .unwrap_or_default()
         });
         let mut inner = self.0.inner();
+        if inner
+            .ended
+            .as_mut()
+            .is_some_and(|ended| !ended.first(name, &data))
+        {
+            return false;
+        }
         if let Some(body) = told {
             inner.told += 1;
             self.0.store.publish(&Bulletin {
@@ -317,6 +385,7 @@ impl Hub {
             });
         }
         self.0.push(&mut inner, name, Some((data.kind, resource, data)));
+        true
     }
 
     /// Opens a stream for `filter`, resuming after `since` if given; refused when the

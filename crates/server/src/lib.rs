@@ -94,8 +94,9 @@ async fn purge_expired(app: App) {
             match app.waiters.store().purge_expired().await {
                 Ok(expired) => {
                     for ended in &expired {
-                        events::expired(&app.hub, ended.kind, &ended.lease);
-                        app.metrics.expired(&ended.lease);
+                        if events::expired(&app.hub, ended.kind, &ended.lease) {
+                            app.metrics.expired(&ended.lease);
+                        }
                     }
                     if expired.len() < fencelock_core::store::PURGE_BATCH {
                         break;

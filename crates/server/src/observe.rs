@@ -142,8 +142,9 @@ impl Observed for AcquireOutcome {
         let hub = &app.hub;
         match self {
             Self::Granted { lease, expired } => {
-                if let Some(expired) = expired {
-                    events::expired(hub, kind, expired);
+                if let Some(expired) = expired
+                    && events::expired(hub, kind, expired)
+                {
                     app.metrics.expired(expired);
                 }
                 events::granted(hub, kind, Item::Lease(lease), took);

@@ -52,10 +52,13 @@
 //! | [`zookeeper`] | an ephemeral sequential node `ROOT/events/e-SEQ` per event (deleted by its server after 20 s, or with its session), those waiting together in one `multi` (up to 64); a child watch on `ROOT/events`, each new node read in sequence order | 1.9 / 9.1 ms | as PostgreSQL |
 //!
 //! An expiry is an event of the one server whose purge removed the lease (or whose grant
-//! replaced it), so it appears once on every stream — except under Redlock, where two servers
-//! purging at the same moment may each remove the lease from some of the nodes and each tell
-//! it: the expiry then appears twice, with the same token (a defect, open; seen once in CI).
-//! etcd deletes an expired lease's key
+//! replaced it), so it appears once on every stream and is counted by one server. Under
+//! Redlock, two servers purging at the same moment may each remove the lease from some of the
+//! nodes, and a node one purge did not reach is purged again later
+//! ([`Capabilities::expiries_repeat_within`](fencelock_core::Capabilities)): each server
+//! drops a repeat of an expiry it appended in the last 90 s (its own or another's), so it
+//! still appears once on every stream; only the two purges at the same moment may each count
+//! it in `fencelock_leases_expired_total`. etcd deletes an expired lease's key
 //! itself: every server's watch sees that deletion (told apart from a release by the mark
 //! a release writes in its transaction), and the first server to claim it in etcd tells it
 //! (see [`etcd`], "Expiries"), within its purge interval; a lease with a cap or a lock-delay

@@ -146,6 +146,11 @@ mod reply;
 
 const STORE: &str = "Redis";
 
+/// How long after one purge returned an expiry another may return it under Redlock: a node
+/// keeps a lease's key the script's `GRACE` (60 s) past its end, and purges it until then;
+/// the rest is room for the purge interval and the nodes' clocks.
+const EXPIRIES_REPEAT_WITHIN: Duration = Duration::from_secs(90);
+
 pub(crate) fn open<'a>(address: &'a str, rest: &'a str) -> crate::Opening<'a> {
     Box::pin(async move { crate::opened(address, RedisStore::connect(&format!("redis://{rest}")).await) })
 }
@@ -623,6 +628,7 @@ impl LockStore for RedisStore {
         Capabilities {
             shared: true,
             drift: self.drift(),
+            expiries_repeat_within: self.redlock().then_some(EXPIRIES_REPEAT_WITHIN),
             ..Capabilities::BASELINE
         }
     }
