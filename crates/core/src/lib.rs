@@ -45,7 +45,7 @@ pub use layer::{Call, Layer, Layered, Names};
 pub use memory::MemoryStore;
 pub use model::{
     FencingToken, InvalidMeta, InvalidName, InvalidResources, InvalidTtl, Lease, MAX_RESOURCES, Meta, Owner,
-    Principal, Resource, Resources, Terms, Timestamp, Ttl,
+    Principal, Resource, Resources, Rfc3339, Terms, Timestamp, Ttl,
 };
 pub use store::{
     AcquireAllOutcome, AcquireOutcome, Bulletin, BulletinFeed, Capabilities, Drift, EndedLease, ForceOutcome,

@@ -515,11 +515,33 @@ impl Timestamp {
 
     /// RFC 3339 in UTC with exactly three fraction digits, e.g. `2026-11-29T06:30:00.123Z`.
     pub fn to_rfc3339(self) -> String {
+        self.rfc3339().as_str().to_owned()
+    }
+
+    /// [`Timestamp::to_rfc3339`]'s text, on the stack: for a line or a body written at once.
+    pub fn rfc3339(self) -> Rfc3339 {
         // RFC 3339 has four year digits: a time past 9999 (only a store clock gone far wrong,
-        // or a sum that saturated, gets there) is written as the last one it can say, rather
-        // than panic in the formatter.
-        let written = Self(self.0.min(Self::LAST_RFC3339.0));
-        humantime::format_rfc3339_millis(written.into()).to_string()
+        // or a sum that saturated, gets there) is written as the last one it can say.
+        let ms = self.0.min(Self::LAST_RFC3339.0);
+        let (secs, milli) = (ms / 1000, ms % 1000);
+        let (days, in_day) = (secs / 86_400, secs % 86_400);
+        let (year, month, day) = civil(days);
+        let mut text = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, digits: usize, mut n: u64| {
+            for i in (at..at + digits).rev() {
+                // A digit: n % 10 < 10.
+                text[i] = b'0' + (n % 10) as u8;
+                n /= 10;
+            }
+        };
+        put(0, 4, year);
+        put(5, 2, month);
+        put(8, 2, day);
+        put(11, 2, in_day / 3600);
+        put(14, 2, in_day / 60 % 60);
+        put(17, 2, in_day % 60);
+        put(20, 3, milli);
+        Rfc3339(text)
     }
 
     /// 9999-12-31T23:59:59.999Z, the last time RFC 3339 can write.
@@ -528,6 +550,37 @@ impl Timestamp {
     /// Reads an RFC 3339 timestamp (as [`Timestamp::to_rfc3339`] writes them).
     pub fn parse_rfc3339(text: &str) -> Option<Self> {
         humantime::parse_rfc3339(text).ok().map(Self::from)
+    }
+}
+
+/// The year, month and day of the `days`-th day after 1970-01-01 (proleptic Gregorian), by
+/// Howard Hinnant's `civil_from_days` for days on or after the epoch.
+fn civil(days: u64) -> (u64, u64, u64) {
+    // Counted from 0000-03-01, so that a leap day ends its year, in eras of 400 years.
+    let z = days + 719_468;
+    let (era, of_era) = (z / 146_097, z % 146_097);
+    let year_of_era = (of_era - of_era / 1460 + of_era / 36_524 - of_era / 146_096) / 365;
+    let of_year = of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let march_based = (5 * of_year + 2) / 153;
+    let day = of_year - (153 * march_based + 2) / 5 + 1;
+    let month = if march_based < 10 {
+        march_based + 3
+    } else {
+        march_based - 9
+    };
+    let year = era * 400 + year_of_era + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// A timestamp's RFC 3339 text ([`Timestamp::rfc3339`]): 24 ASCII bytes.
+#[derive(Clone, Copy)]
+pub struct Rfc3339([u8; 24]);
+
+impl Rfc3339 {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Digits and `-T:.Z` only: always UTF-8.
+        std::str::from_utf8(&self.0).unwrap_or_default()
     }
 }
 
@@ -548,7 +601,7 @@ impl From<Timestamp> for SystemTime {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_rfc3339())
+        f.write_str(self.rfc3339().as_str())
     }
 }
 
@@ -702,6 +755,25 @@ mod tests {
                 .as_duration(),
             Duration::from_secs(30)
         );
+    }
+
+    #[test]
+    fn timestamps_are_written_as_humantime_writes_them_from_1970_to_9999() {
+        // Every 13th day's first and last millisecond, and one within it (13 days: every
+        // weekday, month day and place in the leap cycle comes by), up to the last time RFC
+        // 3339 can write.
+        let day = 86_400_000;
+        let last = Timestamp::LAST_RFC3339.0;
+        let mut ms = 0;
+        while ms <= last {
+            for t in [ms, ms + day - 1, ms + (ms / day * 7_919_333) % day] {
+                let t = t.min(last);
+                let time = UNIX_EPOCH + Duration::from_millis(t);
+                let theirs = humantime::format_rfc3339_millis(time).to_string();
+                assert_eq!(Timestamp(t).to_rfc3339(), theirs, "{t}");
+            }
+            ms += 13 * day;
+        }
     }
 
     #[test]
