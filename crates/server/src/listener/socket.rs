@@ -26,17 +26,27 @@ impl AsyncRead for Shared {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         loop {
             ready!(self.0.poll_read_ready(cx))?;
-            match self.0.try_read(buf.initialize_unfilled()) {
-                Ok(n) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
+            // The reader lends memory not yet written (hyper: 8 KiB or more), which a read
+            // into a `&mut [u8]` would have to zero whole, every time: the bytes land in this
+            // thread's buffer (zeroed once) instead, and only those read are copied over.
+            let read = LANDING.with_borrow_mut(|landing| -> io::Result<()> {
+                let room = buf.remaining().min(landing.len());
+                let n = self.0.try_read(&mut landing[..room])?;
+                buf.put_slice(&landing[..n]);
+                Ok(())
+            });
+            match read {
                 // The readiness was stale, and is cleared: wait for the next.
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-                Err(error) => return Poll::Ready(Err(error)),
+                done => return Poll::Ready(done),
             }
         }
     }
+}
+
+thread_local! {
+    /// Where a read of a connection lands first, on the thread that reads it.
+    static LANDING: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0; 16 * 1024].into_boxed_slice());
 }
 
 impl AsyncWrite for Shared {
