@@ -3,9 +3,7 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use fencelock_core::{Deadlock, StoreError};
 use fencelock_wire::{FieldError, Problem, ProblemKind};
@@ -44,7 +42,7 @@ impl From<Vec<FieldError>> for ApiError {
     }
 }
 
-/// A problem waiting for [`render_problems`] to add the request's path as `instance`.
+/// A problem waiting for [`render_problem`] to add the request's path as `instance`.
 #[derive(Debug, Clone)]
 struct PendingProblem(Problem);
 
@@ -82,7 +80,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The answer for `problem`, rendered by [`render_problems`].
+/// The answer for `problem`, rendered by [`render_problem`].
 fn pending(problem: Problem) -> Response {
     let mut response = StatusCode::from_u16(problem.status)
         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
@@ -124,14 +122,12 @@ fn rate_limited(wait: Duration) -> Response {
     response
 }
 
-/// Middleware: writes every pending problem as `application/problem+json` with the request's
-/// path as `instance`, keeping the headers it came with (`WWW-Authenticate`, `Retry-After`),
-/// and leaves its [`ProblemKind`] in the answer's extensions for the metrics. Answers that may
-/// leave part of a request body unread carry `Connection: close`, so the next request on the
-/// connection cannot be misread.
-pub async fn render_problems(request: Request, next: Next) -> Response {
-    let instance = request.uri().path().to_owned();
-    let response = next.run(request).await;
+/// Writes the answer's pending problem, if it has one, as `application/problem+json` with
+/// `instance` (the request's path), keeping the headers it came with (`WWW-Authenticate`,
+/// `Retry-After`), and leaves its [`ProblemKind`] in the answer's extensions for the metrics.
+/// Answers that may leave part of a request body unread carry `Connection: close`, so the
+/// next request on the connection cannot be misread.
+pub fn render_problem(instance: &str, response: Response) -> Response {
     let (mut parts, body) = response.into_parts();
     let Some(PendingProblem(mut problem)) = parts.extensions.remove::<PendingProblem>() else {
         return Response::from_parts(parts, body);
@@ -139,7 +135,7 @@ pub async fn render_problems(request: Request, next: Next) -> Response {
     if let Some(kind) = ProblemKind::from_type_uri(&problem.type_uri) {
         parts.extensions.insert(kind);
     }
-    problem.instance = instance;
+    problem.instance = instance.to_owned();
     let body = serde_json::to_vec(&problem).unwrap_or_default();
     let closes = matches!(problem.status, 408 | 413 | 415);
     let mut response = Response::from_parts(parts, Body::from(body));

@@ -45,7 +45,7 @@ use fencelock_core::HoldKind;
 use fencelock_wire::{FieldError, ProblemKind, hold};
 
 use crate::auth::authenticate;
-use crate::problem::{ApiError, render_problems};
+use crate::problem::{ApiError, render_problem};
 use crate::state::App;
 
 pub use crate::route::Route;
@@ -113,8 +113,7 @@ pub fn router(app: App) -> Router {
         .merge(dashboard())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn(render_problems))
-        .layer(axum::middleware::from_fn_with_state(app.clone(), count_http))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), answer))
         .with_state(app)
 }
 
@@ -127,11 +126,14 @@ fn dashboard() -> Router<App> {
         .route_layer(axum::middleware::from_fn(ui::guard))
 }
 
-/// Counts every request by the route it matched and the status of its answer (as the
-/// client gets it: outside the problem rendering).
-async fn count_http(State(app): State<App>, request: Request, next: Next) -> Response {
+/// Every answer as the client gets it: its pending problem rendered
+/// ([`render_problem`]); then counted by the route it matched and its status. (One
+/// middleware for both: each one wraps every request's future once more.)
+async fn answer(State(app): State<App>, request: Request, next: Next) -> Response {
     let route = Route::of(request.extensions().get::<MatchedPath>());
-    let response = next.run(request).await;
+    // A clone shares the path's bytes: the path is copied only for a problem.
+    let uri = request.uri().clone();
+    let response = render_problem(uri.path(), next.run(request).await);
     let problem = response.extensions().get::<ProblemKind>().copied();
     app.metrics.http_request(route, response.status(), problem);
     response
