@@ -107,7 +107,8 @@ pub(super) async fn acquired<A: Acquiring>(
     let stopped = request.stopped(&asked);
     let caller = caller.clone();
     let work_gone = gone.clone();
-    let answer = stoppable(app.clone(), || stopped, &gone, async move {
+    let server = app.clone();
+    let work = detached(async move {
         let gone = work_gone;
         let kind = request.kind();
         let call = request.call(&app.waiters, &asked, wait, &gone);
@@ -117,11 +118,13 @@ pub(super) async fn acquired<A: Acquiring>(
             // An upgrade or downgrade of a hold given back leaves the owner nothing: its
             // renewal of the replaced hold then answers 404, so it learns it holds nothing.
             for lease in A::granted(&outcome) {
-                give_back(&app, kind, lease).await;
+                // Boxed: the work's future would hold it whole, although it seldom runs.
+                Box::pin(give_back(&app, kind, lease)).await;
             }
         }
         request.answer(&asked, &outcome)
     });
+    let answer = stoppable(server, || stopped, &gone, work);
     // Declared after `answer`, so dropped before it: when the client hangs up, `gone` is
     // cancelled before the call under way moves to a task of its own, which so cannot end
     // without seeing it, and gives back what it was granted.
@@ -153,7 +156,7 @@ fn waiting(peer: Option<Extension<Peer>>, wait: Duration) -> Option<Waiting> {
         .map(|Extension(peer)| peer.waiting())
 }
 
-/// Runs an acquire's `work` as [`detached`] does, and answers it — but once the server is
+/// Awaits an acquire's `work`, [`detached`], and answers it — but once the server is
 /// shutting down, for at most a third of [`Config::shutdown_grace`](crate::Config): then, or
 /// if the store fails meanwhile, the answer is `stopped()`, `acquired: false` with
 /// `"shutting_down": true`. At shutdown every waiter makes one last try; a store that hangs
@@ -164,9 +167,8 @@ async fn stoppable<T: Send + 'static>(
     app: App,
     stopped: impl FnOnce() -> T,
     gone: &CancellationToken,
-    work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
+    mut answer: impl Future<Output = Result<T, ApiError>> + Send + Unpin,
 ) -> Result<T, ApiError> {
-    let mut answer = std::pin::pin!(detached(work));
     tokio::select! {
         answer = &mut answer => return answer,
         () = app.waiters.shutting_down() => {}

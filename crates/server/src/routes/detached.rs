@@ -11,10 +11,14 @@ use crate::problem::ApiError;
 /// When a client hangs up, hyper drops the request's future; only then is what is left of
 /// `work` moved to a task of its own, so that nothing the store committed goes unannounced,
 /// unlogged or uncounted.
-pub(super) async fn detached<T: Send + 'static>(
+///
+/// `work` is boxed here, when it is made: the future returned is a pointer, so the request's
+/// future, which holds it, stays small (it is moved whole, into a box of axum's, and held
+/// whole by every future around it).
+pub(super) fn detached<T: Send + 'static>(
     work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
-) -> Result<T, ApiError> {
-    Outliving(Some(Box::pin(work))).await
+) -> impl Future<Output = Result<T, ApiError>> + Send + Unpin {
+    Outliving(Some(Box::pin(work)))
 }
 
 /// A future that, dropped before its end, goes on in a task of its own. Boxed from the start
