@@ -8,7 +8,7 @@ use tracing::{Event, Subscriber};
 use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::{Format as Formatter, Json, Writer};
-use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -56,7 +56,7 @@ pub fn init_to(format: Format, writer: impl std::io::Write + Send + 'static, ans
             builder
                 .event_format(LeaseLines {
                     json,
-                    timer: SystemTime,
+                    now: std::time::SystemTime::now,
                 })
                 .init()
         }
@@ -66,12 +66,12 @@ pub fn init_to(format: Format, writer: impl std::io::Write + Send + 'static, ans
 
 /// The JSON format, with the line of a lease's change (every grant and release) written as
 /// the stock formatter `json` writes it but without its allocations on the request's path:
-/// the timestamp goes straight into the line instead of into a `String` of its own first.
-/// Every other line, and a lease's line inside a span (whose fields the stock formatter
-/// adds), is `json`'s.
+/// into a buffer kept from line to line, with its time (read from `now`) written without the
+/// formatting machinery. Every other line, and a lease's line inside a span (whose fields
+/// the stock formatter adds), is `json`'s.
 struct LeaseLines<T> {
     json: Formatter<Json, T>,
-    timer: T,
+    now: fn() -> std::time::SystemTime,
 }
 
 impl<S, N, T> FormatEvent<S, N> for LeaseLines<T>
@@ -91,12 +91,31 @@ where
         if meta.target() != fencelock_server::events::LEASE || in_span {
             return self.json.format_event(ctx, writer, event);
         }
-        // The entries and their order are the stock formatter's with `flatten_event`, and
-        // written by the same serializer and field visitor, so the line is the same.
-        let mut line = serde_json::Serializer::new(Adaptor(&mut writer));
-        let mut map = line.serialize_map(None).map_err(|_| fmt::Error)?;
-        let timestamp = Timestamp(&self.timer);
-        map.serialize_entry("timestamp", &format_args!("{timestamp}"))
+        // Written into this thread's buffer, kept from line to line, then into the writer at
+        // once: the serializer's many small writes cost nothing there. (Taken already only
+        // if a field's value logged while being written: the stock formatter writes that.)
+        LINE.with(|line| match line.try_borrow_mut() {
+            Ok(mut line) => {
+                line.clear();
+                self.serialize(&mut line, event)?;
+                // The serializer writes JSON, which is UTF-8.
+                writer.write_str(std::str::from_utf8(&line).map_err(|_| fmt::Error)?)?;
+                writeln!(writer)
+            }
+            Err(_) => self.json.format_event(ctx, writer, event),
+        })
+    }
+}
+
+impl<T> LeaseLines<T> {
+    /// Writes `event` into `line` as JSON. The entries and their order are the stock
+    /// formatter's with `flatten_event`, and written by the same serializer and field
+    /// visitor, so the line is the same.
+    fn serialize(&self, line: &mut Vec<u8>, event: &Event<'_>) -> fmt::Result {
+        let meta = event.metadata();
+        let mut json = serde_json::Serializer::new(line);
+        let mut map = json.serialize_map(None).map_err(|_| fmt::Error)?;
+        map.serialize_entry("timestamp", micros((self.now)()).as_str())
             .map_err(|_| fmt::Error)?;
         map.serialize_entry("level", meta.level().as_str())
             .map_err(|_| fmt::Error)?;
@@ -105,32 +124,40 @@ where
         let mut map = fields.take_serializer().map_err(|_| fmt::Error)?;
         map.serialize_entry("target", meta.target())
             .map_err(|_| fmt::Error)?;
-        map.end().map_err(|_| fmt::Error)?;
-        writeln!(writer)
+        map.end().map_err(|_| fmt::Error)
     }
 }
 
-/// The time of a line, written by `T` wherever it is displayed.
-struct Timestamp<'a, T>(&'a T);
-
-impl<T: FormatTime> fmt::Display for Timestamp<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.format_time(&mut Writer::new(f))
-    }
+thread_local! {
+    /// A lease line as it is written ([`LeaseLines`]), on the thread that logs it.
+    static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The serializer's bytes into the line (JSON is UTF-8, so every write is whole text).
-struct Adaptor<'a, 'w>(&'a mut Writer<'w>);
-
-impl std::io::Write for Adaptor<'_, '_> {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        let text = std::str::from_utf8(bytes).map_err(std::io::Error::other)?;
-        fmt::Write::write_str(self.0, text).map_err(std::io::Error::other)?;
-        Ok(bytes.len())
+/// `time` as the stock formatter's clock (`SystemTime`) writes it: RFC 3339 in UTC with six
+/// fraction digits, `2026-12-03T17:00:00.123456Z` (a time before 1970 as 1970 begins).
+fn micros(time: std::time::SystemTime) -> Micros {
+    let micros = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX));
+    let millis = fencelock_core::Timestamp::from_millis(micros / 1000).rfc3339();
+    // `…T17:00:00.123`, then three more digits and the `Z`.
+    let mut text = *b"0000-00-00T00:00:00.000000Z";
+    text[..23].copy_from_slice(&millis.as_str().as_bytes()[..23]);
+    let rest = micros % 1000;
+    for (at, digit) in [(23, rest / 100), (24, rest / 10 % 10), (25, rest % 10)] {
+        // A digit: less than 10.
+        text[at] = b'0' + digit as u8;
     }
+    Micros(text)
+}
 
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+/// A line's time ([`micros`]): 27 ASCII bytes.
+struct Micros([u8; 27]);
+
+impl Micros {
+    fn as_str(&self) -> &str {
+        // Digits and `-T:.Z` only: always UTF-8.
+        std::str::from_utf8(&self.0).unwrap_or_default()
     }
 }
 
@@ -142,8 +169,13 @@ mod tests {
 
     use super::*;
 
-    /// One time for every line, so that two formatters' lines can be compared.
+    /// One time for every line, so that two formatters' lines can be compared: the stock
+    /// formatter's clock writes it so ([`Fixed`]), ours reads it ([`fixed`]).
     struct Fixed;
+
+    fn fixed() -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_796_317_200_123_456)
+    }
 
     impl FormatTime for Fixed {
         fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
@@ -183,12 +215,21 @@ mod tests {
             .flatten_event(true);
         if lean {
             let json = Formatter::default().json().flatten_event(true).with_timer(Fixed);
-            let subscriber = builder.event_format(LeaseLines { json, timer: Fixed }).finish();
+            let subscriber = builder.event_format(LeaseLines { json, now: fixed }).finish();
             tracing::subscriber::with_default(subscriber, log);
         } else {
             tracing::subscriber::with_default(builder.finish(), log);
         }
         String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn a_lines_time_has_six_fraction_digits() {
+        let at = |us| micros(std::time::UNIX_EPOCH + std::time::Duration::from_micros(us));
+        assert_eq!(at(1_796_317_200_000_001).as_str(), "2026-12-03T17:00:00.000001Z");
+        assert_eq!(at(1_796_317_259_999_999).as_str(), "2026-12-03T17:00:59.999999Z");
+        let before = std::time::UNIX_EPOCH - std::time::Duration::from_secs(1);
+        assert_eq!(micros(before).as_str(), "1970-01-01T00:00:00.000000Z");
     }
 
     #[test]
