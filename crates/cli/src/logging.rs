@@ -31,9 +31,13 @@ const DEFAULT_FILTER: &str = "info,rustls_platform_verifier=off";
 ///
 /// Lines are written by a thread of their own, so that a request never waits for standard
 /// error (a slow terminal or pipe). Nothing is dropped: when the queue is full, the logging
-/// call waits for room instead — every grant and release is logged.
+/// call waits for room instead — every grant and release is logged. That thread writes all
+/// the lines queued when it wakes with one call (a buffer it flushes once the queue is
+/// empty), not one system call per line.
 pub fn init(format: Format) -> WorkerGuard {
-    init_to(format, std::io::stderr(), std::io::stderr().is_terminal())
+    let stderr = std::io::stderr();
+    let ansi = stderr.is_terminal();
+    init_to(format, std::io::BufWriter::with_capacity(64 * 1024, stderr), ansi)
 }
 
 /// Logs as [`init`] does, to `writer` (colours only if `ansi`): the allocation bench logs
