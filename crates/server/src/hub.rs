@@ -243,12 +243,11 @@ impl Ended {
             }
         }
         let key = (data.kind, data.name.clone(), token);
-        if self.seen.contains(&key) {
-            return false;
+        let first = self.seen.insert(key.clone());
+        if first {
+            self.order.push_back((now, key));
         }
-        self.seen.insert(key.clone());
-        self.order.push_back((now, key));
-        true
+        first
     }
 }
 
