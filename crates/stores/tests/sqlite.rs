@@ -10,7 +10,7 @@ use fencelock_core::store::Result;
 use fencelock_core::{
     AcquireOutcome, Claim, Clock, Expired, FencingToken, Hold, HoldKind, HoldOutcome, Key, Kind, Lease,
     ListQuery, LockStore, ManualClock, Meta, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource,
-    StoreError, Timestamp, Ttl,
+    StoreError, Terms, Timestamp, Ttl,
 };
 use fencelock_stores::sqlite::SqliteStore;
 use fencelock_testkit::fixtures::{owner_of, resource};
@@ -931,7 +931,7 @@ async fn a_version_2_file_keeps_its_leases_when_migrated_to_keep_holds() {
 }
 
 /// The schema version of this fencelock's files.
-const LATEST: i64 = 8;
+const LATEST: i64 = 9;
 
 /// Makes the store file at `path` one of schema version `to`, by removing what each later
 /// version added, last first.
@@ -960,6 +960,29 @@ fn downgrade(path: &Path, to: i64) {
         // 8: the metadata of leases and holds.
         "ALTER TABLE leases DROP COLUMN meta;
          ALTER TABLE holds DROP COLUMN meta;",
+        // 9: leases keyed by their resource without a rowid; before, a rowid table with a
+        // unique resource (rows in the order they were first written).
+        "CREATE TABLE rowid_leases (
+             resource    TEXT    NOT NULL UNIQUE,
+             owner       TEXT    NOT NULL,
+             token       INTEGER NOT NULL CHECK (token > 0),
+             acquired_at INTEGER NOT NULL,
+             expires_at  INTEGER NOT NULL,
+             shift       INTEGER NOT NULL DEFAULT 0 CHECK (shift >= 0),
+             principal   TEXT,
+             hold_until  INTEGER,
+             lock_delay  INTEGER NOT NULL DEFAULT 0 CHECK (lock_delay >= 0),
+             meta        TEXT
+         ) STRICT;
+         INSERT INTO rowid_leases SELECT * FROM leases ORDER BY token;
+         DROP TABLE leases;
+         ALTER TABLE rowid_leases RENAME TO leases;
+         CREATE TRIGGER leases_shift_is_never_ahead_on_insert BEFORE INSERT ON leases
+             WHEN NEW.shift > (SELECT shift FROM meta WHERE id = 1)
+             BEGIN SELECT RAISE(ABORT, 'a lease row is never shifted past the store'); END;
+         CREATE TRIGGER leases_shift_is_never_ahead_on_update BEFORE UPDATE OF shift ON leases
+             WHEN NEW.shift > (SELECT shift FROM meta WHERE id = 1)
+             BEGIN SELECT RAISE(ABORT, 'a lease row is never shifted past the store'); END;",
     ];
     let conn = rusqlite::Connection::open(path).unwrap();
     for version in (to + 1..=LATEST).rev() {
@@ -967,6 +990,86 @@ fn downgrade(path: &Path, to: i64) {
             .unwrap();
     }
     conn.pragma_update(None, "user_version", to).unwrap();
+}
+
+#[tokio::test]
+async fn a_version_8_file_keeps_every_lease_and_its_terms_when_its_leases_are_re_keyed() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual_clock();
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    // Granted out of the order of their names, so that the old file's rows are too; with
+    // names inline and on the heap, an election's lock, a principal, a cap, a lock-delay
+    // and metadata; and a lease that has expired, which a restart keeps.
+    let mut granted = Vec::new();
+    for name in ["scale/10", "scale/2", "b", "A", &"é".repeat(20), "scale/1"] {
+        granted.push(grant(&store, name, "a", long()).await);
+    }
+    let short = grant(&store, "expired", "a", ttl(Duration::from_secs(1))).await;
+    let meta = Meta::parse(r#"{"host":"db-3"}"#).unwrap();
+    let terms = Terms::ttl(long())
+        .max_hold(Some(ttl(Duration::from_secs(3600))))
+        .lock_delay(Duration::from_secs(5))
+        .meta(Some(meta));
+    for (resource, owner) in [
+        (resource("with terms"), owner_of("b", "alice")),
+        (Resource::election(&resource("leader")).unwrap(), owner("c")),
+    ] {
+        let Ok(AcquireOutcome::Granted { lease, .. }) =
+            store.acquire_with(&resource, &owner, terms.clone()).await
+        else {
+            panic!("no grant of {resource:?}");
+        };
+        granted.push(lease);
+    }
+    let permit = grant_hold(&store, "sem", "a", PERMIT, long()).await;
+    let gone = grant(&store, "gone", "a", long()).await;
+    // The last batch is at the time of the reopen: the re-base moves no lease.
+    clock.advance(Duration::from_secs(2));
+    store.release(&gone.resource, &gone.owner, None).await.unwrap();
+    store.close().await;
+    downgrade(&db(&dir), 8);
+
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let query = ListQuery {
+        prefix: String::new(),
+        after: None,
+        limit: 100,
+    };
+    let listed = store.list(&query).await.unwrap().leases;
+    granted.sort_by(|a, b| a.resource.cmp(&b.resource));
+    assert_eq!(listed, granted, "every live lease, in the byte order of its name");
+    for lease in &granted {
+        assert_eq!(store.get(&lease.resource).await.unwrap().as_ref(), Some(lease));
+    }
+    assert_eq!(store.get(&short.resource).await.unwrap(), None);
+    let purged = store.purge_expired().await.unwrap();
+    let kept = Expired {
+        kind: Kind::Lock,
+        lease: short,
+    };
+    assert_eq!(purged, [kept], "the expired lease was kept, and is purged");
+    assert_eq!(holds(&store, HoldKind::Semaphore, "sem").await, [permit.clone()]);
+    let next = grant(&store, "next", "a", long()).await;
+    assert_eq!(next.token, FencingToken(gone.token.0 + 1), "no token goes back");
+    store.close().await;
+
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, LATEST);
+    // The triggers came back with the new table: no row is shifted past the store.
+    for ahead in [
+        "UPDATE leases SET shift = shift + 1 WHERE resource = 'b'",
+        "INSERT INTO leases (resource, owner, token, acquired_at, expires_at, shift)
+             VALUES ('ahead', 'a', 1000, 0, 1, (SELECT shift + 1 FROM meta))",
+    ] {
+        let error = conn.execute(ahead, []).unwrap_err().to_string();
+        assert!(
+            error.contains("a lease row is never shifted past the store"),
+            "{error}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -25,7 +25,10 @@
 //!
 //! - `leases`: one row per lock, live or expired (expired rows go when purged or replaced;
 //!   a lease with a lock-delay no sooner than its delay ends), with its terms: the cap on
-//!   holding (`hold_until`, none if NULL) and the lock-delay in ms.
+//!   holding (`hold_until`, none if NULL) and the lock-delay in ms. Keyed by the resource
+//!   alone, without a rowid: the rows are kept in the byte order of their names, which is the
+//!   table's, so the load at open builds the table from them without sorting; and a write
+//!   changes one b-tree, not a table and its index.
 //! - `holds`: one row per semaphore permit or read-write hold, keyed by (kind, name, owner),
 //!   with its claim (`permit`, `read` or `write`), the semaphore's limit for a permit, its
 //!   token and its times.

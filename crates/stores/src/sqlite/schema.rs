@@ -113,6 +113,38 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE leases ADD COLUMN meta TEXT;
     ALTER TABLE holds ADD COLUMN meta TEXT;
 ",
+    r"
+    -- Leases keyed by their resource alone, without a rowid: a scan reads them in the order
+    -- of their names (BINARY: byte order, as Resource compares), so the load of millions
+    -- needs no sort, and each write changes one b-tree instead of a table and its index.
+    CREATE TABLE leases_by_resource (
+        resource    TEXT    NOT NULL PRIMARY KEY,
+        owner       TEXT    NOT NULL,
+        token       INTEGER NOT NULL CHECK (token > 0),
+        acquired_at INTEGER NOT NULL,
+        expires_at  INTEGER NOT NULL,
+        shift       INTEGER NOT NULL DEFAULT 0 CHECK (shift >= 0),
+        principal   TEXT,
+        hold_until  INTEGER,
+        lock_delay  INTEGER NOT NULL DEFAULT 0 CHECK (lock_delay >= 0),
+        meta        TEXT
+    ) STRICT, WITHOUT ROWID;
+    -- In key order: each row goes after the last, at the end of the new b-tree.
+    INSERT INTO leases_by_resource (resource, owner, token, acquired_at, expires_at, shift,
+            principal, hold_until, lock_delay, meta)
+        SELECT resource, owner, token, acquired_at, expires_at, shift, principal, hold_until,
+            lock_delay, meta
+        FROM leases ORDER BY resource;
+    -- Its triggers go with it, and come back below on the new table.
+    DROP TABLE leases;
+    ALTER TABLE leases_by_resource RENAME TO leases;
+    CREATE TRIGGER leases_shift_is_never_ahead_on_insert BEFORE INSERT ON leases
+        WHEN NEW.shift > (SELECT shift FROM meta WHERE id = 1)
+        BEGIN SELECT RAISE(ABORT, 'a lease row is never shifted past the store'); END;
+    CREATE TRIGGER leases_shift_is_never_ahead_on_update BEFORE UPDATE OF shift ON leases
+        WHEN NEW.shift > (SELECT shift FROM meta WHERE id = 1)
+        BEGIN SELECT RAISE(ABORT, 'a lease row is never shifted past the store'); END;
+",
 ];
 
 /// Opens the file and takes it for this server alone, durably journalled.
@@ -212,5 +244,80 @@ mod tests {
         conn.execute("UPDATE meta SET last_token = 7", []).unwrap();
         migrate(&mut conn, &path).unwrap();
         assert_eq!(load(&conn).unwrap().0.last_token(), 7);
+    }
+
+    /// Every lease and hold of `conn`'s file as the load reads them, and the last token.
+    fn loaded(conn: &Connection) -> (Vec<fencelock_core::Lease>, Vec<fencelock_core::Hold>, u64) {
+        use fencelock_core::{HoldKind, ListQuery, Resource, Timestamp};
+        let (table, _) = load(conn).unwrap();
+        let all = ListQuery {
+            prefix: String::new(),
+            after: None,
+            limit: 100,
+        };
+        let never = Timestamp::from_millis(0);
+        let holds = table.holds(never, HoldKind::Semaphore, &Resource::new("sem").unwrap());
+        (table.list(never, &all).leases, holds, table.last_token())
+    }
+
+    #[test]
+    fn a_version_8_file_keeps_every_row_once_its_leases_are_keyed_by_resource() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        let mut conn = connect(&path).unwrap();
+        // A file of version 8 as that version made it: rows in the order they were written,
+        // which is not their names' order, with every column used, and shifts behind meta's.
+        for migration in &MIGRATIONS[..8] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 8).unwrap();
+        conn.execute_batch(
+            r#"
+            UPDATE meta SET last_token = 90, shift = 7;
+            INSERT INTO leases (resource, owner, token, acquired_at, expires_at, shift, principal,
+                    hold_until, lock_delay, meta)
+                VALUES ('scale/10', 'a', 3, 100, 5000, 0, NULL, NULL, 0, NULL),
+                       ('scale/2', 'b', 9, 200, 6000, 7, 'alice', 9000, 250, '{"k":"v"}'),
+                       ('é', 'c', 1, 300, 7000, 2, NULL, 8000, 0, NULL),
+                       ('A', 'd', 5, 400, 8000, 0, NULL, NULL, 1000, NULL),
+                       (char(1) || 'leader', 'e', 2, 500, 9000, 3, 'bob', NULL, 0, '{}'),
+                       ('a name longer than twenty-four bytes', 'f', 4, 600, 9500, 0, NULL, NULL, 0, NULL);
+            INSERT INTO holds (kind, name, owner, claim, permit_limit, token, acquired_at,
+                    expires_at, shift)
+                VALUES ('semaphore', 'sem', 'g', 'permit', 3, 80, 700, 9900, 1);
+            "#,
+        )
+        .unwrap();
+        let before = loaded(&conn);
+        assert_eq!(before.0.len(), 6);
+        migrate(&mut conn, &path).unwrap();
+
+        assert_eq!(pragma(&conn, "user_version"), "Integer(9)");
+        assert_eq!(loaded(&conn), before);
+        // A scan gives the rows in the order of their names, bytes compared, as Rust's
+        // str does: the load's ORDER BY needs no sort of SQLite's either.
+        let scanned: Vec<String> = conn
+            .prepare("SELECT resource FROM leases")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut sorted = scanned.clone();
+        sorted.sort();
+        assert_eq!(scanned, sorted);
+        let plan: Vec<String> = conn
+            .prepare("EXPLAIN QUERY PLAN SELECT resource FROM leases ORDER BY resource")
+            .unwrap()
+            .query_map([], |row| row.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(plan, ["SCAN leases"], "no index, no temporary b-tree");
+        let error = conn
+            .execute("UPDATE leases SET shift = 8 WHERE resource = 'A'", [])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("never shifted past the store"), "{error}");
     }
 }
