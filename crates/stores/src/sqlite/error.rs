@@ -42,6 +42,8 @@ pub(super) enum SqliteError {
     Data(String),
     #[error("cannot start the SQLite writer thread")]
     Thread(#[source] std::io::Error),
+    #[error("cannot start the thread that builds the SQLite store's table at open")]
+    BuilderThread(#[source] std::io::Error),
     #[error("the SQLite store is closed")]
     Closed,
     #[error("the SQLite writer of {} stopped", .0.display())]
@@ -58,7 +60,9 @@ impl From<SqliteError> for StoreError {
                 StoreError::unavailable(message, source)
             }
             SqliteError::OpenPanicked(source) => StoreError::unavailable(message, source),
-            SqliteError::Thread(source) => StoreError::unavailable(message, source),
+            SqliteError::Thread(source) | SqliteError::BuilderThread(source) => {
+                StoreError::unavailable(message, source)
+            }
             SqliteError::Batch(source) => StoreError::unavailable(message, source),
             SqliteError::NoWal { .. } | SqliteError::Closed | SqliteError::WriterStopped(_) => {
                 StoreError::Unavailable {

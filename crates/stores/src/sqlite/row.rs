@@ -1,5 +1,6 @@
 //! Rows of the file to and from leases and holds: what the writer writes and the load reads.
 
+use std::sync::mpsc;
 use std::time::Duration;
 
 use fencelock_core::store::Result;
@@ -145,25 +146,25 @@ pub(super) fn load(conn: &Connection) -> Result<(LockTable, i64), SqliteError> {
             Ok((row.get(0)?, row.get(1)?))
         })
         .map_err(unreadable)?;
-    // In file order: asking SQLite for resource order (through its index) costs more than
-    // the table's own sort. Row by row, names read in place: a copy fewer of each.
-    let mut leases = Vec::new();
-    let mut statement = conn
-        .prepare(
-            "SELECT resource, owner, token, acquired_at, expires_at, shift, principal, hold_until,
-                 lock_delay, meta
-             FROM leases",
-        )
-        .map_err(unreadable)?;
-    let mut rows = statement.query([]).map_err(unreadable)?;
-    while let Some(row) = rows.next().map_err(unreadable)? {
-        let lease = lease_from_row("lease", row, shift, 6)?;
-        let meta = meta_from_sql("lease", row, 9)?;
-        leases.push(Lease {
-            meta,
-            ..with_terms(lease, row, shift)?
-        });
-    }
+    // Checked after the leases, as before they were read into the table.
+    let last_token = from_sql("last token", last_token);
+    let first = *last_token.as_ref().unwrap_or(&0);
+    // Two threads, as the host has two cores or more: this one steps SQLite and reads each
+    // row into a lease; the builder moves them into the table as they come.
+    let table = std::thread::scope(|scope| {
+        let (chunks, received) = mpsc::sync_channel(CHUNKS_IN_FLIGHT);
+        let builder = std::thread::Builder::new()
+            .name("fencelock-load".into())
+            .spawn_scoped(scope, move || LockTable::new(first, Received::from(received)))
+            .map_err(SqliteError::BuilderThread)?;
+        // On an error, the builder ends with what it was sent, and its table is dropped.
+        let read = read_leases(conn, shift, &chunks);
+        drop(chunks);
+        let table = builder
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        read.map(|()| table)
+    })?;
     let mut holds = Vec::new();
     let mut statement = conn
         .prepare(
@@ -176,8 +177,87 @@ pub(super) fn load(conn: &Connection) -> Result<(LockTable, i64), SqliteError> {
     while let Some(row) = rows.next().map_err(unreadable)? {
         holds.push(hold_from_row(row, shift)?);
     }
-    let table = LockTable::new(from_sql("last token", last_token)?, leases).with_holds(holds);
+    last_token?;
+    let table = table.with_holds(holds);
     Ok((table, shift))
+}
+
+/// How many leases the reading thread of [`load`] hands the builder at a time: enough that
+/// the hand-over costs nothing per lease, few enough to stay in the caches.
+const CHUNK: usize = 256;
+
+/// How many chunks may wait for the builder: the reader runs ahead by this much at most.
+const CHUNKS_IN_FLIGHT: usize = 64;
+
+/// Reads every lease row into chunks sent on `chunks`, in the order of the key: the table's
+/// build, which sorts them, then finds them sorted.
+fn read_leases(
+    conn: &Connection,
+    shift: i64,
+    chunks: &mpsc::SyncSender<Vec<Lease>>,
+) -> Result<(), SqliteError> {
+    let unreadable = SqliteError::Read;
+    let mut statement = conn
+        .prepare(
+            "SELECT resource, owner, token, acquired_at, expires_at, shift, principal, hold_until,
+                 lock_delay, meta
+             FROM leases ORDER BY resource",
+        )
+        .map_err(unreadable)?;
+    let mut rows = statement.query([]).map_err(unreadable)?;
+    let mut chunk = Vec::with_capacity(CHUNK);
+    while let Some(row) = rows.next().map_err(unreadable)? {
+        chunk.push(lease_row(row, shift)?);
+        if chunk.len() == CHUNK {
+            let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
+            // The builder only stops early by panicking, which `load` passes on.
+            if chunks.send(full).is_err() {
+                return Ok(());
+            }
+        }
+    }
+    // As above: a builder gone has panicked.
+    let _ = chunks.send(chunk);
+    Ok(())
+}
+
+/// The leases the builder receives, one by one, in the order they were read.
+struct Received {
+    chunks: mpsc::Receiver<Vec<Lease>>,
+    chunk: std::vec::IntoIter<Lease>,
+}
+
+impl From<mpsc::Receiver<Vec<Lease>>> for Received {
+    fn from(chunks: mpsc::Receiver<Vec<Lease>>) -> Self {
+        Self {
+            chunks,
+            chunk: Vec::new().into_iter(),
+        }
+    }
+}
+
+impl Iterator for Received {
+    type Item = Lease;
+
+    fn next(&mut self) -> Option<Lease> {
+        loop {
+            if let Some(lease) = self.chunk.next() {
+                return Some(lease);
+            }
+            self.chunk = self.chunks.recv().ok()?.into_iter();
+        }
+    }
+}
+
+/// The lease in `row`, a row of `leases` as [`load`] selects it, of a file whose re-base shift
+/// is `shift`.
+fn lease_row(row: &rusqlite::Row<'_>, shift: i64) -> Result<Lease, SqliteError> {
+    let lease = lease_from_row("lease", row, shift, 6)?;
+    let meta = meta_from_sql("lease", row, 9)?;
+    Ok(Lease {
+        meta,
+        ..with_terms(lease, row, shift)?
+    })
 }
 
 /// The text in column `column` of `row`, read in place.
