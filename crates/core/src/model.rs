@@ -32,7 +32,8 @@ fn check_name(name: &str) -> Result<(), InvalidName> {
         Err(InvalidName::Empty)
     } else if name.len() > MAX_NAME_BYTES {
         Err(InvalidName::TooLong)
-    } else if name.chars().any(|c| c.is_ascii_control()) {
+    } else if name.bytes().any(|b| b.is_ascii_control()) {
+        // Bytes, not chars: in UTF-8 no byte of a longer character is below 0x80.
         Err(InvalidName::ControlCharacter)
     } else {
         Ok(())
