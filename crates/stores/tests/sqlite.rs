@@ -1048,7 +1048,7 @@ async fn a_version_8_file_keeps_every_lease_and_its_terms_when_its_leases_are_re
         lease: short,
     };
     assert_eq!(purged, [kept], "the expired lease was kept, and is purged");
-    assert_eq!(holds(&store, HoldKind::Semaphore, "sem").await, [permit.clone()]);
+    assert_eq!(holds(&store, HoldKind::Semaphore, "sem").await, [permit]);
     let next = grant(&store, "next", "a", long()).await;
     assert_eq!(next.token, FencingToken(gone.token.0 + 1), "no token goes back");
     store.close().await;
