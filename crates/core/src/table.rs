@@ -5,8 +5,11 @@
 //! writer thread, with every change journalled so that a batch whose commit fails can be
 //! undone. The time is always passed in, so the rules are tested without a clock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
+
+use compact_str::CompactString;
 
 use crate::hold::{self, Claim, Expired, Hold, HoldKind, HoldOutcome, HoldPage, Intent, Key, Kind, Verdict};
 use crate::model::{FencingToken, Lease, Meta, Owner, Resource, Resources, Terms, Timestamp, Ttl};
@@ -17,11 +20,36 @@ use crate::store::{
 
 /// Leases by resource, holds by name, and the last fencing token issued (one counter for
 /// every name of every kind, which makes each name's tokens increase too).
+///
+/// # The purge reads what has ended, not what is stored
+///
+/// [`LockTable::purge_expired`] runs every second, and the embedded store's writer answers
+/// nothing while it does. A walk of every lease for the ended ones took that writer 240–390 ms
+/// at ten million leases, so every request arriving meanwhile waited as long. Instead the
+/// table keeps an index of its leases by the end of their closure ([`Lease::closed_until`]:
+/// the expiry, or the end of the lock-delay) and one of its holds by their expiry, and a purge
+/// reads them from their start: it costs what has ended.
+///
+/// The index is a function of the leases alone: every lease has exactly one entry, changed in
+/// the one place a lease is ([`LockTable::put`], which both a change and its undoing go
+/// through), so an undone batch leaves it as it found it. It costs some 33 bytes a lease
+/// (built at [`LockTable::new`] from sorted entries, whose nodes are full); the table pays for
+/// most of it by keeping each lease once, under its own name, in a set ([`ByResource`]), where
+/// a map kept the name twice, as the key and in the lease (24 bytes).
+///
+/// An index of only the leases that close within a horizon, filled by a sweep of a bounded
+/// number of leases each purge, would cost nothing for leases of a day, but not less for
+/// short ones (those that churn), and would be a second invariant to keep across batches and
+/// restarts; the full index was within the memory bar without it.
 #[derive(Debug, Default)]
 pub struct LockTable {
-    leases: BTreeMap<Resource, Lease>,
+    leases: BTreeSet<ByResource>,
+    /// Every lease's (`closed_until`, resource): the leases a purge forgets, first to end first.
+    closing: BTreeSet<(Timestamp, Resource)>,
     /// The holds of each semaphore and read-write lock, in token order.
     holds: BTreeMap<(HoldKind, Resource), Vec<Hold>>,
+    /// Every hold's (`expires_at`, kind, name, owner's name), as `closing` is for leases.
+    hold_ends: BTreeSet<HoldEnd>,
     /// Writers waiting for read-write locks. Not written to disk: an intent only holds
     /// readers back for a moment, and the waiting server renews it. (A batch that is undone
     /// puts them back as they were, like everything else.)
@@ -42,6 +70,58 @@ struct Journal {
     /// The intents as they were, taken at the batch's first change of one (they are few).
     intents_before: Option<HashMap<Resource, Vec<Intent>>>,
     freed: usize,
+}
+
+/// A lease in the table, found and ordered by its resource: the set keeps each name once, in
+/// the lease, where a map kept it as the key too.
+#[derive(Debug, Clone)]
+struct ByResource(Lease);
+
+impl PartialEq for ByResource {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.resource == other.0.resource
+    }
+}
+
+impl Eq for ByResource {}
+
+impl PartialOrd for ByResource {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByResource {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.resource.cmp(&other.0.resource)
+    }
+}
+
+// Found by its resource, or the resource's name (for ranges by prefix): both order as the
+// resource does, as `Borrow` asks.
+impl Borrow<Resource> for ByResource {
+    fn borrow(&self) -> &Resource {
+        &self.0.resource
+    }
+}
+
+impl Borrow<str> for ByResource {
+    fn borrow(&self) -> &str {
+        self.0.resource.as_str()
+    }
+}
+
+/// When a hold expires, and which it is: kind, name and owner's name.
+type HoldEnd = (Timestamp, HoldKind, Resource, CompactString);
+
+fn hold_end(kind: HoldKind, hold: &Hold) -> HoldEnd {
+    let lease = &hold.lease;
+    (
+        lease.expires_at,
+        kind,
+        lease.resource.clone(),
+        lease.owner.as_str().into(),
+    )
 }
 
 /// What an acquire of one lock would do, judged before anything changes.
@@ -68,9 +148,10 @@ impl LockTable {
     /// A table holding `leases` (live or not), whose last issued token was `last_token`.
     /// `last_token` must be at least every lease's token.
     pub fn new(last_token: u64, leases: impl IntoIterator<Item = Lease>) -> Self {
-        let leases: BTreeMap<_, _> = leases.into_iter().map(|l| (l.resource.clone(), l)).collect();
-        let highest = leases.values().map(|l| l.token.0).max().unwrap_or(0);
+        let leases: BTreeSet<_> = leases.into_iter().map(ByResource).collect();
+        let highest = leases.iter().map(|l| l.0.token.0).max().unwrap_or(0);
         Self {
+            closing: closing_of(&leases),
             leases,
             last_token: last_token.max(highest),
             ..Self::default()
@@ -81,6 +162,7 @@ impl LockTable {
     pub fn with_holds(mut self, holds: impl IntoIterator<Item = (HoldKind, Hold)>) -> Self {
         for (kind, hold) in holds {
             self.last_token = self.last_token.max(hold.lease.token.0);
+            self.hold_ends.insert(hold_end(kind, &hold));
             let group = self.holds.entry((kind, hold.lease.resource.clone())).or_default();
             group.push(hold);
         }
@@ -164,7 +246,7 @@ impl LockTable {
 
     /// What an acquire of `resource` by `owner` at `now` would do.
     fn judge(&self, now: Timestamp, resource: &Resource, owner: &Owner) -> Judged {
-        match self.leases.get(resource) {
+        match self.lease(resource) {
             Some(lease) if lease.is_live(now) && lease.owner == *owner => Judged::Extend(lease.clone()),
             Some(lease) if lease.is_live(now) => Judged::Refused(AcquireOutcome::Held {
                 holder: lease.clone(),
@@ -180,7 +262,7 @@ impl LockTable {
 
     /// The live lease on `resource`.
     pub fn get(&self, now: Timestamp, resource: &Resource) -> Option<Lease> {
-        self.leases.get(resource).filter(|l| l.is_live(now)).cloned()
+        self.lease(resource).filter(|l| l.is_live(now)).cloned()
     }
 
     /// Release: rules 5 and 8.
@@ -262,8 +344,8 @@ impl LockTable {
         let leases: Vec<Lease> = self
             .leases
             .range::<str, _>((start, Bound::Unbounded))
-            .take_while(|(r, _)| r.as_str().starts_with(&query.prefix))
-            .map(|(_, l)| l)
+            .map(|l| &l.0)
+            .take_while(|l| l.resource.as_str().starts_with(&query.prefix))
             .filter(|l| l.is_live(now))
             .take(query.limit.saturating_add(1))
             .cloned()
@@ -274,22 +356,34 @@ impl LockTable {
     /// Forgets leases and holds that have expired at `now` (leases once their lock-delay has
     /// ended too) — at most [`PURGE_BATCH`] of them, so that the writer of the embedded store
     /// is never held long — and every intent that ended, and returns the leases and holds.
+    ///
+    /// It reads the indexes of ends from their start (see [`LockTable`]), so it costs what has
+    /// ended, not what is stored. Of more than a batch, those that ended first go first. The
+    /// leases come before the holds, each in the order of their names (and a name's holds in
+    /// token order), as a walk of the table found them.
     pub fn purge_expired(&mut self, now: Timestamp) -> Vec<Expired> {
-        let leases: Vec<Lease> = self
-            .leases
-            .values()
-            .filter(|l| l.closed_until() <= now)
-            .take(PURGE_BATCH)
-            .cloned()
-            .collect();
-        let holds: Vec<(HoldKind, Hold)> = self
-            .holds
+        let mut ended: Vec<Resource> = self
+            .closing
             .iter()
-            .flat_map(|((kind, _), group)| group.iter().map(move |h| (*kind, h)))
-            .filter(|(_, h)| !h.is_live(now))
-            .take(PURGE_BATCH - leases.len())
-            .map(|(kind, h)| (kind, h.clone()))
+            .take_while(|(end, _)| *end <= now)
+            .take(PURGE_BATCH)
+            .map(|(_, resource)| resource.clone())
             .collect();
+        ended.sort_unstable();
+        let mut holds: Vec<(HoldKind, Hold)> = self
+            .hold_ends
+            .iter()
+            .take_while(|(end, ..)| *end <= now)
+            .take(PURGE_BATCH - ended.len())
+            .filter_map(|(_, kind, name, owner)| {
+                let group = self.holds.get(&(*kind, name.clone()))?;
+                let hold = group.iter().find(|h| h.lease.owner.as_str() == owner)?;
+                Some((*kind, hold.clone()))
+            })
+            .collect();
+        holds.sort_unstable_by(|(a, x), (b, y)| {
+            (a, &x.lease.resource, x.lease.token).cmp(&(b, &y.lease.resource, y.lease.token))
+        });
         if self.intents.values().flatten().any(|i| now >= i.expires_at) {
             self.journal_intents();
             self.intents.retain(|_, intents| {
@@ -297,10 +391,12 @@ impl LockTable {
                 !intents.is_empty()
             });
         }
-        let mut expired = Vec::with_capacity(leases.len() + holds.len());
-        for lease in leases {
-            self.set(&lease.resource, None);
-            self.freed.push(Key::lock(&lease.resource));
+        let mut expired = Vec::with_capacity(ended.len() + holds.len());
+        for resource in ended {
+            let Some(lease) = self.set(&resource, None) else {
+                continue;
+            };
+            self.freed.push(Key::lock(&resource));
             expired.push(Expired {
                 kind: Kind::Lock,
                 lease,
@@ -545,7 +641,7 @@ impl LockTable {
         self.journal
             .iter()
             .flat_map(|journal| journal.before.keys())
-            .map(|resource| (resource, self.leases.get(resource)))
+            .map(|resource| (resource, self.lease(resource)))
     }
 
     /// The holds that changed since [`LockTable::begin`], as they are now, keeping the
@@ -577,10 +673,7 @@ impl LockTable {
         self.last_token = journal.last_token;
         self.freed.truncate(journal.freed);
         for (resource, before) in journal.before {
-            match before {
-                Some(lease) => self.leases.insert(resource, lease),
-                None => self.leases.remove(&resource),
-            };
+            self.put(&resource, before);
         }
         for ((kind, name, owner), before) in journal.holds_before {
             self.put_hold(kind, &name, &owner, before);
@@ -598,7 +691,7 @@ impl LockTable {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<&Lease, Refusal> {
-        let live = self.leases.get(resource).filter(|l| l.is_live(now));
+        let live = self.lease(resource).filter(|l| l.is_live(now));
         Refusal::check(live, owner, token)
     }
 
@@ -652,12 +745,20 @@ impl LockTable {
         self.put_hold(kind, name, owner, hold);
     }
 
-    /// Sets `owner`'s hold on `name`, keeping the group in token order.
+    /// Sets `owner`'s hold on `name`, keeping the group in token order and `hold_ends` with
+    /// it: the one place where the holds change, as [`LockTable::put`] is for leases.
     fn put_hold(&mut self, kind: HoldKind, name: &Resource, owner: &str, hold: Option<Hold>) {
         let key = (kind, name.clone());
         let group = self.holds.entry(key.clone()).or_default();
-        group.retain(|h| h.lease.owner.as_str() != owner);
+        group.retain(|h| {
+            let other = h.lease.owner.as_str() != owner;
+            if !other {
+                self.hold_ends.remove(&hold_end(kind, h));
+            }
+            other
+        });
         if let Some(hold) = hold {
+            self.hold_ends.insert(hold_end(kind, &hold));
             let at = group.partition_point(|h| h.lease.token < hold.lease.token);
             group.insert(at, hold);
         }
@@ -681,13 +782,53 @@ impl LockTable {
             journal
                 .before
                 .entry(resource.clone())
-                .or_insert_with(|| self.leases.get(resource).cloned());
+                .or_insert_with(|| self.leases.get(resource).map(|l| l.0.clone()));
         }
-        match lease {
-            Some(lease) => self.leases.insert(resource.clone(), lease),
-            None => self.leases.remove(resource),
-        }
+        self.put(resource, lease)
     }
+
+    /// Sets the lease on `resource` and its entry in `closing`, and returns the one it
+    /// replaced: the one place where the leases change, so that the index follows them.
+    fn put(&mut self, resource: &Resource, lease: Option<Lease>) -> Option<Lease> {
+        let end = lease.as_ref().map(Lease::closed_until);
+        let before = match lease {
+            Some(lease) => self.leases.replace(ByResource(lease)),
+            None => self.leases.take(resource),
+        }
+        .map(|l| l.0);
+        let was = before.as_ref().map(Lease::closed_until);
+        if was != end {
+            if let Some(was) = was {
+                self.closing.remove(&(was, resource.clone()));
+            }
+            if let Some(end) = end {
+                self.closing.insert((end, resource.clone()));
+            }
+        }
+        before
+    }
+
+    /// The lease on `resource`, live or not.
+    fn lease(&self, resource: &Resource) -> Option<&Lease> {
+        self.leases.get(resource).map(|l| &l.0)
+    }
+}
+
+/// The index of `leases` by closure (see [`LockTable`]), built at once from its sorted
+/// entries: a set made so has full nodes, where one made by an insert at a time has them half
+/// to two-thirds full, and costs a sort of the entries rather than a search for each.
+fn closing_of(leases: &BTreeSet<ByResource>) -> BTreeSet<(Timestamp, Resource)> {
+    let mut ends: Vec<(Timestamp, Resource)> = leases
+        .iter()
+        .map(|l| (l.0.closed_until(), l.0.resource.clone()))
+        .collect();
+    // Unstable: it needs no second buffer (a stable sort of ten million entries takes half
+    // as many again), and the entries are distinct. Entries that are sorted already (leases
+    // that end at once) are found so in one pass.
+    ends.sort_unstable();
+    // `from_iter` sorts too (stably: one pass over sorted entries) and then builds the nodes
+    // from the sorted entries, full.
+    BTreeSet::from_iter(ends)
 }
 
 #[cfg(test)]
@@ -733,9 +874,64 @@ mod tests {
         table
     }
 
-    /// Everything the table holds, expired leases included.
-    fn state(table: &LockTable) -> (BTreeMap<Resource, Lease>, u64) {
-        (table.leases.clone(), table.last_token())
+    /// Everything the table holds, expired leases included, with its indexes of ends (which
+    /// must be those of its leases and holds).
+    fn state(table: &LockTable) -> (BTreeMap<Resource, Lease>, Indexes, u64) {
+        let leases = table
+            .leases
+            .iter()
+            .map(|l| (l.0.resource.clone(), l.0.clone()))
+            .collect();
+        (leases, indexed(table), table.last_token())
+    }
+
+    type Indexes = (BTreeSet<(Timestamp, Resource)>, BTreeSet<HoldEnd>);
+
+    /// The table's indexes, after checking that they are exactly those of its leases and
+    /// holds: one entry for each, at its end.
+    fn indexed(table: &LockTable) -> Indexes {
+        let closing: BTreeSet<_> = table
+            .leases
+            .iter()
+            .map(|l| (l.0.closed_until(), l.0.resource.clone()))
+            .collect();
+        assert_eq!(table.closing, closing, "the index of leases follows them");
+        let hold_ends: BTreeSet<_> = table
+            .holds
+            .iter()
+            .flat_map(|((kind, _), group)| group.iter().map(|h| hold_end(*kind, h)))
+            .collect();
+        assert_eq!(table.hold_ends, hold_ends, "the index of holds follows them");
+        (closing, hold_ends)
+    }
+
+    /// What the purge did before the indexes, without changing anything: a walk of every
+    /// lease, then of every hold, in name order.
+    fn walked(table: &LockTable, now: Timestamp) -> Vec<Expired> {
+        let leases = table
+            .leases
+            .iter()
+            .map(|l| &l.0)
+            .filter(|l| l.closed_until() <= now)
+            .map(|lease| Expired {
+                kind: Kind::Lock,
+                lease: lease.clone(),
+            });
+        let holds = table
+            .holds
+            .iter()
+            .flat_map(|((kind, _), group)| group.iter().map(move |h| (*kind, h)))
+            .filter(|(_, h)| !h.is_live(now))
+            .map(|(kind, h)| Expired {
+                kind: kind.into(),
+                lease: h.lease.clone(),
+            });
+        leases.chain(holds).take(PURGE_BATCH).collect()
+    }
+
+    /// The resources of `expired`, in the order given.
+    fn names(expired: &[Expired]) -> Vec<&str> {
+        expired.iter().map(|e| e.lease.resource.as_str()).collect()
     }
 
     /// Every kind of change, at a time when `stale` has expired.
@@ -804,7 +1000,7 @@ mod tests {
         let names: Vec<&str> = changes.iter().map(|(r, _)| r.as_str()).collect();
         assert_eq!(names, ["gone", "held", "new", "stale"]);
         for (resource, now) in &changes {
-            assert_eq!(now.as_ref(), table.leases.get(resource), "{resource}");
+            assert_eq!(now.as_ref(), table.lease(resource), "{resource}");
         }
         // Granted and released in the same batch: no row, as before it.
         assert_eq!(changes[2].1, None);
@@ -1011,5 +1207,235 @@ mod tests {
             .unwrap();
         assert!(matches!(next, AcquireOutcome::Granted { lease, .. } if lease.token == FencingToken(41)));
         assert_eq!(LockTable::new(99, []).last_token(), 99);
+    }
+
+    #[test]
+    fn a_renewal_or_extension_moves_the_end_the_purge_reads_later_and_earlier() {
+        let mut table = table();
+        let (held, a) = (r("held"), o("a"));
+        table.renew(at(1), &held, &a, ms(20_000), None, None);
+        indexed(&table);
+        assert_eq!(
+            names(&table.purge_expired(at(15_000))),
+            ["stale"],
+            "held moved later"
+        );
+        table.renew(at(15_000), &held, &a, ms(100), None, None);
+        indexed(&table);
+        assert_eq!(table.purge_expired(at(15_099)), []);
+        table.acquire(at(15_050), &held, &a, &Terms::ttl(ms(20))).unwrap();
+        indexed(&table);
+        assert_eq!(names(&table.purge_expired(at(15_070))), ["held"], "and earlier");
+        assert_eq!(table.purge_expired(at(99_999)), []);
+        indexed(&table);
+    }
+
+    #[test]
+    fn a_released_lease_leaves_nothing_to_purge() {
+        let mut table = table();
+        table.release(at(1), &r("held"), &o("a"), None);
+        indexed(&table);
+        assert_eq!(names(&table.purge_expired(at(99_999))), ["stale"]);
+        assert!(table.closing.is_empty());
+    }
+
+    #[test]
+    fn a_grant_over_an_expired_lease_is_purged_at_its_own_end() {
+        let mut table = table();
+        let outcome = table
+            .acquire(at(100), &r("stale"), &o("e"), &Terms::ttl(ms(500)))
+            .unwrap();
+        assert!(matches!(
+            outcome,
+            AcquireOutcome::Granted { expired: Some(_), .. }
+        ));
+        indexed(&table);
+        assert_eq!(table.purge_expired(at(599)), [], "the old end is gone");
+        let purged = table.purge_expired(at(600));
+        assert_eq!(names(&purged), ["stale"]);
+        assert_eq!(purged[0].lease.owner, o("e"));
+    }
+
+    #[test]
+    fn a_lease_with_a_lock_delay_is_purged_when_the_delay_ends() {
+        let mut table = LockTable::default();
+        let terms = Terms::ttl(ms(10)).lock_delay(std::time::Duration::from_millis(1_000));
+        table.acquire(T0, &r("x"), &o("a"), &terms).unwrap();
+        indexed(&table);
+        assert_eq!(table.purge_expired(at(10)), [], "expired, still closed");
+        assert_eq!(table.purge_expired(at(1_009)), []);
+        assert_eq!(names(&table.purge_expired(at(1_010))), ["x"]);
+        // Released before it expires: no delay, nothing left.
+        table.acquire(at(2_000), &r("y"), &o("a"), &terms).unwrap();
+        table.release(at(2_001), &r("y"), &o("a"), None);
+        indexed(&table);
+        assert!(table.closing.is_empty());
+    }
+
+    #[test]
+    fn a_capped_lease_is_purged_at_its_cap_however_it_was_renewed() {
+        let mut table = LockTable::default();
+        let (x, a) = (r("x"), o("a"));
+        let terms = Terms::ttl(ms(1_000)).max_hold(Some(ms(50)));
+        table.acquire(T0, &x, &a, &terms).unwrap();
+        table.renew(at(10), &x, &a, ms(5_000), None, None);
+        table.acquire(at(20), &x, &a, &Terms::ttl(ms(5_000))).unwrap();
+        indexed(&table);
+        assert_eq!(table.purge_expired(at(49)), []);
+        assert_eq!(names(&table.purge_expired(at(50))), ["x"]);
+    }
+
+    #[test]
+    fn an_undone_purge_puts_its_leases_and_holds_back_in_the_indexes() {
+        let mut table = table();
+        let (sem, ttl) = (r("sem"), ms(10));
+        for who in ["p", "q"] {
+            table
+                .acquire_hold(T0, &sem, &o(who), Claim::Permit { limit: 2 }, ttl, None, None)
+                .unwrap();
+        }
+        let before = state(&table);
+        table.begin();
+        let purged = table.purge_expired(at(100));
+        assert_eq!(names(&purged), ["stale", "sem", "sem"]);
+        table.renew(at(100), &r("held"), &o("a"), ms(1), None, None);
+        table.rollback();
+        assert_eq!(state(&table), before, "leases, holds and indexes as they were");
+        assert_eq!(table.purge_expired(at(100)), purged);
+    }
+
+    #[test]
+    fn of_more_than_a_batch_those_that_ended_first_go_first_each_batch_in_name_order() {
+        let mut table = LockTable::default();
+        let many = PURGE_BATCH + 10;
+        // r0 ends last: in name order it would go first.
+        for i in 0..many {
+            let ttl = ms(u64::try_from(many - i).unwrap());
+            table
+                .acquire(T0, &r(&format!("r{i:04}")), &o("a"), &Terms::ttl(ttl))
+                .unwrap();
+        }
+        let first = table.purge_expired(at(10_000));
+        assert_eq!(first.len(), PURGE_BATCH);
+        let mut sorted = names(&first);
+        sorted.sort_unstable();
+        assert_eq!(names(&first), sorted, "name order within a batch");
+        assert_eq!(names(&first)[0], "r0010", "r0000 to r0009 ended last");
+        let second = table.purge_expired(at(10_000));
+        assert_eq!(
+            names(&second),
+            (0..10).map(|i| format!("r{i:04}")).collect::<Vec<_>>()
+        );
+        assert!(table.purge_expired(at(10_000)).is_empty());
+        indexed(&table);
+    }
+
+    #[test]
+    fn leases_and_holds_loaded_into_a_table_are_purged_as_the_walk_would() {
+        let lease = |name: &str, ends: u64, delay: u64| Lease {
+            resource: r(name),
+            owner: o("a"),
+            token: FencingToken(1),
+            acquired_at: T0,
+            expires_at: at(ends),
+            hold_until: None,
+            lock_delay: std::time::Duration::from_millis(delay),
+            meta: None,
+        };
+        let leases = [
+            lease("d", 30, 0),
+            lease("a", 10, 0),
+            lease("c", 5, 100),
+            lease("b", 50, 0),
+        ];
+        let permit = |owner: &str, ends: u64| {
+            let mut hold = hold::new_hold(
+                &r("sem"),
+                &o(owner),
+                Claim::Permit { limit: 3 },
+                FencingToken(2),
+                T0,
+                ms(ends),
+                None,
+            );
+            hold.lease.token = FencingToken(if owner == "p" { 3 } else { 2 });
+            (HoldKind::Semaphore, hold)
+        };
+        let mut table = LockTable::new(0, leases).with_holds([permit("p", 20), permit("q", 40)]);
+        indexed(&table);
+        let expected = walked(&table, at(40));
+        assert_eq!(names(&expected), ["a", "d", "sem", "sem"]);
+        assert_eq!(table.purge_expired(at(40)), expected);
+        assert_eq!(names(&table.purge_expired(at(200))), ["b", "c"]);
+        indexed(&table);
+    }
+
+    /// Random calls on a few names, in and out of batches, some undone: after each, the
+    /// indexes are those of the table, and every purge returns what a walk of the table
+    /// would have.
+    #[test]
+    fn the_indexed_purge_forgets_what_the_walk_would_on_random_calls() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            // xorshift64: enough to vary the calls, and the same on every run.
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let names = ["a", "b", "c", "d", "e", "f"];
+        let owners = ["p", "q", "s"];
+        let mut table = LockTable::default();
+        let mut now = T0;
+        let mut purged = 0;
+        for _ in 0..20_000 {
+            now = Timestamp::from_millis(now.as_millis() + next(30));
+            let name = r(names[usize::try_from(next(6)).unwrap()]);
+            let owner = o(owners[usize::try_from(next(3)).unwrap()]);
+            let ttl = ms(1 + next(200));
+            match next(12) {
+                0 | 1 => {
+                    let terms = Terms::ttl(ttl)
+                        .lock_delay(std::time::Duration::from_millis(next(3) * next(100)))
+                        .max_hold((next(3) == 0).then(|| ms(1 + next(150))));
+                    table.acquire(now, &name, &owner, &terms).unwrap();
+                }
+                2 => {
+                    table.renew(now, &name, &owner, ttl, None, None);
+                }
+                3 => {
+                    table.release(now, &name, &owner, None);
+                }
+                4 => {
+                    table.force_release(now, &Key::lock(&name));
+                }
+                5 => {
+                    let claim = [Claim::Permit { limit: 2 }, Claim::Read, Claim::Write]
+                        [usize::try_from(next(3)).unwrap()];
+                    table
+                        .acquire_hold(now, &name, &owner, claim, ttl, Some(ttl), None)
+                        .unwrap();
+                }
+                6 => {
+                    let kind = [HoldKind::Semaphore, HoldKind::RwLock][usize::try_from(next(2)).unwrap()];
+                    if next(2) == 0 {
+                        table.renew_hold(now, kind, &name, &owner, ttl, None, None);
+                    } else {
+                        table.release_hold(now, kind, &name, &owner, None);
+                    }
+                }
+                7 => table.begin(),
+                8 => table.commit(),
+                9 => table.rollback(),
+                _ => {
+                    let expected = walked(&table, now);
+                    let got = table.purge_expired(now);
+                    assert_eq!(got, expected, "at {now}");
+                    purged += got.len();
+                }
+            }
+            indexed(&table);
+        }
+        assert!(purged > 1_000, "the purges had work: {purged}");
     }
 }
