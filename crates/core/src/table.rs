@@ -32,14 +32,16 @@ use crate::store::{
 ///
 /// The index is a function of the leases alone: every lease has exactly one entry, changed in
 /// the one place a lease is ([`LockTable::put`], which both a change and its undoing go
-/// through), so an undone batch leaves it as it found it. It costs some 33 bytes a lease
+/// through), so an undone batch leaves it as it found it. It costs some 34 bytes a lease
 /// (built at [`LockTable::new`] from sorted entries, whose nodes are full); the table pays for
 /// most of it by keeping each lease once, under its own name, in a set ([`ByResource`]), where
-/// a map kept the name twice, as the key and in the lease (24 bytes).
+/// a map kept the name twice, as the key and in the lease (24 bytes). At ten million leases
+/// the server's RSS went from 171 to 183 bytes a lease; a purge with nothing ended went from
+/// 336 ms to 1 µs, and an acquire with its release from 2.9 to 4.1 µs (the table alone).
 ///
 /// An index of only the leases that close within a horizon, filled by a sweep of a bounded
-/// number of leases each purge, would cost nothing for leases of a day, but not less for
-/// short ones (those that churn), and would be a second invariant to keep across batches and
+/// number of leases each purge, would cost nothing for leases of a day, but as much for short
+/// ones (those that churn), and would be a second invariant to keep across batches and
 /// restarts; the full index was within the memory bar without it.
 #[derive(Debug, Default)]
 pub struct LockTable {
@@ -358,9 +360,10 @@ impl LockTable {
     /// is never held long — and every intent that ended, and returns the leases and holds.
     ///
     /// It reads the indexes of ends from their start (see [`LockTable`]), so it costs what has
-    /// ended, not what is stored. Of more than a batch, those that ended first go first. The
-    /// leases come before the holds, each in the order of their names (and a name's holds in
-    /// token order), as a walk of the table found them.
+    /// ended, not what is stored; only the intents, writers waiting (few), are walked. Of more
+    /// than a batch, those that ended first go first. The leases come before the holds, each
+    /// in the order of their names (and a name's holds in token order), as a walk of the
+    /// table found them.
     pub fn purge_expired(&mut self, now: Timestamp) -> Vec<Expired> {
         let mut ended: Vec<Resource> = self
             .closing
