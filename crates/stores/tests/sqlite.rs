@@ -919,10 +919,7 @@ async fn a_version_2_file_keeps_its_leases_when_migrated_to_keep_holds() {
     assert_eq!(permit.lease.token, FencingToken(released.token.0 + 1));
     store.close().await;
     let conn = rusqlite::Connection::open(db(&dir)).unwrap();
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .unwrap();
-    assert_eq!(version, LATEST);
+    assert_eq!(version(&conn), LATEST);
     drop(conn);
 
     let store = SqliteStore::open_with_clock(db(&dir), clock).unwrap();
@@ -992,6 +989,12 @@ fn downgrade(path: &Path, to: i64) {
     conn.pragma_update(None, "user_version", to).unwrap();
 }
 
+/// The schema version of the file open on `conn`.
+fn version(conn: &rusqlite::Connection) -> i64 {
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_version_8_file_keeps_every_lease_and_its_terms_when_its_leases_are_re_keyed() {
     let dir = tempfile::tempdir().unwrap();
@@ -1054,10 +1057,7 @@ async fn a_version_8_file_keeps_every_lease_and_its_terms_when_its_leases_are_re
     store.close().await;
 
     let conn = rusqlite::Connection::open(db(&dir)).unwrap();
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .unwrap();
-    assert_eq!(version, LATEST);
+    assert_eq!(version(&conn), LATEST);
     // The triggers came back with the new table: no row is shifted past the store.
     for ahead in [
         "UPDATE leases SET shift = shift + 1 WHERE resource = 'b'",

@@ -260,6 +260,16 @@ mod tests {
         (table.list(never, &all).leases, holds, table.last_token())
     }
 
+    /// Column `column` of every row `sql` answers, as text.
+    fn texts(conn: &Connection, sql: &str, column: usize) -> Vec<String> {
+        conn.prepare(sql)
+            .unwrap()
+            .query_map([], |row| row.get(column))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
     #[test]
     fn a_version_8_file_keeps_every_row_once_its_leases_are_keyed_by_resource() {
         let dir = tempfile::tempdir().unwrap();
@@ -296,23 +306,15 @@ mod tests {
         assert_eq!(loaded(&conn), before);
         // A scan gives the rows in the order of their names, bytes compared, as Rust's
         // str does: the load's ORDER BY needs no sort of SQLite's either.
-        let scanned: Vec<String> = conn
-            .prepare("SELECT resource FROM leases")
-            .unwrap()
-            .query_map([], |row| row.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let scanned = texts(&conn, "SELECT resource FROM leases", 0);
         let mut sorted = scanned.clone();
         sorted.sort();
         assert_eq!(scanned, sorted);
-        let plan: Vec<String> = conn
-            .prepare("EXPLAIN QUERY PLAN SELECT resource FROM leases ORDER BY resource")
-            .unwrap()
-            .query_map([], |row| row.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let plan = texts(
+            &conn,
+            "EXPLAIN QUERY PLAN SELECT resource FROM leases ORDER BY resource",
+            3,
+        );
         assert_eq!(plan, ["SCAN leases"], "no index, no temporary b-tree");
         let error = conn
             .execute("UPDATE leases SET shift = 8 WHERE resource = 'A'", [])
