@@ -219,11 +219,18 @@ mod tests {
             .unwrap()
     }
 
-    #[test]
-    fn the_connection_is_durable_exclusive_and_never_waits_for_a_lock() {
+    /// A connection to a new file in a folder of its own (kept while the folder is), and the
+    /// file's path.
+    fn connected() -> (tempfile::TempDir, std::path::PathBuf, Connection) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.db");
-        let mut conn = connect(&path).unwrap();
+        let conn = connect(&path).unwrap();
+        (dir, path, conn)
+    }
+
+    #[test]
+    fn the_connection_is_durable_exclusive_and_never_waits_for_a_lock() {
+        let (_dir, path, mut conn) = connected();
         migrate(&mut conn, &path).unwrap();
         assert_eq!(pragma(&conn, "journal_mode"), r#"Text("wal")"#);
         assert_eq!(pragma(&conn, "synchronous"), "Integer(2)", "2 is FULL");
@@ -237,9 +244,7 @@ mod tests {
 
     #[test]
     fn migrating_twice_changes_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("x.db");
-        let mut conn = connect(&path).unwrap();
+        let (_dir, path, mut conn) = connected();
         migrate(&mut conn, &path).unwrap();
         conn.execute("UPDATE meta SET last_token = 7", []).unwrap();
         migrate(&mut conn, &path).unwrap();
@@ -272,9 +277,7 @@ mod tests {
 
     #[test]
     fn a_version_8_file_keeps_every_row_once_its_leases_are_keyed_by_resource() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("x.db");
-        let mut conn = connect(&path).unwrap();
+        let (_dir, path, mut conn) = connected();
         // A file of version 8 as that version made it: rows in the order they were written,
         // which is not their names' order, with every column used, and shifts behind meta's.
         for migration in &MIGRATIONS[..8] {
