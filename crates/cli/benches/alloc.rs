@@ -16,7 +16,7 @@
 
 // The bench logs as the binary does: the binary's own module, of which it needs one function.
 #[allow(dead_code)]
-#[path = "../src/logging.rs"]
+#[path = "../src/logging/mod.rs"]
 mod logging;
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -104,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
-    let _logs = logging::init_to(logging::Format::Json, std::io::sink(), false);
+    let _logs = logging::init_to(logging::Format::Json, std::io::sink(), false)?;
     let runtime = tokio::runtime::Runtime::new()?;
     let folder = tempfile::tempdir()?;
     let embedded = format!("sqlite://{}", folder.path().join("bench.db").display());

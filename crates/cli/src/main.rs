@@ -75,7 +75,13 @@ fn main() -> ExitCode {
         Command::Supervise(args) => return cmd::run::supervisor::run(args),
         command => command,
     };
-    let _logs = logging::init(cli.log_format);
+    let _logs = match logging::init(cli.log_format) {
+        Ok(guard) => guard,
+        Err(error) => {
+            eprintln!("fencelock: cannot start the log writer: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
