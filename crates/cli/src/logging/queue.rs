@@ -3,20 +3,29 @@
 //! (a slow terminal or pipe) while the queue has room.
 //!
 //! What a line costs its caller is a lock, a copy and, only when the thread sleeps, a wake:
-//! no allocation, no system call while the thread is busy writing. Nothing is dropped: a line
+//! no allocation, and no system call while the thread is awake. Nothing is dropped: a line
 //! that finds the queue full waits until the thread has taken what is queued. The thread
-//! writes each batch with one call (one `write(2)` on standard error) and sleeps when the
-//! queue is empty; dropping the [`Guard`] writes out what is still queued.
+//! writes each batch with one call (one `write(2)` on standard error); when the queue is
+//! empty it first waits [`LINGER`] for more, which no line has to wake it from, and only then
+//! sleeps. Dropping the [`Guard`] writes out what is still queued.
 
 use std::io::{self, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use tracing_subscriber::fmt::MakeWriter;
 
 /// How many bytes may wait in the queue (about 16,000 lease lines) before a line waits for
 /// room: what absorbs a burst, or a sink that stalls for a moment.
 const ROOM: usize = 4 << 20;
+
+/// How long the thread waits for more lines before it sleeps: under load a batch gathers
+/// the lines of a millisecond, and the thread wakes a thousand times a second at most, by
+/// its own timer, instead of being woken by a system call for each line that finds it
+/// asleep (each line of one client, a millisecond or less apart). The price: a line may
+/// reach the sink a millisecond after it was logged.
+const LINGER: Duration = Duration::from_millis(1);
 
 /// The lines on their way to the sink, given to the subscriber as its writer. Each write is
 /// queued whole, so the lines of threads logging at once are never interleaved. A write
@@ -43,7 +52,7 @@ struct Shared {
 #[derive(Default)]
 struct State {
     queued: Vec<u8>,
-    /// The thread waits for `work`: the next line must wake it.
+    /// The thread waits for `work` without a timeout: the next line must wake it.
     asleep: bool,
     /// Lines waiting for `room`.
     waiting: usize,
@@ -89,6 +98,8 @@ impl Shared {
     fn push(&self, line: &[u8]) {
         let mut state = self.lock();
         while !state.closed && !state.queued.is_empty() && state.queued.len() + line.len() > self.limit {
+            // The thread may be lingering: a full queue is worth a wake.
+            self.work.notify_one();
             state.waiting += 1;
             state = self.wait(&self.room, state);
             state.waiting -= 1;
@@ -105,11 +116,19 @@ impl Shared {
     }
 
     /// The thread's loop: takes all that is queued (swapped with the batch it wrote last, so
-    /// neither is reallocated once grown), writes it, and sleeps while nothing is queued.
+    /// neither is reallocated once grown), writes it, and lingers, then sleeps, while
+    /// nothing is queued.
     fn write_queued(&self, mut sink: impl Write) {
         let mut batch = Vec::new();
         loop {
             let mut state = self.lock();
+            if state.queued.is_empty() && !state.closed {
+                state = self
+                    .work
+                    .wait_timeout(state, LINGER)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
             while state.queued.is_empty() && !state.closed {
                 state.asleep = true;
                 state = self.wait(&self.work, state);
@@ -152,14 +171,9 @@ impl<'a> MakeWriter<'a> for Queue {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let wake = {
-            let mut state = self.shared.lock();
-            state.closed = true;
-            std::mem::take(&mut state.asleep)
-        };
-        if wake {
-            self.shared.work.notify_one();
-        }
+        self.shared.lock().closed = true;
+        // Asleep or lingering, the thread is to write what is queued and end now.
+        self.shared.work.notify_one();
         if let Some(thread) = self.thread.take() {
             // The thread ends once the queue is empty; a panic of the sink's has been printed.
             let _ = thread.join();
