@@ -12,9 +12,9 @@ use tracing_subscriber::registry::LookupSpan;
 
 /// The JSON format, with the line of a lease's change written as the stock formatter `json`
 /// writes it (with `flatten_event`) but without its machinery on the request's path: by
-/// [`JsonFields`] into a buffer kept from line to line, with its time (read from `now`)
-/// written without the formatting machinery. Every other line, and a lease's line inside a
-/// span (whose fields the stock formatter adds), is `json`'s.
+/// [`JsonFields`] into a buffer kept from line to line, its time (read from `now`) digit by
+/// digit. Every other line, and a lease's line inside a span (whose fields the stock
+/// formatter adds), is `json`'s.
 pub struct LeaseLines<T> {
     json: Formatter<Json, T>,
     now: fn() -> std::time::SystemTime,

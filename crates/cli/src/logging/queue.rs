@@ -238,6 +238,20 @@ mod tests {
         }
     }
 
+    /// A stalled sink, with what it keeps, the word that its first write began, and the
+    /// sender that lets it go on.
+    fn stalled() -> (Stalled, Kept, mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (began, first) = mpsc::channel();
+        let (go, open) = mpsc::channel();
+        let kept = Kept::default();
+        let sink = Stalled {
+            kept: kept.clone(),
+            began: Some(began),
+            open,
+        };
+        (sink, kept, first, go)
+    }
+
     fn line(writer: usize, n: usize) -> String {
         format!("writer {writer} line {n}\n")
     }
@@ -270,14 +284,7 @@ mod tests {
 
     #[test]
     fn dropping_the_guard_writes_what_is_queued_and_flushes() {
-        let (began, first) = mpsc::channel();
-        let (go, open) = mpsc::channel();
-        let kept = Kept::default();
-        let sink = Stalled {
-            kept: kept.clone(),
-            began: Some(began),
-            open,
-        };
+        let (sink, kept, first, go) = stalled();
         let (queue, guard) = start(sink).unwrap();
         log(&queue, "first\n");
         first.recv().unwrap();
@@ -292,14 +299,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_makes_the_line_wait_for_room_not_drop() {
-        let (began, first) = mpsc::channel();
-        let (go, open) = mpsc::channel();
-        let kept = Kept::default();
-        let sink = Stalled {
-            kept: kept.clone(),
-            began: Some(began),
-            open,
-        };
+        let (sink, kept, first, go) = stalled();
         let room = 3 * line(0, 0).len();
         let (queue, guard) = start_with_room(sink, room).unwrap();
         let queue = Arc::new(queue);
