@@ -15,7 +15,7 @@ use std::time::Duration;
 use fencelock_core::{EndedLease, FencingToken, Hold, Kind, Lease, Owner, Principal, Resource, Timestamp};
 use fencelock_wire::{EventData, EventName, Label, Op};
 
-use crate::hub::Hub;
+use crate::hub::{Change, Changed, Hub};
 
 /// The target of the line of every change of a lease, permit or hold.
 pub const LEASE: &str = "fencelock::lease";
@@ -41,11 +41,17 @@ impl<'a> Item<'a> {
         }
     }
 
-    /// The event's data about it, at `at`.
-    fn data(self, kind: Kind, at: Timestamp) -> EventData {
-        match self {
-            Self::Lease(lease) => EventData::of_lease(kind, lease, at),
-            Self::Hold(hold) => EventData::of_hold(kind, hold, at),
+    /// Its change as the hub keeps it, at `at`.
+    fn change(self, kind: Kind, at: Timestamp) -> Change {
+        let item = match self {
+            Self::Lease(lease) => Changed::Lease(lease.clone()),
+            Self::Hold(hold) => Changed::Hold(hold.clone()),
+        };
+        Change {
+            kind,
+            item,
+            at,
+            held_ms: None,
         }
     }
 }
@@ -55,7 +61,7 @@ pub fn granted(hub: &Hub, kind: Kind, item: Item<'_>, waited: Duration) {
     let lease = item.lease();
     tracing::info!(target: LEASE, event = "grant", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at, waited_ms = millis(waited));
-    hub.publish(EventName::Grant, item.data(kind, lease.acquired_at));
+    hub.publish(EventName::Grant, item.change(kind, lease.acquired_at));
 }
 
 /// An owner's read hold was replaced by a write hold (an upgrade), or its write hold by a
@@ -68,7 +74,7 @@ pub fn replaced(hub: &Hub, kind: Kind, old: &Hold, new: &Lease) {
         held_ms = millis(held));
     hub.publish(
         EventName::Release,
-        Item::Hold(old).data(kind, new.acquired_at).held(millis(held)),
+        Item::Hold(old).change(kind, new.acquired_at).held(millis(held)),
     );
 }
 
@@ -77,7 +83,7 @@ pub fn extended(hub: &Hub, kind: Kind, item: Item<'_>) {
     let lease = item.lease();
     tracing::info!(target: LEASE, event = "extend", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at);
-    hub.publish(EventName::Extend, item.data(kind, lease.acquired_at));
+    hub.publish(EventName::Extend, item.change(kind, lease.acquired_at));
 }
 
 /// A lease was renewed.
@@ -85,7 +91,7 @@ pub fn renewed(hub: &Hub, kind: Kind, item: Item<'_>) {
     let lease = item.lease();
     tracing::info!(target: LEASE, event = "renew", kind = kind.as_str(), resource = %lease.resource,
         owner = %lease.owner, token = lease.token.0, expires_at = %lease.expires_at);
-    hub.publish(EventName::Renew, item.data(kind, Timestamp::now_wall()));
+    hub.publish(EventName::Renew, item.change(kind, Timestamp::now_wall()));
 }
 
 /// A lease was released after being held for `held`.
@@ -95,7 +101,7 @@ pub fn released(hub: &Hub, kind: Kind, ended: &EndedLease) {
         owner = %lease.owner, token = lease.token.0, held_ms = millis(held));
     hub.publish(
         EventName::Release,
-        EventData::of_lease(kind, lease, ended.ended_at).held(millis(held)),
+        Item::Lease(lease).change(kind, ended.ended_at).held(millis(held)),
     );
 }
 
@@ -122,7 +128,7 @@ pub fn expired(hub: &Hub, kind: Kind, lease: &Lease) -> bool {
     let held = millis(lease.expires_at.since(lease.acquired_at));
     let first = hub.publish(
         EventName::Expire,
-        EventData::of_lease(kind, lease, lease.expires_at).held(held),
+        Item::Lease(lease).change(kind, lease.expires_at).held(held),
     );
     if first {
         tracing::info!(target: LEASE, event = "expire", kind = kind.as_str(), resource = %lease.resource,
@@ -141,7 +147,9 @@ pub fn force_released(hub: &Hub, by: Option<&Principal>, kind: Kind, ended: &End
         held_ms = millis(ended.held_for()));
     hub.publish(
         EventName::ForceRelease,
-        EventData::of_lease(kind, lease, ended.ended_at).held(millis(ended.held_for())),
+        Item::Lease(lease)
+            .change(kind, ended.ended_at)
+            .held(millis(ended.held_for())),
     );
 }
 

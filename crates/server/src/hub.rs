@@ -28,7 +28,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fencelock_core::{Bulletin, Capabilities, Heard, LockStore, Principal, Resource};
+use std::borrow::Cow;
+
+use fencelock_core::{
+    Bulletin, Capabilities, Heard, Hold, Kind, Lease, LockStore, Principal, Resource, Timestamp,
+};
 use fencelock_wire::{EventData, EventId, EventName, Relayed, Topic, Topics};
 use tokio::sync::{broadcast, mpsc};
 
@@ -71,7 +75,7 @@ pub struct Entry {
     /// The namespace and the name it is about; `None` for a reset, which is about everything.
     pub subject: Option<(Topic, Resource)>,
     /// Its data; `None` for a reset.
-    data: Option<EventData>,
+    data: Option<Data>,
     /// The `data:` line, once written.
     json: OnceLock<Box<str>>,
 }
@@ -83,7 +87,7 @@ impl Entry {
         self.json.get_or_init(|| {
             // Serialising these types cannot fail: strings, numbers and nested objects only.
             (self.data.as_ref())
-                .map(|data| serde_json::to_string(data).unwrap_or_default())
+                .map(|data| serde_json::to_string(&*data.written()).unwrap_or_default())
                 .unwrap_or_default()
                 .into()
         })
@@ -99,6 +103,131 @@ impl Entry {
         self.subject
             .as_ref()
             .is_none_or(|(topic, resource)| filter.admits(*topic, resource))
+    }
+}
+
+/// An event's data as the hub keeps it: a change this server made, as the model has it —
+/// written out as [`EventData`] only when a stream sends it or the other servers must hear
+/// of it, so that a change nobody follows costs no strings — or data written already (what
+/// another server told, a leadership, a refusal).
+#[derive(Debug, Clone)]
+pub enum Data {
+    /// A change of a lease, permit or hold.
+    Change(Change),
+    /// Data as it is sent.
+    Written(EventData),
+}
+
+/// A change of a lease (a lock's, or a permit's or hold's where only that is known) or of a
+/// permit or hold, of `kind`, at `at`; `held_ms` for an end.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// What kind of lease it is.
+    pub kind: Kind,
+    /// The lease, permit or hold as it now is (or was, for an end).
+    pub item: Changed,
+    /// When it happened.
+    pub at: Timestamp,
+    /// For an end: how long it was held.
+    pub held_ms: Option<u64>,
+}
+
+/// What a [`Change`] is about.
+#[derive(Debug, Clone)]
+pub enum Changed {
+    /// A lock's lease, or a permit's or hold's lease where only that is known (an expiry).
+    Lease(Lease),
+    /// A semaphore's permit or a read-write lock's hold.
+    Hold(Hold),
+}
+
+impl Change {
+    /// The same change, of a lease held for `held_ms`.
+    pub fn held(self, held_ms: u64) -> Self {
+        Self {
+            held_ms: Some(held_ms),
+            ..self
+        }
+    }
+
+    fn lease(&self) -> &Lease {
+        match &self.item {
+            Changed::Lease(lease) => lease,
+            Changed::Hold(hold) => &hold.lease,
+        }
+    }
+
+    /// Its data as it is sent.
+    fn written(&self) -> EventData {
+        let data = match &self.item {
+            Changed::Lease(lease) => EventData::of_lease(self.kind, lease, self.at),
+            Changed::Hold(hold) => EventData::of_hold(self.kind, hold, self.at),
+        };
+        match self.held_ms {
+            Some(held_ms) => data.held(held_ms),
+            None => data,
+        }
+    }
+}
+
+impl Data {
+    /// The namespace it is in.
+    fn topic(&self) -> Topic {
+        match self {
+            Self::Change(change) => Topic::of(change.kind),
+            Self::Written(data) => data.kind,
+        }
+    }
+
+    /// The name it is about, if the model accepts it (every name of an event does).
+    fn resource(&self) -> Option<Resource> {
+        match self {
+            Self::Change(change) => Some(change.lease().resource.clone()),
+            Self::Written(data) => Resource::new(data.name.as_str()).ok(),
+        }
+    }
+
+    /// The token of its lease, if any.
+    fn token(&self) -> Option<u64> {
+        match self {
+            Self::Change(change) => Some(change.lease().token.0),
+            Self::Written(data) => data.fencing_token,
+        }
+    }
+
+    /// Its data as it is sent: written now for a change.
+    fn written(&self) -> Cow<'_, EventData> {
+        match self {
+            Self::Change(change) => Cow::Owned(change.written()),
+            Self::Written(data) => Cow::Borrowed(data),
+        }
+    }
+
+    /// As [`EventData::for_election`]: what it tells of an election, if it is about the lock
+    /// that keeps one (written out only then: a lock of an election is told as the election).
+    fn for_election(&self, name: EventName) -> Option<Option<(EventName, EventData)>> {
+        match self {
+            Self::Change(change)
+                if change.kind != Kind::Lock
+                    || !(change.lease().resource.as_str())
+                        .starts_with(fencelock_core::model::ELECTION_MARK) =>
+            {
+                None
+            }
+            data => data.written().for_election(name),
+        }
+    }
+}
+
+impl From<EventData> for Data {
+    fn from(data: EventData) -> Self {
+        Self::Written(data)
+    }
+}
+
+impl From<Change> for Data {
+    fn from(change: Change) -> Self {
+        Self::Change(change)
     }
 }
 
@@ -224,11 +353,11 @@ impl Ended {
         }
     }
 
-    /// Whether the event `name` with `data` is no repeat of an end appended within the time
-    /// (and is remembered, if an end).
-    fn first(&mut self, name: EventName, data: &EventData) -> bool {
+    /// Whether the event `name` with `data`, about `resource`, is no repeat of an end
+    /// appended within the time (and is remembered, if an end).
+    fn first(&mut self, name: EventName, data: &Data, resource: &Resource) -> bool {
         let Some(token) = data
-            .fencing_token
+            .token()
             .filter(|_| matches!(name, EventName::Expire | EventName::Vacant))
         else {
             return true;
@@ -242,7 +371,7 @@ impl Ended {
                 self.seen.remove(&old);
             }
         }
-        let key = (data.kind, data.name.clone(), token);
+        let key = (data.topic(), resource.to_string(), token);
         let first = self.seen.insert(key.clone());
         if first {
             self.order.push_back((now, key));
@@ -317,12 +446,13 @@ impl Hub {
     /// Publishes an event `name` with `data` that this server made: appends it, and tells
     /// the other servers sharing the store. Returns `false` for a repeat, which is dropped:
     /// the end of a lease appended lately (where the store's purges may repeat one).
-    pub fn publish(&self, name: EventName, data: EventData) -> bool {
+    pub fn publish(&self, name: EventName, data: impl Into<Data>) -> bool {
+        let data = data.into();
         // An event of the lock that keeps an election is told as the election's (or not at
         // all) here, before other servers hear of it: theirs arrive told so.
         match data.for_election(name) {
             None => self.append(name, data, true),
-            Some(Some((name, data))) => self.append(name, data, true),
+            Some(Some((name, data))) => self.append(name, data.into(), true),
             Some(None) => true,
         }
     }
@@ -332,7 +462,7 @@ impl Hub {
     pub fn relayed(&self, bulletin: &Bulletin) {
         match serde_json::from_str::<Relayed>(&bulletin.body) {
             Ok(relayed) => {
-                self.append(relayed.event, relayed.data, false);
+                self.append(relayed.event, relayed.data.into(), false);
             }
             Err(error) => {
                 tracing::warn!(%error, origin = bulletin.origin, "an event of another server that cannot be read")
@@ -354,8 +484,8 @@ impl Hub {
     /// `tell`, to the store for the other servers, under the same lock so that they hear
     /// this server's events in its order. Never waits: a stream with a full buffer is cut
     /// off; the store only queues. Returns `false` for a repeated end, dropped.
-    fn append(&self, name: EventName, data: EventData, tell: bool) -> bool {
-        let Ok(resource) = Resource::new(data.name.as_str()) else {
+    fn append(&self, name: EventName, data: Data, tell: bool) -> bool {
+        let Some(resource) = data.resource() else {
             // Every event is about a name the model accepted.
             return true;
         };
@@ -363,7 +493,7 @@ impl Hub {
             // Serialising these types cannot fail: strings, numbers and nested objects only.
             serde_json::to_string(&Telling {
                 event: name,
-                data: &data,
+                data: &data.written(),
             })
             .unwrap_or_default()
         });
@@ -371,7 +501,7 @@ impl Hub {
         if inner
             .ended
             .as_mut()
-            .is_some_and(|ended| !ended.first(name, &data))
+            .is_some_and(|ended| !ended.first(name, &data, &resource))
         {
             return false;
         }
@@ -383,7 +513,8 @@ impl Hub {
                 body,
             });
         }
-        self.0.push(&mut inner, name, Some((data.kind, resource, data)));
+        self.0
+            .push(&mut inner, name, Some((data.topic(), resource, data)));
         true
     }
 
@@ -448,7 +579,7 @@ impl Shared {
     /// Makes the next entry, keeps it in the ring and hands it to every stream that gets
     /// it ([`Entry::sent_on`]); a stream with a full buffer is cut off.
     /// `about` is the namespace, name and data of the event; `None` for a reset.
-    fn push(&self, inner: &mut Inner, name: EventName, about: Option<(Topic, Resource, EventData)>) {
+    fn push(&self, inner: &mut Inner, name: EventName, about: Option<(Topic, Resource, Data)>) {
         let (subject, data) = match about {
             Some((topic, resource, data)) => (Some((topic, resource)), Some(data)),
             None => (None, None),
