@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::Server;
 #[cfg(feature = "etcd")]
@@ -291,7 +291,7 @@ async fn on_zookeeper_only_the_server_with_a_waiter_watches_the_lock() {
         1,
         "only the server with a waiter watches the lock"
     );
-    let released_at = Instant::now();
+    let released_at = std::time::Instant::now();
     let token = held.body["lock"]["fencing_token"].clone();
     hand_over(&client, &holding.url, &resource, "holder", &token, waiter).await;
     // By the watch, not by the holder's expiry ten minutes on.
