@@ -400,6 +400,9 @@ function setUp() {
   $("confirm-form").addEventListener("submit", confirmForce);
   $("confirm-cancel").addEventListener("click", () => $("confirm").close());
   $("confirm").addEventListener("close", () => {
+    // Fired a task after the dialog closed: if it was opened again meanwhile (a quick
+    // Escape, then Enter on the button again), the forcing now is the new one's.
+    if ($("confirm").open) return;
     state.forcing?.from?.isConnected && state.forcing.from.focus();
     state.forcing = null;
   });
