@@ -1651,6 +1651,18 @@ async fn listening(url: &str) -> (tokio_postgres::Client, mpsc::UnboundedReceive
     (client, notices)
 }
 
+/// Takes the advisory lock of `name` that the store's statements take, until the transaction
+/// `tx` ends; returns the backend process of its session, for [`until_lock_wait`].
+async fn lock_name(tx: &tokio_postgres::Transaction<'_>, name: &Resource) -> i32 {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(1718381312, hashtext($1::text))",
+        &[&name.as_str()],
+    )
+    .await
+    .unwrap();
+    backend_pid(tx).await
+}
+
 /// The backend process of the session of `client`.
 async fn backend_pid(client: &impl tokio_postgres::GenericClient) -> i32 {
     client
@@ -1701,19 +1713,13 @@ async fn releases_are_announced_by_one_session_not_by_the_transactions_that_comm
     }
     let mut blocker = connected(&url).await;
     let tx = blocker.transaction().await.unwrap();
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(1718381312, hashtext($1::text))",
-        &[&first.as_str()],
-    )
-    .await
-    .unwrap();
+    let blocking = lock_name(&tx, &first).await;
     let held_back = tokio::spawn({
         let (store, first) = (store.clone(), first.clone());
         async move { store.release(&first, &owner("a"), None).await.unwrap() }
     });
     // The first release waits at the advisory lock, keeping its pooled connection: the second
     // goes through another one.
-    let blocking = backend_pid(&tx).await;
     until_lock_wait(
         &url,
         None,
@@ -1861,17 +1867,11 @@ async fn a_single_acquire_judges_what_was_committed_while_it_waited_for_the_name
         };
         let mut other = connected(&url).await;
         let tx = other.transaction().await.unwrap();
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(1718381312, hashtext($1::text))",
-            &[&name.as_str()],
-        )
-        .await
-        .unwrap();
+        let blocking = lock_name(&tx, &name).await;
         let waiting = tokio::spawn({
             let (store, name) = (store.clone(), name.clone());
             async move { store.acquire(&name, &owner("late"), ttl(LONG)).await.unwrap() }
         });
-        let blocking = backend_pid(&tx).await;
         until_lock_wait(
             &url,
             None,
