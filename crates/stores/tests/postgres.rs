@@ -1651,6 +1651,18 @@ async fn listening(url: &str) -> (tokio_postgres::Client, mpsc::UnboundedReceive
     (client, notices)
 }
 
+/// Takes the advisory lock of `name` that the store's statements take, until the transaction
+/// `tx` ends; returns the backend process of its session, for [`until_lock_wait`].
+async fn lock_name(tx: &tokio_postgres::Transaction<'_>, name: &Resource) -> i32 {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(1718381312, hashtext($1::text))",
+        &[&name.as_str()],
+    )
+    .await
+    .unwrap();
+    backend_pid(tx).await
+}
+
 /// The backend process of the session of `client`.
 async fn backend_pid(client: &impl tokio_postgres::GenericClient) -> i32 {
     client
@@ -1701,19 +1713,13 @@ async fn releases_are_announced_by_one_session_not_by_the_transactions_that_comm
     }
     let mut blocker = connected(&url).await;
     let tx = blocker.transaction().await.unwrap();
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(1718381312, hashtext($1::text))",
-        &[&first.as_str()],
-    )
-    .await
-    .unwrap();
+    let blocking = lock_name(&tx, &first).await;
     let held_back = tokio::spawn({
         let (store, first) = (store.clone(), first.clone());
         async move { store.release(&first, &owner("a"), None).await.unwrap() }
     });
     // The first release waits at the advisory lock, keeping its pooled connection: the second
     // goes through another one.
-    let blocking = backend_pid(&tx).await;
     until_lock_wait(
         &url,
         None,
@@ -1814,5 +1820,206 @@ async fn a_waiter_whose_release_notice_was_lost_is_granted_at_the_lease_expiry()
         "granted at {:?}, before the lost lease's end {:?}: something told the waiter",
         lease.acquired_at,
         held.expires_at
+    );
+}
+
+// A single acquire's common cases in one statement; the rest judged by the function.
+
+/// The acquire of the previous version, as its servers still call it beside newer ones: `$1`
+/// resource, `$2` owner (no principal), `$3` TTL in ms. Columns: role, token.
+const VERSION_5_ACQUIRE: &str = "
+    SELECT role, (lease).token
+    FROM fencelock_acquire_locks(ARRAY[$1::text], $2::text, NULL, $3::bigint, NULL, 0, NULL)";
+
+/// What [`VERSION_5_ACQUIRE`] answers through `client`: its role and the lease's token.
+async fn version_5_acquire(
+    client: &impl tokio_postgres::GenericClient,
+    name: &Resource,
+    owner: &str,
+) -> (String, FencingToken) {
+    let ttl_ms = i64::try_from(LONG.as_millis()).unwrap();
+    let row = client
+        .query_one(VERSION_5_ACQUIRE, &[&name.as_str(), &owner, &ttl_ms])
+        .await
+        .unwrap();
+    let token: i64 = row.get(1);
+    (row.get(0), FencingToken(u64::try_from(token).unwrap()))
+}
+
+/// What another server commits while a single acquire waits for the name's lock is what the
+/// acquire judges, although its statement's snapshot was taken before the wait: a grant
+/// meanwhile (a row the snapshot lacks) refuses it with that lease, an extension (a newer
+/// version of the row it read) refuses it until the new expiry, and a release grants it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_acquire_judges_what_was_committed_while_it_waited_for_the_name() {
+    let url = shared_url().await;
+    let store = store(&url).await;
+    for meanwhile in ["granted", "extended", "released"] {
+        let name = shared::unique(meanwhile);
+        let before = match meanwhile {
+            "granted" => None,
+            _ => {
+                let short = ttl(Duration::from_secs(30));
+                Some(granted(
+                    store.acquire(&name, &owner("first"), short).await.unwrap(),
+                ))
+            }
+        };
+        let mut other = connected(&url).await;
+        let tx = other.transaction().await.unwrap();
+        let blocking = lock_name(&tx, &name).await;
+        let waiting = tokio::spawn({
+            let (store, name) = (store.clone(), name.clone());
+            async move { store.acquire(&name, &owner("late"), ttl(LONG)).await.unwrap() }
+        });
+        until_lock_wait(
+            &url,
+            None,
+            Some(blocking),
+            "the acquire to wait for the name's lock",
+        )
+        .await;
+        let token = if meanwhile == "released" {
+            let deleted = tx
+                .execute(
+                    "DELETE FROM fencelock_leases WHERE resource = $1",
+                    &[&name.as_str()],
+                )
+                .await
+                .unwrap();
+            assert_eq!(deleted, 1);
+            None
+        } else {
+            let (role, token) = version_5_acquire(&tx, &name, "first").await;
+            assert_eq!(role, meanwhile);
+            Some(token)
+        };
+        tx.commit().await.unwrap();
+
+        match (waiting.await.unwrap(), token) {
+            (AcquireOutcome::Held { holder, expires_in }, Some(token)) => {
+                assert_eq!(
+                    (&holder.owner, holder.token),
+                    (&owner("first"), token),
+                    "{meanwhile}"
+                );
+                if let Some(before) = before {
+                    assert!(holder.expires_at > before.expires_at, "{meanwhile}: {holder:?}");
+                    assert!(
+                        expires_in > Duration::from_secs(30),
+                        "{meanwhile}: {expires_in:?}"
+                    );
+                }
+            }
+            (AcquireOutcome::Granted { lease, expired: None }, None) => {
+                assert_eq!(lease.owner, owner("late"));
+                assert!(lease.token > before.unwrap().token, "{lease:?}");
+            }
+            (other, _) => panic!("the acquire that waited while the name was {meanwhile}: {other:?}"),
+        }
+    }
+}
+
+/// A single acquire on a name that has a row — the caller's live lease, an expired one, one
+/// in its lock-delay — is judged by the whole rules, and a grant of a free name keeps its
+/// terms: the cap cuts its TTL and its extension, its metadata is kept, and a grant over an
+/// expired lease reports it and has a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_acquire_keeps_every_rule_on_a_free_name_and_on_a_row_left() {
+    let store = store(&shared_url().await).await;
+    let cap = Duration::from_secs(5);
+    let meta = fencelock_core::Meta::parse(r#"{"host":"db-1"}"#).unwrap();
+    let capped = Terms::ttl(ttl(LONG))
+        .max_hold(Some(ttl(cap)))
+        .meta(Some(meta.clone()));
+    let name = shared::unique("capped");
+    let lease = granted(store.acquire_with(&name, &owner("a"), capped).await.unwrap());
+    let hold_until = lease.hold_until.expect("a capped lease has its cap");
+    assert_eq!(
+        (lease.expires_at, hold_until.since(lease.acquired_at)),
+        (hold_until, cap)
+    );
+    assert_eq!(lease.meta.as_ref(), Some(&meta));
+    match store.acquire(&name, &owner("a"), ttl(LONG)).await.unwrap() {
+        AcquireOutcome::Extended(extended) => {
+            assert_eq!((extended.token, extended.expires_at), (lease.token, hold_until));
+            assert_eq!(extended.meta.as_ref(), Some(&meta), "kept when none is sent");
+        }
+        other => panic!("the holder's acquire again: {other:?}"),
+    }
+
+    let brief = || ttl(Duration::from_millis(50));
+    let expiring = shared::unique("expiring");
+    let first = granted(store.acquire(&expiring, &owner("a"), brief()).await.unwrap());
+    let delayed = shared::unique("delayed");
+    let delay = Duration::from_secs(60);
+    let terms = Terms::ttl(brief()).lock_delay(delay);
+    granted(store.acquire_with(&delayed, &owner("a"), terms).await.unwrap());
+    shared::until_expired(&*store, &expiring, Duration::from_secs(10)).await;
+    shared::until_expired(&*store, &delayed, Duration::from_secs(10)).await;
+    match store.acquire(&expiring, &owner("b"), ttl(LONG)).await.unwrap() {
+        AcquireOutcome::Granted { lease, expired } => {
+            assert!(lease.token > first.token, "{lease:?} after {first:?}");
+            assert_eq!(expired, Some(first));
+        }
+        other => panic!("an acquire over an expired lease: {other:?}"),
+    }
+    match store.acquire(&delayed, &owner("b"), ttl(LONG)).await.unwrap() {
+        AcquireOutcome::Delayed { resource, retry_in } => {
+            assert_eq!(resource, delayed);
+            assert!(retry_in > Duration::ZERO && retry_in <= delay, "{retry_in:?}");
+        }
+        other => panic!("an acquire within a lock-delay: {other:?}"),
+    }
+}
+
+/// Servers of the previous version, beside newer ones, acquire with their function and
+/// release with their statement: a lease of either is the same lease to both — refused to
+/// another owner, extended for its own, released only by its holder with its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_of_the_previous_version_and_of_this_one_are_the_same_to_both() {
+    let url = shared_url().await;
+    let (store, old) = (store(&url).await, connected(&url).await);
+    let name = shared::unique("mixed");
+    let lease = granted(store.acquire(&name, &owner("new"), ttl(LONG)).await.unwrap());
+    assert_eq!(
+        version_5_acquire(&old, &name, "old").await,
+        ("held".into(), lease.token)
+    );
+    assert_eq!(
+        version_5_acquire(&old, &name, "new").await,
+        ("extended".into(), lease.token)
+    );
+    let released = store
+        .release(&name, &owner("new"), Some(lease.token))
+        .await
+        .unwrap();
+    assert!(matches!(released, ReleaseOutcome::Released(Some(ref e)) if e.lease.token == lease.token));
+
+    let (role, token) = version_5_acquire(&old, &name, "old").await;
+    assert_eq!(role, "granted");
+    assert!(token > lease.token, "{token:?} after {:?}", lease.token);
+    match store.acquire(&name, &owner("new"), ttl(LONG)).await.unwrap() {
+        AcquireOutcome::Held { holder, .. } => {
+            assert_eq!((holder.owner, holder.token), (owner("old"), token))
+        }
+        other => panic!("an acquire of the old server's lease: {other:?}"),
+    }
+    let refusals = [
+        store.release(&name, &owner("new"), None).await.unwrap(),
+        store
+            .release(&name, &owner("old"), Some(lease.token))
+            .await
+            .unwrap(),
+    ];
+    assert!(
+        matches!(refusals, [ReleaseOutcome::Forbidden, ReleaseOutcome::Conflict]),
+        "{refusals:?}"
+    );
+    let released = store.release(&name, &owner("old"), Some(token)).await.unwrap();
+    assert!(matches!(released, ReleaseOutcome::Released(Some(ref e)) if e.lease.token == token));
+    assert_eq!(
+        store.release(&name, &owner("old"), None).await.unwrap(),
+        ReleaseOutcome::NotFound
     );
 }

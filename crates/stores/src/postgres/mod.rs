@@ -20,9 +20,21 @@
 //! - Fencing tokens come from the sequence `fencelock_tokens`, which lives apart from the
 //!   lease rows, so a token outlives the release or purge of its lease. Sequences never hand
 //!   out a value twice, even for rolled-back transactions. Tokens are strictly increasing
-//!   per resource (and across resources) but not always consecutive: only a grant draws one,
-//!   but a transaction that fails after drawing it loses it.
-//! - Acquire, of one lock ([`LockStore::acquire_with`]) or of several all or none
+//!   per resource (and across resources) but not always consecutive: a grant draws one, and
+//!   so does a single acquire whose name was granted while it waited for the resource's lock
+//!   (below), which does not use it; a transaction that fails after drawing one loses it too.
+//! - The acquire of one lock ([`LockStore::acquire_with`]) is first one statement that
+//!   answers the common cases without the function's reads and plans (which cost the
+//!   database more than the whole statement: docs/PERFORMANCE.md, "Issue 25, seventh
+//!   round"): under the resource's lock it reads the name's row `FOR UPDATE` (its latest
+//!   version, as the function's read) and refuses another owner's live lease or a lock-delay,
+//!   or, when there is no row, inserts the grant; the unique index, which sees every
+//!   committed row whatever the statement's snapshot, turns a row granted while it waited into
+//!   no answer. A missing row is a free name, since a release deletes a live lease and a purge
+//!   only one whose lock-delay has ended. Where it answers nothing — the caller's own live
+//!   lease, an expired one to replace, a row it could not see — the acquire is judged by the
+//!   function, anew, as a multi-acquire is.
+//! - Acquire, of one lock that the first statement did not answer or of several all or none
 //!   ([`LockStore::acquire_all`], so in one transaction), is one call of
 //!   `fencelock_acquire_locks(resources, owner, principal, ttl_ms, max_hold_ms,
 //!   lock_delay_ms)`. It takes the advisory locks of every name in the order of their keys
@@ -160,6 +172,7 @@ use fencelock_core::{
     Owner, ReleaseFeed, ReleaseNotice, ReleaseOutcome, RenewOutcome, Resource, Resources, Terms, Ttl,
 };
 use tokio::sync::broadcast;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
 use crate::deadline::{Deadline, Within, within};
@@ -302,14 +315,21 @@ impl PostgresStore {
         Ok(Deadline::new(store, Within::new(STORE, deadline)))
     }
 
-    /// Runs [`sql::ACQUIRE`] on `names` (distinct) for `owner` on `terms`.
-    async fn acquire_locks(&self, names: &[&str], owner: &Owner, terms: Terms) -> Result<Vec<Row>, PgError> {
+    /// Runs the acquire `statement` on `names` (the one resource of [`sql::ACQUIRE_ONE`], or
+    /// the distinct names of [`sql::ACQUIRE`]) for `owner` on `terms`.
+    async fn acquire_locks(
+        &self,
+        statement: &'static str,
+        names: &(dyn ToSql + Sync),
+        owner: &Owner,
+        terms: &Terms,
+    ) -> Result<Vec<Row>, PgError> {
         let max_hold = terms.max_hold.map(row::ttl_param).transpose()?;
         self.query(
             "acquire",
-            sql::ACQUIRE,
+            statement,
             &[
-                &names,
+                names,
                 &owner.as_str(),
                 &row::principal_param(owner),
                 &row::ttl_param(terms.ttl)?,
@@ -335,7 +355,7 @@ impl PostgresStore {
         &self,
         doing: &'static str,
         statement: &'static str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, PgError> {
         let client = self.pool.get().await.map_err(PgError::pool(doing))?;
         let prepared = client
@@ -348,8 +368,17 @@ impl PostgresStore {
 
 #[async_trait]
 impl LockStore for PostgresStore {
+    /// A grant of a name with no lease row, or a refusal, is one statement
+    /// ([`sql::ACQUIRE_ONE`]); an extension, or a grant over an expired lease, is judged by
+    /// `fencelock_acquire_locks`, as a multi-acquire is.
     async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
-        let rows = self.acquire_locks(&[resource.as_str()], owner, terms).await?;
+        let name = resource.as_str();
+        let mut rows = self.acquire_locks(sql::ACQUIRE_ONE, &name, owner, &terms).await?;
+        if rows.is_empty() {
+            rows = self
+                .acquire_locks(sql::ACQUIRE, &[name].as_slice(), owner, &terms)
+                .await?;
+        }
         Ok(row::acquired(resource, &rows)?)
     }
 
@@ -361,7 +390,7 @@ impl LockStore for PostgresStore {
         terms: Terms,
     ) -> Result<AcquireAllOutcome> {
         let names: Vec<&str> = resources.as_slice().iter().map(Resource::as_str).collect();
-        let rows = self.acquire_locks(&names, owner, terms).await?;
+        let rows = self.acquire_locks(sql::ACQUIRE, &names, owner, &terms).await?;
         Ok(row::acquired_all(resources.as_slice(), &rows)?)
     }
 

@@ -140,7 +140,8 @@ async fn announce(config: tokio_postgres::Config, deadline: Duration, queue: Arc
             if batch.is_empty() {
                 break;
             }
-            let (channels, payloads): (Vec<&str>, Vec<String>) = batch.iter().cloned().unzip();
+            let names = batch.len();
+            let (channels, payloads): (Vec<&str>, Vec<String>) = batch.into_iter().unzip();
             for attempt in 1..=2 {
                 let sent = tokio::time::timeout(deadline, async {
                     if session.is_none() {
@@ -163,7 +164,7 @@ async fn announce(config: tokio_postgres::Config, deadline: Duration, queue: Arc
                         };
                         tracing::warn!(
                             attempt,
-                            names = batch.len(),
+                            names,
                             %error,
                             "announcing releases on PostgreSQL failed"
                         );

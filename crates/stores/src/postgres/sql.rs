@@ -1076,7 +1076,7 @@ macro_rules! lock_resource {
 
 /// Milliseconds since the epoch of a `timestamptz` that holds whole milliseconds.
 macro_rules! ms {
-    ($column:literal) => {
+    ($column:expr) => {
         concat!("(extract(epoch FROM ", $column, ") * 1000)::bigint")
     };
 }
@@ -1120,11 +1120,22 @@ macro_rules! callers {
     };
 }
 
-/// The start of release and renew: lock the resource, read the clock, then lock the row and
-/// judge the caller. `verdict`: 0 no live lease, 1 another owner (a namesake too), 2 another
-/// token, 3 allowed. Parameters: `$1` resource, `$2` owner, `$3` its principal or NULL, `$4`
-/// the caller's token or NULL.
-macro_rules! judge_holder {
+/// The database's time `$t` rounded up to a whole millisecond: what new times are counted
+/// from, so that a lease never lasts less than asked and never ends before it began.
+macro_rules! stamp {
+    ($t:literal) => {
+        concat!(
+            "date_trunc('milliseconds', ",
+            $t,
+            " + interval '999 microseconds')"
+        )
+    };
+}
+
+/// The start of every statement that draws a token or judges a lease: lock the resource
+/// `$1`, then read the clock (`clock.now`), so that what it judges by that time is what
+/// was committed before it had the lock.
+macro_rules! locked_clock {
     () => {
         concat!(
             "WITH locked AS MATERIALIZED (
@@ -1133,7 +1144,20 @@ macro_rules! judge_holder {
             "
             ), clock AS MATERIALIZED (
                 SELECT clock_timestamp() AS now FROM locked
-            ), holder AS MATERIALIZED (
+            )"
+        )
+    };
+}
+
+/// The start of release and renew (see [`locked_clock!`]), then lock the row and judge the
+/// caller. `verdict`: 0 no live lease, 1 another owner (a namesake too), 2 another token, 3
+/// allowed. Parameters: `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` the
+/// caller's token or NULL.
+macro_rules! judge_holder {
+    () => {
+        concat!(
+            locked_clock!(),
+            ", holder AS MATERIALIZED (
                 SELECT l.resource, l.owner, l.principal, l.token, l.acquired_at, l.expires_at,
                     l.meta, l.hold_until, l.lock_delay,
                     CASE WHEN l.expires_at <= clock.now THEN 0
@@ -1165,6 +1189,66 @@ pub(super) const ACQUIRE: &str = concat!(
     ) acquired"
 );
 
+/// The acquire of one lock, answered without `fencelock_acquire_locks` when it is a grant of
+/// a name with no lease row, or a refusal: another owner's live lease (`held`) or an expired
+/// one within its lock-delay (`delayed`). Parameters as [`ACQUIRE`]'s, but `$1` is the one
+/// resource; the rows as [`ACQUIRE`] answers them. No row when the name has the caller's own
+/// live lease or an expired one past its lock-delay (an extension, or a grant that replaces
+/// it), which the caller then gives to [`ACQUIRE`].
+///
+/// It reads the row after the resource's lock (`found`), as the function does: `FOR UPDATE`
+/// reads the latest version of a row the statement's snapshot (taken before the lock was
+/// granted) holds, and skips one deleted since. A row inserted since is not in the snapshot,
+/// but the insert meets it in the unique index, which sees every committed row: then the
+/// statement answers nothing, and the function judges. So a grant here is never over a
+/// lease this statement could not see. A missing row is a free name: a release and a
+/// force-release delete a live lease, and a purge only a lease whose lock-delay has ended.
+/// The token is drawn after the resource's lock and only for a name without a row, as every
+/// grant's is, so that leases of one name are written in the order of their tokens.
+pub(super) const ACQUIRE_ONE: &str = concat!(
+    locked_clock!(),
+    ", found AS MATERIALIZED (
+        SELECT l.*, clock.now,
+            CASE WHEN l.expires_at > clock.now THEN
+                    CASE WHEN NOT ",
+    callers!(),
+    " THEN 'held' END
+                 WHEN clock.now < l.expires_at + l.lock_delay * interval '1 millisecond'
+                    THEN 'delayed'
+            END AS refusal
+        FROM clock JOIN fencelock_leases l ON l.resource = $1::text
+        FOR UPDATE OF l
+    ), granted AS (
+        INSERT INTO fencelock_leases AS l
+            (resource, owner, principal, token, acquired_at, expires_at, hold_until, lock_delay,
+             meta)
+        SELECT $1::text, $2::text, $3::text, nextval('fencelock_tokens'), stamp,
+            least(stamp + $4::bigint * interval '1 millisecond', cap), cap, $6::bigint, $7::text
+        FROM (
+            SELECT stamp, stamp + $5::bigint * interval '1 millisecond' AS cap
+            FROM (SELECT ",
+    stamp!("now"),
+    " AS stamp FROM clock) c
+        ) g
+        WHERE NOT EXISTS (SELECT FROM found)
+        ON CONFLICT (resource) DO NOTHING
+        RETURNING 1 AS at, 'granted'::text AS role, NULL::bigint AS retry_in_ms, ",
+    lock_columns!(),
+    "
+    )
+    SELECT * FROM granted
+    UNION ALL
+    SELECT 1, refusal,
+        CASE refusal
+            WHEN 'held' THEN greatest(0, floor(extract(epoch FROM expires_at - now) * 1000))
+            ELSE ceil(extract(epoch FROM expires_at + lock_delay * interval '1 millisecond' - now)
+                      * 1000)
+        END::bigint, ",
+    lock_columns!(),
+    "
+    FROM found WHERE refusal IS NOT NULL"
+);
+
 /// `$1` resource, `$2` owner, `$3` its principal or NULL, `$4` token or NULL. No row: no
 /// lease at all. The columns after the lock's: the verdict, and the database's time of the
 /// release in ms. A release deletes the row, so no lock-delay follows it. It does not
@@ -1179,7 +1263,7 @@ pub(super) const RELEASE: &str = concat!(
     lock_columns!(),
     ", verdict, ",
     // Rounded up to whole milliseconds like the other stamps, so it is never before acquired_at.
-    ms!("date_trunc('milliseconds', (SELECT now FROM clock) + interval '999 microseconds')"),
+    ms!(stamp!("(SELECT now FROM clock)")),
     " AS ended_at
     FROM holder"
 );
@@ -1192,8 +1276,9 @@ pub(super) const RENEW: &str = concat!(
     judge_holder!(),
     ", renewed AS (
         UPDATE fencelock_leases l
-        SET expires_at = least(date_trunc('milliseconds', clock.now + interval '999 microseconds')
-                               + $5::bigint * interval '1 millisecond', l.hold_until),
+        SET expires_at = least(",
+    stamp!("clock.now"),
+    " + $5::bigint * interval '1 millisecond', l.hold_until),
             meta = coalesce($6::text, l.meta)
         FROM holder h, clock
         WHERE l.resource = h.resource AND h.verdict = 3
