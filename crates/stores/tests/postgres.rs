@@ -1848,23 +1848,20 @@ async fn version_5_acquire(
 
 /// What another server commits while a single acquire waits for the name's lock is what the
 /// acquire judges, although its statement's snapshot was taken before the wait: a grant
-/// meanwhile (a row the snapshot lacks) refuses it with that lease, an extension (a newer
-/// version of the row it read) refuses it until the new expiry, and a release grants it.
+/// meanwhile (a row the snapshot lacks) refuses it with that lease; so do an extension (a
+/// newer version of the row it read) and a release followed by a new grant (the row it read
+/// gone, another in its place), until their new expiry; a grant released again grants it,
+/// with a token after the one drawn meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_acquire_judges_what_was_committed_while_it_waited_for_the_name() {
     let url = shared_url().await;
     let store = store(&url).await;
-    for meanwhile in ["granted", "extended", "released"] {
+    for meanwhile in ["granted", "extended", "replaced", "released"] {
         let name = shared::unique(meanwhile);
-        let before = match meanwhile {
-            "granted" => None,
-            _ => {
-                let short = ttl(Duration::from_secs(30));
-                Some(granted(
-                    store.acquire(&name, &owner("first"), short).await.unwrap(),
-                ))
-            }
-        };
+        if meanwhile != "granted" {
+            let short = ttl(Duration::from_secs(30));
+            granted(store.acquire(&name, &owner("first"), short).await.unwrap());
+        }
         let mut other = connected(&url).await;
         let tx = other.transaction().await.unwrap();
         let blocking = lock_name(&tx, &name).await;
@@ -1879,45 +1876,55 @@ async fn a_single_acquire_judges_what_was_committed_while_it_waited_for_the_name
             "the acquire to wait for the name's lock",
         )
         .await;
-        let token = if meanwhile == "released" {
-            let deleted = tx
-                .execute(
-                    "DELETE FROM fencelock_leases WHERE resource = $1",
-                    &[&name.as_str()],
-                )
-                .await
-                .unwrap();
-            assert_eq!(deleted, 1);
-            None
-        } else {
-            let (role, token) = version_5_acquire(&tx, &name, "first").await;
-            assert_eq!(role, meanwhile);
-            Some(token)
+        // What the other server does: the token it draws, and the holder's it leaves.
+        let (drawn, holder) = match meanwhile {
+            "granted" | "extended" => {
+                let (role, token) = version_5_acquire(&tx, &name, "first").await;
+                assert_eq!(role, meanwhile);
+                (token, Some(token))
+            }
+            _ => {
+                delete_lease(&tx, &name).await;
+                let (role, token) = version_5_acquire(&tx, &name, "second").await;
+                assert_eq!(role, "granted");
+                if meanwhile == "released" {
+                    delete_lease(&tx, &name).await;
+                    (token, None)
+                } else {
+                    (token, Some(token))
+                }
+            }
         };
         tx.commit().await.unwrap();
 
-        match (waiting.await.unwrap(), token) {
+        match (waiting.await.unwrap(), holder) {
             (AcquireOutcome::Held { holder, expires_in }, Some(token)) => {
-                assert_eq!(
-                    (&holder.owner, holder.token),
-                    (&owner("first"), token),
-                    "{meanwhile}"
+                assert_eq!(holder.token, token, "{meanwhile}");
+                // The lease of before had 30 s; the one of meanwhile has a minute.
+                assert!(
+                    expires_in > Duration::from_secs(30),
+                    "{meanwhile}: {expires_in:?}"
                 );
-                if let Some(before) = before {
-                    assert!(holder.expires_at > before.expires_at, "{meanwhile}: {holder:?}");
-                    assert!(
-                        expires_in > Duration::from_secs(30),
-                        "{meanwhile}: {expires_in:?}"
-                    );
-                }
             }
             (AcquireOutcome::Granted { lease, expired: None }, None) => {
                 assert_eq!(lease.owner, owner("late"));
-                assert!(lease.token > before.unwrap().token, "{lease:?}");
+                assert!(lease.token > drawn, "{lease:?} after {drawn:?}");
             }
             (other, _) => panic!("the acquire that waited while the name was {meanwhile}: {other:?}"),
         }
     }
+}
+
+/// Deletes the lease row of `name` in `tx`, as a release does.
+async fn delete_lease(tx: &tokio_postgres::Transaction<'_>, name: &Resource) {
+    let deleted = tx
+        .execute(
+            "DELETE FROM fencelock_leases WHERE resource = $1",
+            &[&name.as_str()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
 }
 
 /// A single acquire on a name that has a row — the caller's live lease, an expired one, one
@@ -1926,7 +1933,8 @@ async fn a_single_acquire_judges_what_was_committed_while_it_waited_for_the_name
 /// expired lease reports it and has a greater token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_acquire_keeps_every_rule_on_a_free_name_and_on_a_row_left() {
-    let store = store(&shared_url().await).await;
+    // A database of its own, so that no other test's purge takes the expired lease first.
+    let store = store(&new_database("single_acquire").await).await;
     let cap = Duration::from_secs(5);
     let meta = fencelock_core::Meta::parse(r#"{"host":"db-1"}"#).unwrap();
     let capped = Terms::ttl(ttl(LONG))

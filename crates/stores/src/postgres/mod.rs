@@ -5,8 +5,9 @@
 //!
 //! # How the rules are kept
 //!
-//! Every operation is one SQL statement sent by the client; none reads a row and then
-//! writes it in a second statement, so no other server can change the row in between. Some
+//! Every operation is one SQL statement sent by the client (a single acquire that the first
+//! statement does not answer sends a second, which judges anew: below); none reads a row and
+//! then writes it in a second statement, so no other server can change the row in between. Some
 //! statements call a PL/pgSQL function of the schema, which reads and writes only once it
 //! has the locks it needs (why a single statement cannot: see
 //! [below](#semaphores-and-read-write-locks)).
@@ -33,7 +34,10 @@
 //!   no answer. A missing row is a free name, since a release deletes a live lease and a purge
 //!   only one whose lock-delay has ended. Where it answers nothing — the caller's own live
 //!   lease, an expired one to replace, a row it could not see — the acquire is judged by the
-//!   function, anew, as a multi-acquire is.
+//!   function, anew, as a multi-acquire is. (Schema version 4 made the acquire a function
+//!   because a statement's snapshot lacks rows committed while it waited for the lock; for
+//!   the one row of a lock's name, the unique index stands in for the snapshot, which no
+//!   count of holds could.)
 //! - Acquire, of one lock that the first statement did not answer or of several all or none
 //!   ([`LockStore::acquire_all`], so in one transaction), is one call of
 //!   `fencelock_acquire_locks(resources, owner, principal, ttl_ms, max_hold_ms,
@@ -687,7 +691,76 @@ fn redacted(config: &tokio_postgres::Config) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use fencelock_core::Ttl;
+
     use super::*;
+
+    /// The role of the one row [`sql::ACQUIRE_ONE`] answers `owner` for `name` on `terms`;
+    /// None for no row.
+    async fn answer(store: &PostgresStore, name: &str, owner: &str, terms: Terms) -> Option<String> {
+        let owner = Owner::new(owner).unwrap();
+        let rows = store
+            .acquire_locks(sql::ACQUIRE_ONE, &name, &owner, &terms)
+            .await
+            .unwrap();
+        assert!(rows.len() <= 1, "{rows:?}");
+        rows.first().map(|row| row.get(1))
+    }
+
+    /// What [`answer`] says to another owner once the lease of `name` has expired: asked
+    /// until it is no longer `held` (a refusal changes nothing).
+    async fn once_expired(store: &PostgresStore, name: &str) -> Option<String> {
+        let asking = async {
+            loop {
+                let role = answer(store, name, "b", Terms::ttl(minute())).await;
+                if role.as_deref() != Some("held") {
+                    return role;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), asking)
+            .await
+            .expect("the lease expires")
+    }
+
+    fn minute() -> Ttl {
+        Ttl::from_const_millis(60_000)
+    }
+
+    /// [`sql::ACQUIRE_ONE`] answers a grant of a name with no row and both refusals itself,
+    /// as the function would, and answers nothing where the function must judge: the
+    /// caller's own live lease (an extension) and an expired lease past its lock-delay (a
+    /// grant that replaces it). The store's outcomes are the same either way, so this is
+    /// seen only here.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_single_acquire_statement_answers_a_free_name_and_refusals_and_nothing_else() {
+        let url = tokio::task::spawn_blocking(|| fencelock_testkit::shared_postgres().url())
+            .await
+            .unwrap();
+        let store = PostgresStore::connect(&url).await.unwrap();
+        let store = store.inner();
+        let name = |what: &str| format!("statement-{what}-{}", std::process::id());
+        let (held, delayed, expired) = (name("held"), name("delayed"), name("expired"));
+
+        let granted = answer(store, &held, "a", Terms::ttl(minute())).await;
+        assert_eq!(granted.as_deref(), Some("granted"));
+        let refused = answer(store, &held, "b", Terms::ttl(minute())).await;
+        assert_eq!(refused.as_deref(), Some("held"));
+        assert_eq!(answer(store, &held, "a", Terms::ttl(minute())).await, None);
+
+        let brief = Ttl::from_const_millis(50);
+        let terms = Terms::ttl(brief).lock_delay(Duration::from_secs(60));
+        assert_eq!(
+            answer(store, &delayed, "a", terms).await.as_deref(),
+            Some("granted")
+        );
+        let granted = answer(store, &expired, "a", Terms::ttl(brief)).await;
+        assert_eq!(granted.as_deref(), Some("granted"));
+        assert_eq!(once_expired(store, &delayed).await.as_deref(), Some("delayed"));
+        assert_eq!(once_expired(store, &expired).await, None);
+    }
 
     #[test]
     fn sessions_commit_synchronously_unless_the_address_says_otherwise() {

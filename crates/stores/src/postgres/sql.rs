@@ -1203,8 +1203,9 @@ pub(super) const ACQUIRE: &str = concat!(
 /// statement answers nothing, and the function judges. So a grant here is never over a
 /// lease this statement could not see. A missing row is a free name: a release and a
 /// force-release delete a live lease, and a purge only a lease whose lock-delay has ended.
-/// The token is drawn after the resource's lock and only for a name without a row, as every
-/// grant's is, so that leases of one name are written in the order of their tokens.
+/// The token is drawn after the resource's lock, as every grant's is, so that leases of one
+/// name are written in the order of their tokens; it is drawn when the snapshot has no row
+/// for the name, and not used when the insert then meets a row committed since.
 pub(super) const ACQUIRE_ONE: &str = concat!(
     locked_clock!(),
     ", found AS MATERIALIZED (
