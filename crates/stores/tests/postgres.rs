@@ -2031,3 +2031,42 @@ async fn leases_of_the_previous_version_and_of_this_one_are_the_same_to_both() {
         ReleaseOutcome::NotFound
     );
 }
+
+/// The store's sessions run in READ COMMITTED, which its statements and functions rely on,
+/// even in a database whose default is another level: there too a multi-acquire (a function
+/// that refuses any other level) grants, a single acquire extends and refuses, and a
+/// release releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_works_in_a_database_whose_default_isolation_is_repeatable_read() {
+    let url = new_database("repeatable_read").await;
+    let (_, database) = url.rsplit_once('/').expect("the address names a database");
+    connected(&url)
+        .await
+        .batch_execute(&format!(
+            "ALTER DATABASE {database} SET default_transaction_isolation = 'repeatable read'"
+        ))
+        .await
+        .unwrap();
+    let level: String = connected(&url)
+        .await
+        .query_one("SHOW transaction_isolation", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(level, "repeatable read", "the database's own sessions");
+
+    let store = store(&url).await;
+    let (x, y) = (shared::unique("x"), shared::unique("y"));
+    let both = Resources::new(vec![x.clone(), y.clone()]).unwrap();
+    let outcome = store
+        .acquire_all(&both, &owner("a"), Terms::ttl(ttl(LONG)))
+        .await
+        .unwrap();
+    assert!(matches!(outcome, AcquireAllOutcome::Granted(_)), "{outcome:?}");
+    let extended = store.acquire(&x, &owner("a"), ttl(LONG)).await.unwrap();
+    assert!(matches!(extended, AcquireOutcome::Extended(_)), "{extended:?}");
+    let refused = store.acquire(&x, &owner("b"), ttl(LONG)).await.unwrap();
+    assert!(matches!(refused, AcquireOutcome::Held { .. }), "{refused:?}");
+    let released = store.release(&y, &owner("a"), None).await.unwrap();
+    assert!(matches!(released, ReleaseOutcome::Released(_)), "{released:?}");
+}

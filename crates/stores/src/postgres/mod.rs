@@ -647,9 +647,12 @@ fn client_config(url: &str, options: &PostgresOptions) -> Result<tokio_postgres:
     // cancelled by the server itself, so no connection stays busy forever. And a commit is
     // answered only once it is flushed to disk, whatever the server's default: with
     // `synchronous_commit = off`, a crash could lose answered grants and roll the token
-    // sequence back.
+    // sequence back. And every statement runs in READ COMMITTED, whatever the database's or
+    // the role's default, which the statements' reading of rows changed while they waited for
+    // a lock relies on (the functions refuse any other level).
     let timeout = format!(
-        "-c statement_timeout={} -c synchronous_commit=on",
+        "-c statement_timeout={} -c synchronous_commit=on \
+         -c default_transaction_isolation=read\\ committed",
         options.statement_timeout.as_millis()
     );
     // Options given in the address come last, so that they win (e.g. `remote_apply`).
@@ -763,12 +766,16 @@ mod tests {
     }
 
     #[test]
-    fn sessions_commit_synchronously_unless_the_address_says_otherwise() {
+    fn sessions_commit_synchronously_in_read_committed_unless_the_address_says_otherwise() {
         let options = PostgresOptions::default();
         let config = client_config("postgres://u@127.0.0.1:5432/db", &options).unwrap();
         let set = config.get_options().unwrap();
         assert!(set.contains("-c synchronous_commit=on"), "{set}");
         assert!(set.contains("-c statement_timeout=5000"), "{set}");
+        assert!(
+            set.contains(r"-c default_transaction_isolation=read\ committed"),
+            "{set}"
+        );
         // Options in the address come after ours, so that the operator's choice wins.
         let given = "postgres://u@127.0.0.1:5432/db?options=-c%20synchronous_commit%3Dremote_apply";
         let set = client_config(given, &options)
