@@ -373,8 +373,9 @@ impl PostgresStore {
 #[async_trait]
 impl LockStore for PostgresStore {
     /// A grant of a name with no lease row, or a refusal, is one statement
-    /// ([`sql::ACQUIRE_ONE`]); an extension, or a grant over an expired lease, is judged by
-    /// `fencelock_acquire_locks`, as a multi-acquire is.
+    /// ([`sql::ACQUIRE_ONE`]); an extension, a grant over an expired lease, or a name
+    /// granted while that statement waited is judged by `fencelock_acquire_locks`, as a
+    /// multi-acquire is.
     async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
         let name = resource.as_str();
         let mut rows = self.acquire_locks(sql::ACQUIRE_ONE, &name, owner, &terms).await?;
