@@ -1230,8 +1230,9 @@ async fn a_file_of_an_unknown_schema_version_is_refused() {
 
 // ---- Group commit ----
 
-/// A clock that holds the writer inside its first batch until the test opens the gate, so
-/// that a test can line up calls behind it. Its time stands still.
+/// A clock that, once armed, holds the batch that reads it — on the writer thread or on its
+/// caller's — until the test opens the gate, so that a test can line up calls behind it. Its
+/// time stands still.
 #[derive(Debug, Default)]
 struct GateClock {
     gate: Mutex<Gate>,
@@ -1240,13 +1241,25 @@ struct GateClock {
 
 #[derive(Debug, Default)]
 struct Gate {
+    /// Unarmed, it holds nothing: opening the store reads the clock too.
+    armed: bool,
     open: bool,
     holding: bool,
+    /// The threads that read it while armed, in order, each named once in a row.
+    readers: Vec<String>,
 }
 
 impl GateClock {
+    fn arm(&self) {
+        self.gate.lock().unwrap().armed = true;
+    }
+
     fn holding(&self) -> bool {
         self.gate.lock().unwrap().holding
+    }
+
+    fn readers(&self) -> Vec<String> {
+        self.gate.lock().unwrap().readers.clone()
     }
 
     fn open(&self) {
@@ -1257,11 +1270,14 @@ impl GateClock {
 
 impl Clock for GateClock {
     fn now(&self) -> Timestamp {
-        // Only the writer is held: opening the store reads the clock too.
-        if std::thread::current().name() != Some("fencelock-sqlite") {
+        let mut gate = self.gate.lock().unwrap();
+        if !gate.armed {
             return T0;
         }
-        let mut gate = self.gate.lock().unwrap();
+        let reader = std::thread::current().name().unwrap_or("unnamed").to_owned();
+        if gate.readers.last() != Some(&reader) {
+            gate.readers.push(reader);
+        }
         gate.holding = !gate.open;
         while !gate.open {
             gate = self.opened.wait(gate).unwrap();
@@ -1317,6 +1333,7 @@ async fn held_writer(
 ) -> (Arc<SqliteStore>, Arc<GateClock>, Call<AcquireOutcome>) {
     let gate = Arc::new(GateClock::default());
     let store = Arc::new(SqliteStore::open_with_clock(path, gate.clone()).unwrap());
+    gate.arm();
     let first = spawn_acquire(&store, name, who);
     until("the writer is held in its first batch", || gate.holding()).await;
     (store, gate, first)
@@ -1347,6 +1364,86 @@ async fn calls_queued_behind_a_busy_writer_share_one_commit() {
         (200, 2, 2),
         "{stats:?}"
     );
+}
+
+/// A call that finds nothing queued and the writer free is run at once by its caller's own
+/// thread (no thread to cross, none back); a call that finds the writer busy waits in the
+/// queue for the writer thread — and every one is answered once durable either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_an_idle_writer_runs_on_its_callers_thread_and_one_behind_a_busy_writer_on_the_writer_thread()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, gate, first) = held_writer(&db(&dir), "r0", "w0").await;
+    let second = spawn_acquire(&store, "r1", "w1");
+    until("the second call is queued", || store.queued() == 1).await;
+    gate.open();
+    for call in [first, second] {
+        assert!(matches!(
+            call.await.unwrap().unwrap(),
+            AcquireOutcome::Granted { .. }
+        ));
+    }
+    assert_eq!(gate.readers(), ["tokio-rt-worker", "fencelock-sqlite"]);
+
+    // Idle again: this one runs on the test's own thread.
+    let third = store
+        .acquire(&resource("r2"), &owner("w2"), long())
+        .await
+        .unwrap();
+    assert!(matches!(third, AcquireOutcome::Granted { .. }), "{third:?}");
+    let here = std::thread::current().name().unwrap().to_owned();
+    assert_eq!(gate.readers().last(), Some(&here));
+    drop(store);
+    let reopened = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    for name in ["r0", "r1", "r2"] {
+        assert!(reopened.get(&resource(name)).await.unwrap().is_some(), "{name}");
+    }
+}
+
+/// A clock that panics once armed: a defect inside a batch, wherever the batch runs.
+#[derive(Debug, Default)]
+struct PanickingClock {
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl Clock for PanickingClock {
+    fn now(&self) -> Timestamp {
+        assert!(
+            !self.armed.load(std::sync::atomic::Ordering::SeqCst),
+            "a defect inside a batch"
+        );
+        T0
+    }
+
+    fn uptime(&self) -> Option<fencelock_core::Uptime> {
+        None
+    }
+}
+
+/// A batch that panics half-way on its caller's thread leaves the table in doubt: the store
+/// stops there. The call that panicked is not answered, every later call is told the store
+/// is unavailable (none waits for ever), closing ends, and the file keeps nothing of the
+/// batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_panics_on_its_callers_thread_stops_the_store_and_no_call_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(PanickingClock::default());
+    let store = Arc::new(SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap());
+    let kept = grant(&store, "kept", "a", long()).await;
+    clock.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+
+    let panicked = spawn_acquire(&store, "lost", "b").await;
+    assert!(panicked.unwrap_err().is_panic());
+    let late = store.acquire(&resource("late"), &owner("c"), long()).await;
+    assert!(is_unavailable(&late), "{late:?}");
+    assert!(is_unavailable(&store.ping().await));
+    store.close().await;
+
+    let reopened = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    assert_eq!(reopened.get(&kept.resource).await.unwrap(), Some(kept));
+    for name in ["lost", "late"] {
+        assert_eq!(reopened.get(&resource(name)).await.unwrap(), None, "{name}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

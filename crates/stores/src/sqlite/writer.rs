@@ -1,8 +1,9 @@
-//! The thread that owns the connection and the table, and commits what is queued in batches
-//! (group commit).
+//! The writer: the connection and the table, and the batches committed through them (group
+//! commit) — by the writer thread for what is queued, or by a caller that found the writer
+//! idle.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use fencelock_core::store::Result;
 use fencelock_core::{LockTable, ReleaseFeed, Timestamp};
@@ -14,7 +15,24 @@ use super::error::WriteError;
 use super::row::{to_sql, write_hold, write_row};
 use super::{Counters, Job, MAX_BATCH, Message};
 
-/// The thread that owns the connection and the table.
+/// The writer, and what tells a caller whether it may run its operation at once.
+///
+/// The writer thread takes what is queued, in batches. A caller that finds the queue empty and
+/// the writer free runs its own operation as a batch of one, on its own thread: one
+/// operation at a time (one client, say) then crosses no thread to the writer and none back,
+/// which cost more than the operation itself. Under load the queue is rarely empty, and
+/// operations are committed together by the thread as before.
+pub(super) struct Shared {
+    /// `None` once the thread has closed the file.
+    pub(super) writer: Mutex<Option<Writer>>,
+    /// Set while the thread waits for the writer with a batch in hand: callers then queue
+    /// behind the batch instead of overtaking it.
+    pub(super) thread_waiting: AtomicBool,
+    /// How many messages the thread has taken from the queue and not yet run.
+    pub(super) in_hand: AtomicUsize,
+}
+
+/// The connection and the table.
 pub(super) struct Writer {
     pub(super) conn: Connection,
     pub(super) table: LockTable,
@@ -28,13 +46,29 @@ pub(super) struct Writer {
     pub(super) closed: watch::Sender<bool>,
 }
 
-impl Writer {
-    pub(super) fn run(mut self, mut queue: mpsc::Receiver<Message>) {
+impl Shared {
+    /// The writer thread: runs what is queued, in batches, until the queue is closed and
+    /// empty, then closes the file.
+    pub(super) fn run(&self, mut queue: mpsc::Receiver<Message>) {
         // Both kept from batch to batch: a batch allocates no list of its own.
         let mut messages = Vec::with_capacity(MAX_BATCH);
         let mut jobs = Vec::with_capacity(MAX_BATCH);
-        // Blocks for the first operation, then takes whatever else is queued: the batch.
+        // Blocks for the first operation, then waits for the writer, then takes whatever else
+        // was queued meanwhile: the batch.
         while queue.blocking_recv_many(&mut messages, MAX_BATCH) > 0 {
+            self.in_hand.store(messages.len(), Ordering::Relaxed);
+            self.thread_waiting.store(true, Ordering::Release);
+            let writer = self.writer.lock();
+            self.thread_waiting.store(false, Ordering::Release);
+            // Poisoned: a caller's batch panicked half-way, and the table may no longer match
+            // the file. Nothing more is run; the callers queued are told the writer stopped.
+            let Ok(mut guard) = writer else { break };
+            let Some(writer) = guard.as_mut() else { break };
+            while messages.len() < MAX_BATCH
+                && let Ok(message) = queue.try_recv()
+            {
+                messages.push(message);
+            }
             for message in messages.drain(..) {
                 match message {
                     Message::Job(job) => jobs.push(job),
@@ -42,17 +76,49 @@ impl Writer {
                     Message::Close => queue.close(),
                 }
             }
-            self.run_batch(&mut jobs);
+            self.in_hand.store(0, Ordering::Relaxed);
+            let failure = writer.run_batch(&mut jobs);
+            // Free before anyone hears: a caller answered may call again at once.
+            drop(guard);
+            for job in jobs.drain(..) {
+                job.answer(failure.as_ref());
+            }
         }
-        let Self { conn, closed, .. } = self;
-        if let Err((_, error)) = conn.close() {
-            tracing::warn!(%error, "closing the SQLite store failed");
+        let writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(Writer { conn, closed, .. }) = writer {
+            if let Err((_, error)) = conn.close() {
+                tracing::warn!(%error, "closing the SQLite store failed");
+            }
+            closed.send_replace(true);
         }
-        closed.send_replace(true);
     }
 
-    /// Applies, commits and answers `jobs`, leaving the list empty.
-    pub(super) fn run_batch(&mut self, jobs: &mut Vec<Job>) {
+    /// Runs `job` at once, on the caller's thread, if nothing is queued and the writer is
+    /// free; else gives it back, to be queued. The caller's thread is held for one
+    /// operation and, if it changed something, one commit.
+    pub(super) fn run_if_idle(&self, job: Job, queue_empty: bool) -> Result<(), Job> {
+        if !queue_empty || self.thread_waiting.load(Ordering::Acquire) {
+            return Err(job);
+        }
+        // Busy, poisoned or closed: the queue takes it, and answers accordingly.
+        let Ok(mut guard) = self.writer.try_lock() else {
+            return Err(job);
+        };
+        let Some(writer) = guard.as_mut() else {
+            return Err(job);
+        };
+        let mut job = job;
+        let failure = writer.run_batch(std::slice::from_mut(&mut job));
+        drop(guard);
+        job.answer(failure.as_ref());
+        Ok(())
+    }
+}
+
+impl Writer {
+    /// Applies and commits `jobs`, and announces what they freed; returns the batch's failure,
+    /// which every job's answer must then carry.
+    pub(super) fn run_batch(&mut self, jobs: &mut [Job]) -> Option<Arc<WriteError>> {
         self.table.begin();
         let mut now = self.clock.now();
         for job in jobs.iter_mut() {
@@ -84,10 +150,8 @@ impl Writer {
             .operations
             .fetch_add(jobs.len() as u64, Ordering::Relaxed);
         // Only now may anyone hear of the batch — reads included, as they may have seen its
-        // changes.
-        for job in jobs.drain(..) {
-            job.answer(failure.as_ref());
-        }
+        // changes: the caller answers the jobs, once it has let the writer go.
+        failure
     }
 
     /// Writes the batch's changed leases and holds, the last token and the batch's time
