@@ -1,9 +1,8 @@
 //! [`LockTable`]: the rules of fencelock as a pure state machine over leases and holds held
 //! in memory.
 //!
-//! The in-memory store is a table behind a mutex; the embedded store is a table owned by its
-//! writer thread, with every change journalled so that a batch whose commit fails can be
-//! undone. The time is always passed in, so the rules are tested without a clock.
+//! The in-memory store is a table behind a mutex; the embedded store's is behind its writer's
+//! mutex, with every change journalled so that a batch whose commit fails can be undone. The time is always passed in, so the rules are tested without a clock.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -1383,7 +1383,11 @@ async fn a_call_on_an_idle_writer_runs_on_its_callers_thread_and_one_behind_a_bu
             AcquireOutcome::Granted { .. }
         ));
     }
-    assert_eq!(gate.readers(), ["tokio-rt-worker", "fencelock-sqlite"]);
+    // The first batch was read by the worker its task ran on, the second by the writer thread.
+    let readers = gate.readers();
+    assert_eq!(readers.len(), 2, "{readers:?}");
+    assert_ne!(readers[0], "fencelock-sqlite");
+    assert_eq!(readers[1], "fencelock-sqlite");
 
     // Idle again: this one runs on the test's own thread.
     let third = store
@@ -1400,16 +1404,26 @@ async fn a_call_on_an_idle_writer_runs_on_its_callers_thread_and_one_behind_a_bu
     }
 }
 
-/// A clock that panics once armed: a defect inside a batch, wherever the batch runs.
+/// A clock that panics once armed, on any thread or only on the writer thread: a defect
+/// inside a batch.
 #[derive(Debug, Default)]
 struct PanickingClock {
     armed: std::sync::atomic::AtomicBool,
+    only_on_the_writer_thread: bool,
+}
+
+impl PanickingClock {
+    fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Clock for PanickingClock {
     fn now(&self) -> Timestamp {
+        let here =
+            !self.only_on_the_writer_thread || std::thread::current().name() == Some("fencelock-sqlite");
         assert!(
-            !self.armed.load(std::sync::atomic::Ordering::SeqCst),
+            !(here && self.armed.load(std::sync::atomic::Ordering::SeqCst)),
             "a defect inside a batch"
         );
         T0
@@ -1420,37 +1434,58 @@ impl Clock for PanickingClock {
     }
 }
 
-/// A batch that panics half-way on its caller's thread leaves the table in doubt: the store
-/// stops there. The call that panicked is not answered, every later call is told the store
-/// is unavailable (none waits for ever), closing ends, and the file keeps nothing of the
-/// batch.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_that_panics_on_its_callers_thread_stops_the_store_and_no_call_hangs() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(PanickingClock::default());
-    let store = Arc::new(SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap());
-    let kept = grant(&store, "kept", "a", long()).await;
-    clock.armed.store(true, std::sync::atomic::Ordering::SeqCst);
-
-    let panicked = spawn_acquire(&store, "lost", "b").await;
-    assert!(panicked.unwrap_err().is_panic());
+/// After a batch panicked, wherever it ran: its call and every later one are told the store
+/// is unavailable (none waits for ever, and nobody's task panics), closing returns, the file
+/// is free for the next opener and keeps nothing of the batch.
+async fn assert_stopped_by_the_panic(dir: &TempDir, store: &SqliteStore, answer: Result<()>, kept: Lease) {
+    assert!(is_unavailable(&answer), "{answer:?}");
     let late = store.acquire(&resource("late"), &owner("c"), long()).await;
     assert!(is_unavailable(&late), "{late:?}");
     assert!(is_unavailable(&store.ping().await));
-    store.close().await;
-
-    let reopened = SqliteStore::open_with_clock(db(&dir), manual_clock()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), store.close())
+        .await
+        .expect("close returns");
+    let reopened = SqliteStore::open_with_clock(db(dir), manual_clock()).unwrap();
     assert_eq!(reopened.get(&kept.resource).await.unwrap(), Some(kept));
     for name in ["lost", "late"] {
         assert_eq!(reopened.get(&resource(name)).await.unwrap(), None, "{name}");
     }
 }
 
+/// A batch of one that panics half-way on its caller's thread (the writer was idle).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_concurrent_callers_are_all_answered_and_share_commits() {
+async fn a_batch_that_panics_on_its_callers_thread_stops_the_store_and_no_call_hangs() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(db(&dir)).unwrap());
-    let callers: Vec<_> = (0..200)
+    let clock = Arc::new(PanickingClock::default());
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let kept = grant(&store, "kept", "a", long()).await;
+    clock.arm();
+    let lost = store
+        .acquire(&resource("lost"), &owner("b"), long())
+        .await
+        .map(drop);
+    assert_stopped_by_the_panic(&dir, &store, lost, kept).await;
+}
+
+/// A batch that panics half-way on the writer thread (a purge always goes there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_panics_on_the_writer_thread_stops_the_store_and_no_call_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(PanickingClock {
+        only_on_the_writer_thread: true,
+        ..PanickingClock::default()
+    });
+    let store = SqliteStore::open_with_clock(db(&dir), clock.clone()).unwrap();
+    let kept = grant(&store, "kept", "a", long()).await;
+    clock.arm();
+    let purge = store.purge_expired().await.map(drop);
+    assert_stopped_by_the_panic(&dir, &store, purge, kept).await;
+}
+
+/// `n` acquires of names of their own, all at once, each then renewed and released; returns
+/// the store's figures once every one was answered.
+async fn concurrent_callers(store: &Arc<SqliteStore>, n: usize) -> fencelock_stores::sqlite::WriterStats {
+    let callers: Vec<_> = (0..n)
         .map(|i| {
             let store = store.clone();
             tokio::spawn(async move {
@@ -1473,9 +1508,27 @@ async fn many_concurrent_callers_are_all_answered_and_share_commits() {
     }
     tokens.sort();
     tokens.dedup();
-    assert_eq!(tokens.len(), 200, "every grant got a token of its own");
+    assert_eq!(tokens.len(), n, "every grant got a token of its own");
+    store.stats()
+}
 
-    let stats = store.stats();
+/// On a runtime of one thread, a caller never holds it for a batch: nobody would be left to
+/// queue the other calls, and every call would commit alone.
+#[tokio::test]
+async fn callers_on_a_runtime_of_one_thread_still_share_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(db(&dir)).unwrap());
+    let stats = concurrent_callers(&store, 200).await;
+    assert_eq!(stats.operations, 600);
+    // Three waves of 200 calls (acquire, renew, release): a few commits each, not 600.
+    assert!(stats.commits < 60, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_callers_are_all_answered_and_share_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(db(&dir)).unwrap());
+    let stats = concurrent_callers(&store, 200).await;
     assert_eq!(stats.operations, 600);
     assert!(
         stats.commits < stats.operations,

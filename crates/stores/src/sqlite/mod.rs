@@ -18,10 +18,14 @@
 //! [`MAX_BATCH`] operations) once the writer is free. One operation at a time then crosses
 //! no thread to the writer and none back, which cost more than the operation's own work
 //! (one client's acquire p50 10–20 % lower, see `docs/PERFORMANCE.md`); under load the queue is
-//! rarely empty and the thread commits many together, as before. A purge, which may end
-//! any number of leases, always goes through the queue. A batch that panics (a defect)
-//! leaves the table in doubt: the writer is then never run again, and every later call is
-//! told the store is unavailable.
+//! rarely empty and the thread commits many together, as before. The caller's thread is a
+//! tokio worker, held for the operation and its fsync, which no timeout can cut short: so a
+//! call runs at once only on a runtime with another worker to go on serving (on a runtime of
+//! one thread every call would commit alone), and only if its work is bounded and small —
+//! the calls that may walk many leases or holds (a purge, a list, a name's holds, a forced
+//! release) always queue. A batch that panics (a defect) leaves the table in doubt: the
+//! writer is stopped and the file closed, the calls of that batch and every later call are
+//! told the store is unavailable, wherever the batch ran.
 //!
 //! An all-or-none acquire of several locks is one operation of a batch: every lock or none
 //! is in the transaction.
@@ -179,7 +183,8 @@ pub struct SqliteStore {
 pub struct WriterStats {
     /// Operations answered (reads included).
     pub operations: u64,
-    /// Batches taken from the queue.
+    /// Batches run: by the writer thread, or by a caller that found the writer idle (a
+    /// batch of one).
     pub batches: u64,
     /// Transactions committed: batches that changed something.
     pub commits: u64,
@@ -195,7 +200,7 @@ struct Counters {
     failed_commits: AtomicU64,
 }
 
-/// One caller's operation, queued for the writer.
+/// One caller's operation, on its way through the writer.
 type Job = Box<dyn Pending>;
 
 /// An operation on its way through the writer: applied to the table with the rest of its
@@ -287,6 +292,7 @@ impl SqliteStore {
         let shared = Arc::new(Shared {
             writer: std::sync::Mutex::new(Some(writer)),
             thread_waiting: false.into(),
+            closing: false.into(),
             in_hand: 0.into(),
         });
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
@@ -324,8 +330,10 @@ impl SqliteStore {
 
     /// How many operations are waiting for the writer to run them.
     pub fn queued(&self) -> usize {
-        let in_queue = self.queue.as_ref().map_or(0, |q| q.max_capacity() - q.capacity());
-        in_queue + self.shared.in_hand.load(Ordering::Relaxed)
+        // In this order: a message moves from the queue to the thread's hand, never back, so
+        // it is counted at most once (for a moment, perhaps not at all).
+        let in_hand = self.shared.in_hand.load(Ordering::Acquire);
+        in_hand + self.queue.as_ref().map_or(0, |q| q.max_capacity() - q.capacity())
     }
 
     /// Stops taking operations, answers those already queued, and closes the file, so that
@@ -337,7 +345,8 @@ impl SqliteStore {
             // Refused only if the writer is already stopping: then just wait for it.
             let _ = queue.send(Message::Close).await;
         }
-        // An error means the writer is gone (it panicked): the file is closed either way.
+        // The writer thread closes the file however it ends, a panic included (see
+        // `Shared::run`); an error here would mean the writer was dropped: closed all the same.
         let _ = self.closed.clone().wait_for(|closed| *closed).await;
     }
 
@@ -351,7 +360,8 @@ impl SqliteStore {
     }
 
     /// Queues `op` for the writer thread whatever the writer is doing, and waits until its
-    /// batch is durable: for an operation too long to hold a caller's thread.
+    /// batch is durable: for an operation that may walk many leases or holds, too long to
+    /// hold a caller's thread.
     async fn queued_call<T: Send + 'static>(
         &self,
         op: impl FnOnce(&mut LockTable, Timestamp) -> Result<T> + Send + 'static,
@@ -463,11 +473,12 @@ impl LockStore for SqliteStore {
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
         let query = query.clone();
-        self.call(move |table, now| Ok(table.list(now, &query))).await
+        self.queued_call(move |table, now| Ok(table.list(now, &query)))
+            .await
     }
 
     async fn purge_expired(&self) -> Result<Vec<Expired>> {
-        // Any number of leases may have expired: not on a caller's thread.
+        // A purge walks up to a batch of ended leases and holds: not on a caller's thread.
         self.queued_call(|table, now| Ok(table.purge_expired(now))).await
     }
 
@@ -487,7 +498,7 @@ impl LockStore for SqliteStore {
 
     async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
         let name = name.clone();
-        self.call(move |table, now| Ok(table.holds(now, kind, &name)))
+        self.queued_call(move |table, now| Ok(table.holds(now, kind, &name)))
             .await
     }
 
@@ -519,12 +530,12 @@ impl LockStore for SqliteStore {
 
     async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
         let query = query.clone();
-        self.call(move |table, now| Ok(table.list_holds(now, kind, &query)))
+        self.queued_call(move |table, now| Ok(table.list_holds(now, kind, &query)))
             .await
     }
 
     async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
-        // Nothing to write (intents live in the table only), but through the queue all the
+        // Nothing to write (intents live in the table only), but through the writer all the
         // same: the readers it held back are told once the batch is done, in order.
         let (name, owner) = (name.clone(), owner.clone());
         self.call(move |table, _| {
@@ -536,12 +547,12 @@ impl LockStore for SqliteStore {
 
     async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
         let key = key.clone();
-        self.call(move |table, now| Ok(table.force_release(now, &key)))
+        self.queued_call(move |table, now| Ok(table.force_release(now, &key)))
             .await
     }
 
     async fn ping(&self) -> Result<()> {
-        // Through the queue, so a stopped or stuck writer fails readiness.
+        // Through the writer, so a stopped or stuck writer fails readiness.
         self.call(|_, _| Ok(())).await
     }
 

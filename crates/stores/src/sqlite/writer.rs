@@ -2,12 +2,14 @@
 //! commit) — by the writer thread for what is queued, or by a caller that found the writer
 //! idle.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use fencelock_core::store::Result;
 use fencelock_core::{LockTable, ReleaseFeed, Timestamp};
 use rusqlite::{Connection, params};
+use tokio::runtime::RuntimeFlavor;
 use tokio::sync::{mpsc, watch};
 
 use super::clock::{StoreClock, recorded_uptime_ms};
@@ -18,16 +20,18 @@ use super::{Counters, Job, MAX_BATCH, Message};
 /// The writer, and what tells a caller whether it may run its operation at once.
 ///
 /// The writer thread takes what is queued, in batches. A caller that finds the queue empty and
-/// the writer free runs its own operation as a batch of one, on its own thread: one
-/// operation at a time (one client, say) then crosses no thread to the writer and none back,
-/// which cost more than the operation itself. Under load the queue is rarely empty, and
-/// operations are committed together by the thread as before.
+/// the writer free runs its own operation as a batch of one on its own thread — a tokio
+/// worker, held for that operation and its commit, which no timeout can cut short — and
+/// crosses no thread to the writer and none back, which cost more than the operation itself.
+/// Under load the queue is seldom empty, and the thread commits many together as before.
 pub(super) struct Shared {
-    /// `None` once the thread has closed the file.
+    /// `None` once the file is closed, or the writer stopped by a batch that panicked.
     pub(super) writer: Mutex<Option<Writer>>,
     /// Set while the thread waits for the writer with a batch in hand: callers then queue
-    /// behind the batch instead of overtaking it.
+    /// behind the batch rather than run before it.
     pub(super) thread_waiting: AtomicBool,
+    /// Set once the thread has taken the order to close: no caller runs anything any more.
+    pub(super) closing: AtomicBool,
     /// How many messages the thread has taken from the queue and not yet run.
     pub(super) in_hand: AtomicUsize,
 }
@@ -48,48 +52,46 @@ pub(super) struct Writer {
 
 impl Shared {
     /// The writer thread: runs what is queued, in batches, until the queue is closed and
-    /// empty, then closes the file.
+    /// empty, then closes the file — however it ends, a panic included, or `close()` would
+    /// wait for ever and the file stay taken.
     pub(super) fn run(&self, mut queue: mpsc::Receiver<Message>) {
+        let _closes = CloseOnExit(self);
         // Both kept from batch to batch: a batch allocates no list of its own.
         let mut messages = Vec::with_capacity(MAX_BATCH);
         let mut jobs = Vec::with_capacity(MAX_BATCH);
         // Blocks for the first operation, then waits for the writer, then takes whatever else
         // was queued meanwhile: the batch.
         while queue.blocking_recv_many(&mut messages, MAX_BATCH) > 0 {
-            self.in_hand.store(messages.len(), Ordering::Relaxed);
+            self.in_hand.store(messages.len(), Ordering::Release);
             self.thread_waiting.store(true, Ordering::Release);
-            let writer = self.writer.lock();
+            let mut slot = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
             self.thread_waiting.store(false, Ordering::Release);
-            // Poisoned: a caller's batch panicked half-way, and the table may no longer match
-            // the file. Nothing more is run; the callers queued are told the writer stopped.
-            let Ok(mut guard) = writer else { break };
-            let Some(writer) = guard.as_mut() else { break };
             while messages.len() < MAX_BATCH
                 && let Ok(message) = queue.try_recv()
             {
                 messages.push(message);
             }
+            self.in_hand.store(messages.len(), Ordering::Release);
             for message in messages.drain(..) {
                 match message {
                     Message::Job(job) => jobs.push(job),
                     // Refuses new operations; those already queued are still taken.
-                    Message::Close => queue.close(),
+                    Message::Close => {
+                        self.closing.store(true, Ordering::Release);
+                        queue.close();
+                    }
                 }
             }
-            self.in_hand.store(0, Ordering::Relaxed);
-            let failure = writer.run_batch(&mut jobs);
+            self.in_hand.store(0, Ordering::Release);
+            // Stopped: the callers queued are told so (their jobs go unanswered).
+            let Ran::Batch(failure) = run_batch(&mut slot, &mut jobs) else {
+                break;
+            };
             // Free before anyone hears: a caller answered may call again at once.
-            drop(guard);
+            drop(slot);
             for job in jobs.drain(..) {
                 job.answer(failure.as_ref());
             }
-        }
-        let writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner).take();
-        if let Some(Writer { conn, closed, .. }) = writer {
-            if let Err((_, error)) = conn.close() {
-                tracing::warn!(%error, "closing the SQLite store failed");
-            }
-            closed.send_replace(true);
         }
     }
 
@@ -97,21 +99,84 @@ impl Shared {
     /// free; else gives it back, to be queued. The caller's thread is held for one
     /// operation and, if it changed something, one commit.
     pub(super) fn run_if_idle(&self, job: Job, queue_empty: bool) -> Result<(), Job> {
-        if !queue_empty || self.thread_waiting.load(Ordering::Acquire) {
+        if !queue_empty
+            || self.thread_waiting.load(Ordering::Acquire)
+            || self.closing.load(Ordering::Acquire)
+            || !another_worker_goes_on()
+        {
             return Err(job);
         }
-        // Busy, poisoned or closed: the queue takes it, and answers accordingly.
-        let Ok(mut guard) = self.writer.try_lock() else {
+        // Busy, or stopped: the queue takes it, and answers accordingly.
+        let Ok(mut slot) = self.writer.try_lock() else {
             return Err(job);
         };
-        let Some(writer) = guard.as_mut() else {
+        if slot.is_none() {
             return Err(job);
-        };
+        }
         let mut job = job;
-        let failure = writer.run_batch(std::slice::from_mut(&mut job));
-        drop(guard);
-        job.answer(failure.as_ref());
+        let failure = run_batch(&mut slot, std::slice::from_mut(&mut job));
+        drop(slot);
+        // Stopped by this very batch: the job is dropped unanswered, which its caller hears
+        // as a stopped writer.
+        if let Ran::Batch(failure) = failure {
+            job.answer(failure.as_ref());
+        }
         Ok(())
+    }
+}
+
+/// Whether the calling thread may be held for a batch: only on a runtime with another worker
+/// to go on serving, and to queue the calls that come meanwhile so that they share a commit.
+/// A runtime of one thread held would run every call alone, each with its own fsync.
+fn another_worker_goes_on() -> bool {
+    tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+        runtime.runtime_flavor() == RuntimeFlavor::MultiThread && runtime.metrics().num_workers() >= 2
+    })
+}
+
+/// What became of a batch.
+enum Ran {
+    /// Applied and committed, or undone whole with the commit's failure, which every answer
+    /// must then carry.
+    Batch(Option<Arc<WriteError>>),
+    /// Not run: the writer is stopped, or stopped by this batch.
+    Stopped,
+}
+
+/// Runs `jobs` on the writer in `slot`, if it is not stopped. A batch that panics half-way
+/// stops it: its table no longer matches the file, so nothing runs on it again.
+fn run_batch(slot: &mut Option<Writer>, jobs: &mut [Job]) -> Ran {
+    let Some(writer) = slot.as_mut() else {
+        return Ran::Stopped;
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(|| writer.run_batch(jobs))) {
+        Ok(failure) => Ran::Batch(failure),
+        Err(_) => {
+            tracing::error!("an SQLite batch panicked: the store stops, and refuses every call from now on");
+            close(slot);
+            Ran::Stopped
+        }
+    }
+}
+
+/// Closes the file of the writer in `slot`, if any, for good.
+fn close(slot: &mut Option<Writer>) {
+    if let Some(Writer { conn, closed, .. }) = slot.take() {
+        if let Err((_, error)) = conn.close() {
+            tracing::warn!(%error, "closing the SQLite store failed");
+        }
+        closed.send_replace(true);
+    }
+}
+
+/// Closes the writer's file when the writer thread ends, however it ends.
+struct CloseOnExit<'a>(&'a Shared);
+
+impl Drop for CloseOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.closing.store(true, Ordering::Release);
+        self.0.in_hand.store(0, Ordering::Release);
+        close(&mut self.0.writer.lock().unwrap_or_else(PoisonError::into_inner));
     }
 }
 
