@@ -30,7 +30,8 @@ pub(super) struct Shared {
     /// Set while the thread waits for the writer with a batch in hand: callers then queue
     /// behind the batch rather than run before it.
     pub(super) thread_waiting: AtomicBool,
-    /// Set once the thread has taken the order to close: no caller runs anything any more.
+    /// Set once the thread has taken the order to close: from then on no caller runs its
+    /// operation at once (what was queued before the order still runs, on the thread).
     pub(super) closing: AtomicBool,
     /// How many messages the thread has taken from the queue and not yet run.
     pub(super) in_hand: AtomicUsize,
