@@ -2,7 +2,8 @@
 //! in memory.
 //!
 //! The in-memory store is a table behind a mutex; the embedded store's is behind its writer's
-//! mutex, with every change journalled so that a batch whose commit fails can be undone. The time is always passed in, so the rules are tested without a clock.
+//! mutex, with every change journalled so that a batch whose commit fails can be undone. The
+//! time is always passed in, so the rules are tested without a clock.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

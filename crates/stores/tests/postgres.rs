@@ -90,6 +90,12 @@ async fn connected(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// The one value that `sql` answers, asked on a connection of its own to the database at
+/// `url`.
+async fn value_of<T: for<'a> tokio_postgres::types::FromSql<'a>>(url: &str, sql: &str) -> T {
+    connected(url).await.query_one(sql, &[]).await.unwrap().get(0)
+}
+
 /// The address of a new, empty database on the shared server, named after `what`.
 async fn new_database(what: &str) -> String {
     let url = shared_url().await;
@@ -651,12 +657,7 @@ async fn purge_forgets_expired_holds_with_their_kind_and_ended_intents() {
         store.holds(HoldKind::RwLock, &resource("live")).await.unwrap(),
         [live]
     );
-    let rows: i64 = connected(&url)
-        .await
-        .query_one("SELECT count(*) FROM fencelock_holds", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let rows: i64 = value_of(&url, "SELECT count(*) FROM fencelock_holds").await;
     assert_eq!(rows, 1, "only the live hold is left");
 }
 
@@ -2047,12 +2048,7 @@ async fn every_call_works_in_a_database_whose_default_isolation_is_repeatable_re
         ))
         .await
         .unwrap();
-    let level: String = connected(&url)
-        .await
-        .query_one("SHOW transaction_isolation", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let level: String = value_of(&url, "SHOW transaction_isolation").await;
     assert_eq!(level, "repeatable read", "the database's own sessions");
 
     let store = store(&url).await;

@@ -384,8 +384,8 @@ impl SqliteStore {
             reply,
         });
         let queue_empty = queue.capacity() == queue.max_capacity();
-        let job = if at_once {
-            self.shared.run_if_idle(job, queue_empty)
+        let job = if at_once && queue_empty {
+            self.shared.run_if_idle(job)
         } else {
             Err(job)
         };

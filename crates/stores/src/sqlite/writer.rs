@@ -96,12 +96,11 @@ impl Shared {
         }
     }
 
-    /// Runs `job` at once, on the caller's thread, if nothing is queued and the writer is
-    /// free; else gives it back, to be queued. The caller's thread is held for one
+    /// Runs `job` at once, on the caller's thread — which found nothing queued — if the
+    /// writer is free; else gives it back, to be queued. The caller's thread is held for one
     /// operation and, if it changed something, one commit.
-    pub(super) fn run_if_idle(&self, job: Job, queue_empty: bool) -> Result<(), Job> {
-        if !queue_empty
-            || self.thread_waiting.load(Ordering::Acquire)
+    pub(super) fn run_if_idle(&self, job: Job) -> Result<(), Job> {
+        if self.thread_waiting.load(Ordering::Acquire)
             || self.closing.load(Ordering::Acquire)
             || !another_worker_goes_on()
         {
