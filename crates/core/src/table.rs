@@ -6,7 +6,7 @@
 //! time is always passed in, so the rules are tested without a clock.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 
 use compact_str::CompactString;
@@ -172,6 +172,44 @@ impl LockTable {
             group.sort_by_key(|h| h.lease.token);
         }
         self
+    }
+
+    /// Whether the table has a lease on `resource`, live or not.
+    pub fn has_lease(&self, resource: &Resource) -> bool {
+        self.leases.contains(resource)
+    }
+
+    /// Puts `lease`, read from the file of a store that serves while it loads its leases,
+    /// into the table as if it had been there from the start: not a change, so not journalled
+    /// and nothing to write; the counter rises to its token if need be.
+    pub fn load_lease(&mut self, lease: Lease) {
+        self.last_token = self.last_token.max(lease.token.0);
+        let resource = lease.resource.clone();
+        self.put(&resource, Some(lease));
+    }
+
+    /// Takes in the leases of `loaded`, read from a store's file while this table served
+    /// (its holds, if any, are not taken). For each name in `known` — every name this table
+    /// was asked about meanwhile, so whose lease it has as it is now, or has none — this
+    /// table's lease stands and `loaded`'s goes, whatever it was when it was read; every other
+    /// name's lease comes from `loaded`. `loaded`'s sets are kept, with their full nodes (see
+    /// [`LockTable::new`]), and this table's few leases go into them; the counter is the
+    /// higher of the two. Not during a batch.
+    pub fn take_in(&mut self, mut loaded: LockTable, known: &HashSet<Resource>) {
+        debug_assert!(
+            self.journal.is_none(),
+            "a table takes in what was loaded between batches"
+        );
+        for name in known {
+            loaded.put(name, None);
+        }
+        for ByResource(lease) in std::mem::take(&mut self.leases) {
+            let resource = lease.resource.clone();
+            loaded.put(&resource, Some(lease));
+        }
+        self.leases = loaded.leases;
+        self.closing = loaded.closing;
+        self.last_token = self.last_token.max(loaded.last_token);
     }
 
     /// The resources whose lock may have become free sooner than their waiters were told
@@ -1210,6 +1248,60 @@ mod tests {
             .unwrap();
         assert!(matches!(next, AcquireOutcome::Granted { lease, .. } if lease.token == FencingToken(41)));
         assert_eq!(LockTable::new(99, []).last_token(), 99);
+    }
+
+    #[test]
+    fn a_table_that_served_while_the_rest_loaded_takes_it_in_keeping_each_name_it_was_asked_about() {
+        // The file: six leases, and what a table that had them all from the start does next.
+        let mut whole = LockTable::default();
+        for name in ["a", "b", "c", "d", "e", "f"] {
+            whole
+                .acquire(T0, &r(name), &o("x"), &Terms::ttl(ms(10_000)))
+                .unwrap();
+        }
+        let file: Vec<Lease> = ["a", "b", "c", "d", "e", "f"]
+            .into_iter()
+            .map(|name| whole.get(T0, &r(name)).unwrap())
+            .collect();
+        let calls = |table: &mut LockTable| {
+            table.release(at(1), &r("a"), &o("x"), None);
+            table.release(at(1), &r("d"), &o("x"), None);
+            table.renew(at(1), &r("e"), &o("x"), ms(20_000), None, None);
+            table
+                .acquire(at(1), &r("g"), &o("y"), &Terms::ttl(ms(5)))
+                .unwrap();
+            assert!(matches!(
+                table
+                    .acquire(at(1), &r("f"), &o("y"), &Terms::ttl(ms(5)))
+                    .unwrap(),
+                AcquireOutcome::Held { .. }
+            ));
+        };
+        calls(&mut whole);
+
+        // Served with the first two loaded, each other name read as it is asked about; the
+        // rest was read before those calls, so it has "d" and "e" as they were.
+        let mut served = LockTable::new(6, file[..2].iter().cloned());
+        let mut known = HashSet::new();
+        for name in ["d", "e", "g", "f"] {
+            known.insert(r(name));
+            if let Some(lease) = file.iter().find(|l| l.resource == r(name)) {
+                served.load_lease(lease.clone());
+            }
+        }
+        calls(&mut served);
+        served.take_in(LockTable::new(6, file[2..].iter().cloned()), &known);
+
+        assert_eq!(state(&served), state(&whole));
+        assert_eq!(
+            served
+                .acquire(at(2), &r("h"), &o("y"), &Terms::ttl(ms(5)))
+                .unwrap(),
+            whole
+                .acquire(at(2), &r("h"), &o("y"), &Terms::ttl(ms(5)))
+                .unwrap(),
+            "the counter goes on from the same token"
+        );
     }
 
     #[test]

@@ -44,7 +44,7 @@ impl StoreClock {
 /// recorded with it is of this boot), the store's time resumes from `recorded` plus the
 /// uptime since, and nothing moves. Else, with `now` the clock's reading: if `now` is later,
 /// every lease and hold moves later by `now - recorded`, which only raises the file's shift by
-/// that much (one row, whatever the number of leases: [`load`](super::row::load) applies it); if it is earlier,
+/// that much (one row, whatever the number of leases: [`load`](super::load::open) applies it); if it is earlier,
 /// the store's clock runs ahead of `clock` by `recorded - now`.
 pub(super) fn rebase(conn: &mut Connection, clock: Arc<dyn Clock>) -> Result<StoreClock, SqliteError> {
     let failed = SqliteError::Rebase;

@@ -42,13 +42,15 @@ pub(super) enum SqliteError {
     Data(String),
     #[error("cannot start the SQLite writer thread")]
     Thread(#[source] std::io::Error),
-    #[error("cannot start the thread that builds the SQLite store's table at open")]
-    BuilderThread(#[source] std::io::Error),
+    #[error("cannot start a thread that loads the SQLite store's leases")]
+    LoaderThread(#[source] std::io::Error),
+    #[error("loading the SQLite store's leases panicked")]
+    LoadPanicked,
     #[error("the SQLite store is closed")]
     Closed,
     #[error("the SQLite writer of {} stopped", .0.display())]
     WriterStopped(PathBuf),
-    #[error("the SQLite store could not commit; nothing of this call was applied")]
+    #[error("the SQLite store failed this call's batch; nothing of it was applied")]
     Batch(#[source] Arc<WriteError>),
 }
 
@@ -60,28 +62,37 @@ impl From<SqliteError> for StoreError {
                 StoreError::unavailable(message, source)
             }
             SqliteError::OpenPanicked(source) => StoreError::unavailable(message, source),
-            SqliteError::Thread(source) | SqliteError::BuilderThread(source) => {
+            SqliteError::Thread(source) | SqliteError::LoaderThread(source) => {
                 StoreError::unavailable(message, source)
             }
-            SqliteError::Batch(source) => StoreError::unavailable(message, source),
-            SqliteError::NoWal { .. } | SqliteError::Closed | SqliteError::WriterStopped(_) => {
-                StoreError::Unavailable {
-                    message,
-                    source: None,
-                }
+            // A lease the batch read from the file that no lease can be.
+            SqliteError::Batch(source) if matches!(&*source, WriteError::Read(SqliteError::Data(_))) => {
+                StoreError::Corrupt(format!("{message}: {source}"))
             }
+            SqliteError::Batch(source) => StoreError::unavailable(message, source),
+            SqliteError::NoWal { .. }
+            | SqliteError::Closed
+            | SqliteError::WriterStopped(_)
+            | SqliteError::LoadPanicked => StoreError::Unavailable {
+                message,
+                source: None,
+            },
             SqliteError::UnknownSchema { .. } | SqliteError::Data(_) => StoreError::Corrupt(message),
         }
     }
 }
 
-/// Why a batch could not be written: shared by every caller of the batch.
+/// Why a batch could not be read or written: shared by every caller of the batch.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum WriteError {
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
     #[error("{what} {value} does not fit in an SQLite integer")]
     OutOfRange { what: &'static str, value: u64 },
+    /// A lease the batch needed could not be read from the file (the store was still loading
+    /// its leases), or the load of the rest failed.
+    #[error(transparent)]
+    Read(SqliteError),
 }
 
 /// The message of an error at open; a busy file means another server has it.

@@ -2,7 +2,7 @@
 //!
 //! # How a call travels
 //!
-//! The writer — the connection and a [`LockTable`] loaded from the file at open — runs
+//! The writer — the connection and a [`LockTable`] of the file's leases and holds — runs
 //! operations in batches, one batch at a time: it applies the batch to the table, writes
 //! every changed lease row, every changed hold row and the last fencing token in one
 //! transaction, and the callers are answered only once that transaction is committed and
@@ -36,13 +36,21 @@
 //! the batch itself, once committed, so that an announcement cannot be lost with a caller
 //! that went away.
 //!
+//! # Serving while the leases load
+//!
+//! At open the store reads the last token, every hold and the first [`load::CHUNK`] leases,
+//! and serves; a loader thread reads the rest meanwhile, and the writer takes them in once
+//! all are read. Until then each call names the leases it reads or writes (its `Reach`), and
+//! the writer reads those the table lacks from the file before the call runs; a list waits
+//! for the end of the load. See `load` for why what the loader read never undoes an answer.
+//!
 //! # What is stored
 //!
 //! - `leases`: one row per lock, live or expired (expired rows go when purged or replaced;
 //!   a lease with a lock-delay no sooner than its delay ends), with its terms: the cap on
 //!   holding (`hold_until`, none if NULL) and the lock-delay in ms. Keyed by the resource
 //!   alone, without a rowid: the rows are kept in the byte order of their names, which is the
-//!   table's, so the load at open builds the table from them without sorting; and a write
+//!   table's, so the load builds the table from them without sorting; and a write
 //!   changes one b-tree, not a table and its index.
 //! - `holds`: one row per semaphore permit or read-write hold, keyed by (kind, name, owner),
 //!   with its claim (`permit`, `read` or `write`), the semaphore's limit for a permit, its
@@ -104,6 +112,7 @@
 //! - this module: [`SqliteStore`], its queue, and the [`LockStore`] calls it turns into jobs.
 //! - `writer`: the connection and the table, the thread that runs what is queued, and the
 //!   batch of one a caller runs when the writer is idle.
+//! - `load`: the file into the table: at open, and the rest by the loader while serving.
 //! - `schema`: the migrations, and the connection that takes the file for one server.
 //! - `clock`: the store's time across a stop (the re-base at open).
 //! - `row`: rows to and from leases and holds (the codec).
@@ -111,10 +120,12 @@
 
 mod clock;
 mod error;
+mod load;
 mod row;
 mod schema;
 mod writer;
 
+use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -133,7 +144,6 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use self::clock::rebase;
 use self::error::{SqliteError, WriteError};
-use self::row::load;
 use self::schema::{connect, migrate};
 use self::writer::{Shared, Writer};
 
@@ -173,6 +183,8 @@ pub struct SqliteStore {
     /// Becomes `true` when the writer has closed the file.
     closed: watch::Receiver<bool>,
     writer: Option<JoinHandle<()>>,
+    /// The thread that loads the leases after the first chunk, if the file had more.
+    loader: Option<JoinHandle<()>>,
     released: ReleaseFeed,
     counters: Arc<Counters>,
     path: PathBuf,
@@ -208,6 +220,10 @@ type Job = Box<dyn Pending>;
 /// caller's reply are one allocation (a [`Call`]); a closure that returned the answering
 /// closure took two per call.
 trait Pending: Send {
+    /// The leases the operation reads or writes, if the store was still loading its leases
+    /// when the call was made.
+    fn reach(&self) -> Option<&Reach>;
+
     /// Applies the operation to `table` at `now`, keeping its outcome for the answer.
     fn apply(&mut self, table: &mut LockTable, now: Timestamp);
 
@@ -218,6 +234,7 @@ trait Pending: Send {
 
 /// A caller's operation `op`, then its outcome, and where the caller waits for it.
 struct Call<F, T> {
+    reach: Option<Reach>,
     op: Option<F>,
     outcome: Option<Result<T>>,
     reply: oneshot::Sender<Result<T>>,
@@ -228,6 +245,10 @@ where
     F: FnOnce(&mut LockTable, Timestamp) -> Result<T> + Send,
     T: Send,
 {
+    fn reach(&self) -> Option<&Reach> {
+        self.reach.as_ref()
+    }
+
     fn apply(&mut self, table: &mut LockTable, now: Timestamp) {
         if let Some(op) = self.op.take() {
             self.outcome = Some(op(table, now));
@@ -248,10 +269,39 @@ where
     }
 }
 
+/// The leases an operation reads or writes, for a store still loading its leases (see
+/// `load`): the writer first reads from the file those of the names the table does not have
+/// yet.
+enum Reach {
+    /// The leases of these names, and no other (none, for an operation on holds alone).
+    Leases(Vec<Resource>),
+    /// Every lease (a list): the operation waits until every lease is loaded.
+    Every,
+}
+
+impl Reach {
+    const NONE: Reach = Reach::Leases(Vec::new());
+
+    fn one(resource: &Resource) -> Self {
+        Self::Leases(vec![resource.clone()])
+    }
+
+    /// The names to read, none for [`Reach::Every`] (which waits instead).
+    fn names(&self) -> &[Resource] {
+        match self {
+            Self::Leases(names) => names,
+            Self::Every => &[],
+        }
+    }
+}
+
 enum Message {
     Job(Job),
     /// Stop taking operations, answer those queued, close the file.
     Close,
+    /// The leases the loader read after the open, for the table to take in; or why they
+    /// could not be read, which stops the store.
+    Loaded(Box<std::result::Result<LockTable, SqliteError>>),
 }
 
 impl SqliteStore {
@@ -271,17 +321,33 @@ impl SqliteStore {
     /// was stopped, and the store's time resumes from the last time it recorded if `clock`
     /// reads earlier than that (see the module docs).
     pub fn open_with_clock(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self> {
+        Self::open_paced(path, clock, || {})
+    }
+
+    /// [`SqliteStore::open_with_clock`], with `paced` run by the loader after each chunk of
+    /// leases it reads after the first: a test holds it there.
+    fn open_paced(
+        path: impl AsRef<Path>,
+        clock: Arc<dyn Clock>,
+        paced: impl FnMut() + Send + 'static,
+    ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let mut conn = connect(&path)?;
         migrate(&mut conn, &path)?;
         let clock = rebase(&mut conn, clock)?;
-        let (table, shift) = load(&conn)?;
+        let load::Opening {
+            table,
+            shift,
+            rest_after,
+        } = load::open(&conn)?;
         let counters = Arc::new(Counters::default());
         let (closed_tx, closed) = watch::channel(false);
         let released = ReleaseFeed::new();
+        let last_token = table.last_token();
         let writer = Writer {
-            persisted_token: table.last_token(),
+            persisted_token: last_token,
             shift,
+            loading: rest_after.as_ref().map(|_| HashSet::new()),
             conn,
             table,
             clock,
@@ -294,6 +360,7 @@ impl SqliteStore {
             thread_waiting: false.into(),
             closing: false.into(),
             in_hand: 0.into(),
+            loading: rest_after.is_some().into(),
         });
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
         let thread = shared.clone();
@@ -301,11 +368,16 @@ impl SqliteStore {
             .name("fencelock-sqlite".into())
             .spawn(move || thread.run(receiver))
             .map_err(SqliteError::Thread)?;
+        // If it cannot start, dropping `queue` closes the file.
+        let loader = rest_after
+            .map(|after| load::spawn(shared.clone(), queue.downgrade(), after, last_token, paced))
+            .transpose()?;
         Ok(Self {
             queue: Some(queue),
             shared,
             closed,
             writer: Some(writer),
+            loader,
             released,
             counters,
             path,
@@ -350,35 +422,43 @@ impl SqliteStore {
         let _ = self.closed.clone().wait_for(|closed| *closed).await;
     }
 
-    /// Runs `op` through the writer and waits until its batch is durable: at once on this
-    /// thread if the writer is idle, else queued for the writer thread.
+    /// Runs `op`, which reads or writes the leases `reach` names, through the writer and
+    /// waits until its batch is durable: at once on this thread if the writer is idle, else
+    /// queued for the writer thread.
     async fn call<T: Send + 'static>(
         &self,
+        reach: impl FnOnce() -> Reach,
         op: impl FnOnce(&mut LockTable, Timestamp) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        self.submit(op, true).await
+        self.submit(reach, op, true).await
     }
 
-    /// Queues `op` for the writer thread whatever the writer is doing, and waits until its
-    /// batch is durable: for an operation that may walk many leases or holds, too long to
-    /// hold a caller's thread.
+    /// Queues `op`, which reads or writes the leases `reach` names, for the writer thread
+    /// whatever the writer is doing, and waits until its batch is durable: for an operation
+    /// that may walk many leases or holds, too long to hold a caller's thread.
     async fn queued_call<T: Send + 'static>(
         &self,
+        reach: impl FnOnce() -> Reach,
         op: impl FnOnce(&mut LockTable, Timestamp) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        self.submit(op, false).await
+        self.submit(reach, op, false).await
     }
 
     /// Runs `op` at once if `at_once` allows and the writer is idle, else queues it; then
-    /// waits for its answer.
+    /// waits for its answer. Its `reach` is only asked while the leases are loading.
     async fn submit<T: Send + 'static>(
         &self,
+        reach: impl FnOnce() -> Reach,
         op: impl FnOnce(&mut LockTable, Timestamp) -> Result<T> + Send + 'static,
         at_once: bool,
     ) -> Result<T> {
         let queue = self.queue.as_ref().ok_or(SqliteError::Closed)?;
         let (reply, answer) = oneshot::channel();
+        let reach = self.shared.loading.load(Ordering::Acquire).then(reach);
+        // An operation on every lease waits on the thread until they are all loaded.
+        let at_once = at_once && !matches!(reach, Some(Reach::Every));
         let job: Job = Box::new(Call {
+            reach,
             op: Some(op),
             outcome: None,
             reply,
@@ -420,15 +500,22 @@ impl Drop for SqliteStore {
         {
             tracing::error!(path = %self.path.display(), "the SQLite writer thread panicked");
         }
+        // It stops at its next chunk, finding the file closed; it catches its own panics.
+        if let Some(loader) = self.loader.take() {
+            let _ = loader.join();
+        }
     }
 }
 
 #[async_trait]
 impl LockStore for SqliteStore {
     async fn acquire_with(&self, resource: &Resource, owner: &Owner, terms: Terms) -> Result<AcquireOutcome> {
+        let reach = || Reach::one(resource);
         let (resource, owner) = (resource.clone(), owner.clone());
-        self.call(move |table, now| table.acquire(now, &resource, &owner, &terms))
-            .await
+        self.call(reach, move |table, now| {
+            table.acquire(now, &resource, &owner, &terms)
+        })
+        .await
     }
 
     async fn acquire_all(
@@ -437,14 +524,19 @@ impl LockStore for SqliteStore {
         owner: &Owner,
         terms: Terms,
     ) -> Result<AcquireAllOutcome> {
+        let reach = || Reach::Leases(resources.as_slice().to_vec());
         let (resources, owner) = (resources.clone(), owner.clone());
-        self.call(move |table, now| table.acquire_all(now, &resources, &owner, &terms))
-            .await
+        self.call(reach, move |table, now| {
+            table.acquire_all(now, &resources, &owner, &terms)
+        })
+        .await
     }
 
     async fn get(&self, resource: &Resource) -> Result<Option<Lease>> {
+        let reach = || Reach::one(resource);
         let resource = resource.clone();
-        self.call(move |table, now| Ok(table.get(now, &resource))).await
+        self.call(reach, move |table, now| Ok(table.get(now, &resource)))
+            .await
     }
 
     async fn release(
@@ -453,9 +545,12 @@ impl LockStore for SqliteStore {
         owner: &Owner,
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
+        let reach = || Reach::one(resource);
         let (resource, owner) = (resource.clone(), owner.clone());
-        self.call(move |table, now| Ok(table.release(now, &resource, &owner, token)))
-            .await
+        self.call(reach, move |table, now| {
+            Ok(table.release(now, &resource, &owner, token))
+        })
+        .await
     }
 
     async fn renew_with(
@@ -466,20 +561,26 @@ impl LockStore for SqliteStore {
         token: Option<FencingToken>,
         meta: Option<&Meta>,
     ) -> Result<RenewOutcome> {
+        let reach = || Reach::one(resource);
         let (resource, owner, meta) = (resource.clone(), owner.clone(), meta.cloned());
-        self.call(move |table, now| Ok(table.renew(now, &resource, &owner, ttl, token, meta.as_ref())))
-            .await
+        self.call(reach, move |table, now| {
+            Ok(table.renew(now, &resource, &owner, ttl, token, meta.as_ref()))
+        })
+        .await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
         let query = query.clone();
-        self.queued_call(move |table, now| Ok(table.list(now, &query)))
+        self.queued_call(|| Reach::Every, move |table, now| Ok(table.list(now, &query)))
             .await
     }
 
     async fn purge_expired(&self) -> Result<Vec<Expired>> {
         // A purge walks up to a batch of ended leases and holds: not on a caller's thread.
-        self.queued_call(|table, now| Ok(table.purge_expired(now))).await
+        // While the leases load, it forgets what has ended of those the table has (the
+        // names asked about), and the rest once they are in.
+        self.queued_call(|| Reach::NONE, |table, now| Ok(table.purge_expired(now)))
+            .await
     }
 
     async fn acquire_hold_with(
@@ -492,14 +593,20 @@ impl LockStore for SqliteStore {
         meta: Option<&Meta>,
     ) -> Result<HoldOutcome> {
         let (name, owner, meta) = (name.clone(), owner.clone(), meta.cloned());
-        self.call(move |table, now| table.acquire_hold(now, &name, &owner, claim, ttl, intent, meta.as_ref()))
-            .await
+        self.call(
+            || Reach::NONE,
+            move |table, now| table.acquire_hold(now, &name, &owner, claim, ttl, intent, meta.as_ref()),
+        )
+        .await
     }
 
     async fn holds(&self, kind: HoldKind, name: &Resource) -> Result<Vec<Hold>> {
         let name = name.clone();
-        self.queued_call(move |table, now| Ok(table.holds(now, kind, &name)))
-            .await
+        self.queued_call(
+            || Reach::NONE,
+            move |table, now| Ok(table.holds(now, kind, &name)),
+        )
+        .await
     }
 
     async fn release_hold(
@@ -510,8 +617,11 @@ impl LockStore for SqliteStore {
         token: Option<FencingToken>,
     ) -> Result<ReleaseOutcome> {
         let (name, owner) = (name.clone(), owner.clone());
-        self.call(move |table, now| Ok(table.release_hold(now, kind, &name, &owner, token)))
-            .await
+        self.call(
+            || Reach::NONE,
+            move |table, now| Ok(table.release_hold(now, kind, &name, &owner, token)),
+        )
+        .await
     }
 
     async fn renew_hold_with(
@@ -524,36 +634,50 @@ impl LockStore for SqliteStore {
         meta: Option<&Meta>,
     ) -> Result<RenewOutcome<Hold>> {
         let (name, owner, meta) = (name.clone(), owner.clone(), meta.cloned());
-        self.call(move |table, now| Ok(table.renew_hold(now, kind, &name, &owner, ttl, token, meta.as_ref())))
-            .await
+        self.call(
+            || Reach::NONE,
+            move |table, now| Ok(table.renew_hold(now, kind, &name, &owner, ttl, token, meta.as_ref())),
+        )
+        .await
     }
 
     async fn list_holds(&self, kind: HoldKind, query: &ListQuery) -> Result<HoldPage> {
         let query = query.clone();
-        self.queued_call(move |table, now| Ok(table.list_holds(now, kind, &query)))
-            .await
+        self.queued_call(
+            || Reach::NONE,
+            move |table, now| Ok(table.list_holds(now, kind, &query)),
+        )
+        .await
     }
 
     async fn withdraw_intent(&self, name: &Resource, owner: &Owner) -> Result<()> {
         // Nothing to write (intents live in the table only), but through the writer all the
         // same: the readers it held back are told once the batch is done, in order.
         let (name, owner) = (name.clone(), owner.clone());
-        self.call(move |table, _| {
-            table.withdraw_intent(&name, &owner);
-            Ok(())
-        })
+        self.call(
+            || Reach::NONE,
+            move |table, _| {
+                table.withdraw_intent(&name, &owner);
+                Ok(())
+            },
+        )
         .await
     }
 
     async fn force_release(&self, key: &Key) -> Result<ForceOutcome> {
+        // A hold's key names no lease.
+        let reach = || match key.kind.hold_kind() {
+            None => Reach::one(&key.name),
+            Some(_) => Reach::NONE,
+        };
         let key = key.clone();
-        self.queued_call(move |table, now| Ok(table.force_release(now, &key)))
+        self.queued_call(reach, move |table, now| Ok(table.force_release(now, &key)))
             .await
     }
 
     async fn ping(&self) -> Result<()> {
         // Through the writer, so a stopped or stuck writer fails readiness.
-        self.call(|_, _| Ok(())).await
+        self.call(|| Reach::NONE, |_, _| Ok(())).await
     }
 
     fn releases(&self) -> Option<broadcast::Receiver<ReleaseNotice>> {

@@ -1,14 +1,13 @@
 //! Rows of the file to and from leases and holds: what the writer writes and the load reads.
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use fencelock_core::store::Result;
 use fencelock_core::table::DirtyHold;
 use fencelock_core::{
-    Claim, FencingToken, Hold, HoldKind, Lease, LockTable, Meta, Owner, Principal, Resource, Timestamp,
+    Claim, FencingToken, Hold, HoldKind, Lease, Meta, Owner, Principal, Resource, Timestamp,
 };
-use rusqlite::{Connection, params};
+use rusqlite::params;
 
 use super::error::{SqliteError, WriteError};
 
@@ -131,133 +130,6 @@ pub(super) fn kind_from_sql(kind: &str) -> Result<HoldKind, String> {
 
 pub(super) fn to_sql(what: &'static str, value: u64) -> Result<i64, WriteError> {
     i64::try_from(value).map_err(|_| WriteError::OutOfRange { what, value })
-}
-
-/// Reads every lease and hold (expired ones too: they are purged by the rules, not by a
-/// restart) and the last token issued; returns them with the file's re-base shift.
-///
-/// Each row ends at its `expires_at` moved by the re-bases since it was written (the file's
-/// shift less the row's): every lease and hold then has the time it had left at the last
-/// batch before the stop, and one that had ended then has still ended.
-pub(super) fn load(conn: &Connection) -> Result<(LockTable, i64), SqliteError> {
-    let unreadable = SqliteError::Read;
-    let (last_token, shift): (i64, i64) = conn
-        .query_row("SELECT last_token, shift FROM meta WHERE id = 1", [], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .map_err(unreadable)?;
-    // Checked after the leases, as before they were read into the table.
-    let last_token = from_sql("last token", last_token);
-    let first = *last_token.as_ref().unwrap_or(&0);
-    // Two threads, as the host has two cores or more: this one steps SQLite and reads each
-    // row into a lease; the builder moves them into the table as they come.
-    let table = std::thread::scope(|scope| {
-        let (chunks, received) = mpsc::sync_channel(CHUNKS_IN_FLIGHT);
-        let builder = std::thread::Builder::new()
-            .name("fencelock-load".into())
-            .spawn_scoped(scope, move || LockTable::new(first, Received::from(received)))
-            .map_err(SqliteError::BuilderThread)?;
-        // On an error, the builder ends with what it was sent, and its table is dropped.
-        let read = read_leases(conn, shift, &chunks);
-        drop(chunks);
-        let table = builder
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        read.map(|()| table)
-    })?;
-    let mut holds = Vec::new();
-    let mut statement = conn
-        .prepare(
-            "SELECT name, owner, token, acquired_at, expires_at, shift, kind, claim, permit_limit,
-                 principal, meta
-             FROM holds",
-        )
-        .map_err(unreadable)?;
-    let mut rows = statement.query([]).map_err(unreadable)?;
-    while let Some(row) = rows.next().map_err(unreadable)? {
-        holds.push(hold_from_row(row, shift)?);
-    }
-    last_token?;
-    let table = table.with_holds(holds);
-    Ok((table, shift))
-}
-
-/// How many leases the reading thread of [`load`] hands the builder at a time: enough that
-/// the hand-over costs nothing per lease, few enough to stay in the caches.
-const CHUNK: usize = 256;
-
-/// How many chunks may wait for the builder: the reader runs ahead by this much at most.
-const CHUNKS_IN_FLIGHT: usize = 64;
-
-/// Reads every lease row into chunks sent on `chunks`, in the order of the key: the table's
-/// build, which sorts them, then finds them sorted.
-fn read_leases(
-    conn: &Connection,
-    shift: i64,
-    chunks: &mpsc::SyncSender<Vec<Lease>>,
-) -> Result<(), SqliteError> {
-    let unreadable = SqliteError::Read;
-    let mut statement = conn
-        .prepare(
-            "SELECT resource, owner, token, acquired_at, expires_at, shift, principal, hold_until,
-                 lock_delay, meta
-             FROM leases ORDER BY resource",
-        )
-        .map_err(unreadable)?;
-    let mut rows = statement.query([]).map_err(unreadable)?;
-    let mut chunk = Vec::with_capacity(CHUNK);
-    while let Some(row) = rows.next().map_err(unreadable)? {
-        chunk.push(lease_row(row, shift)?);
-        if chunk.len() == CHUNK {
-            let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
-            // The builder only stops early by panicking, which `load` passes on.
-            if chunks.send(full).is_err() {
-                return Ok(());
-            }
-        }
-    }
-    // As above: a builder gone has panicked.
-    let _ = chunks.send(chunk);
-    Ok(())
-}
-
-/// The leases the builder receives, one by one, in the order they were read.
-struct Received {
-    chunks: mpsc::Receiver<Vec<Lease>>,
-    chunk: std::vec::IntoIter<Lease>,
-}
-
-impl From<mpsc::Receiver<Vec<Lease>>> for Received {
-    fn from(chunks: mpsc::Receiver<Vec<Lease>>) -> Self {
-        Self {
-            chunks,
-            chunk: Vec::new().into_iter(),
-        }
-    }
-}
-
-impl Iterator for Received {
-    type Item = Lease;
-
-    fn next(&mut self) -> Option<Lease> {
-        loop {
-            if let Some(lease) = self.chunk.next() {
-                return Some(lease);
-            }
-            self.chunk = self.chunks.recv().ok()?.into_iter();
-        }
-    }
-}
-
-/// The lease in `row`, a row of `leases` as [`load`] selects it, of a file whose re-base shift
-/// is `shift`.
-fn lease_row(row: &rusqlite::Row<'_>, shift: i64) -> Result<Lease, SqliteError> {
-    let lease = lease_from_row("lease", row, shift, 6)?;
-    let meta = meta_from_sql("lease", row, 9)?;
-    Ok(Lease {
-        meta,
-        ..with_terms(lease, row, shift)?
-    })
 }
 
 /// The text in column `column` of `row`, read in place.

@@ -211,7 +211,7 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), SqliteEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sqlite::row::load;
+    use crate::sqlite::load;
 
     fn pragma(conn: &Connection, name: &str) -> String {
         conn.pragma_query_value(None, name, |row| row.get::<_, rusqlite::types::Value>(0))
@@ -248,13 +248,13 @@ mod tests {
         migrate(&mut conn, &path).unwrap();
         conn.execute("UPDATE meta SET last_token = 7", []).unwrap();
         migrate(&mut conn, &path).unwrap();
-        assert_eq!(load(&conn).unwrap().0.last_token(), 7);
+        assert_eq!(load::open(&conn).unwrap().table.last_token(), 7);
     }
 
     /// Every lease and hold of `conn`'s file as the load reads them, and the last token.
     fn loaded(conn: &Connection) -> (Vec<fencelock_core::Lease>, Vec<fencelock_core::Hold>, u64) {
         use fencelock_core::{HoldKind, ListQuery, Resource, Timestamp};
-        let (table, _) = load(conn).unwrap();
+        let table = load::open(conn).unwrap().table;
         let all = ListQuery {
             prefix: String::new(),
             after: None,

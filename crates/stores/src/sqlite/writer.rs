@@ -2,20 +2,22 @@
 //! commit) — by the writer thread for what is queued, or by a caller that found the writer
 //! idle.
 
+use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use fencelock_core::store::Result;
-use fencelock_core::{LockTable, ReleaseFeed, Timestamp};
+use fencelock_core::{LockTable, ReleaseFeed, Resource, Timestamp};
 use rusqlite::{Connection, params};
 use tokio::runtime::RuntimeFlavor;
 use tokio::sync::{mpsc, watch};
 
 use super::clock::{StoreClock, recorded_uptime_ms};
-use super::error::WriteError;
+use super::error::{SqliteError, WriteError};
+use super::load::read_lease;
 use super::row::{to_sql, write_hold, write_row};
-use super::{Counters, Job, MAX_BATCH, Message};
+use super::{Counters, Job, MAX_BATCH, Message, Reach};
 
 /// The writer, and what tells a caller whether it may run its operation at once.
 ///
@@ -35,6 +37,9 @@ pub(super) struct Shared {
     pub(super) closing: AtomicBool,
     /// How many messages the thread has taken from the queue and not yet run.
     pub(super) in_hand: AtomicUsize,
+    /// Set until the table has every lease of the file (see `load`): meanwhile each call
+    /// names the leases it reads or writes.
+    pub(super) loading: AtomicBool,
 }
 
 /// The connection and the table.
@@ -46,6 +51,9 @@ pub(super) struct Writer {
     pub(super) persisted_token: u64,
     /// The file's re-base shift, which every row written carries (see [`rebase`](super::clock::rebase)).
     pub(super) shift: i64,
+    /// While the leases load: every name the writer was asked about, whose lease (or none)
+    /// the table has as it is now, whatever the loader reads.
+    pub(super) loading: Option<HashSet<Resource>>,
     pub(super) counters: Arc<Counters>,
     pub(super) released: ReleaseFeed,
     pub(super) closed: watch::Sender<bool>,
@@ -60,6 +68,8 @@ impl Shared {
         // Both kept from batch to batch: a batch allocates no list of its own.
         let mut messages = Vec::with_capacity(MAX_BATCH);
         let mut jobs = Vec::with_capacity(MAX_BATCH);
+        // Operations on every lease, waiting for the load.
+        let mut waiting: Vec<Job> = Vec::new();
         // Blocks for the first operation, then waits for the writer, then takes whatever else
         // was queued meanwhile: the batch.
         while queue.blocking_recv_many(&mut messages, MAX_BATCH) > 0 {
@@ -73,17 +83,44 @@ impl Shared {
                 messages.push(message);
             }
             self.in_hand.store(messages.len(), Ordering::Release);
+            let mut load_failed = None;
             for message in messages.drain(..) {
                 match message {
+                    Message::Job(job) if matches!(job.reach(), Some(Reach::Every)) && self.loading() => {
+                        waiting.push(job);
+                    }
                     Message::Job(job) => jobs.push(job),
                     // Refuses new operations; those already queued are still taken.
                     Message::Close => {
                         self.closing.store(true, Ordering::Release);
                         queue.close();
                     }
+                    Message::Loaded(loaded) => match *loaded {
+                        Ok(loaded) => {
+                            if let Some(writer) = slot.as_mut() {
+                                writer.take_in(loaded);
+                            }
+                            self.loading.store(false, Ordering::Release);
+                            jobs.append(&mut waiting);
+                        }
+                        Err(error) => load_failed = Some(Arc::new(WriteError::Read(error))),
+                    },
                 }
             }
             self.in_hand.store(0, Ordering::Release);
+            if let Some(failure) = load_failed {
+                // The table can never have every lease: nothing runs on it again.
+                tracing::error!(error = %failure, "the SQLite store could not load its leases: it stops, and refuses every call from now on");
+                close(&mut slot);
+                drop(slot);
+                for job in jobs.drain(..).chain(waiting.drain(..)) {
+                    job.answer(Some(&failure));
+                }
+                break;
+            }
+            if jobs.is_empty() {
+                continue;
+            }
             // Stopped: the callers queued are told so (their jobs go unanswered).
             let Ran::Batch(failure) = run_batch(&mut slot, &mut jobs) else {
                 break;
@@ -94,6 +131,11 @@ impl Shared {
                 job.answer(failure.as_ref());
             }
         }
+    }
+
+    /// Whether the table lacks some leases still (read on the thread, which alone clears it).
+    fn loading(&self) -> bool {
+        self.loading.load(Ordering::Relaxed)
     }
 
     /// Runs `job` at once, on the caller's thread — which found nothing queued — if the
@@ -184,13 +226,52 @@ impl Writer {
     /// Applies and commits `jobs`, and announces what they freed; returns the batch's failure,
     /// which every job's answer must then carry.
     pub(super) fn run_batch(&mut self, jobs: &mut [Job]) -> Option<Arc<WriteError>> {
+        let failure = match self.read_reach(jobs) {
+            Ok(()) => self.apply_and_commit(jobs),
+            Err(error) => Some(Arc::new(WriteError::Read(error))),
+        };
+        self.counters.batches.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .operations
+            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        // Only now may anyone hear of the batch — reads included, as they may have seen its
+        // changes: the caller answers the jobs, once it has let the writer go.
+        failure
+    }
+
+    /// While the leases load: reads from the file the leases `jobs` reach that the table does
+    /// not have yet, and never asked about before.
+    fn read_reach(&mut self, jobs: &[Job]) -> Result<(), SqliteError> {
+        let Some(known) = &mut self.loading else {
+            return Ok(());
+        };
+        for name in jobs.iter().filter_map(|job| job.reach()).flat_map(Reach::names) {
+            if self.table.has_lease(name) || known.contains(name) {
+                continue;
+            }
+            if let Some(lease) = read_lease(&self.conn, name, self.shift)? {
+                self.table.load_lease(lease);
+            }
+            known.insert(name.clone());
+        }
+        Ok(())
+    }
+
+    /// Takes in the leases the loader read: the table has every lease from now on.
+    fn take_in(&mut self, loaded: LockTable) {
+        let known = self.loading.take().unwrap_or_default();
+        self.table.take_in(loaded, &known);
+    }
+
+    /// Applies and commits `jobs`, and announces what they freed; returns the batch's failure.
+    fn apply_and_commit(&mut self, jobs: &mut [Job]) -> Option<Arc<WriteError>> {
         self.table.begin();
         let mut now = self.clock.now();
         for job in jobs.iter_mut() {
             now = self.clock.now();
             job.apply(&mut self.table, now);
         }
-        let failure = match self.persist(now) {
+        match self.persist(now) {
             Ok(wrote) => {
                 self.table.commit();
                 if wrote {
@@ -209,14 +290,7 @@ impl Writer {
                 tracing::error!(%error, "an SQLite batch failed to commit and was rolled back");
                 Some(Arc::new(error))
             }
-        };
-        self.counters.batches.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .operations
-            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
-        // Only now may anyone hear of the batch — reads included, as they may have seen its
-        // changes: the caller answers the jobs, once it has let the writer go.
-        failure
+        }
     }
 
     /// Writes the batch's changed leases and holds, the last token and the batch's time

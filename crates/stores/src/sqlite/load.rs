@@ -1,0 +1,510 @@
+//! The file into the table: at open the last token, every hold and the first [`CHUNK`]
+//! leases; the rest of the leases by the loader, in the background, while the store serves.
+//!
+//! Until the loader is done, the table has only some of the leases: those of the first chunk,
+//! and those of each name a call has asked about since, which the writer reads from the file
+//! by its key before the call runs ([`read_lease`]; the calls name their leases, see
+//! [`Reach`](super::Reach)). The loader reads the rest in chunks, in the order of the key, each
+//! under the writer's lock between batches, and builds them into a table of its own, which the
+//! writer then takes in ([`LockTable::take_in`]): every name asked about meanwhile keeps the
+//! served table's lease (or none), whatever the loader read, and every other name's lease has
+//! not changed since the open, so that what the loader read of it is what the file has. Until
+//! then the calls that read every lease (a list) wait; the purge forgets what has ended of the
+//! leases the table has, and the rest once they are in.
+//!
+//! Ten million leases took some ten seconds to load (`docs/PERFORMANCE.md`), and a server
+//! that loaded them before it served was down as long at each restart.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::{Arc, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use fencelock_core::{Lease, LockTable, Resource};
+use rusqlite::Connection;
+use tokio::sync::mpsc::WeakSender;
+
+use super::Message;
+use super::error::SqliteError;
+use super::row::{from_sql, hold_from_row, lease_from_row, meta_from_sql, with_terms};
+use super::writer::Shared;
+
+/// How many leases are read at a time: at open, then by the loader under the writer's lock,
+/// which a chunk holds for about a millisecond.
+pub(super) const CHUNK: usize = 1024;
+
+/// How many chunks may wait for the loader's builder: the reader runs ahead by this much at
+/// most.
+const CHUNKS_IN_FLIGHT: usize = 64;
+
+/// The columns of a lease row, in the order [`lease_row`] reads them.
+macro_rules! lease_columns {
+    () => {
+        "resource, owner, token, acquired_at, expires_at, shift, principal, hold_until, lock_delay, meta"
+    };
+}
+
+/// What the open reads of the file.
+pub(super) struct Opening {
+    /// The last token, every hold, and the leases of the first chunk.
+    pub(super) table: LockTable,
+    /// The file's re-base shift.
+    pub(super) shift: i64,
+    /// The name of the last lease read, if there may be more after it for the loader.
+    pub(super) rest_after: Option<String>,
+}
+
+/// Reads the last token, every hold (expired ones too: they are purged by the rules, not by a
+/// restart) and the first [`CHUNK`] leases, and says where the rest begins.
+///
+/// Each row ends at its `expires_at` moved by the re-bases since it was written (the file's
+/// shift less the row's): every lease and hold then has the time it had left at the last
+/// batch before the stop, and one that had ended then has still ended.
+pub(super) fn open(conn: &Connection) -> Result<Opening, SqliteError> {
+    let unreadable = SqliteError::Read;
+    let (last_token, shift): (i64, i64) = conn
+        .query_row("SELECT last_token, shift FROM meta WHERE id = 1", [], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .map_err(unreadable)?;
+    // Checked after the leases, as before they were read into the table.
+    let last_token = from_sql("last token", last_token);
+    let first = read_chunk(conn, "", shift)?;
+    let rest_after = (first.len() == CHUNK)
+        .then(|| first.last().map(|lease| lease.resource.to_string()))
+        .flatten();
+    let mut holds = Vec::new();
+    let mut statement = conn
+        .prepare(
+            "SELECT name, owner, token, acquired_at, expires_at, shift, kind, claim, permit_limit,
+                 principal, meta
+             FROM holds",
+        )
+        .map_err(unreadable)?;
+    let mut rows = statement.query([]).map_err(unreadable)?;
+    while let Some(row) = rows.next().map_err(unreadable)? {
+        holds.push(hold_from_row(row, shift)?);
+    }
+    let table = LockTable::new(last_token?, first).with_holds(holds);
+    Ok(Opening {
+        table,
+        shift,
+        rest_after,
+    })
+}
+
+/// The lease on `resource` in the file, if it has one, for a call that asks about it while
+/// the loader has not read it.
+pub(super) fn read_lease(
+    conn: &Connection,
+    resource: &Resource,
+    shift: i64,
+) -> Result<Option<Lease>, SqliteError> {
+    let unreadable = SqliteError::Read;
+    let mut statement = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            lease_columns!(),
+            " FROM leases WHERE resource = ?1"
+        ))
+        .map_err(unreadable)?;
+    let mut rows = statement.query([resource.as_str()]).map_err(unreadable)?;
+    rows.next()
+        .map_err(unreadable)?
+        .map(|row| lease_row(row, shift))
+        .transpose()
+}
+
+/// Starts the loader of the leases after `after`, whose table goes to the writer thread on
+/// `queue` once complete (or why it could not be read). `paced` runs after each chunk is
+/// read, the writer free again: a test holds the loader there.
+pub(super) fn spawn(
+    shared: Arc<Shared>,
+    queue: WeakSender<Message>,
+    after: String,
+    last_token: u64,
+    paced: impl FnMut() + Send + 'static,
+) -> Result<JoinHandle<()>, SqliteError> {
+    std::thread::Builder::new()
+        .name("fencelock-load".into())
+        .spawn(move || {
+            let started = Instant::now();
+            let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                load_rest(&shared, after, last_token, paced)
+            }))
+            .unwrap_or(Err(SqliteError::LoadPanicked));
+            let loaded = match loaded {
+                // The store closed first: nobody waits for the rest.
+                Ok(None) => return,
+                Ok(Some(table)) => {
+                    tracing::info!(
+                        seconds = started.elapsed().as_secs_f64(),
+                        "the embedded store has loaded every lease; lists answer"
+                    );
+                    Ok(table)
+                }
+                Err(error) => Err(error),
+            };
+            // Gone if the store was dropped meanwhile.
+            if let Some(queue) = queue.upgrade() {
+                let _ = queue.blocking_send(Message::Loaded(Box::new(loaded)));
+            }
+        })
+        .map_err(SqliteError::LoaderThread)
+}
+
+/// Reads every lease after `after`, chunk by chunk under the writer's lock, and builds them
+/// into a table on a second thread as they come (the host has two cores or more). `None` if
+/// the store closed first.
+fn load_rest(
+    shared: &Shared,
+    mut after: String,
+    last_token: u64,
+    mut paced: impl FnMut(),
+) -> Result<Option<LockTable>, SqliteError> {
+    std::thread::scope(|scope| {
+        let (chunks, received) = mpsc::sync_channel(CHUNKS_IN_FLIGHT);
+        let builder = std::thread::Builder::new()
+            .name("fencelock-build".into())
+            .spawn_scoped(scope, move || {
+                LockTable::new(last_token, Received::from(received))
+            })
+            .map_err(SqliteError::LoaderThread)?;
+        // On an error or a close, the builder ends with what it was sent, and its table is
+        // dropped.
+        let read = loop {
+            let chunk = {
+                let slot = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(writer) = slot.as_ref() else {
+                    break Ok(false);
+                };
+                match read_chunk(&writer.conn, &after, writer.shift) {
+                    Ok(chunk) => chunk,
+                    Err(error) => break Err(error),
+                }
+            };
+            // The writer thread, woken by the unlock, goes first: this loop would take the
+            // lock again before it ran, chunk after chunk.
+            while shared.thread_waiting.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            paced();
+            let last = chunk.len() < CHUNK;
+            if let Some(lease) = chunk.last() {
+                after = lease.resource.to_string();
+            }
+            // The builder only stops early by panicking, which is passed on below.
+            if chunks.send(chunk).is_err() || last {
+                break Ok(true);
+            }
+        };
+        drop(chunks);
+        let table = builder
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Ok(read?.then_some(table))
+    })
+}
+
+/// The next [`CHUNK`] leases after the name `after` (`""` for the first: no name is empty), in
+/// the order of the key: the table's build, which sorts them, then finds them sorted.
+fn read_chunk(conn: &Connection, after: &str, shift: i64) -> Result<Vec<Lease>, SqliteError> {
+    let unreadable = SqliteError::Read;
+    let mut statement = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            lease_columns!(),
+            " FROM leases WHERE resource > ?1 ORDER BY resource LIMIT ?2"
+        ))
+        .map_err(unreadable)?;
+    let mut rows = statement
+        .query(rusqlite::params![after, CHUNK as i64])
+        .map_err(unreadable)?;
+    let mut chunk = Vec::with_capacity(CHUNK);
+    while let Some(row) = rows.next().map_err(unreadable)? {
+        chunk.push(lease_row(row, shift)?);
+    }
+    Ok(chunk)
+}
+
+/// The leases the builder receives, one by one, in the order they were read.
+struct Received {
+    chunks: mpsc::Receiver<Vec<Lease>>,
+    chunk: std::vec::IntoIter<Lease>,
+}
+
+impl From<mpsc::Receiver<Vec<Lease>>> for Received {
+    fn from(chunks: mpsc::Receiver<Vec<Lease>>) -> Self {
+        Self {
+            chunks,
+            chunk: Vec::new().into_iter(),
+        }
+    }
+}
+
+impl Iterator for Received {
+    type Item = Lease;
+
+    fn next(&mut self) -> Option<Lease> {
+        loop {
+            if let Some(lease) = self.chunk.next() {
+                return Some(lease);
+            }
+            self.chunk = self.chunks.recv().ok()?.into_iter();
+        }
+    }
+}
+
+/// The lease in `row`, a row of `leases` as [`lease_columns`] selects it, of a file whose
+/// re-base shift is `shift`.
+fn lease_row(row: &rusqlite::Row<'_>, shift: i64) -> Result<Lease, SqliteError> {
+    let lease = lease_from_row("lease", row, shift, 6)?;
+    let meta = meta_from_sql("lease", row, 9).map_err(|error| match error {
+        SqliteError::Data(why) => SqliteError::Data(format!("{why}, on {:?}", lease.resource)),
+        other => other,
+    })?;
+    Ok(Lease {
+        meta,
+        ..with_terms(lease, row, shift)?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+    use std::time::Duration;
+
+    use fencelock_core::{
+        AcquireOutcome, FencingToken, HoldKind, ListQuery, LockStore, ManualClock, ReleaseOutcome,
+        StoreError, Timestamp,
+    };
+    use fencelock_testkit::fixtures::{owner, resource, ttl};
+
+    use super::super::SqliteStore;
+    use super::*;
+
+    const T0: Timestamp = Timestamp::from_millis(1_795_933_800_000);
+
+    /// Three chunks' worth: the first read at open, the second and the third by the loader.
+    const LEASES: usize = 2 * CHUNK + CHUNK / 2;
+
+    /// A store file with [`LEASES`] leases, `r/0000` on, held by `o` for an hour from T0, with
+    /// tokens 1 on; `tamper` then runs on it.
+    fn file(tamper: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        drop(SqliteStore::open_with_clock(&path, Arc::new(ManualClock::new(T0))).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let mut insert = conn
+            .prepare(
+                "INSERT INTO leases (resource, owner, token, acquired_at, expires_at)
+                 VALUES (?1, 'o', ?2, ?3, ?4)",
+            )
+            .unwrap();
+        let start = i64::try_from(T0.as_millis()).unwrap();
+        for i in 0..LEASES {
+            let row = rusqlite::params![format!("r/{i:04}"), i as i64 + 1, start, start + 3_600_000];
+            insert.execute(row).unwrap();
+        }
+        conn.execute("UPDATE meta SET last_token = ?1", [LEASES as i64])
+            .unwrap();
+        conn.execute_batch(tamper).unwrap();
+        (dir, path)
+    }
+
+    /// Opens `path` with a loader held after each chunk it reads, until the test lets it go.
+    fn open_held(path: &std::path::Path) -> (Arc<SqliteStore>, Loader) {
+        let (read, has_read) = std::sync::mpsc::sync_channel(0);
+        let (go, wait) = std::sync::mpsc::channel();
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = SqliteStore::open_paced(path, clock, move || {
+            // The test may have stopped listening, or let it go for good.
+            let _ = read.send(());
+            let _ = wait.recv();
+        })
+        .unwrap();
+        (Arc::new(store), Loader { has_read, _go: go })
+    }
+
+    /// The loader of a store opened by [`open_held`].
+    struct Loader {
+        has_read: std::sync::mpsc::Receiver<()>,
+        /// Dropped, lets the loader go on to the end.
+        _go: std::sync::mpsc::Sender<()>,
+    }
+
+    impl Loader {
+        /// Waits until the loader has read its next chunk; it waits there.
+        async fn has_read(&self) {
+            tokio::task::block_in_place(|| self.has_read.recv().unwrap());
+        }
+
+        /// Lets the loader go on to the end.
+        fn go(self) {
+            drop(self);
+        }
+    }
+
+    /// Polls `future` once: whether it is still waiting.
+    async fn pending<T>(future: &mut Pin<Box<impl Future<Output = T>>>) -> bool {
+        std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_pending())).await
+    }
+
+    fn every() -> ListQuery {
+        ListQuery {
+            prefix: String::new(),
+            after: None,
+            limit: 10 * LEASES,
+        }
+    }
+
+    fn name(i: usize) -> Resource {
+        resource(&format!("r/{i:04}"))
+    }
+
+    fn minute() -> fencelock_core::Ttl {
+        ttl(Duration::from_secs(60))
+    }
+
+    async fn granted(store: &SqliteStore, name: &str) -> Lease {
+        match store.acquire(&resource(name), &owner("p"), minute()).await {
+            Ok(AcquireOutcome::Granted { lease, .. }) => lease,
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_store_answers_from_the_file_while_it_loads_and_the_load_undoes_none_of_it() {
+        let (_dir, path) = file("");
+        let (store, loader) = open_held(&path);
+        loader.has_read().await;
+        // The loader has read the second chunk and waits to read the third.
+        let read_not_in = name(CHUNK + 100);
+        let unread = name(2 * CHUNK + 100);
+
+        let lease = store.get(&read_not_in).await.unwrap().unwrap();
+        assert_eq!((lease.owner.as_str(), lease.token.0), ("o", (CHUNK + 101) as u64));
+        for name in [&read_not_in, &unread] {
+            let released = store.release(name, &owner("o"), None).await.unwrap();
+            assert!(
+                matches!(released, ReleaseOutcome::Released(_)),
+                "{name}: {released:?}"
+            );
+        }
+        for held in [name(5), name(CHUNK + 5), name(2 * CHUNK + 5)] {
+            let refused = store.acquire(&held, &owner("p"), minute()).await;
+            assert!(
+                matches!(refused, Ok(AcquireOutcome::Held { .. })),
+                "{held}: {refused:?}"
+            );
+        }
+        let new = granted(&store, "s/new").await;
+        assert_eq!(
+            new.token,
+            FencingToken(LEASES as u64 + 1),
+            "above the file's last"
+        );
+
+        // A list waits for every lease: queued before a call that is answered, it is not.
+        let mut listing = Box::pin({
+            let store = store.clone();
+            async move { store.list(&every()).await }
+        });
+        assert!(pending(&mut listing).await);
+        store.holds(HoldKind::Semaphore, &name(1)).await.unwrap();
+        assert!(
+            pending(&mut listing).await,
+            "a list answered before the load ended"
+        );
+
+        loader.go();
+        let page = listing.await.unwrap();
+        assert_eq!(page.leases.len(), LEASES - 2 + 1);
+        let find = |name: &Resource| page.leases.iter().find(|l| l.resource == *name);
+        assert_eq!(
+            find(&read_not_in),
+            None,
+            "a release undone by what the loader had read"
+        );
+        assert_eq!(find(&unread), None);
+        assert_eq!(find(&new.resource), Some(&new));
+        let kept = find(&name(2 * CHUNK + 5)).unwrap();
+        assert_eq!((kept.owner.as_str(), kept.token.0), ("o", (2 * CHUNK + 6) as u64));
+        assert_eq!(store.get(&read_not_in).await.unwrap(), None);
+        let next = granted(&store, "s/next").await;
+        assert_eq!(next.token, FencingToken(LEASES as u64 + 2));
+
+        // And the file says the same.
+        store.close().await;
+        let reopened = SqliteStore::open_with_clock(&path, Arc::new(ManualClock::new(T0))).unwrap();
+        let mut expected = page.leases;
+        expected.push(next);
+        expected.sort_by(|a, b| a.resource.cmp(&b.resource));
+        assert_eq!(reopened.list(&every()).await.unwrap().leases, expected);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lease_that_cannot_be_read_fails_its_call_then_the_load_and_the_store_stops() {
+        let bad = name(2 * CHUNK + 7);
+        let (_dir, path) = file(&format!(
+            "UPDATE leases SET meta = 'not json' WHERE resource = '{bad}'"
+        ));
+        let (store, loader) = open_held(&path);
+        loader.has_read().await;
+
+        let error = store.get(&bad).await.unwrap_err();
+        assert!(
+            matches!(&error, StoreError::Corrupt(m) if m.contains(bad.as_str())),
+            "{error}"
+        );
+        let error = store.acquire(&bad, &owner("p"), minute()).await.unwrap_err();
+        assert!(
+            matches!(error, StoreError::Corrupt(_)),
+            "nothing written: {error}"
+        );
+        assert!(
+            store.get(&name(2 * CHUNK + 8)).await.unwrap().is_some(),
+            "others still answer"
+        );
+
+        let mut listing = Box::pin({
+            let store = store.clone();
+            async move { store.list(&every()).await }
+        });
+        assert!(pending(&mut listing).await);
+        loader.go();
+        let error = listing.await.unwrap_err();
+        assert!(
+            matches!(&error, StoreError::Corrupt(m) if m.contains(bad.as_str())),
+            "{error}"
+        );
+        let error = store.get(&name(1)).await.unwrap_err();
+        assert!(matches!(error, StoreError::Unavailable { .. }), "{error}");
+        store.close().await;
+        assert!(SqliteStore::open(&path).is_ok(), "the file was let go");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_store_closed_while_it_loads_lets_the_file_go_at_once_and_answers_what_waited() {
+        let (_dir, path) = file("");
+        let (store, loader) = open_held(&path);
+        loader.has_read().await;
+        let mut listing = Box::pin({
+            let store = store.clone();
+            async move { store.list(&every()).await }
+        });
+        assert!(pending(&mut listing).await);
+
+        store.close().await;
+        let error = listing.await.unwrap_err();
+        assert!(matches!(error, StoreError::Unavailable { .. }), "{error}");
+        // The loader still waits, and has the file no more.
+        let reopened = SqliteStore::open_with_clock(&path, Arc::new(ManualClock::new(T0))).unwrap();
+        assert_eq!(reopened.list(&every()).await.unwrap().leases.len(), LEASES);
+        loader.go();
+        drop(store);
+    }
+}
