@@ -106,8 +106,9 @@ pub use client::{
 };
 pub use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Busy, Claim, FencingToken, ForceOutcome, Hold, HoldKind, HoldOutcome,
-    HoldPage, InvalidMeta, InvalidResources, Key, Kind, Lease, LeasePage, ListQuery, LockStore, Meta, Owner,
-    ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms, Timestamp, Ttl,
+    HoldPage, InvalidMeta, InvalidResources, Key, Kind, Lease, LeasePage, ListQuery, LockStore,
+    MAX_RESOURCES, Meta, Owner, ReleaseOutcome, RenewOutcome, Resource, Resources, StoreError, Terms,
+    Timestamp, Ttl,
 };
 pub use guard::{
     GuardOptions, Held, HoldGuard, InvalidGuardOptions, LeaseGuard, LeaseState, LostReason, MultiGuard,

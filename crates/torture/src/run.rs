@@ -119,6 +119,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Ran> {
     let ttls = kind.ttls();
     let stepped = faults.contains(&FaultKind::ClockStep);
     let mut target = Target::start(kind, servers as usize, &fencelock, dir.path(), stepped)?;
+    let filled = target.fill()?;
+    if filled > 0 {
+        println!("torture: {filled} leases on other names, which each start of the server loads");
+    }
     let resource = Resource::start(&dir.path().join("resource.sock"), sink.clone())?;
     let liveness = crate::verdict::liveness_bound(kind);
     let mut clients = (0..args.clients)

@@ -5,7 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use anyhow::{Context as _, bail};
+use fencelock_client::{
+    AcquireAllOutcome, HttpStore, LockStore, MAX_RESOURCES, Owner, Resource, Resources, Terms, Ttl,
+};
 use fencelock_testkit::{EtcdCluster, Postgres, Proxy, RedisNodes, ZooKeeperEnsemble};
+use futures_util::StreamExt as _;
 
 use crate::fault::FaultKind;
 use crate::server::Server;
@@ -136,6 +141,10 @@ impl StoreKind {
     }
 }
 
+/// How many leases [`Target::fill`] makes on the embedded store: about a tenth of a second
+/// to load.
+const FILLER_LEASES: usize = 100_000;
+
 /// The store's servers.
 #[derive(Debug)]
 enum Store {
@@ -194,6 +203,40 @@ impl Target {
             target.servers.push(server);
         }
         Ok(target)
+    }
+
+    /// On the embedded store, grants [`FILLER_LEASES`] leases of an hour on names no client
+    /// takes, through the first server, and returns how many; elsewhere nothing. Every start
+    /// of that server after a kill then reads the first 1,024 at open and loads the rest
+    /// while it serves, so that the clients' first calls meet a store still loading.
+    pub fn fill(&self) -> anyhow::Result<usize> {
+        if self.kind != StoreKind::Sqlite {
+            return Ok(0);
+        }
+        let store = HttpStore::new(&self.servers[0].url())?;
+        let owner: Owner = "torture-filler".parse()?;
+        let terms = Terms::ttl(Ttl::from_const_millis(3_600_000));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let names: Vec<Resource> = (0..FILLER_LEASES)
+                .map(|i| Resource::new(format!("filler/{i:06}")))
+                .collect::<Result<_, _>>()?;
+            // A few calls at once, which the store commits together.
+            let calls = names.chunks(MAX_RESOURCES).map(|chunk| {
+                let resources = Resources::new(chunk.to_vec());
+                let (store, owner, terms) = (&store, &owner, terms.clone());
+                async move { store.acquire_all(&resources?, owner, terms).await.context("fill") }
+            });
+            let mut calls = std::pin::pin!(futures_util::stream::iter(calls).buffer_unordered(8));
+            while let Some(outcome) = calls.next().await {
+                if !matches!(outcome?, AcquireAllOutcome::Granted(_)) {
+                    bail!("a filler lease was refused");
+                }
+            }
+            Ok(FILLER_LEASES)
+        })
     }
 
     /// The store.

@@ -44,8 +44,8 @@ pub(super) enum SqliteError {
     Thread(#[source] std::io::Error),
     #[error("cannot start a thread that loads the SQLite store's leases")]
     LoaderThread(#[source] std::io::Error),
-    #[error("loading the SQLite store's leases panicked")]
-    LoadPanicked,
+    #[error("loading the SQLite store's leases panicked: {0}")]
+    LoadPanicked(String),
     #[error("the SQLite store is closed")]
     Closed,
     #[error("the SQLite writer of {} stopped", .0.display())]
@@ -73,7 +73,7 @@ impl From<SqliteError> for StoreError {
             SqliteError::NoWal { .. }
             | SqliteError::Closed
             | SqliteError::WriterStopped(_)
-            | SqliteError::LoadPanicked => StoreError::Unavailable {
+            | SqliteError::LoadPanicked(_) => StoreError::Unavailable {
                 message,
                 source: None,
             },

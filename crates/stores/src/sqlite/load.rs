@@ -15,13 +15,14 @@
 //! Ten million leases took some ten seconds to load (`docs/PERFORMANCE.md`), and a server
 //! that loaded them before it served was down as long at each restart.
 
-use std::sync::atomic::Ordering;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::mpsc;
-use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use fencelock_core::{Lease, LockTable, Resource};
+use parking_lot::MutexGuard;
 use rusqlite::Connection;
 use tokio::sync::mpsc::WeakSender;
 
@@ -34,7 +35,7 @@ use super::writer::Shared;
 /// which a chunk holds for about a millisecond.
 pub(super) const CHUNK: usize = 1024;
 
-/// How many chunks may wait for the loader's builder: the reader runs ahead by this much at
+/// How many chunks may wait for the loader's gatherer: the reader runs ahead by this much at
 /// most.
 const CHUNKS_IN_FLIGHT: usize = 64;
 
@@ -117,8 +118,9 @@ pub(super) fn read_lease(
 }
 
 /// Starts the loader of the leases after `after`, whose table goes to the writer thread on
-/// `queue` once complete (or why it could not be read). `paced` runs after each chunk is
-/// read, the writer free again: a test holds the loader there.
+/// `queue` once complete — or why it is not: the file could not be read, or the writer
+/// stopped first (whose thread then answers what waited for the load). `paced` runs after
+/// each chunk is read, the writer free again: a test holds the loader there.
 pub(super) fn spawn(
     shared: Arc<Shared>,
     queue: WeakSender<Message>,
@@ -130,23 +132,26 @@ pub(super) fn spawn(
         .name("fencelock-load".into())
         .spawn(move || {
             let started = Instant::now();
-            let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                load_rest(&shared, after, last_token, paced)
-            }))
-            .unwrap_or(Err(SqliteError::LoadPanicked));
-            let loaded = match loaded {
-                // The store closed first: nobody waits for the rest.
-                Ok(None) => return,
-                Ok(Some(table)) => {
-                    tracing::info!(
-                        seconds = started.elapsed().as_secs_f64(),
-                        "the embedded store has loaded every lease; lists answer"
+            let loaded =
+                std::panic::catch_unwind(AssertUnwindSafe(|| load_rest(&shared, after, last_token, paced)))
+                    .unwrap_or_else(|panic| Err(SqliteError::LoadPanicked(panic_message(&*panic))));
+            if let Ok(table) = &loaded {
+                tracing::info!(
+                    seconds = started.elapsed().as_secs_f64(),
+                    "the embedded store has loaded every lease; lists answer"
+                );
+                if table.last_token() > last_token {
+                    // The writer keeps the counter at or above every token it writes, in the
+                    // same transaction: only a file changed by other hands has this.
+                    tracing::error!(
+                        counter = last_token,
+                        highest = table.last_token(),
+                        "the SQLite store's token counter was behind its leases: tokens granted \
+                         while it loaded may repeat those of leases it had not read"
                     );
-                    Ok(table)
                 }
-                Err(error) => Err(error),
-            };
-            // Gone if the store was dropped meanwhile.
+            }
+            // Gone if the store was dropped meanwhile: nobody waits.
             if let Some(queue) = queue.upgrade() {
                 let _ = queue.blocking_send(Message::Loaded(Box::new(loaded)));
             }
@@ -154,57 +159,63 @@ pub(super) fn spawn(
         .map_err(SqliteError::LoaderThread)
 }
 
-/// Reads every lease after `after`, chunk by chunk under the writer's lock, and builds them
-/// into a table on a second thread as they come (the host has two cores or more). `None` if
-/// the store closed first.
+/// What a panic said, if it said it in words.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+/// Reads every lease after `after`, chunk by chunk under the writer's lock, while a second
+/// thread gathers them (the host has two cores or more), and builds the table once all are
+/// read; [`SqliteError::Closed`] if the writer stopped first.
 fn load_rest(
     shared: &Shared,
     mut after: String,
     last_token: u64,
     mut paced: impl FnMut(),
-) -> Result<Option<LockTable>, SqliteError> {
-    std::thread::scope(|scope| {
-        let (chunks, received) = mpsc::sync_channel(CHUNKS_IN_FLIGHT);
-        let builder = std::thread::Builder::new()
-            .name("fencelock-build".into())
+) -> Result<LockTable, SqliteError> {
+    let leases = std::thread::scope(|scope| {
+        let (chunks, received) = mpsc::sync_channel::<Vec<Lease>>(CHUNKS_IN_FLIGHT);
+        let gatherer = std::thread::Builder::new()
+            .name("fencelock-gather".into())
             .spawn_scoped(scope, move || {
-                LockTable::new(last_token, Received::from(received))
+                received.into_iter().flatten().collect::<Vec<Lease>>()
             })
             .map_err(SqliteError::LoaderThread)?;
-        // On an error or a close, the builder ends with what it was sent, and its table is
-        // dropped.
         let read = loop {
-            let chunk = {
-                let slot = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
-                let Some(writer) = slot.as_ref() else {
-                    break Ok(false);
-                };
-                match read_chunk(&writer.conn, &after, writer.shift) {
-                    Ok(chunk) => chunk,
-                    Err(error) => break Err(error),
-                }
+            let slot = shared.writer.lock();
+            let Some(writer) = slot.as_ref() else {
+                break Err(SqliteError::Closed);
             };
-            // The writer thread, woken by the unlock, goes first: this loop would take the
-            // lock again before it ran, chunk after chunk.
-            while shared.thread_waiting.load(Ordering::Acquire) {
-                std::thread::yield_now();
-            }
+            let chunk = read_chunk(&writer.conn, &after, writer.shift);
+            // Handed to the writer thread if it waits, which this loop would otherwise
+            // outrun, taking the lock again before the thread woke.
+            MutexGuard::unlock_fair(slot);
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(error) => break Err(error),
+            };
             paced();
             let last = chunk.len() < CHUNK;
             if let Some(lease) = chunk.last() {
                 after = lease.resource.to_string();
             }
-            // The builder only stops early by panicking, which is passed on below.
+            // The gatherer only stops early by panicking, which is passed on below.
             if chunks.send(chunk).is_err() || last {
-                break Ok(true);
+                break Ok(());
             }
         };
         drop(chunks);
-        let table = builder
+        let leases = gatherer
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        Ok(read?.then_some(table))
-    })
+        // Built only if complete: a table of part of the file is of no use.
+        read.map(|()| leases)
+    })?;
+    Ok(LockTable::new(last_token, leases))
 }
 
 /// The next [`CHUNK`] leases after the name `after` (`""` for the first: no name is empty), in
@@ -226,34 +237,6 @@ fn read_chunk(conn: &Connection, after: &str, shift: i64) -> Result<Vec<Lease>, 
         chunk.push(lease_row(row, shift)?);
     }
     Ok(chunk)
-}
-
-/// The leases the builder receives, one by one, in the order they were read.
-struct Received {
-    chunks: mpsc::Receiver<Vec<Lease>>,
-    chunk: std::vec::IntoIter<Lease>,
-}
-
-impl From<mpsc::Receiver<Vec<Lease>>> for Received {
-    fn from(chunks: mpsc::Receiver<Vec<Lease>>) -> Self {
-        Self {
-            chunks,
-            chunk: Vec::new().into_iter(),
-        }
-    }
-}
-
-impl Iterator for Received {
-    type Item = Lease;
-
-    fn next(&mut self) -> Option<Lease> {
-        loop {
-            if let Some(lease) = self.chunk.next() {
-                return Some(lease);
-            }
-            self.chunk = self.chunks.recv().ok()?.into_iter();
-        }
-    }
 }
 
 /// The lease in `row`, a row of `leases` as [`lease_columns`] selects it, of a file whose
@@ -283,7 +266,7 @@ mod tests {
     };
     use fencelock_testkit::fixtures::{owner, resource, ttl};
 
-    use super::super::SqliteStore;
+    use super::super::{Reach, SqliteStore};
     use super::*;
 
     const T0: Timestamp = Timestamp::from_millis(1_795_933_800_000);
@@ -485,6 +468,64 @@ mod tests {
         assert!(matches!(error, StoreError::Unavailable { .. }), "{error}");
         store.close().await;
         assert!(SqliteStore::open(&path).is_ok(), "the file was let go");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lease_that_cannot_be_read_fails_its_call_alone_in_a_batch_of_others() {
+        let bad = name(2 * CHUNK + 7);
+        let (_dir, path) = file(&format!(
+            "UPDATE leases SET meta = 'not json' WHERE resource = '{bad}'"
+        ));
+        let (store, loader) = open_held(&path);
+        loader.has_read().await;
+        // The writer held, both calls queue, and the thread takes them as one batch.
+        let writer = store.shared.writer.lock();
+        let calls = {
+            let (store, bad) = (store.clone(), bad.clone());
+            tokio::spawn(async move {
+                let (other, p) = (resource("s/other"), owner("p"));
+                tokio::join!(store.get(&bad), store.acquire(&other, &p, minute()))
+            })
+        };
+        // This thread is not one of the runtime's workers, which run the calls.
+        while store.queued() < 2 {
+            std::thread::yield_now();
+        }
+        let batches = store.stats().batches;
+        drop(writer);
+        let (bad_read, other) = calls.await.unwrap();
+        assert_eq!(store.stats().batches, batches + 1, "one batch");
+        assert!(
+            matches!(&bad_read, Err(StoreError::Corrupt(m)) if m.contains(bad.as_str())),
+            "{bad_read:?}"
+        );
+        assert!(matches!(other, Ok(AcquireOutcome::Granted { .. })), "{other:?}");
+        loader.go();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_list_waiting_for_the_load_is_answered_when_a_batch_panics_and_stops_the_store() {
+        let (_dir, path) = file("");
+        let (store, loader) = open_held(&path);
+        loader.has_read().await;
+        // Runs at once, on this thread: nothing queued, the writer free (the loader waits
+        // outside it).
+        let panicked = store
+            .call(
+                || Reach::NONE,
+                |_, _| -> fencelock_core::store::Result<()> { panic!("a defect") },
+            )
+            .await;
+        assert!(
+            matches!(panicked, Err(StoreError::Unavailable { .. })),
+            "{panicked:?}"
+        );
+        let listed = tokio::time::timeout(Duration::from_secs(30), store.list(&every())).await;
+        assert!(
+            matches!(listed, Ok(Err(StoreError::Unavailable { .. }))),
+            "a list on a stopped store must be refused, not wait: {listed:?}"
+        );
+        loader.go();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -227,6 +227,9 @@ trait Pending: Send {
     /// Applies the operation to `table` at `now`, keeping its outcome for the answer.
     fn apply(&mut self, table: &mut LockTable, now: Timestamp);
 
+    /// Gives up the operation before it is applied: its outcome is `error`.
+    fn refuse(&mut self, error: StoreError);
+
     /// Answers the caller: with its outcome if the batch committed, else with the batch's
     /// failure.
     fn answer(self: Box<Self>, failure: Option<&Arc<WriteError>>);
@@ -253,6 +256,11 @@ where
         if let Some(op) = self.op.take() {
             self.outcome = Some(op(table, now));
         }
+    }
+
+    fn refuse(&mut self, error: StoreError) {
+        self.op = None;
+        self.outcome = Some(Err(error));
     }
 
     fn answer(self: Box<Self>, failure: Option<&Arc<WriteError>>) {
@@ -356,7 +364,7 @@ impl SqliteStore {
             closed: closed_tx,
         };
         let shared = Arc::new(Shared {
-            writer: std::sync::Mutex::new(Some(writer)),
+            writer: parking_lot::Mutex::new(Some(writer)),
             thread_waiting: false.into(),
             closing: false.into(),
             in_hand: 0.into(),
@@ -368,10 +376,19 @@ impl SqliteStore {
             .name("fencelock-sqlite".into())
             .spawn(move || thread.run(receiver))
             .map_err(SqliteError::Thread)?;
-        // If it cannot start, dropping `queue` closes the file.
-        let loader = rest_after
+        let loader = match rest_after
             .map(|after| load::spawn(shared.clone(), queue.downgrade(), after, last_token, paced))
-            .transpose()?;
+            .transpose()
+        {
+            Ok(loader) => loader,
+            Err(error) => {
+                // The writer thread closes the file once the queue is gone: before this
+                // returns, so that the open can be tried again at once.
+                drop(queue);
+                let _ = writer.join();
+                return Err(error.into());
+            }
+        };
         Ok(Self {
             queue: Some(queue),
             shared,

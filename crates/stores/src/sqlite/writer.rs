@@ -4,17 +4,19 @@
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
+use fencelock_core::StoreError;
 use fencelock_core::store::Result;
 use fencelock_core::{LockTable, ReleaseFeed, Resource, Timestamp};
+use parking_lot::Mutex;
 use rusqlite::{Connection, params};
 use tokio::runtime::RuntimeFlavor;
 use tokio::sync::{mpsc, watch};
 
 use super::clock::{StoreClock, recorded_uptime_ms};
-use super::error::{SqliteError, WriteError};
+use super::error::WriteError;
 use super::load::read_lease;
 use super::row::{to_sql, write_hold, write_row};
 use super::{Counters, Job, MAX_BATCH, Message, Reach};
@@ -75,7 +77,7 @@ impl Shared {
         while queue.blocking_recv_many(&mut messages, MAX_BATCH) > 0 {
             self.in_hand.store(messages.len(), Ordering::Release);
             self.thread_waiting.store(true, Ordering::Release);
-            let mut slot = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slot = self.writer.lock();
             self.thread_waiting.store(false, Ordering::Release);
             while messages.len() < MAX_BATCH
                 && let Ok(message) = queue.try_recv()
@@ -109,16 +111,21 @@ impl Shared {
             }
             self.in_hand.store(0, Ordering::Release);
             if let Some(failure) = load_failed {
-                // The table can never have every lease: nothing runs on it again.
-                tracing::error!(error = %failure, "the SQLite store could not load its leases: it stops, and refuses every call from now on");
-                close(&mut slot);
+                // The table can never have every lease: nothing runs on it again. (A writer
+                // already stopped, by a batch that panicked, stopped the loader too.)
+                if slot.is_some() {
+                    tracing::error!(error = %failure, "the SQLite store could not load its leases: it stops, and refuses every call from now on");
+                    close(&mut slot);
+                }
                 drop(slot);
                 for job in jobs.drain(..).chain(waiting.drain(..)) {
                     job.answer(Some(&failure));
                 }
                 break;
             }
-            if jobs.is_empty() {
+            // Nothing to run (what came waits for the load), unless to find the writer
+            // stopped.
+            if jobs.is_empty() && slot.is_some() {
                 continue;
             }
             // Stopped: the callers queued are told so (their jobs go unanswered).
@@ -149,7 +156,7 @@ impl Shared {
             return Err(job);
         }
         // Busy, or stopped: the queue takes it, and answers accordingly.
-        let Ok(mut slot) = self.writer.try_lock() else {
+        let Some(mut slot) = self.writer.try_lock() else {
             return Err(job);
         };
         if slot.is_none() {
@@ -218,7 +225,7 @@ impl Drop for CloseOnExit<'_> {
     fn drop(&mut self) {
         self.0.closing.store(true, Ordering::Release);
         self.0.in_hand.store(0, Ordering::Release);
-        close(&mut self.0.writer.lock().unwrap_or_else(PoisonError::into_inner));
+        close(&mut self.0.writer.lock());
     }
 }
 
@@ -226,10 +233,8 @@ impl Writer {
     /// Applies and commits `jobs`, and announces what they freed; returns the batch's failure,
     /// which every job's answer must then carry.
     pub(super) fn run_batch(&mut self, jobs: &mut [Job]) -> Option<Arc<WriteError>> {
-        let failure = match self.read_reach(jobs) {
-            Ok(()) => self.apply_and_commit(jobs),
-            Err(error) => Some(Arc::new(WriteError::Read(error))),
-        };
+        self.read_reach(jobs);
+        let failure = self.apply_and_commit(jobs);
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         self.counters
             .operations
@@ -240,21 +245,39 @@ impl Writer {
     }
 
     /// While the leases load: reads from the file the leases `jobs` reach that the table does
-    /// not have yet, and never asked about before.
-    fn read_reach(&mut self, jobs: &[Job]) -> Result<(), SqliteError> {
+    /// not have yet, and never asked about before. A job whose leases cannot be read is
+    /// refused with the reason, and the rest of the batch goes on.
+    fn read_reach(&mut self, jobs: &mut [Job]) {
         let Some(known) = &mut self.loading else {
-            return Ok(());
+            return;
         };
-        for name in jobs.iter().filter_map(|job| job.reach()).flat_map(Reach::names) {
-            if self.table.has_lease(name) || known.contains(name) {
+        for job in jobs.iter_mut() {
+            let Some(reach) = job.reach() else {
                 continue;
+            };
+            let mut read = Ok(());
+            for name in reach.names() {
+                if self.table.has_lease(name) || known.contains(name) {
+                    continue;
+                }
+                match read_lease(&self.conn, name, self.shift) {
+                    Ok(lease) => {
+                        if let Some(lease) = lease {
+                            self.table.load_lease(lease);
+                        }
+                        known.insert(name.clone());
+                    }
+                    Err(error) => {
+                        read = Err(error);
+                        break;
+                    }
+                }
             }
-            if let Some(lease) = read_lease(&self.conn, name, self.shift)? {
-                self.table.load_lease(lease);
+            if let Err(error) = read {
+                tracing::error!(%error, "a lease of the SQLite store cannot be read: the call that needs it is refused");
+                job.refuse(StoreError::from(error));
             }
-            known.insert(name.clone());
         }
-        Ok(())
     }
 
     /// Takes in the leases the loader read: the table has every lease from now on.
