@@ -154,6 +154,7 @@ impl Proc {
     /// runs nothing until [`Proc::resume`], as a hung process or a paused VM would.
     pub(crate) fn pause(&self) {
         self.signal(Signal::SIGSTOP);
+        wait_stopped(self.pid());
     }
 
     /// Lets a paused process run again (SIGCONT).
@@ -195,7 +196,7 @@ impl Drop for Proc {
 
 /// Sends `signal` to `pid` and to every process descended from it. The parent goes first,
 /// so that a stopped parent starts no new child while its children are signalled; a process
-/// that exits meanwhile is skipped.
+/// that exits meanwhile is skipped. A SIGSTOP returns once each has stopped.
 pub fn signal_tree(pid: u32, signal: Signal) {
     let mut pending = vec![pid];
     let mut seen = Vec::new();
@@ -206,6 +207,9 @@ pub fn signal_tree(pid: u32, signal: Signal) {
         seen.push(next);
         if let Ok(raw) = i32::try_from(next) {
             let _ = kill(Pid::from_raw(raw), signal);
+        }
+        if signal == Signal::SIGSTOP {
+            wait_stopped(next);
         }
         pending.extend(children(next));
     }
@@ -223,12 +227,42 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The parent of `pid`: the field after the command name (in parentheses, which may hold
-/// spaces and parentheses itself) and the state in `/proc/PID/stat`.
+/// The parent of `pid`, from `/proc/PID/stat`.
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(1)?.parse().ok()
+    after_name(&stat)?.nth(1)?.parse().ok()
+}
+
+/// The fields of a `/proc/…/stat` line after the command name (in parentheses, which may hold
+/// spaces and parentheses itself): the state, the parent, and on.
+fn after_name(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace())
+}
+
+/// How long a SIGSTOP may take to stop every thread of a process on a busy machine.
+const STOP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Waits until every thread of `pid` has stopped, or `pid` is gone (at most
+/// [`STOP_DEADLINE`]). A SIGSTOP takes effect as each thread next enters the kernel: until
+/// then, a thread running on another core still answers, and a "paused" server could answer
+/// the very request meant to find it paused.
+fn wait_stopped(pid: u32) {
+    wait_until(Instant::now() + STOP_DEADLINE, || {}, || threads_stopped(pid));
+}
+
+/// Whether every thread of `pid` is stopped (or dead), by `/proc/PID/task/*/stat`; `true`
+/// for a process that is gone.
+fn threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        let state = fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| after_name(&stat)?.next()?.chars().next());
+        // A thread gone meanwhile answers nothing either.
+        state.is_none_or(|state| matches!(state, 'T' | 't' | 'Z' | 'X'))
+    })
 }
 
 /// The last lines of a log, for a panic message.
