@@ -528,6 +528,30 @@ mod tests {
         loader.go();
     }
 
+    /// The guard for operations to come: one that changes a lease it did not name would be
+    /// granted a name the table has not read (held in the file), and undone by the load.
+    #[cfg(debug_assertions)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_operation_that_changes_a_lease_it_did_not_name_stops_a_debug_build() {
+        let (_dir, path) = file("");
+        let (store, loader) = open_held(&path);
+        loader.has_read().await;
+        let held = name(2 * CHUNK + 1);
+        let unnamed = store
+            .call(
+                || Reach::NONE,
+                move |table, now| {
+                    table.acquire(now, &held, &owner("p"), &fencelock_core::Terms::ttl(minute()))
+                },
+            )
+            .await;
+        assert!(
+            matches!(unnamed, Err(StoreError::Unavailable { .. })),
+            "{unnamed:?}"
+        );
+        loader.go();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_store_closed_while_it_loads_lets_the_file_go_at_once_and_answers_what_waited() {
         let (_dir, path) = file("");

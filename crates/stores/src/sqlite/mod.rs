@@ -145,7 +145,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use self::clock::rebase;
 use self::error::{SqliteError, WriteError};
 use self::schema::{connect, migrate};
-use self::writer::{Shared, Writer};
+use self::writer::{Loading, Shared, Writer};
 
 /// The most operations the writer commits together. A bound keeps one transaction, and the
 /// wait of the first caller in it, short under any load.
@@ -355,7 +355,10 @@ impl SqliteStore {
         let writer = Writer {
             persisted_token: last_token,
             shift,
-            loading: rest_after.as_ref().map(|_| HashSet::new()),
+            loading: rest_after.clone().map(|after| Loading {
+                after,
+                known: HashSet::new(),
+            }),
             conn,
             table,
             clock,

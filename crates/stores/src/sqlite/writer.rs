@@ -53,12 +53,21 @@ pub(super) struct Writer {
     pub(super) persisted_token: u64,
     /// The file's re-base shift, which every row written carries (see [`rebase`](super::clock::rebase)).
     pub(super) shift: i64,
-    /// While the leases load: every name the writer was asked about, whose lease (or none)
-    /// the table has as it is now, whatever the loader reads.
-    pub(super) loading: Option<HashSet<Resource>>,
+    /// While the leases load, what the table has of them besides the first chunk.
+    pub(super) loading: Option<Loading>,
     pub(super) counters: Arc<Counters>,
     pub(super) released: ReleaseFeed,
     pub(super) closed: watch::Sender<bool>,
+}
+
+/// What the table of a store still loading has of the leases the loader reads (those after
+/// the first chunk).
+pub(super) struct Loading {
+    /// The last name of the first chunk: the loader reads the names after it.
+    pub(super) after: String,
+    /// Every name after it the writer was asked about, whose lease (or none) the table has
+    /// as it is now, whatever the loader reads.
+    pub(super) known: HashSet<Resource>,
 }
 
 impl Shared {
@@ -248,7 +257,7 @@ impl Writer {
     /// not have yet, and never asked about before. A job whose leases cannot be read is
     /// refused with the reason, and the rest of the batch goes on.
     fn read_reach(&mut self, jobs: &mut [Job]) {
-        let Some(known) = &mut self.loading else {
+        let Some(Loading { known, .. }) = &mut self.loading else {
             return;
         };
         for job in jobs.iter_mut() {
@@ -280,9 +289,27 @@ impl Writer {
         }
     }
 
+    /// Panics if the batch changed a lease the loader may read that no call named in its
+    /// reach (an operation that forgot to): the loaded lease would undo the change.
+    fn check_reach(&self) {
+        let Some(Loading { after, known }) = &self.loading else {
+            return;
+        };
+        for (name, _) in self.table.changed() {
+            assert!(
+                name.as_str() <= after.as_str() || known.contains(name),
+                "{name} changed while the leases load, named in no call's reach"
+            );
+        }
+    }
+
     /// Takes in the leases the loader read: the table has every lease from now on.
     fn take_in(&mut self, loaded: LockTable) {
-        let known = self.loading.take().unwrap_or_default();
+        let known = self
+            .loading
+            .take()
+            .map(|loading| loading.known)
+            .unwrap_or_default();
         self.table.take_in(loaded, &known);
     }
 
@@ -293,6 +320,9 @@ impl Writer {
         for job in jobs.iter_mut() {
             now = self.clock.now();
             job.apply(&mut self.table, now);
+        }
+        if cfg!(debug_assertions) {
+            self.check_reach();
         }
         match self.persist(now) {
             Ok(wrote) => {
