@@ -120,11 +120,12 @@ impl EtcdCluster {
             if cluster.wait_healthy() {
                 return cluster;
             }
-            let log = cluster.log(0);
-            if !std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .contains("address already in use")
-            {
+            let port_taken = (0..size).any(|i| {
+                std::fs::read_to_string(cluster.log(i))
+                    .unwrap_or_default()
+                    .contains("address already in use")
+            });
+            if !port_taken {
                 panic!(
                     "etcd did not become healthy within {START_DEADLINE:?}:\n{}",
                     cluster.logs()

@@ -272,13 +272,26 @@ pub(crate) fn log_tail(log: &Path) -> String {
     lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
-/// A loopback port that nobody listened on a moment ago. Another program may take it before
-/// the server binds it; starters retry with a new port when that happens.
+/// A loopback port that nobody listened on a moment ago, and never given before by this
+/// process: the kernel may hand out a port just closed again, and two members of one
+/// cluster were once given the same one. Another program may still take it before the
+/// server binds it; starters retry with a new port when that happens.
 pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind a free loopback port")
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("bind a free loopback port");
+        if GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(port)
+        {
+            return port;
+        }
+    }
 }
 
 /// Whether something accepts TCP connections on the loopback `port`.
