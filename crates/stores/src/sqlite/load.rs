@@ -102,19 +102,8 @@ pub(super) fn read_lease(
     resource: &Resource,
     shift: i64,
 ) -> Result<Option<Lease>, SqliteError> {
-    let unreadable = SqliteError::Read;
-    let mut statement = conn
-        .prepare_cached(concat!(
-            "SELECT ",
-            lease_columns!(),
-            " FROM leases WHERE resource = ?1"
-        ))
-        .map_err(unreadable)?;
-    let mut rows = statement.query([resource.as_str()]).map_err(unreadable)?;
-    rows.next()
-        .map_err(unreadable)?
-        .map(|row| lease_row(row, shift))
-        .transpose()
+    let sql = concat!("SELECT ", lease_columns!(), " FROM leases WHERE resource = ?1");
+    Ok(select(conn, sql, [resource.as_str()], shift)?.pop())
 }
 
 /// Starts the loader of the leases after `after`, whose table goes to the writer thread on
@@ -221,22 +210,29 @@ fn load_rest(
 /// The next [`CHUNK`] leases after the name `after` (`""` for the first: no name is empty), in
 /// the order of the key: the table's build, which sorts them, then finds them sorted.
 fn read_chunk(conn: &Connection, after: &str, shift: i64) -> Result<Vec<Lease>, SqliteError> {
+    let sql = concat!(
+        "SELECT ",
+        lease_columns!(),
+        " FROM leases WHERE resource > ?1 ORDER BY resource LIMIT ?2"
+    );
+    select(conn, sql, rusqlite::params![after, CHUNK as i64], shift)
+}
+
+/// The leases `sql` (a select of [`lease_columns`]) reads with `params`, in its order.
+fn select(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    shift: i64,
+) -> Result<Vec<Lease>, SqliteError> {
     let unreadable = SqliteError::Read;
-    let mut statement = conn
-        .prepare_cached(concat!(
-            "SELECT ",
-            lease_columns!(),
-            " FROM leases WHERE resource > ?1 ORDER BY resource LIMIT ?2"
-        ))
-        .map_err(unreadable)?;
-    let mut rows = statement
-        .query(rusqlite::params![after, CHUNK as i64])
-        .map_err(unreadable)?;
-    let mut chunk = Vec::with_capacity(CHUNK);
+    let mut statement = conn.prepare_cached(sql).map_err(unreadable)?;
+    let mut rows = statement.query(params).map_err(unreadable)?;
+    let mut leases = Vec::new();
     while let Some(row) = rows.next().map_err(unreadable)? {
-        chunk.push(lease_row(row, shift)?);
+        leases.push(lease_row(row, shift)?);
     }
-    Ok(chunk)
+    Ok(leases)
 }
 
 /// The lease in `row`, a row of `leases` as [`lease_columns`] selects it, of a file whose
@@ -261,7 +257,7 @@ mod tests {
     use std::time::Duration;
 
     use fencelock_core::{
-        AcquireOutcome, FencingToken, HoldKind, ListQuery, LockStore, ManualClock, ReleaseOutcome,
+        AcquireOutcome, FencingToken, HoldKind, LeasePage, ListQuery, LockStore, ManualClock, ReleaseOutcome,
         StoreError, Timestamp,
     };
     use fencelock_testkit::fixtures::{owner, resource, ttl};
@@ -312,6 +308,14 @@ mod tests {
         (Arc::new(store), Loader { has_read, _go: go })
     }
 
+    /// A store on [`file`]`(tamper)` whose loader has read its second chunk and waits.
+    async fn loading(tamper: &str) -> (tempfile::TempDir, std::path::PathBuf, Arc<SqliteStore>, Loader) {
+        let (dir, path) = file(tamper);
+        let (store, loader) = open_held(&path);
+        loader.has_read().await;
+        (dir, path, store, loader)
+    }
+
     /// The loader of a store opened by [`open_held`].
     struct Loader {
         has_read: std::sync::mpsc::Receiver<()>,
@@ -329,6 +333,26 @@ mod tests {
         fn go(self) {
             drop(self);
         }
+    }
+
+    /// The change to [`file`] that makes the lease of `name` unreadable.
+    fn unreadable(name: &Resource) -> String {
+        format!("UPDATE leases SET meta = 'not json' WHERE resource = '{name}'")
+    }
+
+    fn assert_corrupt(error: &StoreError, name: &Resource) {
+        assert!(
+            matches!(error, StoreError::Corrupt(m) if m.contains(name.as_str())),
+            "{error}"
+        );
+    }
+
+    /// A list of every lease on `store`, not yet polled.
+    fn list_every(
+        store: &Arc<SqliteStore>,
+    ) -> Pin<Box<impl Future<Output = fencelock_core::store::Result<LeasePage>>>> {
+        let store = store.clone();
+        Box::pin(async move { store.list(&every()).await })
     }
 
     /// Polls `future` once: whether it is still waiting.
@@ -361,9 +385,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_store_answers_from_the_file_while_it_loads_and_the_load_undoes_none_of_it() {
-        let (_dir, path) = file("");
-        let (store, loader) = open_held(&path);
-        loader.has_read().await;
+        let (_dir, path, store, loader) = loading("").await;
         // The loader has read the second chunk and waits to read the third.
         let read_not_in = name(CHUNK + 100);
         let unread = name(2 * CHUNK + 100);
@@ -392,10 +414,7 @@ mod tests {
         );
 
         // A list waits for every lease: queued before a call that is answered, it is not.
-        let mut listing = Box::pin({
-            let store = store.clone();
-            async move { store.list(&every()).await }
-        });
+        let mut listing = list_every(&store);
         assert!(pending(&mut listing).await);
         store.holds(HoldKind::Semaphore, &name(1)).await.unwrap();
         assert!(
@@ -432,17 +451,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lease_that_cannot_be_read_fails_its_call_then_the_load_and_the_store_stops() {
         let bad = name(2 * CHUNK + 7);
-        let (_dir, path) = file(&format!(
-            "UPDATE leases SET meta = 'not json' WHERE resource = '{bad}'"
-        ));
-        let (store, loader) = open_held(&path);
-        loader.has_read().await;
+        let (_dir, path, store, loader) = loading(&unreadable(&bad)).await;
 
         let error = store.get(&bad).await.unwrap_err();
-        assert!(
-            matches!(&error, StoreError::Corrupt(m) if m.contains(bad.as_str())),
-            "{error}"
-        );
+        assert_corrupt(&error, &bad);
         let error = store.acquire(&bad, &owner("p"), minute()).await.unwrap_err();
         assert!(
             matches!(error, StoreError::Corrupt(_)),
@@ -453,17 +465,11 @@ mod tests {
             "others still answer"
         );
 
-        let mut listing = Box::pin({
-            let store = store.clone();
-            async move { store.list(&every()).await }
-        });
+        let mut listing = list_every(&store);
         assert!(pending(&mut listing).await);
         loader.go();
         let error = listing.await.unwrap_err();
-        assert!(
-            matches!(&error, StoreError::Corrupt(m) if m.contains(bad.as_str())),
-            "{error}"
-        );
+        assert_corrupt(&error, &bad);
         let error = store.get(&name(1)).await.unwrap_err();
         assert!(matches!(error, StoreError::Unavailable { .. }), "{error}");
         store.close().await;
@@ -473,11 +479,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lease_that_cannot_be_read_fails_its_call_alone_in_a_batch_of_others() {
         let bad = name(2 * CHUNK + 7);
-        let (_dir, path) = file(&format!(
-            "UPDATE leases SET meta = 'not json' WHERE resource = '{bad}'"
-        ));
-        let (store, loader) = open_held(&path);
-        loader.has_read().await;
+        let (_dir, _, store, loader) = loading(&unreadable(&bad)).await;
         // The writer held, both calls queue, and the thread takes them as one batch.
         let writer = store.shared.writer.lock();
         let calls = {
@@ -495,19 +497,14 @@ mod tests {
         drop(writer);
         let (bad_read, other) = calls.await.unwrap();
         assert_eq!(store.stats().batches, batches + 1, "one batch");
-        assert!(
-            matches!(&bad_read, Err(StoreError::Corrupt(m)) if m.contains(bad.as_str())),
-            "{bad_read:?}"
-        );
+        assert_corrupt(&bad_read.unwrap_err(), &bad);
         assert!(matches!(other, Ok(AcquireOutcome::Granted { .. })), "{other:?}");
         loader.go();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_list_waiting_for_the_load_is_answered_when_a_batch_panics_and_stops_the_store() {
-        let (_dir, path) = file("");
-        let (store, loader) = open_held(&path);
-        loader.has_read().await;
+        let (_dir, _, store, loader) = loading("").await;
         // Runs at once, on this thread: nothing queued, the writer free (the loader waits
         // outside it).
         let panicked = store
@@ -533,9 +530,7 @@ mod tests {
     #[cfg(debug_assertions)]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_operation_that_changes_a_lease_it_did_not_name_stops_a_debug_build() {
-        let (_dir, path) = file("");
-        let (store, loader) = open_held(&path);
-        loader.has_read().await;
+        let (_dir, _, store, loader) = loading("").await;
         let held = name(2 * CHUNK + 1);
         let unnamed = store
             .call(
@@ -554,13 +549,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_store_closed_while_it_loads_lets_the_file_go_at_once_and_answers_what_waited() {
-        let (_dir, path) = file("");
-        let (store, loader) = open_held(&path);
-        loader.has_read().await;
-        let mut listing = Box::pin({
-            let store = store.clone();
-            async move { store.list(&every()).await }
-        });
+        let (_dir, path, store, loader) = loading("").await;
+        let mut listing = list_every(&store);
         assert!(pending(&mut listing).await);
 
         store.close().await;
