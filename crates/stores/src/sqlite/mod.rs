@@ -41,8 +41,8 @@
 //! At open the store reads the last token, every hold and the first [`load::CHUNK`] leases,
 //! and serves; a loader thread reads the rest meanwhile, and the writer takes them in once
 //! all are read. Until then each call names the leases it reads or writes (its `Reach`), and
-//! the writer reads those the table lacks from the file before the call runs; a list waits
-//! for the end of the load. See `load` for why what the loader read never undoes an answer.
+//! the writer reads those the table lacks from the file before the call runs; a list reads
+//! its page from the file. See `load` for why what the loader read never undoes an answer.
 //!
 //! # What is stored
 //!
@@ -283,8 +283,9 @@ where
 enum Reach {
     /// The leases of these names, and no other (none, for an operation on holds alone).
     Leases(Vec<Resource>),
-    /// Every lease (a list): the operation waits until every lease is loaded.
-    Every,
+    /// The leases of a page of a list, which the writer reads from the file (see
+    /// `Writer::list_from_file`).
+    Page(ListQuery),
 }
 
 impl Reach {
@@ -294,11 +295,11 @@ impl Reach {
         Self::Leases(vec![resource.clone()])
     }
 
-    /// The names to read, none for [`Reach::Every`] (which waits instead).
+    /// The names to read, none for [`Reach::Page`] (read otherwise).
     fn names(&self) -> &[Resource] {
         match self {
             Self::Leases(names) => names,
-            Self::Every => &[],
+            Self::Page(_) => &[],
         }
     }
 }
@@ -475,8 +476,6 @@ impl SqliteStore {
         let queue = self.queue.as_ref().ok_or(SqliteError::Closed)?;
         let (reply, answer) = oneshot::channel();
         let reach = self.shared.loading.load(Ordering::Acquire).then(reach);
-        // An operation on every lease waits on the thread until they are all loaded.
-        let at_once = at_once && !matches!(reach, Some(Reach::Every));
         let job: Job = Box::new(Call {
             reach,
             op: Some(op),
@@ -590,8 +589,9 @@ impl LockStore for SqliteStore {
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
+        let reach = || Reach::Page(query.clone());
         let query = query.clone();
-        self.queued_call(|| Reach::Every, move |table, now| Ok(table.list(now, &query)))
+        self.queued_call(reach, move |table, now| Ok(table.list(now, &query)))
             .await
     }
 

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::clock::{StoreClock, recorded_uptime_ms};
 use super::error::WriteError;
-use super::load::read_lease;
+use super::load::{read_lease, read_page};
 use super::row::{to_sql, write_hold, write_row};
 use super::{Counters, Job, MAX_BATCH, Message, Reach};
 
@@ -79,8 +79,6 @@ impl Shared {
         // Both kept from batch to batch: a batch allocates no list of its own.
         let mut messages = Vec::with_capacity(MAX_BATCH);
         let mut jobs = Vec::with_capacity(MAX_BATCH);
-        // Operations on every lease, waiting for the load.
-        let mut waiting: Vec<Job> = Vec::new();
         // Blocks for the first operation, then waits for the writer, then takes whatever else
         // was queued meanwhile: the batch.
         while queue.blocking_recv_many(&mut messages, MAX_BATCH) > 0 {
@@ -97,9 +95,6 @@ impl Shared {
             let mut load_failed = None;
             for message in messages.drain(..) {
                 match message {
-                    Message::Job(job) if matches!(job.reach(), Some(Reach::Every)) && self.loading() => {
-                        waiting.push(job);
-                    }
                     Message::Job(job) => jobs.push(job),
                     // Refuses new operations; those already queued are still taken.
                     Message::Close => {
@@ -112,7 +107,6 @@ impl Shared {
                                 writer.take_in(loaded);
                             }
                             self.loading.store(false, Ordering::Release);
-                            jobs.append(&mut waiting);
                         }
                         Err(error) => load_failed = Some(Arc::new(WriteError::Read(error))),
                     },
@@ -127,15 +121,10 @@ impl Shared {
                     close(&mut slot);
                 }
                 drop(slot);
-                for job in jobs.drain(..).chain(waiting.drain(..)) {
+                for job in jobs.drain(..) {
                     job.answer(Some(&failure));
                 }
                 break;
-            }
-            // Nothing to run (what came waits for the load), unless to find the writer
-            // stopped.
-            if jobs.is_empty() && slot.is_some() {
-                continue;
             }
             // Stopped: the callers queued are told so (their jobs go unanswered).
             let Ran::Batch(failure) = run_batch(&mut slot, &mut jobs) else {
@@ -147,11 +136,6 @@ impl Shared {
                 job.answer(failure.as_ref());
             }
         }
-    }
-
-    /// Whether the table lacks some leases still (read on the thread, which alone clears it).
-    fn loading(&self) -> bool {
-        self.loading.load(Ordering::Relaxed)
     }
 
     /// Runs `job` at once, on the caller's thread — which found nothing queued — if the
@@ -242,6 +226,7 @@ impl Writer {
     /// Applies and commits `jobs`, and announces what they freed; returns the batch's failure,
     /// which every job's answer must then carry.
     pub(super) fn run_batch(&mut self, jobs: &mut [Job]) -> Option<Arc<WriteError>> {
+        self.list_from_file(jobs);
         self.read_reach(jobs);
         let failure = self.apply_and_commit(jobs);
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
@@ -285,6 +270,29 @@ impl Writer {
             if let Err(error) = read {
                 tracing::error!(%error, "a lease of the SQLite store cannot be read: the call that needs it is refused");
                 job.refuse(StoreError::from(error));
+            }
+        }
+    }
+
+    /// While the leases load: answers the batch's lists from the file, which has every lease
+    /// as the table would at the batch's start (each batch before it committed, or undone in
+    /// the table too), before the batch changes anything. A list so answered is one the batch
+    /// sees before its other calls, which it may: none of them has been answered.
+    fn list_from_file(&mut self, jobs: &mut [Job]) {
+        if self.loading.is_none() {
+            return;
+        }
+        let now = self.clock.now();
+        for job in jobs.iter_mut() {
+            let Some(Reach::Page(query)) = job.reach() else {
+                continue;
+            };
+            match read_page(&self.conn, query, now, self.shift) {
+                Ok(leases) => job.apply(&mut LockTable::new(0, leases), now),
+                Err(error) => {
+                    tracing::error!(%error, "a lease of the SQLite store cannot be read: the list that needs it is refused");
+                    job.refuse(StoreError::from(error));
+                }
             }
         }
     }
