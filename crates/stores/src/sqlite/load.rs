@@ -78,17 +78,13 @@ pub(super) fn open(conn: &Connection) -> Result<Opening, SqliteError> {
         .then(|| first.last().map(|lease| lease.resource.to_string()))
         .flatten();
     let mut holds = Vec::new();
-    let mut statement = conn
-        .prepare(
-            "SELECT name, owner, token, acquired_at, expires_at, shift, kind, claim, permit_limit,
-                 principal, meta
-             FROM holds",
-        )
-        .map_err(unreadable)?;
-    let mut rows = statement.query([]).map_err(unreadable)?;
-    while let Some(row) = rows.next().map_err(unreadable)? {
+    let sql = "SELECT name, owner, token, acquired_at, expires_at, shift, kind, claim, permit_limit,
+                   principal, meta
+               FROM holds";
+    step(conn, sql, [], |row| {
         holds.push(hold_from_row(row, shift)?);
-    }
+        Ok(true)
+    })?;
     let table = LockTable::new(last_token?, first).with_holds(holds);
     if rest_after.is_none() {
         // Said as the loader says it, for whoever waits for the line (`scripts/bench-scale`).
@@ -132,24 +128,18 @@ pub(super) fn read_page(
         lease_columns!(),
         " FROM leases WHERE resource >= ?1 AND resource > ?2 ORDER BY resource"
     );
-    let unreadable = SqliteError::Read;
-    let mut statement = conn.prepare_cached(sql).map_err(unreadable)?;
     let after = query.after.as_ref().map_or("", |after| after.as_str());
-    let mut rows = statement
-        .query(rusqlite::params![query.prefix, after])
-        .map_err(unreadable)?;
     let mut page = Vec::new();
-    while page.len() <= query.limit
-        && let Some(row) = rows.next().map_err(unreadable)?
-    {
+    step(conn, sql, rusqlite::params![query.prefix, after], |row| {
         if !text(row, 0)?.starts_with(&query.prefix) {
-            break;
+            return Ok(false);
         }
         let lease = lease_row(row, shift)?;
         if lease.is_live(now) {
             page.push(lease);
         }
-    }
+        Ok(page.len() <= query.limit)
+    })?;
     Ok(page)
 }
 
@@ -272,14 +262,30 @@ fn select(
     params: impl rusqlite::Params,
     shift: i64,
 ) -> Result<Vec<Lease>, SqliteError> {
+    let mut leases = Vec::new();
+    step(conn, sql, params, |row| {
+        leases.push(lease_row(row, shift)?);
+        Ok(true)
+    })?;
+    Ok(leases)
+}
+
+/// Steps `sql` with `params` a row at a time, handing each to `each` while it says go on.
+fn step(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    mut each: impl FnMut(&rusqlite::Row<'_>) -> Result<bool, SqliteError>,
+) -> Result<(), SqliteError> {
     let unreadable = SqliteError::Read;
     let mut statement = conn.prepare_cached(sql).map_err(unreadable)?;
     let mut rows = statement.query(params).map_err(unreadable)?;
-    let mut leases = Vec::new();
     while let Some(row) = rows.next().map_err(unreadable)? {
-        leases.push(lease_row(row, shift)?);
+        if !each(row)? {
+            break;
+        }
     }
-    Ok(leases)
+    Ok(())
 }
 
 /// The lease in `row`, a row of `leases` as [`lease_columns`] selects it, of a file whose

@@ -284,8 +284,8 @@ enum Reach {
     /// The leases of these names, and no other (none, for an operation on holds alone).
     Leases(Vec<Resource>),
     /// The leases of a page of a list, which the writer reads from the file (see
-    /// `Writer::list_from_file`).
-    Page(ListQuery),
+    /// `Writer::read_reach`). Boxed: every call carries a `Reach`, and few a list's.
+    Page(Box<ListQuery>),
 }
 
 impl Reach {
@@ -293,14 +293,6 @@ impl Reach {
 
     fn one(resource: &Resource) -> Self {
         Self::Leases(vec![resource.clone()])
-    }
-
-    /// The names to read, none for [`Reach::Page`] (read otherwise).
-    fn names(&self) -> &[Resource] {
-        match self {
-            Self::Leases(names) => names,
-            Self::Page(_) => &[],
-        }
     }
 }
 
@@ -589,7 +581,7 @@ impl LockStore for SqliteStore {
     }
 
     async fn list(&self, query: &ListQuery) -> Result<LeasePage> {
-        let reach = || Reach::Page(query.clone());
+        let reach = || Reach::Page(Box::new(query.clone()));
         let query = query.clone();
         self.queued_call(reach, move |table, now| Ok(table.list(now, &query)))
             .await

@@ -226,7 +226,6 @@ impl Writer {
     /// Applies and commits `jobs`, and announces what they freed; returns the batch's failure,
     /// which every job's answer must then carry.
     pub(super) fn run_batch(&mut self, jobs: &mut [Job]) -> Option<Arc<WriteError>> {
-        self.list_from_file(jobs);
         self.read_reach(jobs);
         let failure = self.apply_and_commit(jobs);
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
@@ -238,61 +237,43 @@ impl Writer {
         failure
     }
 
-    /// While the leases load: reads from the file the leases `jobs` reach that the table does
-    /// not have yet, and never asked about before. A job whose leases cannot be read is
-    /// refused with the reason, and the rest of the batch goes on.
+    /// While the leases load, before the batch changes anything: reads from the file what each
+    /// of `jobs` reaches that the table lacks. A list's page is read and the list answered
+    /// from it: the file has every lease as the table would at the batch's start (each batch
+    /// before it committed, or was undone in the table too), and a list so answered is one the
+    /// batch sees before its other calls, which it may (none of them has been answered). The
+    /// leases of the names a call names are read into the table, unless it has them or was
+    /// asked about them before. A job whose leases cannot be read is refused with the reason,
+    /// and the rest of the batch goes on.
     fn read_reach(&mut self, jobs: &mut [Job]) {
         let Some(Loading { known, .. }) = &mut self.loading else {
             return;
         };
+        let now = self.clock.now();
         for job in jobs.iter_mut() {
-            let Some(reach) = job.reach() else {
-                continue;
+            let read = match job.reach() {
+                None => continue,
+                Some(Reach::Page(query)) => match read_page(&self.conn, query, now, self.shift) {
+                    Ok(leases) => {
+                        job.apply(&mut LockTable::new(0, leases), now);
+                        continue;
+                    }
+                    Err(error) => Err(error),
+                },
+                Some(Reach::Leases(names)) => names.iter().try_for_each(|name| {
+                    if self.table.has_lease(name) || known.contains(name) {
+                        return Ok(());
+                    }
+                    if let Some(lease) = read_lease(&self.conn, name, self.shift)? {
+                        self.table.load_lease(lease);
+                    }
+                    known.insert(name.clone());
+                    Ok(())
+                }),
             };
-            let mut read = Ok(());
-            for name in reach.names() {
-                if self.table.has_lease(name) || known.contains(name) {
-                    continue;
-                }
-                match read_lease(&self.conn, name, self.shift) {
-                    Ok(lease) => {
-                        if let Some(lease) = lease {
-                            self.table.load_lease(lease);
-                        }
-                        known.insert(name.clone());
-                    }
-                    Err(error) => {
-                        read = Err(error);
-                        break;
-                    }
-                }
-            }
             if let Err(error) = read {
                 tracing::error!(%error, "a lease of the SQLite store cannot be read: the call that needs it is refused");
                 job.refuse(StoreError::from(error));
-            }
-        }
-    }
-
-    /// While the leases load: answers the batch's lists from the file, which has every lease
-    /// as the table would at the batch's start (each batch before it committed, or undone in
-    /// the table too), before the batch changes anything. A list so answered is one the batch
-    /// sees before its other calls, which it may: none of them has been answered.
-    fn list_from_file(&mut self, jobs: &mut [Job]) {
-        if self.loading.is_none() {
-            return;
-        }
-        let now = self.clock.now();
-        for job in jobs.iter_mut() {
-            let Some(Reach::Page(query)) = job.reach() else {
-                continue;
-            };
-            match read_page(&self.conn, query, now, self.shift) {
-                Ok(leases) => job.apply(&mut LockTable::new(0, leases), now),
-                Err(error) => {
-                    tracing::error!(%error, "a lease of the SQLite store cannot be read: the list that needs it is refused");
-                    job.refuse(StoreError::from(error));
-                }
             }
         }
     }
