@@ -1,6 +1,7 @@
 //! The ZooKeeper store against real, throwaway ZooKeeper: the conformance suite on a
 //! standalone server; members of a three-member ensemble stopped and started again; two
-//! stores (two fencelock servers) on one ensemble; and a store whose session expires.
+//! stores (two fencelock servers) on one ensemble; a store whose session expires; and
+//! events told while a server's connection was lost or its session expired.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -8,12 +9,13 @@ use std::time::{Duration, Instant};
 
 use fencelock_conformance::{checks, owner, ttl};
 use fencelock_core::{
-    AcquireAllOutcome, AcquireOutcome, Claim, FencingToken, HoldKind, HoldOutcome, Key, LockStore,
-    ReleaseNotice, ReleaseOutcome, Resource, Resources, StoreError, Terms, Timestamp, Waiters,
+    AcquireAllOutcome, AcquireOutcome, Bulletin, Claim, FencingToken, Heard, HoldKind, HoldOutcome, Key,
+    LockStore, ReleaseNotice, ReleaseOutcome, Resource, Resources, StoreError, Terms, Timestamp, Waiters,
 };
 use fencelock_stores::Deadline;
 use fencelock_stores::zookeeper::{ZooKeeperOptions, ZooKeeperStore};
 use fencelock_testkit::{Proxy, ZooKeeper, ZooKeeperEnsemble, eventually, shared_zookeeper};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
@@ -630,25 +632,50 @@ async fn a_grant_that_would_not_fit_in_its_node_is_refused_and_changes_nothing()
     assert!(matches!(again, HoldOutcome::Granted { .. }), "{again:?}");
 }
 
+/// A three-member ensemble, with a store (a server) connected to one follower only, whose
+/// session outlives that member's restart (so that only the connection is lost), and a store
+/// connected to the other members; and the follower's index.
+struct OneFollower {
+    zookeeper: ZooKeeperEnsemble,
+    follower: usize,
+    on_follower: Arc<Deadline<ZooKeeperStore>>,
+    elsewhere: Arc<Deadline<ZooKeeperStore>>,
+}
+
+impl OneFollower {
+    async fn start() -> Self {
+        let zookeeper = ensemble(3).await;
+        let leader = zookeeper.wait_for_leader();
+        let follower = (leader + 1) % zookeeper.len();
+        let members = zookeeper.endpoints();
+        let options = ZooKeeperOptions {
+            session_timeout: Duration::from_secs(30),
+            call_timeout: Duration::from_secs(2),
+            ..ZooKeeperOptions::default()
+        };
+        let on_follower = store_with(&format!("zookeeper://{}", members[follower]), options).await;
+        let others: Vec<&str> = (0..members.len())
+            .filter(|i| *i != follower)
+            .map(|i| members[i].as_str())
+            .collect();
+        let elsewhere = store_with(&format!("zookeeper://{}", others.join(",")), impatient()).await;
+        Self {
+            zookeeper,
+            follower,
+            on_follower,
+            elsewhere,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_made_while_a_server_was_disconnected_is_heard_when_it_reconnects() {
-    let zookeeper = ensemble(3).await;
-    let leader = zookeeper.wait_for_leader();
-    let follower = (leader + 1) % zookeeper.len();
-    let members = zookeeper.endpoints();
-    // Connected to one follower only; its session outlives that member's restart, so only
-    // the connection is lost.
-    let options = ZooKeeperOptions {
-        session_timeout: Duration::from_secs(30),
-        call_timeout: Duration::from_secs(2),
-        ..ZooKeeperOptions::default()
-    };
-    let watching = store_with(&format!("zookeeper://{}", members[follower]), options).await;
-    let others: Vec<&str> = (0..members.len())
-        .filter(|i| *i != follower)
-        .map(|i| members[i].as_str())
-        .collect();
-    let other = store_with(&format!("zookeeper://{}", others.join(",")), impatient()).await;
+    let OneFollower {
+        zookeeper,
+        follower,
+        on_follower: watching,
+        elsewhere: other,
+    } = OneFollower::start().await;
     let resource = shared::unique("changed-meanwhile");
     let lease = shared::granted(
         other
@@ -769,4 +796,185 @@ async fn the_address_parser_opens_zookeeper() {
         let error = ZooKeeperStore::connect_with(&url, options).await.expect_err(root);
         assert!(matches!(error, StoreError::Invalid(_)), "{root:?}: {error}");
     }
+}
+
+/// Bulletins of an origin of their own (so that other tests' are told apart), numbered as a
+/// server numbers its events.
+struct Teller {
+    origin: u64,
+    told: u64,
+}
+
+impl Teller {
+    fn new() -> Self {
+        let origin = (u64::from(std::process::id()) << 42) ^ Timestamp::now_wall().as_millis();
+        Self { origin, told: 0 }
+    }
+
+    /// Publishes the next bulletin through `store`; its number.
+    fn tell(&mut self, store: &dyn LockStore) -> u64 {
+        self.told += 1;
+        store.publish(&Bulletin {
+            origin: self.origin,
+            seq: self.told,
+            body: format!(r#"{{"n":{}}}"#, self.told),
+        });
+        self.told
+    }
+
+    /// The next of this origin's bulletins heard on `heard`; panics on a [`Heard::Missed`],
+    /// and after `within`.
+    async fn next_heard(&self, heard: &mut broadcast::Receiver<Heard>, within: Duration) -> Option<u64> {
+        tokio::time::timeout(within, async {
+            loop {
+                match heard.recv().await {
+                    Ok(Heard::Told(bulletin)) if bulletin.origin == self.origin => {
+                        assert_eq!(bulletin.body, format!(r#"{{"n":{}}}"#, bulletin.seq));
+                        return bulletin.seq;
+                    }
+                    Ok(Heard::Missed) => panic!("the listening server was told it missed events"),
+                    Ok(Heard::Told(_)) => {}
+                    Err(error) => panic!("the feed lagged or ended: {error}"),
+                }
+            }
+        })
+        .await
+        .ok()
+    }
+
+    /// Tells bulletins through `store` until one is heard on `heard` (a store starts
+    /// listening in the background as it opens); the last told.
+    async fn until_heard(&mut self, store: &dyn LockStore, heard: &mut broadcast::Receiver<Heard>) -> u64 {
+        let mut seq = eventually(Duration::from_secs(20), "a bulletin to be heard", async || {
+            self.tell(store);
+            self.next_heard(heard, Duration::from_millis(500)).await
+        })
+        .await;
+        // Those told before the first heard may still come: hear up to the last told.
+        while seq < self.told {
+            match self.next_heard(heard, Duration::from_secs(5)).await {
+                Some(next) => seq = next,
+                None => break,
+            }
+        }
+        if seq == self.told {
+            return seq;
+        }
+        panic!("bulletin {} was not heard", self.told);
+    }
+
+    /// How many nodes of this origin's bulletins ZooKeeper has.
+    async fn nodes(&self, raw: &zk::Client) -> usize {
+        let prefix = format!("e-{}-", self.origin);
+        let children = raw.list_children("/fencelock/events").await.unwrap();
+        children.iter().filter(|name| name.starts_with(&prefix)).count()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_told_while_a_server_was_disconnected_reach_it_in_order_when_it_reconnects() {
+    let OneFollower {
+        zookeeper,
+        follower,
+        on_follower: listening,
+        elsewhere: telling,
+    } = OneFollower::start().await;
+    let raw = zk::Client::connect(&zookeeper.endpoints()[(follower + 1) % zookeeper.len()])
+        .await
+        .unwrap();
+    let mut heard = listening.bulletins().unwrap();
+    let mut teller = Teller::new();
+    let last = teller.until_heard(&*telling, &mut heard).await;
+    let before = connected_sessions(&zookeeper, follower);
+    assert_eq!(before.len(), 1, "the listening store's session: {before:?}");
+
+    let zookeeper = with_ensemble(zookeeper, move |z| z.kill(follower)).await;
+    // Each in a node of its own, written while the listener is away.
+    let mut told = Vec::new();
+    for _ in 0..5 {
+        let nodes = teller.nodes(&raw).await;
+        told.push(teller.tell(&*telling));
+        eventually(Duration::from_secs(10), "the bulletin's node", async || {
+            (teller.nodes(&raw).await > nodes).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(told, (last + 1..=last + 5).collect::<Vec<_>>());
+    let zookeeper = with_ensemble(zookeeper, move |z| {
+        z.start_again(follower);
+        assert!(z.wait_healthy(), "the member did not serve again");
+    })
+    .await;
+    told.push(teller.tell(&*telling));
+
+    let mut got = Vec::new();
+    while got.len() < told.len() {
+        match teller.next_heard(&mut heard, Duration::from_secs(30)).await {
+            Some(seq) => got.push(seq),
+            None => panic!("only {got:?} of {told:?} were heard"),
+        }
+    }
+    assert_eq!(got, told, "each once, in order");
+    assert_eq!(
+        connected_sessions(&zookeeper, follower),
+        before,
+        "the same session: heard through the watch, not through a new session"
+    );
+    drop(zookeeper);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_told_while_a_servers_session_expired_reach_it_on_its_new_session() {
+    let zookeeper = Arc::new(tokio::task::spawn_blocking(ZooKeeper::start).await.unwrap());
+    let proxy = Proxy::start(zookeeper.port());
+    let cut_off = ZooKeeperOptions {
+        // The server's floor (two ticks): the session expires soon after the cut.
+        session_timeout: Duration::from_millis(400),
+        connect_timeout: Duration::from_millis(500),
+        call_timeout: Duration::from_secs(1),
+        ..ZooKeeperOptions::default()
+    };
+    let listening = store_with(&format!("zookeeper://127.0.0.1:{}", proxy.port()), cut_off).await;
+    let telling = store_with(&zookeeper.url(), impatient()).await;
+    let raw = zk::Client::connect(&zookeeper.endpoint()).await.unwrap();
+    let mut heard = listening.bulletins().unwrap();
+    let mut teller = Teller::new();
+    let last = teller.until_heard(&*telling, &mut heard).await;
+
+    let before = sessions(&zookeeper).expect("dump");
+    proxy.cut();
+    let what = format!("the session to expire ({before} sessions before)");
+    eventually(Duration::from_secs(20), &what, async || {
+        sessions(&zookeeper).is_some_and(|now| now < before).then_some(())
+    })
+    .await;
+    let mut told = Vec::new();
+    for _ in 0..3 {
+        let nodes = teller.nodes(&raw).await;
+        told.push(teller.tell(&*telling));
+        eventually(Duration::from_secs(10), "the bulletin's node", async || {
+            (teller.nodes(&raw).await > nodes).then_some(())
+        })
+        .await;
+    }
+    proxy.restore();
+
+    let mut got = Vec::new();
+    while got.len() < told.len() {
+        match teller.next_heard(&mut heard, Duration::from_secs(30)).await {
+            Some(seq) => got.push(seq),
+            None => panic!("only {got:?} of {told:?} were heard"),
+        }
+    }
+    assert_eq!(
+        got,
+        (last + 1..=last + 3).collect::<Vec<_>>(),
+        "each once, in order"
+    );
+    // And what is told from now on, through the watch of the new session.
+    let next = teller.tell(&*telling);
+    assert_eq!(
+        teller.next_heard(&mut heard, Duration::from_secs(10)).await,
+        Some(next)
+    );
 }
