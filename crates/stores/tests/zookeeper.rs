@@ -434,22 +434,6 @@ async fn holders(raw: &zk::Client, path: &str) -> Vec<HolderNode> {
     found
 }
 
-/// Purges until the node at `path` is gone; panics after a while.
-async fn purge_until_gone(store: &dyn LockStore, raw: &zk::Client, path: &str) {
-    eventually(
-        Duration::from_secs(20),
-        &format!("{path} to be purged"),
-        async || {
-            if raw.check_stat(path).await.unwrap().is_none() {
-                return Some(());
-            }
-            store.purge_expired().await.unwrap();
-            None
-        },
-    )
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_growing() {
     let url = shared_url().await;
@@ -513,18 +497,37 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
         .force_release(&Key::hold(HoldKind::Semaphore, &name))
         .await
         .unwrap();
-    assert_eq!(holders(&raw, &path).await, []);
+    assert_eq!(
+        raw.check_stat(&path).await.unwrap(),
+        None,
+        "the name's node goes with its holders' nodes"
+    );
 
-    // A lock released, its node deleted by a purge: the name's next token is still greater.
+    // A lock released, its node deleted by the release: the name's next token is still
+    // greater. A call on a name with no node makes none.
     let resource = shared::unique("forgotten");
+    let path = node("locks", &resource);
     let first = shared::granted(one.acquire(&resource, &owner("a"), long).await.unwrap());
-    one.release(&resource, &owner("a"), None).await.unwrap();
-    purge_until_gone(one.as_ref(), &raw, &node("locks", &resource)).await;
+    let released = one.release(&resource, &owner("a"), None).await.unwrap();
+    assert!(matches!(released, ReleaseOutcome::Released(_)), "{released:?}");
+    assert_eq!(
+        raw.check_stat(&path).await.unwrap(),
+        None,
+        "deleted by the release"
+    );
+    let again = other.release(&resource, &owner("a"), None).await.unwrap();
+    assert_eq!(again, ReleaseOutcome::NotFound);
+    assert_eq!(
+        raw.check_stat(&path).await.unwrap(),
+        None,
+        "a refusal makes no node"
+    );
     let second = shared::granted(other.acquire(&resource, &owner("b"), long).await.unwrap());
     assert!(second.token > first.token, "{second:?} after {first:?}");
 
-    // Several locks at once share one write: its zxid is the token of each. Their nodes go
-    // too, and their next tokens are greater still.
+    // Several locks at once share one write: its zxid is the token of each, and it made
+    // their nodes (no write before it). Their nodes go with their releases, and their next
+    // tokens are greater still.
     let names: Vec<Resource> = (0..5)
         .map(|i| shared::unique(&format!("forgotten-{i}")))
         .collect();
@@ -541,12 +544,19 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
     for (lease, name) in granted.iter().zip(&names) {
         let seen = holders(&raw, &node("locks", name)).await;
         assert_eq!(seen[0].czxid, lease.token);
+        let parent = raw.check_stat(&node("locks", name)).await.unwrap().unwrap();
+        let token = i64::try_from(lease.token.0).unwrap();
+        assert_eq!(
+            (parent.czxid, parent.mzxid),
+            (token, token),
+            "made by the grant's write"
+        );
     }
     for lease in &granted {
         one.release(&lease.resource, &owner("a"), None).await.unwrap();
     }
     for name in &names {
-        purge_until_gone(other.as_ref(), &raw, &node("locks", name)).await;
+        assert_eq!(raw.check_stat(&node("locks", name)).await.unwrap(), None);
     }
     let highest = granted.iter().map(|l| l.token).max().unwrap();
     for name in &names {
@@ -579,6 +589,11 @@ async fn holders_have_nodes_and_names_left_empty_are_deleted_with_tokens_still_g
     assert!(
         purged.iter().all(|e| e.lease.expires_at <= Timestamp::now_wall()),
         "{purged:?}"
+    );
+    assert_eq!(
+        raw.check_stat(&node("locks", &expiring)).await.unwrap(),
+        None,
+        "a name the purge left with nothing is deleted"
     );
     shared::wait_for_key(&mut heard, &Key::lock(&expiring), Duration::from_secs(10))
         .await

@@ -20,18 +20,24 @@
 //!   (memory, SQLite, ZooKeeper), not a third time here.
 //! - **Every change is a compare-and-set**: read the parent's data and `Stat`, apply the call
 //!   to the table, and write the new state with `setData` at the version read, in one `multi`
-//!   with every other parent the call touches (a `check` for those it left unchanged). On
-//!   `BadVersion` (or `NoNode`: a purge deleted an empty parent) another call changed the
-//!   name in between — another server's, since the calls of one server on a name take turns
-//!   ([`fencelock_core::Turns`], where [`crate::open`] opens the store) — so read again and
-//!   judge again, after a random pause that doubles with each try, until the call's deadline
-//!   ([`ZooKeeperOptions::call_timeout`]): contention costs time, not an error. Several
-//!   locks at once ([`LockStore::acquire_all`]) are one `multi` over every parent, so all are
-//!   granted or none. A refusal writes nothing, but its `multi` still checks the version it
-//!   was judged on: writes go through the leader, so the refusal is of the name as it is, not
-//!   of a member's lagging copy. Reads (`get`, `holds`, `list`) `sync` the member with the
-//!   leader first. Parents are made on demand (`mkdir`, persistent; one already there is
-//!   fine).
+//!   with every other parent the call touches (a `check` for those it left unchanged). A
+//!   parent is made by the `multi` of the first call that gives its name a state (a
+//!   `create`, then its `setData`), and deleted by the `multi` of the call that leaves its
+//!   name with nothing (no lease, hold or intent, nothing kept for a lock-delay), after its
+//!   holders' nodes, at the version read — so a grant on a new name is one read and one
+//!   write, as on any other. On `BadVersion`, `NoNode`, `NodeExists` or `NotEmpty` another
+//!   call changed, deleted or made the name in between — another server's, since the calls
+//!   of one server on a name take turns ([`fencelock_core::Turns`], where [`crate::open`]
+//!   opens the store) — so read again and judge again, after a random pause that doubles
+//!   with each try, until the call's deadline ([`ZooKeeperOptions::call_timeout`]):
+//!   contention costs time, not an error. Several locks at once
+//!   ([`LockStore::acquire_all`]) are one `multi` over every parent, so all are granted or
+//!   none. A refusal writes nothing, but its `multi` still checks the version it was judged
+//!   on: writes go through the leader, so the refusal is of the name as it is, not of a
+//!   member's lagging copy. A name with no node cannot be checked so: a call that leaves one
+//!   as it is (a release of a name never used, a refusal of several locks at once) reads it
+//!   again after a `sync` with the leader, and judges again. Reads (`get`, `holds`, `list`)
+//!   `sync` the member with the leader first.
 //! - **A name's state fits in one node**: ZooKeeper keeps at most about 1 MiB in one
 //!   (`jute.maxbuffer`), a few thousand holds. A grant that would write more
 //!   ([`ZooKeeperOptions::max_state_bytes`]) is refused ([`StoreError::Invalid`]) and changes
@@ -54,7 +60,7 @@
 //! than every zxid before it, across the ensemble and its leader elections (a zxid is
 //! `epoch << 32 | counter`, and a new leader starts a greater epoch), so tokens strictly
 //! increase and are never reused — across releases, expiries, restarts, and a name whose node
-//! a purge deleted and that is used again (its new node's writes come later still). Several
+//! was deleted and that is used again (its new node's writes come later still). Several
 //! locks at once share one write, and so one token: each is still greater than every earlier
 //! token of its own name.
 //!
@@ -108,7 +114,9 @@
 //! too (it may end the lease sooner), for one more try by the head of each waiting server (a
 //! refusal, whose `multi` checks the version it judged on the leader). The watch is set when
 //! a server's waiter is first refused, and that waiter asks again at once, in case the name
-//! changed in between; an acquire that finds the name free costs no watch.
+//! changed in between; an acquire that finds the name free costs no watch. A release that
+//! leaves the name with nothing deletes its node: the watch fires for the deletion, is set
+//! again on no node (a watch on its existence), and fires again for the grant that makes it.
 //!
 //! A one-shot watch outlives a lost connection: the client sets it again on its next
 //! connection from the last zxid it saw, and the member fires it for a change made meanwhile.
@@ -123,10 +131,11 @@
 //! # Purge
 //!
 //! [`LockStore::purge_expired`] reads at most [`PURGE_BATCH`] parents per call, round robin
-//! over every kind (the cursor stays in the store), forgets what is over in them through the
-//! same compare-and-set, and deletes a parent left empty, at the version read (so only if it
-//! is still empty and unchanged), so that folders do not grow with every name ever used.
-//! Tokens being zxids, a name made again later still gets greater ones.
+//! over every kind (the cursor stays in the store), and forgets what is over in them through
+//! the same compare-and-set, which deletes a parent it leaves with nothing, as a release
+//! does; a parent found empty (left so by an earlier build) is deleted at the version read
+//! (so only if it is still empty and unchanged). So folders do not grow with every name ever
+//! used. Tokens being zxids, a name made again later still gets greater ones.
 //!
 //! # Failure
 //!
@@ -370,67 +379,50 @@ impl ZooKeeperStore {
     ) -> Result<T> {
         let client = self.session.client().await?;
         let mut backoff = Backoff::within(self.call_timeout);
+        let mut synced = false;
         loop {
             let reads = try_join_all(keys.iter().map(|key| self.read(&client, key))).await?;
-            let missing: Vec<&Read> = reads.iter().filter(|r| r.stat.is_none()).collect();
-            if !missing.is_empty() {
-                try_join_all(missing.iter().map(|read| client.mkdir(&read.path, &FOLDER)))
-                    .await
-                    .map_err(ZkError::request(doing))?;
-                continue;
-            }
             let now = Timestamp::now_wall();
             let mut table = state::table(&reads, now);
             let mut outcome = apply(&mut table, now)?;
             let afters: Vec<State> = reads.iter().map(|read| state::after(read, &table)).collect();
+            let untouched = |(read, after): (&Read, &State)| read.stat.is_none() && *after == read.state;
+            // A name with no node that the call leaves so has nothing a `multi` can check:
+            // it is read again after a `sync` with the leader, so that the answer is not of a
+            // lagging member's copy.
+            if !synced && reads.iter().zip(&afters).any(untouched) {
+                client
+                    .sync(&self.paths.root)
+                    .await
+                    .map_err(ZkError::request(doing))?;
+                synced = true;
+                continue;
+            }
+            if reads.iter().zip(&afters).all(untouched) {
+                return Ok(outcome);
+            }
             let changes: Vec<_> = reads
                 .iter()
                 .zip(&afters)
                 .map(|(read, after)| state::holder_changes(&read.state, after))
                 .collect();
-            // Only a call that ends a lease needs to know which holders' nodes are still
-            // there (one whose session ended is gone already); the others skip the read.
-            let present = try_join_all(reads.iter().zip(&changes).map(|(read, changes)| async {
-                if changes.iter().any(|(_, change)| matches!(change, Holder::Ended)) {
-                    holders(&client, read).await
-                } else {
-                    Ok(Vec::new())
-                }
-            }))
+            // Only a call that ends a lease, or leaves a name with nothing, needs to know
+            // which holders' nodes are there (one whose session ended is gone already); the
+            // others skip the read.
+            let present = try_join_all(reads.iter().zip(&afters).zip(&changes).map(
+                |((read, after), changes)| async {
+                    let ends = changes.iter().any(|(_, change)| matches!(change, Holder::Ended));
+                    if ends || (read.stat.is_some() && state::is_empty(after)) {
+                        holders(&client, read).await
+                    } else {
+                        Ok(Vec::new())
+                    }
+                },
+            ))
             .await?;
             let mut multi = client.new_multi_writer();
-            for (((read, after), changes), present) in reads.iter().zip(&afters).zip(changes).zip(&present) {
-                let version = read.stat.map_or(-1, |s| s.version);
-                let added = if *after == read.state {
-                    multi.add_check_version(&read.path, version)
-                } else {
-                    let data = state::encode(after)?;
-                    if data.len() > self.max_state_bytes {
-                        return Err(ZkError::Invalid(format!(
-                            "ZooKeeper: the state of {} {} would take {} bytes, more than one node keeps",
-                            read.key.kind,
-                            read.key.name,
-                            data.len()
-                        ))
-                        .into());
-                    }
-                    multi.add_set_data(&read.path, &data, Some(version))
-                };
-                added.map_err(ZkError::request(doing))?;
-                for (start, change) in changes {
-                    match change {
-                        Holder::Began(owner) => {
-                            let path = format!("{}/{start}", read.path);
-                            multi.add_create(&path, owner.as_bytes(), &HOLDER)
-                        }
-                        // None left if the session that made it has ended.
-                        Holder::Ended => present
-                            .iter()
-                            .filter(|node| node.starts_with(&start))
-                            .try_for_each(|node| multi.add_delete(&format!("{}/{node}", read.path), None)),
-                    }
-                    .map_err(ZkError::request(doing))?;
-                }
+            for (((read, after), changes), present) in reads.iter().zip(&afters).zip(&changes).zip(&present) {
+                self.add_writes(&mut multi, doing, read, after, changes, present)?;
             }
             match multi.commit().await {
                 Ok(results) => {
@@ -455,15 +447,93 @@ impl ZooKeeperStore {
                     }
                     return Ok(outcome);
                 }
-                // The name changed (another server's call: this server's take turns), a
-                // purge deleted its node, or a holder's node went.
+                // The name changed (another server's call: this server's take turns), its
+                // node was deleted or made meanwhile, a holder's node went, or a node
+                // appeared under one that the call would delete.
                 Err(MultiWriteError::OperationFailed {
-                    source: zk::Error::BadVersion | zk::Error::NoNode,
+                    source:
+                        zk::Error::BadVersion | zk::Error::NoNode | zk::Error::NodeExists | zk::Error::NotEmpty,
                     ..
                 }) => backoff.pause().await.map_err(ZkError::contended(doing))?,
                 Err(e) => return Err(ZkError::request(doing)(e.into()).into()),
             }
         }
+    }
+
+    /// Adds to `multi` what takes the name of `read` to `after`: its parent made (if the
+    /// call gives a name with no node a state), changed at the version read, only checked
+    /// (left as it was), or deleted at that version (left with nothing, and nothing else
+    /// under it: `present`, its holders' nodes, listed then); and its holders' nodes made
+    /// and deleted by `changes`. A parent is made before its holders' nodes and deleted
+    /// after them. See the module docs.
+    fn add_writes(
+        &self,
+        multi: &mut zk::MultiWriter<'_>,
+        doing: &'static str,
+        read: &Read,
+        after: &State,
+        changes: &[(String, Holder)],
+        present: &[String],
+    ) -> Result<(), ZkError> {
+        let ends = |node: &String| {
+            changes
+                .iter()
+                .any(|(start, change)| matches!(change, Holder::Ended) && node.starts_with(start.as_str()))
+        };
+        let path = &read.path;
+        let changed = *after != read.state;
+        let gone = changed && state::is_empty(after) && present.iter().all(ends);
+        let data = if changed {
+            self.encode(read, after)?
+        } else {
+            Vec::new()
+        };
+        match read.stat {
+            None if !changed => Ok(()),
+            // Made empty and then given its state: the `setData`'s stat has the write's zxid,
+            // the grant's token, where a `create`'s in a `multi` has none before ZooKeeper
+            // 3.7.2 and 3.8.2 (ZOOKEEPER-4026).
+            None => multi
+                .add_create(path, &[], &FOLDER)
+                .and_then(|()| multi.add_set_data(path, &data, Some(0))),
+            Some(stat) if !changed => multi.add_check_version(path, stat.version),
+            Some(_) if gone => Ok(()),
+            Some(stat) => multi.add_set_data(path, &data, Some(stat.version)),
+        }
+        .map_err(ZkError::request(doing))?;
+        for (start, change) in changes {
+            match change {
+                Holder::Began(owner) => {
+                    multi.add_create(&format!("{path}/{start}"), owner.as_bytes(), &HOLDER)
+                }
+                // None left if the session that made it has ended.
+                Holder::Ended => present
+                    .iter()
+                    .filter(|node| node.starts_with(start.as_str()))
+                    .try_for_each(|node| multi.add_delete(&format!("{path}/{node}"), None)),
+            }
+            .map_err(ZkError::request(doing))?;
+        }
+        match read.stat {
+            Some(stat) if gone => multi
+                .add_delete(path, Some(stat.version))
+                .map_err(ZkError::request(doing)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The data of `after`, the new state of the name of `read`, if one node keeps it.
+    fn encode(&self, read: &Read, after: &State) -> Result<Vec<u8>, ZkError> {
+        let data = state::encode(after)?;
+        if data.len() > self.max_state_bytes {
+            return Err(ZkError::Invalid(format!(
+                "ZooKeeper: the state of {} {} would take {} bytes, more than one node keeps",
+                read.key.kind,
+                read.key.name,
+                data.len()
+            )));
+        }
+        Ok(data)
     }
 
     /// The names of `kind` that have a node, in the order of their bytes, from `query`'s

@@ -220,7 +220,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// The data of a node holding `state`: nothing at all for the state of a name never used,
-/// which is what a node made by `mkdir` holds, so that making one changes no state.
+/// which is what a node is made with, so that making one changes no state.
 pub(super) fn encode(state: &State) -> Result<Vec<u8>, ZkError> {
     if *state == State::default() {
         return Ok(Vec::new());
