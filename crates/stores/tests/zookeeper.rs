@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencelock_conformance::{checks, owner, ttl};
+use fencelock_core::store::PURGE_BATCH;
 use fencelock_core::{
     AcquireAllOutcome, AcquireOutcome, Bulletin, Claim, FencingToken, Heard, HoldKind, HoldOutcome, Key,
     LockStore, ReleaseNotice, ReleaseOutcome, Resource, Resources, StoreError, Terms, Timestamp, Waiters,
@@ -1021,4 +1022,43 @@ async fn events_told_while_a_servers_session_expired_reach_it_on_its_new_session
         teller.next_heard(&mut heard, Duration::from_secs(10)).await,
         Some(next)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purges_reach_every_expired_name_a_batch_at_a_time() {
+    // A server of its own, so that the walk has only this test's names.
+    let zookeeper = tokio::task::spawn_blocking(ZooKeeper::start).await.unwrap();
+    let one = store(&zookeeper.url()).await;
+    let brief = ttl(Duration::from_millis(50));
+    let names: Vec<Resource> = (0..PURGE_BATCH + 100)
+        .map(|i| shared::unique(&format!("walked-{i}")))
+        .collect();
+    for name in &names {
+        shared::granted(one.acquire(name, &owner("a"), brief).await.unwrap());
+    }
+    let last = names.last().unwrap();
+    shared::until_expired(&*one, last, Duration::from_secs(10)).await;
+
+    let first = one.purge_expired().await.unwrap();
+    assert_eq!(first.len(), PURGE_BATCH, "a batch at a time");
+    // Made after the walk's listing: read in the next walk.
+    let late = shared::unique("walked-late");
+    shared::granted(one.acquire(&late, &owner("a"), brief).await.unwrap());
+    shared::until_expired(&*one, &late, Duration::from_secs(10)).await;
+    let second = one.purge_expired().await.unwrap();
+    assert_eq!(second.len(), 100, "the rest of the walk");
+    let third = one.purge_expired().await.unwrap();
+    let purged: Vec<Resource> = [first, second, third]
+        .into_iter()
+        .flatten()
+        .map(|expired| expired.lease.resource)
+        .collect();
+    let mut expected = names.clone();
+    expected.push(late);
+    assert_eq!(
+        purged.iter().collect::<BTreeSet<_>>(),
+        expected.iter().collect::<BTreeSet<_>>()
+    );
+    assert_eq!(purged.len(), expected.len(), "each once");
+    assert_eq!(one.purge_expired().await.unwrap(), [], "nothing left");
 }

@@ -130,12 +130,14 @@
 //!
 //! # Purge
 //!
-//! [`LockStore::purge_expired`] reads at most [`PURGE_BATCH`] parents per call, round robin
-//! over every kind (the cursor stays in the store), and forgets what is over in them through
-//! the same compare-and-set, which deletes a parent it leaves with nothing, as a release
-//! does; a parent found empty (left so by an earlier build) is deleted at the version read
-//! (so only if it is still empty and unchanged). So folders do not grow with every name ever
-//! used. Tokens being zxids, a name made again later still gets greater ones.
+//! [`LockStore::purge_expired`] reads at most [`PURGE_BATCH`] parents per call, walking over
+//! every name with a node of every kind, and forgets what is over in them through the same
+//! compare-and-set, which deletes a parent it leaves with nothing, as a release does; a
+//! parent found empty (left so by an earlier build) is deleted at the version read (so only
+//! if it is still empty and unchanged). So folders do not grow with every name ever used.
+//! Tokens being zxids, a name made again later still gets greater ones. The names are listed
+//! once a walk, not once a call, so that a call's cost does not grow with their number; a
+//! name made since the listing is read in the next walk.
 //!
 //! # Failure
 //!
@@ -150,6 +152,7 @@
 //! [`StoreError::Unavailable`]: fencelock_core::StoreError::Unavailable
 //! [`StoreError::Invalid`]: fencelock_core::StoreError::Invalid
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -277,8 +280,9 @@ pub struct ZooKeeperStore {
     session: Arc<Session>,
     paths: Paths,
     feed: ReleaseFeed,
-    /// Where the next purge starts: the last parent the previous one read.
-    purged_to: Mutex<Option<(Kind, String)>>,
+    /// The names the purge has yet to read in its walk over every name with a node, listed
+    /// when the last walk is through (see [`ZooKeeperStore::next_to_purge`]).
+    to_purge: Mutex<VecDeque<Key>>,
     /// The most setting a watch may take before [`LockStore::watch`] answers (it goes on
     /// trying afterwards).
     call_timeout: Duration,
@@ -338,7 +342,7 @@ impl ZooKeeperStore {
             session,
             paths,
             feed: ReleaseFeed::new(),
-            purged_to: Mutex::new(None),
+            to_purge: Mutex::new(VecDeque::new()),
             call_timeout: limit,
             max_state_bytes,
         };
@@ -597,27 +601,28 @@ impl ZooKeeperStore {
         Ok(found)
     }
 
-    /// The next [`PURGE_BATCH`] names with a node after the last purge's, round robin over
-    /// every kind.
+    /// The next [`PURGE_BATCH`] names of the purge's walk over every name with a node, of
+    /// every kind; once a walk is through, the names are listed again for the next. So a
+    /// purge call costs the same however many names there are (a listing of them all comes
+    /// once a walk, not once a call), and every name with a node is read once a walk: a
+    /// name made since the listing, in the next walk; one deleted since, read as no node.
     async fn next_to_purge(&self) -> Result<Vec<Key>, ZkError> {
-        let mut all = Vec::new();
-        for kind in Paths::KINDS {
-            let mut names = self.children(kind).await?;
-            names.sort();
-            all.extend(names.into_iter().map(|name| Key { kind, name }));
+        let batch = take_batch(&mut self.to_purge.lock().unwrap_or_else(PoisonError::into_inner));
+        if !batch.is_empty() {
+            return Ok(batch);
         }
-        let mut cursor = self.purged_to.lock().unwrap_or_else(PoisonError::into_inner);
-        let start = cursor.as_ref().map_or(0, |(kind, hex)| {
-            all.partition_point(|key| (key.kind, state::hex(key.name.as_str())) <= (*kind, hex.clone()))
-        });
-        let batch: Vec<Key> = all[start..]
-            .iter()
-            .chain(&all[..start])
-            .take(PURGE_BATCH)
-            .cloned()
-            .collect();
-        *cursor = batch.last().map(|key| (key.kind, state::hex(key.name.as_str())));
-        Ok(batch)
+        let mut all = VecDeque::new();
+        for kind in Paths::KINDS {
+            all.extend(
+                self.children(kind)
+                    .await?
+                    .into_iter()
+                    .map(|name| Key { kind, name }),
+            );
+        }
+        let mut walk = self.to_purge.lock().unwrap_or_else(PoisonError::into_inner);
+        *walk = all;
+        Ok(take_batch(&mut walk))
     }
 
     /// Forgets what is over in the name of `read`, or deletes its node if nothing is left;
@@ -643,6 +648,12 @@ impl ZooKeeperStore {
             Err(e) => Err(ZkError::request("purge")(e).into()),
         }
     }
+}
+
+/// The first [`PURGE_BATCH`] names of `walk`, taken out of it.
+fn take_batch(walk: &mut VecDeque<Key>) -> Vec<Key> {
+    let end = walk.len().min(PURGE_BATCH);
+    walk.drain(..end).collect()
 }
 
 /// The holders' nodes under the node of `read`.
@@ -784,7 +795,7 @@ impl LockStore for ZooKeeperStore {
         Ok(LeasePage::from_one_past(leases, query.limit))
     }
 
-    /// Reads the next [`PURGE_BATCH`] parents (round robin) and forgets what is over in them;
+    /// Reads the next [`PURGE_BATCH`] parents of its walk and forgets what is over in them;
     /// see the module docs.
     async fn purge_expired(&self) -> Result<Vec<Expired>> {
         let keys = self.next_to_purge().await?;
