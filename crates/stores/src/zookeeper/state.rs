@@ -322,7 +322,12 @@ fn stored_lease(lease: &Lease, claim: Option<Claim>) -> StoredLease {
 /// children list in the names' byte order and no name can break a path. Also the owner's part
 /// of the name of a holder's node.
 pub(super) fn hex(name: &str) -> String {
-    name.bytes().map(|b| format!("{b:02x}")).collect()
+    // From a table: every call makes its names' paths, and a `format!` per byte allocated.
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    name.bytes()
+        .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0x0f)]])
+        .map(char::from)
+        .collect()
 }
 
 /// The name whose node is called `child`.
@@ -429,6 +434,11 @@ mod tests {
         let before = hexed.clone();
         hexed.sort();
         assert_eq!(hexed, before, "hex keeps byte order");
+        assert_eq!(
+            hex("a/b\u{ff}💥"),
+            "612f62c3bff09f92a5",
+            "two lowercase digits a byte"
+        );
         for (name, h) in names.iter().zip(&hexed) {
             assert_eq!(unhex(h).unwrap().as_str(), *name);
         }
