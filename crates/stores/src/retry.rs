@@ -74,12 +74,18 @@ impl Backoff {
 
 /// A random number from 0 to 1. Any source will do: it only spreads racers apart.
 fn random_fraction() -> f64 {
-    let bits = getrandom::u32().unwrap_or_else(|_| {
+    let bits = u32::try_from(random_u64() >> 32).unwrap_or(u32::MAX);
+    f64::from(bits) / f64::from(u32::MAX)
+}
+
+/// Random bits, from the system's source; without it (never seen), the clock's nanoseconds,
+/// which still differ between two calls.
+pub(crate) fn random_u64() -> u64 {
+    getrandom::u64().unwrap_or_else(|_| {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.subsec_nanos())
-    });
-    f64::from(bits) / f64::from(u32::MAX)
+            .map_or(0, |since| u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+    })
 }
 
 #[cfg(test)]

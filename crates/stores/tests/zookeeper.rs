@@ -417,6 +417,8 @@ fn owners_and_tokens(nodes: &[HolderNode]) -> Vec<(&str, FencingToken)> {
 /// `lease-`, the hex of its owner's name, `-` and its sequence number.
 async fn holders(raw: &zk::Client, path: &str) -> Vec<HolderNode> {
     let mut children = raw.list_children(path).await.unwrap();
+    // The mark of the node's generation: not a holder's.
+    children.retain(|child| !child.starts_with("gen-"));
     children.sort_by_key(|c| c.rsplit_once('-').map(|(_, seq)| seq.to_owned()));
     let mut found = Vec::new();
     for child in children {
@@ -433,6 +435,75 @@ async fn holders(raw: &zk::Client, path: &str) -> Vec<HolderNode> {
         });
     }
     found
+}
+
+/// What a server that read the node at `path` before it was deleted and made again would
+/// write to grant `owner` over the lease it read: its writes as the store makes them — the
+/// mark of the generation it read, the `setData` at the version it read, its holder's node,
+/// the old holder's node deleted. ZooKeeper must refuse them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_judged_on_a_node_deleted_since_fails_on_the_node_made_again() {
+    let url = shared_url().await;
+    let [one, other] = [store(&url).await, store(&url).await];
+    let raw = zk::Client::connect(url.strip_prefix("zookeeper://").unwrap())
+        .await
+        .unwrap();
+    let long = ttl(Duration::from_secs(60));
+    let name = shared::unique("made-again");
+    let path = node("locks", &name);
+    shared::granted(one.acquire(&name, &owner("a"), long).await.unwrap());
+    // What a lagging member, or a server paused between its read and its write, read.
+    let (stale_data, stale) = raw.get_data(&path).await.unwrap();
+    let stale_children = raw.list_children(&path).await.unwrap();
+    let stale_json: serde_json::Value = serde_json::from_slice(&stale_data).unwrap();
+    let generation = stale_json["generation"].as_u64().expect("the node's generation");
+    let stale_holder = stale_children
+        .iter()
+        .find(|child| child.starts_with("lease-"))
+        .expect("a's holder node");
+
+    // The release deletes the node; a's next grant makes it again, at the same version.
+    one.release(&name, &owner("a"), None).await.unwrap();
+    assert_eq!(raw.check_stat(&path).await.unwrap(), None);
+    let again = shared::granted(other.acquire(&name, &owner("a"), long).await.unwrap());
+    let (_, fresh) = raw.get_data(&path).await.unwrap();
+    assert_eq!(fresh.version, stale.version, "versions start again");
+    assert!(
+        raw.list_children(&path).await.unwrap().contains(stale_holder),
+        "and so do the holders' sequence numbers"
+    );
+
+    let mut multi = raw.new_multi_writer();
+    multi
+        .add_check_version(&format!("{path}/gen-{generation:016x}"), 0)
+        .unwrap();
+    multi
+        .add_set_data(&path, &stale_data, Some(stale.version))
+        .unwrap();
+    multi
+        .add_create(
+            &format!("{path}/lease-63-"),
+            b"c",
+            &zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all()),
+        )
+        .unwrap();
+    multi.add_delete(&format!("{path}/{stale_holder}"), None).unwrap();
+    let stale_write = multi.commit().await;
+    assert!(
+        matches!(
+            stale_write,
+            Err(zk::MultiWriteError::OperationFailed {
+                index: 0,
+                source: zk::Error::NoNode
+            })
+        ),
+        "the old generation's mark is gone: {stale_write:?}"
+    );
+    assert_eq!(
+        other.get(&name).await.unwrap().map(|lease| lease.token),
+        Some(again.token),
+        "a's new lease stands"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,7 +27,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use fencelock_core::{Clock, Drift, Kind, Owner, Resource, Timestamp, Ttl};
 use tokio::sync::oneshot;
@@ -36,6 +36,7 @@ use super::error::{RedisError, Result};
 use super::fanout::Answers;
 use super::node::Node;
 use super::reply::{Arg, Reply, letter, owner_args};
+use crate::retry::random_u64;
 
 /// A node's answer to a try of a grant, as a vote.
 pub(super) trait Vote: Clone + Send + Sync + 'static {
@@ -593,15 +594,6 @@ fn judge<V: Vote>(answers: &Answers<V>, names: usize, quorum: usize) -> Option<V
 pub(super) async fn pause(attempt: u32) {
     let most = 10 * u64::from(attempt.min(9) + 1);
     tokio::time::sleep(Duration::from_millis(random_u64() % most + 1)).await;
-}
-
-/// Random bits, for call ids and to spread racing acquirers.
-pub(super) fn random_u64() -> u64 {
-    getrandom::u64().unwrap_or_else(|_| {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| u64::from(since.subsec_nanos()))
-    })
 }
 
 /// How to take back a try on a node: its call id, and each name with the token a new grant

@@ -25,7 +25,12 @@
 //!   `create`, then its `setData`), and deleted by the `multi` of the call that leaves its
 //!   name with nothing (no lease, hold or intent, nothing kept for a lock-delay), after its
 //!   holders' nodes, at the version read — so a grant on a new name is one read and one
-//!   write, as on any other. On `BadVersion`, `NoNode`, `NodeExists` or `NotEmpty` another
+//!   write, as on any other. A node made again after a deletion starts its versions (and its
+//!   holders' sequence numbers) from 0 again, so a write judged on the node before would pass
+//!   on it: each node has a **generation**, a random number its making gives it (kept in its
+//!   data, and as its persistent child `gen-{generation}`, which goes only with it), and every
+//!   `multi` on a node first checks that child, so that it fails (`NoNode`) on any other
+//!   making of the name. On `BadVersion`, `NoNode`, `NodeExists` or `NotEmpty` another
 //!   call changed, deleted or made the name in between — another server's, since the calls
 //!   of one server on a name take turns ([`fencelock_core::Turns`], where [`crate::open`]
 //!   opens the store) — so read again and judge again, after a random pause that doubles
@@ -486,23 +491,44 @@ impl ZooKeeperStore {
         };
         let path = &read.path;
         let changed = *after != read.state;
-        let gone = changed && state::is_empty(after) && present.iter().all(ends);
+        // A node an earlier build made (no generation) is left for the purge, as it was then.
+        let gone = changed && state::is_empty(after) && read.generation.is_some() && present.iter().all(ends);
+        let generation = match read.stat {
+            Some(_) => read.generation,
+            // Random, so that a node made again after a deletion is told apart.
+            None => Some(crate::retry::random_u64()),
+        };
         let data = if changed {
-            self.encode(read, after)?
+            self.encode(read, after, generation)?
         } else {
             Vec::new()
         };
-        match read.stat {
-            None if !changed => Ok(()),
-            // Made empty and then given its state: the `setData`'s stat has the write's zxid,
-            // the grant's token, where a `create`'s in a `multi` has none before ZooKeeper
-            // 3.7.2 and 3.8.2 (ZOOKEEPER-4026).
-            None => multi
+        // The node read is the node written: one deleted and made again since has versions
+        // that start again from 0, and another generation.
+        if let (Some(_), Some(generation)) = (read.stat, read.generation) {
+            multi
+                .add_check_version(&format!("{path}/{}", state::generation_node(generation)), 0)
+                .map_err(ZkError::request(doing))?;
+        }
+        match (read.stat, generation) {
+            (None, _) if !changed => Ok(()),
+            // Made empty with its generation's mark, then given its state: the `setData`'s
+            // stat has the write's zxid, the grant's token, where a `create`'s in a `multi`
+            // has none before ZooKeeper 3.7.2 and 3.8.2 (ZOOKEEPER-4026).
+            (None, Some(generation)) => multi
                 .add_create(path, &[], &FOLDER)
+                .and_then(|()| {
+                    multi.add_create(
+                        &format!("{path}/{}", state::generation_node(generation)),
+                        &[],
+                        &FOLDER,
+                    )
+                })
                 .and_then(|()| multi.add_set_data(path, &data, Some(0))),
-            Some(stat) if !changed => multi.add_check_version(path, stat.version),
-            Some(_) if gone => Ok(()),
-            Some(stat) => multi.add_set_data(path, &data, Some(stat.version)),
+            (None, None) => unreachable!("a node made here has a generation"),
+            (Some(stat), _) if !changed => multi.add_check_version(path, stat.version),
+            (Some(_), _) if gone => Ok(()),
+            (Some(stat), _) => multi.add_set_data(path, &data, Some(stat.version)),
         }
         .map_err(ZkError::request(doing))?;
         for (start, change) in changes {
@@ -518,17 +544,19 @@ impl ZooKeeperStore {
             }
             .map_err(ZkError::request(doing))?;
         }
-        match read.stat {
-            Some(stat) if gone => multi
-                .add_delete(path, Some(stat.version))
+        match (read.stat, read.generation) {
+            (Some(stat), Some(generation)) if gone => multi
+                .add_delete(&format!("{path}/{}", state::generation_node(generation)), Some(0))
+                .and_then(|()| multi.add_delete(path, Some(stat.version)))
                 .map_err(ZkError::request(doing)),
             _ => Ok(()),
         }
     }
 
-    /// The data of `after`, the new state of the name of `read`, if one node keeps it.
-    fn encode(&self, read: &Read, after: &State) -> Result<Vec<u8>, ZkError> {
-        let data = state::encode(after)?;
+    /// The data of `after`, the new state of the name of `read` in a node of `generation`,
+    /// if one node keeps it.
+    fn encode(&self, read: &Read, after: &State, generation: Option<u64>) -> Result<Vec<u8>, ZkError> {
+        let data = state::encode(after, generation)?;
         if data.len() > self.max_state_bytes {
             return Err(ZkError::Invalid(format!(
                 "ZooKeeper: the state of {} {} would take {} bytes, more than one node keeps",
@@ -659,7 +687,10 @@ fn take_batch(walk: &mut VecDeque<Key>) -> Vec<Key> {
 /// The holders' nodes under the node of `read`.
 async fn holders(client: &zk::Client, read: &Read) -> Result<Vec<String>, ZkError> {
     match client.list_children(&read.path).await {
-        Ok(children) => Ok(children),
+        Ok(mut children) => {
+            children.retain(|child| !state::is_generation_node(child));
+            Ok(children)
+        }
         Err(zk::Error::NoNode) => Ok(Vec::new()),
         Err(e) => Err(ZkError::request("list the holders")(e)),
     }

@@ -30,6 +30,10 @@ pub(super) struct Read {
     pub(super) path: String,
     pub(super) state: State,
     pub(super) stat: Option<Versioned>,
+    /// The node's generation: a random number its creating write gave it, also the name of
+    /// its child `gen-{generation}` (see [`generation_node`]); `None` for a node an earlier
+    /// build made, or none.
+    pub(super) generation: Option<u64>,
 }
 
 /// What a compare-and-set needs of a node's `Stat`.
@@ -47,14 +51,26 @@ impl Read {
             Some((data, stat)) => (data, Some(stat)),
             None => (Vec::new(), None),
         };
-        let state = decode(&key, &data, stat.map_or(0, |s| s.mzxid))?;
+        let (state, generation) = decode(&key, &data, stat.map_or(0, |s| s.mzxid))?;
         Ok(Self {
             key,
             path,
             state,
             stat,
+            generation,
         })
     }
+}
+
+/// The name of the child that marks the generation `generation` of a name's node.
+pub(super) fn generation_node(generation: u64) -> String {
+    format!("gen-{generation:016x}")
+}
+
+/// Whether `child`, a child of a name's node, is its generation's mark rather than a
+/// holder's node.
+pub(super) fn is_generation_node(child: &str) -> bool {
+    child.starts_with("gen-")
 }
 
 /// Where the tokens of the call being judged start. A grant's token is the zxid of the write
@@ -213,16 +229,19 @@ struct Stored {
     holds: Vec<StoredLease>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     intents: Vec<StoredIntent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    generation: Option<u64>,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// The data of a node holding `state`: nothing at all for the state of a name never used,
-/// which is what a node is made with, so that making one changes no state.
-pub(super) fn encode(state: &State) -> Result<Vec<u8>, ZkError> {
-    if *state == State::default() {
+/// The data of a node of `generation` holding `state`: nothing at all for the state of a
+/// name never used in a node of no generation, which is what a node is made with, so that
+/// making one changes no state.
+pub(super) fn encode(state: &State, generation: Option<u64>) -> Result<Vec<u8>, ZkError> {
+    if *state == State::default() && generation.is_none() {
         return Ok(Vec::new());
     }
     let stored = Stored {
@@ -241,14 +260,16 @@ pub(super) fn encode(state: &State) -> Result<Vec<u8>, ZkError> {
                 expires_at: i.expires_at.as_millis(),
             })
             .collect(),
+        generation,
     };
     serde_json::to_vec(&stored).map_err(|e| ZkError::Corrupt(format!("cannot encode a state: {e}")))
 }
 
-/// The state in the data of `key`'s node, last changed at `mzxid`.
-pub(super) fn decode(key: &Key, data: &[u8], mzxid: u64) -> Result<State, ZkError> {
+/// The state in the data of `key`'s node, last changed at `mzxid`, and the node's
+/// generation.
+pub(super) fn decode(key: &Key, data: &[u8], mzxid: u64) -> Result<(State, Option<u64>), ZkError> {
     if data.is_empty() {
-        return Ok(State::default());
+        return Ok((State::default(), None));
     }
     let corrupt = |why: String| ZkError::Corrupt(format!("the node of {} {}: {why}", key.kind, key.name));
     let stored: Stored = serde_json::from_slice(data).map_err(|e| corrupt(e.to_string()))?;
@@ -294,7 +315,7 @@ pub(super) fn decode(key: &Key, data: &[u8], mzxid: u64) -> Result<State, ZkErro
     if key.kind == Kind::Lock && !(state.holds.is_empty() && state.intents.is_empty()) {
         return Err(corrupt("a lock with holds".into()));
     }
-    Ok(state)
+    Ok((state, stored.generation))
 }
 
 fn stored_lease(lease: &Lease, claim: Option<Claim>) -> StoredLease {
@@ -353,7 +374,7 @@ mod tests {
             lease,
             ..State::default()
         };
-        let data = encode(&state).unwrap();
+        let data = encode(&state, None).unwrap();
         Read::new(
             key,
             "/fencelock/locks/6c".into(),
@@ -380,7 +401,7 @@ mod tests {
             holder_changes(&read.state, &granted),
             [("lease-61-".to_owned(), Holder::Began("a".into()))]
         );
-        let data = encode(&granted).unwrap();
+        let data = encode(&granted, Some(7)).unwrap();
         assert!(!String::from_utf8_lossy(&data).contains("token"), "{data:?}");
 
         // Read after that write (zxid 130): the token is the write's zxid.
@@ -472,10 +493,13 @@ mod tests {
                 expires_at: Timestamp::from_millis(11),
             }],
         };
-        let data = encode(&state).unwrap();
-        assert_eq!(decode(&key, &data, 99).unwrap(), state);
-        assert!(encode(&State::default()).unwrap().is_empty());
-        assert_eq!(decode(&key, b"", 99).unwrap(), State::default());
+        let data = encode(&state, Some(7)).unwrap();
+        assert_eq!(decode(&key, &data, 99).unwrap(), (state, Some(7)));
+        assert!(encode(&State::default(), None).unwrap().is_empty());
+        // A node's generation is kept when nothing else is.
+        let empty = encode(&State::default(), Some(7)).unwrap();
+        assert_eq!(decode(&key, &empty, 99).unwrap(), (State::default(), Some(7)));
+        assert_eq!(decode(&key, b"", 99).unwrap(), (State::default(), None));
         assert!(matches!(decode(&key, b"{", 99), Err(ZkError::Corrupt(_))));
     }
 }
