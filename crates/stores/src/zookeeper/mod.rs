@@ -152,7 +152,8 @@
 //! Every call has a deadline (the store is opened in a [`Deadline`]). `ConnectionLoss`, an
 //! expired session, a timeout: [`StoreError::Unavailable`], and the outcome is **unknown** —
 //! a write whose answer was lost may have been applied (ZooKeeper applies it once a quorum
-//! is back). Without a quorum nothing is granted. Tested with ZooKeeper 3.8.
+//! is back). Without a quorum nothing is granted. Tested with ZooKeeper 3.8; needs 3.6 or
+//! later (the events follow a persistent watch).
 //!
 //! [`StoreError::Unavailable`]: fencelock_core::StoreError::Unavailable
 //! [`StoreError::Invalid`]: fencelock_core::StoreError::Invalid
