@@ -276,19 +276,45 @@ fn connected_sessions(ensemble: &ZooKeeperEnsemble, i: usize) -> BTreeSet<String
         .collect()
 }
 
+/// A standalone ZooKeeper; a store (a server) reaching it through a proxy, whose session
+/// expires soon after the proxy cuts it off; and a store reaching it directly.
+struct CutOff {
+    zookeeper: Arc<ZooKeeper>,
+    proxy: Proxy,
+    behind: Arc<Deadline<ZooKeeperStore>>,
+    direct: Arc<Deadline<ZooKeeperStore>>,
+}
+
+impl CutOff {
+    async fn start() -> Self {
+        let zookeeper = Arc::new(tokio::task::spawn_blocking(ZooKeeper::start).await.unwrap());
+        let proxy = Proxy::start(zookeeper.port());
+        let options = ZooKeeperOptions {
+            // The server's floor (two ticks): the session expires soon after the cut.
+            session_timeout: Duration::from_millis(400),
+            connect_timeout: Duration::from_millis(500),
+            call_timeout: Duration::from_secs(1),
+            ..ZooKeeperOptions::default()
+        };
+        let behind = store_with(&format!("zookeeper://127.0.0.1:{}", proxy.port()), options).await;
+        let direct = store_with(&zookeeper.url(), impatient()).await;
+        Self {
+            zookeeper,
+            proxy,
+            behind,
+            direct,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_whose_session_expires_keeps_its_leases_until_they_expire() {
-    let zookeeper = Arc::new(tokio::task::spawn_blocking(ZooKeeper::start).await.unwrap());
-    let proxy = Proxy::start(zookeeper.port());
-    let cut_off = ZooKeeperOptions {
-        // The server's floor (two ticks): the session expires soon after the cut.
-        session_timeout: Duration::from_millis(400),
-        connect_timeout: Duration::from_millis(500),
-        call_timeout: Duration::from_secs(1),
-        ..ZooKeeperOptions::default()
-    };
-    let one = store_with(&format!("zookeeper://127.0.0.1:{}", proxy.port()), cut_off).await;
-    let other = store_with(&zookeeper.url(), impatient()).await;
+    let CutOff {
+        zookeeper,
+        proxy,
+        behind: one,
+        direct: other,
+    } = CutOff::start().await;
     let resource = shared::unique("expiring-session");
     let lease = shared::granted(
         // Long enough to outlast the session's expiry on a busy machine.
@@ -971,6 +997,26 @@ impl Teller {
         panic!("bulletin {} was not heard", self.told);
     }
 
+    /// Tells `count` bulletins through `store`, each once the node of the one before is
+    /// there, so that each has a node of its own; their numbers.
+    async fn tell_each_in_a_node(
+        &mut self,
+        store: &dyn LockStore,
+        raw: &zk::Client,
+        count: usize,
+    ) -> Vec<u64> {
+        let mut told = Vec::new();
+        for _ in 0..count {
+            let nodes = self.nodes(raw).await;
+            told.push(self.tell(store));
+            eventually(Duration::from_secs(10), "the bulletin's node", async || {
+                (self.nodes(raw).await > nodes).then_some(())
+            })
+            .await;
+        }
+        told
+    }
+
     /// How many nodes of this origin's bulletins ZooKeeper has.
     async fn nodes(&self, raw: &zk::Client) -> usize {
         let prefix = format!("e-{}-", self.origin);
@@ -998,15 +1044,7 @@ async fn events_told_while_a_server_was_disconnected_reach_it_in_order_when_it_r
 
     let zookeeper = with_ensemble(zookeeper, move |z| z.kill(follower)).await;
     // Each in a node of its own, written while the listener is away.
-    let mut told = Vec::new();
-    for _ in 0..5 {
-        let nodes = teller.nodes(&raw).await;
-        told.push(teller.tell(&*telling));
-        eventually(Duration::from_secs(10), "the bulletin's node", async || {
-            (teller.nodes(&raw).await > nodes).then_some(())
-        })
-        .await;
-    }
+    let mut told = teller.tell_each_in_a_node(&*telling, &raw, 5).await;
     assert_eq!(told, (last + 1..=last + 5).collect::<Vec<_>>());
     let zookeeper = with_ensemble(zookeeper, move |z| {
         z.start_again(follower);
@@ -1041,17 +1079,12 @@ async fn events_told_while_a_server_was_disconnected_reach_it_in_order_when_it_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_told_while_a_servers_session_expired_reach_it_on_its_new_session() {
-    let zookeeper = Arc::new(tokio::task::spawn_blocking(ZooKeeper::start).await.unwrap());
-    let proxy = Proxy::start(zookeeper.port());
-    let cut_off = ZooKeeperOptions {
-        // The server's floor (two ticks): the session expires soon after the cut.
-        session_timeout: Duration::from_millis(400),
-        connect_timeout: Duration::from_millis(500),
-        call_timeout: Duration::from_secs(1),
-        ..ZooKeeperOptions::default()
-    };
-    let listening = store_with(&format!("zookeeper://127.0.0.1:{}", proxy.port()), cut_off).await;
-    let telling = store_with(&zookeeper.url(), impatient()).await;
+    let CutOff {
+        zookeeper,
+        proxy,
+        behind: listening,
+        direct: telling,
+    } = CutOff::start().await;
     let raw = zk::Client::connect(&zookeeper.endpoint()).await.unwrap();
     let mut heard = listening.bulletins().unwrap();
     let mut teller = Teller::new();
@@ -1064,15 +1097,7 @@ async fn events_told_while_a_servers_session_expired_reach_it_on_its_new_session
         sessions(&zookeeper).is_some_and(|now| now < before).then_some(())
     })
     .await;
-    let mut told = Vec::new();
-    for _ in 0..3 {
-        let nodes = teller.nodes(&raw).await;
-        told.push(teller.tell(&*telling));
-        eventually(Duration::from_secs(10), "the bulletin's node", async || {
-            (teller.nodes(&raw).await > nodes).then_some(())
-        })
-        .await;
-    }
+    let told = teller.tell_each_in_a_node(&*telling, &raw, 3).await;
     proxy.restore();
 
     let mut got = Vec::new();

@@ -11,8 +11,8 @@
 //! was written while the connection was lost (ZOOKEEPER-4698), and zookeeper-client 0.11
 //! does not set a persistent watch again on the new connection — and the listing catches up
 //! from the last sequence read. A server's cost per event thus does not grow with how many
-//! events are kept; a server writes at most one node per [`PACE`], so that the listing
-//! stays small.
+//! events are kept; under sustained load a server writes at most one node per [`PACE`], so
+//! that the listing stays small.
 //!
 //! Never a silent gap: a node gone before it was read (its writer deleted it after
 //! [`KEEP`], or its writer's session ended), or that cannot be read, and a watch lost for so
@@ -51,11 +51,15 @@ const NODE_BYTES: usize = 256 * 1024;
 /// limit.
 const REQUEST_BYTES: usize = 768 * 1024;
 
-/// The least time between two batches' writes: each server then makes at most 200 nodes a
-/// second, so that the events node's children, which a server lists when it catches up,
-/// stay a few thousand per server (their names, about 40 bytes each, must fit in one answer
-/// of at most `jute.maxbuffer`). An event waits for it only under load.
+/// The least time between two batches' writes once a server keeps [`PACED_FROM`] nodes:
+/// it then makes at most 200 nodes a second, so that the events node's children, which a
+/// server lists when it catches up, stay a few thousand per server (their names, about 40
+/// bytes each, must fit in one answer of at most `jute.maxbuffer`). An event waits for it
+/// only under sustained load (more than 100 batches a second for [`KEEP`]).
 const PACE: Duration = Duration::from_millis(5);
+
+/// How many nodes of its own, not yet deleted, a server keeps before it paces its writes.
+const PACED_FROM: usize = 2000;
 
 /// The most nodes deleted in one `multi`, which is one request, under the same limit.
 const DELETE_BATCH: usize = 1000;
@@ -118,8 +122,10 @@ async fn write(session: Arc<Session>, folder: String, own: Origins, mut outgoing
                     Ok(made) => written.extend(made),
                     Err(error) => tracing::warn!(%error, events = batch.len(), "events are not told to other servers: ZooKeeper refused them"),
                 }
-                // Under load the next batch gathers what comes meanwhile.
-                tokio::time::sleep_until(started + PACE).await;
+                // Under sustained load the next batch gathers what comes meanwhile.
+                if written.len() >= PACED_FROM {
+                    tokio::time::sleep_until(started + PACE).await;
+                }
             }
             _ = tidy.tick() => delete_old(&session, &mut written).await,
         }
