@@ -494,44 +494,39 @@ impl ZooKeeperStore {
         let changed = *after != read.state;
         // A node an earlier build made (no generation) is left for the purge, as it was then.
         let gone = changed && state::is_empty(after) && read.generation.is_some() && present.iter().all(ends);
-        let generation = match read.stat {
-            Some(_) => read.generation,
-            // Random, so that a node made again after a deletion is told apart.
-            None => Some(crate::retry::random_u64()),
-        };
-        let data = if changed {
-            self.encode(read, after, generation)?
-        } else {
-            Vec::new()
-        };
         // The node read is the node written: one deleted and made again since has versions
         // that start again from 0, and another generation.
         if let (Some(_), Some(generation)) = (read.stat, read.generation) {
             multi
-                .add_check_version(&format!("{path}/{}", state::generation_node(generation)), 0)
+                .add_check_version(&state::generation_path(path, generation), 0)
                 .map_err(ZkError::request(doing))?;
         }
-        match (read.stat, generation) {
-            (None, _) if !changed => Ok(()),
-            // Made empty with its generation's mark, then given its state: the `setData`'s
-            // stat has the write's zxid, the grant's token, where a `create`'s in a `multi`
-            // has none before ZooKeeper 3.7.2 and 3.8.2 (ZOOKEEPER-4026).
-            (None, Some(generation)) => multi
-                .add_create(path, &[], &FOLDER)
-                .and_then(|()| {
-                    multi.add_create(
-                        &format!("{path}/{}", state::generation_node(generation)),
-                        &[],
-                        &FOLDER,
-                    )
-                })
-                .and_then(|()| multi.add_set_data(path, &data, Some(0))),
-            (None, None) => unreachable!("a node made here has a generation"),
-            (Some(stat), _) if !changed => multi.add_check_version(path, stat.version),
-            (Some(_), _) if gone => Ok(()),
-            (Some(stat), _) => multi.add_set_data(path, &data, Some(stat.version)),
+        match read.stat {
+            None if !changed => {}
+            // Made empty with its generation's mark (random, so that a node made again after
+            // a deletion is told apart), then given its state: the `setData`'s stat has the
+            // write's zxid, the grant's token, where a `create`'s in a `multi` has none before
+            // ZooKeeper 3.7.2 and 3.8.2 (ZOOKEEPER-4026).
+            None => {
+                let generation = crate::retry::random_u64();
+                let data = self.encode(read, after, Some(generation))?;
+                multi
+                    .add_create(path, &[], &FOLDER)
+                    .and_then(|()| multi.add_create(&state::generation_path(path, generation), &[], &FOLDER))
+                    .and_then(|()| multi.add_set_data(path, &data, Some(0)))
+                    .map_err(ZkError::request(doing))?;
+            }
+            Some(stat) if !changed => multi
+                .add_check_version(path, stat.version)
+                .map_err(ZkError::request(doing))?,
+            Some(_) if gone => {}
+            Some(stat) => {
+                let data = self.encode(read, after, read.generation)?;
+                multi
+                    .add_set_data(path, &data, Some(stat.version))
+                    .map_err(ZkError::request(doing))?;
+            }
         }
-        .map_err(ZkError::request(doing))?;
         for (start, change) in changes {
             match change {
                 Holder::Began(owner) => {
@@ -547,7 +542,7 @@ impl ZooKeeperStore {
         }
         match (read.stat, read.generation) {
             (Some(stat), Some(generation)) if gone => multi
-                .add_delete(&format!("{path}/{}", state::generation_node(generation)), Some(0))
+                .add_delete(&state::generation_path(path, generation), Some(0))
                 .and_then(|()| multi.add_delete(path, Some(stat.version)))
                 .map_err(ZkError::request(doing)),
             _ => Ok(()),

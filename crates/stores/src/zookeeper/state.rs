@@ -31,7 +31,7 @@ pub(super) struct Read {
     pub(super) state: State,
     pub(super) stat: Option<Versioned>,
     /// The node's generation: a random number its creating write gave it, also the name of
-    /// its child `gen-{generation}` (see [`generation_node`]); `None` for a node an earlier
+    /// its child `gen-{generation}` (see [`generation_path`]); `None` for a node an earlier
     /// build made, or none.
     pub(super) generation: Option<u64>,
 }
@@ -62,9 +62,10 @@ impl Read {
     }
 }
 
-/// The name of the child that marks the generation `generation` of a name's node.
-pub(super) fn generation_node(generation: u64) -> String {
-    format!("gen-{generation:016x}")
+/// The path of the child that marks the generation `generation` of the name's node at
+/// `path`.
+pub(super) fn generation_path(path: &str, generation: u64) -> String {
+    format!("{path}/gen-{generation:016x}")
 }
 
 /// Whether `child`, a child of a name's node, is its generation's mark rather than a
