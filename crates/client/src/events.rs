@@ -56,6 +56,16 @@ impl Events {
         self.last.as_deref()
     }
 
+    /// Connects now, if not connected yet (the first [`next`](Self::next) would): once this
+    /// returns, the stream has every event from the server's answer on. An error if the
+    /// server cannot be reached or refuses the stream.
+    pub async fn connect(&mut self) -> Result<(), StoreError> {
+        if self.response.is_none() {
+            self.response = Some(self.open().await?);
+        }
+        Ok(())
+    }
+
     /// The next event. When the connection ends (or the server cut the stream off with
     /// `overflow`), connects again from the last id seen, once; an error if that fails, or
     /// if the server refuses the stream.
@@ -63,7 +73,7 @@ impl Events {
         let mut reconnected = false;
         loop {
             if self.response.is_none() {
-                self.response = Some(self.connect().await?);
+                self.response = Some(self.open().await?);
             }
             match self.read().await {
                 Some(Message::Event(event)) if event.name == EventName::Overflow => self.response = None,
@@ -83,7 +93,7 @@ impl Events {
         }
     }
 
-    async fn connect(&self) -> Result<Response, StoreError> {
+    async fn open(&self) -> Result<Response, StoreError> {
         let mut request = self.http.get(&self.url);
         if let Some(last) = &self.last {
             request = request.header("last-event-id", last);
