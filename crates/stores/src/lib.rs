@@ -78,6 +78,12 @@
 //! a stream resuming from an id before it gets `reset` too. A server that stops after it lost
 //! an event, telling nothing more, leaves no gap to see: a server keeps the last event that
 //! found its queue full and sends it once the queue is drained, so the gap shows then.
+//! The torture suite checks all of this on every store (`docs/TORTURE.md`, *event
+//! streams*): a watcher follows each server's stream through every fault, a marker through
+//! each server at the end makes any gap show, and every change a client was told of must be
+//! on every stream or come after a `reset` there — but for one through a server killed
+//! before it told anything later — and nothing may be told that did not happen, twice, or
+//! out of a server's order.
 //!
 //! **Elections** (`/elections/{name}`) are kept on every store as the lock `"\u{1}" + NAME`
 //! (a name no client can send), with the leader's value, TTL and `since` in the lease's

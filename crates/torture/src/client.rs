@@ -206,6 +206,8 @@ struct Ask {
     claim: Option<Claim>,
     ttl: Duration,
     wait: Duration,
+    /// The server it went to (renewals and releases go through the guard, to the same one).
+    server: Option<u32>,
 }
 
 impl Ask {
@@ -225,6 +227,7 @@ impl Ask {
             kind: self.kind,
             names: self.names.clone(),
             owner: self.owner.clone(),
+            server: self.server,
             limit,
             mode,
             ttl_ms: millis(self.ttl),
@@ -277,7 +280,8 @@ impl Shown for Hold {
     }
 }
 
-fn seen(lease: &Lease, claim: Option<String>) -> Seen {
+/// A lease as the history keeps it: `claim` is a hold's mode or `permit`, none for a lock.
+pub(crate) fn seen(lease: &Lease, claim: Option<String>) -> Seen {
     Seen {
         name: lease.resource.as_str().to_owned(),
         owner: lease.owner.as_str().to_owned(),
@@ -362,12 +366,15 @@ impl Worker {
             claim,
             ttl,
             wait,
+            server: None,
         }
     }
 
-    fn server(&mut self) -> Client {
-        let at = self.rng.below(self.servers.len() as u64) as usize;
-        self.servers[at].clone()
+    /// A server for the next operation, at random; it is recorded in `ask`.
+    fn server(&mut self, ask: &mut Ask) -> Client {
+        let at = self.rng.below(self.servers.len() as u64);
+        ask.server = u32::try_from(at).ok();
+        self.servers[at as usize].clone()
     }
 
     fn plan(&mut self, ttl: Duration) -> Plan {
@@ -384,8 +391,8 @@ impl Worker {
         self.lock_asked(ask, plan).await
     }
 
-    async fn lock_asked(&mut self, ask: Ask, plan: Plan) -> anyhow::Result<bool> {
-        let client = self.server();
+    async fn lock_asked(&mut self, mut ask: Ask, plan: Plan) -> anyhow::Result<bool> {
+        let client = self.server(&mut ask);
         let (ttl, owner) = (ask.ttl()?, ask.owner()?);
         let invoked = Mono::now();
         let granted = if let [name] = ask.names.as_slice() {
@@ -420,9 +427,9 @@ impl Worker {
             Claim::Permit { .. } => Kind::Semaphore,
             Claim::Read | Claim::Write => Kind::Rwlock,
         };
-        let ask = self.ask(kind, vec![name.clone()], Some(claim));
+        let mut ask = self.ask(kind, vec![name.clone()], Some(claim));
         let plan = self.plan(ask.ttl);
-        let client = self.server();
+        let client = self.server(&mut ask);
         let (ttl, owner, resource) = (ask.ttl()?, ask.owner()?, name.parse::<Resource>()?);
         let invoked = Mono::now();
         let granted = client
@@ -594,7 +601,7 @@ impl Worker {
         let (name, _) = workload::pick_name(kind, &mut self.rng);
         let resource: Resource = name.parse()?;
         let number = self.recorder.number();
-        let ask = Ask {
+        let mut ask = Ask {
             number,
             kind,
             names: vec![name],
@@ -602,8 +609,9 @@ impl Worker {
             claim: None,
             ttl: Duration::ZERO,
             wait: Duration::ZERO,
+            server: None,
         };
-        let client = self.server();
+        let client = self.server(&mut ask);
         let invoked = Mono::now();
         let answer: Result<Vec<Seen>, StoreError> = match kind {
             Kind::Lock => client
@@ -742,6 +750,6 @@ impl Fence {
     }
 }
 
-fn millis(duration: Duration) -> u64 {
+pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

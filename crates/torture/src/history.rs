@@ -35,12 +35,33 @@ pub enum Entry {
     Op(Op),
     /// A write to the fenced resource, and whether the resource took it.
     Write(Write),
-    /// A fault the nemesis began or healed. The checker does not read these: they are there
-    /// for people, to read a violation against what was going on.
+    /// A fault the nemesis began or healed. The checker reads only the kills of servers (a
+    /// kill loses the events a server had not told the others yet, as the guarantee table
+    /// says); the rest are there for people, to read a violation against what was going on.
     Fault(Fault),
+    /// An event a watcher received on a server's stream (`GET /events`).
+    Event(Event),
+    /// A watcher's window: from its stream's first answer until the runner stopped it.
+    Watched(Watched),
     /// The liveness phase began: every fault is healed from here on (see [`Op`] with
     /// `phase: liveness`).
     Healed { at: Mono },
+}
+
+impl Entry {
+    /// When it happened, for the history's order: an operation when it was invoked, an event
+    /// when it was received, a watcher's window when it began.
+    pub fn time(&self) -> Mono {
+        match self {
+            Entry::Run(_) => Mono(0),
+            Entry::Op(op) => op.invoked,
+            Entry::Write(write) => write.at,
+            Entry::Fault(fault) => fault.at,
+            Entry::Healed { at } => *at,
+            Entry::Event(event) => event.received,
+            Entry::Watched(watched) => watched.from,
+        }
+    }
 }
 
 /// The settings of a run.
@@ -83,6 +104,17 @@ pub enum Kind {
     Rwlock,
 }
 
+impl Kind {
+    /// Its name, as in the history and in an event's `kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Semaphore => "semaphore",
+            Kind::Rwlock => "rwlock",
+        }
+    }
+}
+
 /// How an operation ended, as its client was told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -104,6 +136,9 @@ pub enum Phase {
     Faults,
     /// After every fault is healed: each client must be able to acquire within the run's bound.
     Liveness,
+    /// After the clients finished: the runner's marker through each server, whose events
+    /// show a stream's gap if it has one (a lost event shows only with the next one).
+    Drain,
 }
 
 /// An operation of a client.
@@ -120,6 +155,9 @@ pub struct Op {
     pub names: Vec<String>,
     /// The owner the call was made as.
     pub owner: String,
+    /// The server it went to (its place in the run's list); none in older histories.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<u32>,
     /// A semaphore's limit, or a hold's mode (`read`, `write`); else none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
@@ -195,6 +233,40 @@ pub struct Fault {
     pub at: Mono,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
+}
+
+/// An event of a server's stream as a watcher received it. A `reset` tells no change; a
+/// `snapshot` is not recorded (after a reset, one per live lease: on the embedded store, the
+/// 100,000 it is filled with each time), and neither is a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// The server whose stream it is on.
+    pub server: u32,
+    pub received: Mono,
+    /// `grant`, `extend`, `renew`, `release`, `expire`, `force-release`, `refuse`, `reset`, …
+    pub event: String,
+    /// The event's id on that server's stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The change told: `lock`, `semaphore` or `rwlock`, the name, the owner and the token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+}
+
+/// How long a watcher followed a server's stream: from the answer of its first connection
+/// (every event from there on is on the stream) until the runner stopped it, after the
+/// drain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watched {
+    pub server: u32,
+    pub from: Mono,
+    pub to: Mono,
 }
 
 /// Reads a history: one [`Entry`] per non-empty line.

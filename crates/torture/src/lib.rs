@@ -13,14 +13,15 @@
 //! - [`run`]: the run — [`target`] (the store's throwaway servers and the `fencelock serve`
 //!   processes on it, each behind proxies of its own, in [`server`]), [`resource`] (the
 //!   fenced resource), the client processes ([`client`], doing the [`workload`]), the
-//!   [`nemesis`] (injecting the kinds of [`fault`]), and the history written in the end
-//!   ([`sink`] gathers it).
+//!   [`nemesis`] (injecting the kinds of [`fault`]), the [`watcher`]s of the servers' event
+//!   streams and the end drain, and the history written in the end ([`sink`] gathers it).
 //! - [`clock`]: the monotonic clock every process of a run reads; [`rng`]: the seeded
 //!   randomness.
 //! - [`check`]: the checker. [`check::check`] judges a history, with no knowledge of the
-//!   nemesis, property by property (fenced writes, token order, exclusion, holder safety,
-//!   releases, all or none, liveness), and its [`check::Report`] prints a verdict per
-//!   property, the seed, and for each violation the slice of history that shows it.
+//!   nemesis but the kills of servers, property by property (fenced writes, token order,
+//!   exclusion, holder safety, releases, all or none, liveness, the event streams), and its
+//!   [`check::Report`] prints a verdict per property, the seed, and for each violation the
+//!   slice of history that shows it.
 //! - [`verdict`]: the hook that hands a run's history to the checker and prints its report.
 
 pub mod check;
@@ -36,4 +37,5 @@ pub mod server;
 pub mod sink;
 pub mod target;
 pub mod verdict;
+pub mod watcher;
 pub mod workload;

@@ -1,12 +1,15 @@
 //! `fencelock-torture run`: one seeded, time-bounded run of one store.
 //!
 //! 1. Start the store's throwaway servers (the testkit's), the `fencelock serve` processes
-//!    on it, the fenced resource, and the client processes.
+//!    on it, the fenced resource, a watcher of each server's event stream (connected before
+//!    any client starts), and the client processes.
 //! 2. For `--seconds`, let the clients work while the nemesis injects faults from the
 //!    store's menu, each healed before the time is up.
 //! 3. Once the store serves again, record `Healed` and tell every client to make its
 //!    liveness acquires; wait for them to finish.
-//! 4. Write the history (the run's settings first, then every entry in time order) and
+//! 4. The end drain: a marker through each server, and a wait until every watcher heard
+//!    them ([`Watchers::drain`]); then stop the watchers.
+//! 5. Write the history (the run's settings first, then every entry in time order) and
 //!    judge it.
 
 use std::collections::BTreeMap;
@@ -26,6 +29,7 @@ use crate::resource::Resource;
 use crate::rng::Rng;
 use crate::sink::Sink;
 use crate::target::{StoreKind, Target};
+use crate::watcher::Watchers;
 use crate::workload::LIVENESS_ACQUIRES;
 
 /// Time a client has, past its liveness acquires' bound, to finish and exit.
@@ -124,6 +128,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Ran> {
         println!("torture: {filled} leases on other names, which each start of the server loads");
     }
     let resource = Resource::start(&dir.path().join("resource.sock"), sink.clone())?;
+    let watchers = Watchers::start(&target.urls(), &sink)?;
     let liveness = crate::verdict::liveness_bound(kind);
     let mut clients = (0..args.clients)
         .map(|id| {
@@ -179,6 +184,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Ran> {
             problems.push(problem);
         }
     }
+    // The markers are the operations of a client of their own, numbered after the run's.
+    match watchers.drain(&target.urls(), args.clients, &sink) {
+        Ok(late) => late.iter().for_each(|late| println!("torture: {late}")),
+        Err(error) => problems.push(format!("the end drain: {error:#}")),
+    }
+    watchers.stop(&sink);
     drop(target);
     drop(resource);
 
@@ -401,21 +412,10 @@ fn without_liveness(entries: &[Entry], clients: u32) -> Vec<String> {
         .collect()
 }
 
-/// When an entry happened, for the history's order.
-fn time_of(entry: &Entry) -> Mono {
-    match entry {
-        Entry::Run(_) => Mono(0),
-        Entry::Op(op) => op.invoked,
-        Entry::Write(write) => write.at,
-        Entry::Fault(fault) => fault.at,
-        Entry::Healed { at } => *at,
-    }
-}
-
 /// Writes the history: the run's settings, then every entry in time order, one JSON line
 /// each.
 fn write_history(path: &Path, info: &RunInfo, mut entries: Vec<Entry>) -> anyhow::Result<()> {
-    entries.sort_by_key(time_of);
+    entries.sort_by_key(Entry::time);
     let mut out = std::io::BufWriter::new(
         std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?,
     );
@@ -522,6 +522,7 @@ mod tests {
             kind: Kind::Lock,
             names: vec!["a".to_owned()],
             owner: "c0-0".to_owned(),
+            server: None,
             limit: None,
             mode: None,
             ttl_ms: 1_000,

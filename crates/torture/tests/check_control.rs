@@ -31,6 +31,8 @@ enum Target {
     LateGuard,
     /// After the faults healed, client 0 is refused every time.
     Starves,
+    /// From the fifth grant on, one change in ten is not told on the server's stream.
+    DropsEvents,
 }
 
 const SIM_TTL: u64 = 200;
@@ -111,6 +113,8 @@ struct Sim {
     history: History,
     /// Whether the broken target did its harm at least once.
     broke: bool,
+    /// Changes told on the server's stream.
+    told: u64,
 }
 
 impl Sim {
@@ -137,6 +141,7 @@ impl Sim {
                 faults: vec!["pause-client".to_owned()],
             }),
             broke: false,
+            told: 0,
         };
         for client in 0..clients {
             sim.at(client.into(), Event::Next(client));
@@ -147,7 +152,21 @@ impl Sim {
             }
         }
         sim.liveness();
+        // A watcher of the one server's stream, over the whole run.
+        sim.history.watched(0, 0, 10 * until);
         sim
+    }
+
+    /// The server tells a change of `name`'s lease on its stream, at once.
+    fn tell(&mut self, now: u64, event: &str, name: &str, lease: &Lease) {
+        self.told += 1;
+        if self.target == Target::DropsEvents && self.grants >= 5 && self.told.is_multiple_of(10) {
+            self.broke = true;
+            return;
+        }
+        let kind = kind_of(name);
+        self.history
+            .event_of(kind, 0, now, event, name, &lease.owner, lease.token);
     }
 
     fn at(&mut self, time: u64, event: Event) {
@@ -243,6 +262,7 @@ impl Sim {
     }
 
     fn send(&mut self, now: u64, client: u32, op: Op, request: Request) {
+        let op = op.through(0);
         // One request in fifty never arrives; one in fifty is never answered (a timeout).
         let reached = !self.rng.percent(2);
         let delay = 1 + self.rng.below(4);
@@ -275,7 +295,16 @@ impl Sim {
             .find(|(n, _, _)| *n == name)
             .unwrap_or(NAMES[0]);
         let live = self.leases.entry(name).or_default();
-        live.retain(|lease| lease.expires > now);
+        let (live_now, expired): (Vec<Lease>, Vec<Lease>) = std::mem::take(live)
+            .into_iter()
+            .partition(|lease| lease.expires > now);
+        *live = live_now;
+        for lease in &expired {
+            self.tell(now, "expire", name, lease);
+        }
+        let live = self.leases.entry(name).or_default();
+        // What the server tells on its stream, once the request is carried out.
+        let mut changes: Vec<(&str, Lease)> = Vec::new();
         match request {
             Request::Get => {
                 op.leases = live.iter().map(|l| show(name, kind, l)).collect();
@@ -317,12 +346,14 @@ impl Sim {
                     op.leases = live.iter().map(|l| show(name, kind, l)).collect();
                     op.held_until = None;
                 }
+                changes.push(("grant", lease.clone()));
                 live.push(lease);
             }
             Request::Renew(token) => {
                 match live.iter_mut().find(|l| l.owner == op.owner && l.token == token) {
                     Some(lease) => {
                         lease.expires = now + SIM_TTL;
+                        changes.push(("renew", lease.clone()));
                         op.leases = vec![show(name, kind, lease)];
                         op.held_until = Some(ms(at_ms(op.invoked) + SIM_TTL));
                     }
@@ -333,11 +364,14 @@ impl Sim {
                 match live.iter().position(|l| l.owner == op.owner && l.token == token) {
                     Some(_) if self.target == Target::UndoesRelease => self.broke = true,
                     Some(at) => {
-                        live.remove(at);
+                        changes.push(("release", live.remove(at)));
                     }
                     None => op.outcome = Outcome::Refused,
                 }
             }
+        }
+        for (event, lease) in changes {
+            self.tell(now, event, name, &lease);
         }
     }
 
@@ -488,6 +522,7 @@ fn every_broken_service_fails_its_property_on_every_seed() {
         (Target::RefusesButGrants, Property::AllOrNone),
         (Target::LateGuard, Property::HolderSafety),
         (Target::Starves, Property::Liveness),
+        (Target::DropsEvents, Property::Events),
     ];
     for (target, property) in broken {
         for seed in 1..=30 {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, PoisonError};
 
-use fencelock_torture::check::Property;
+use fencelock_torture::check::{Judgement, Property};
 use fencelock_torture::history::{Entry, parse};
 use fencelock_torture::verdict::{RunVerdict, judge};
 
@@ -100,8 +100,9 @@ fn read_history(path: &Path, output: &Output) -> Vec<Entry> {
 }
 
 /// Asserts what every store's run must show: it injected faults and healed them all, its
-/// clients got through the liveness phase, and the checker passed it (fenced writes and
-/// token order with no waiver at all).
+/// clients got through the liveness phase, and the checker passed it (fenced writes, token
+/// order and the event streams with no waiver at all, and the streams judged: a run whose
+/// watchers recorded nothing would pass them blind).
 fn assert_survived(ran: &Ran) {
     let printed = ran.printed();
     println!("{printed}");
@@ -117,7 +118,15 @@ fn assert_survived(ran: &Ran) {
         "the checker failed the run:\n{}",
         ran.verdict
     );
-    for property in [Property::FencedWrites, Property::TokenOrder] {
+    assert!(
+        matches!(
+            ran.verdict.report.verdict(Property::Events).map(|v| &v.judgement),
+            Some(Judgement::Pass)
+        ),
+        "the event streams were not judged, or failed:\n{}",
+        ran.verdict
+    );
+    for property in [Property::FencedWrites, Property::TokenOrder, Property::Events] {
         assert!(
             ran.verdict.holds(property),
             "{}:\n{}",
@@ -169,10 +178,11 @@ fn zookeeper_survives() {
 }
 
 /// The control: two servers, each on a `memory://` store of its own, grant one lock to two
-/// owners with the same tokens. If this run passed, the checker (or the runner) would be
-/// blind.
+/// owners with the same tokens, and neither hears of the other's changes: server 1's stream
+/// never tells server 0's grants (and the drain's markers make sure there are some). If this
+/// run passed, the checker (or the runner) would be blind.
 #[test]
-fn the_broken_control_fails_on_exclusion_and_token_order() {
+fn the_broken_control_fails_on_exclusion_token_order_and_the_event_streams() {
     // Twelve clients: with six, two owners on the two servers met on one lock in some runs
     // only (0 to 7 overlaps in 20 s; one run of about six showed none, and failed this test
     // on token order alone); with twelve, about twenty overlaps a run.
@@ -181,6 +191,7 @@ fn the_broken_control_fails_on_exclusion_and_token_order() {
     assert!(!ran.verdict.passed(), "the broken control passed:\n{printed}");
     assert!(!ran.verdict.holds(Property::Exclusion), "{}", ran.verdict);
     assert!(!ran.verdict.holds(Property::TokenOrder), "{}", ran.verdict);
+    assert!(!ran.verdict.holds(Property::Events), "{}", ran.verdict);
     assert_eq!(ran.output.status.code(), Some(1), "{printed}");
     assert!(printed.contains("verdict: FAIL"), "{printed}");
 }

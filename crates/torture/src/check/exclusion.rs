@@ -110,7 +110,7 @@ pub(crate) fn by_server_clocks(index: &Index<'_>) -> Tally {
                 explanation: format!(
                     "{} {:?}: by the servers' clocks, {} was granted beside {}, and no release of \
                      that one was sent before the grant was answered",
-                    kind_word(lease.key.kind),
+                    lease.key.kind.as_str(),
                     lease.key.name,
                     describe(lease),
                     holders.join(" and "),
@@ -239,20 +239,12 @@ fn evidence<'h>(
         .collect()
 }
 
-fn kind_word(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Lock => "lock",
-        Kind::Semaphore => "semaphore",
-        Kind::Rwlock => "rwlock",
-    }
-}
-
 /// `lock "x": "c1-3" (token 6) was told it holds it at +1.234s`: how an exclusion's
 /// explanation begins.
 fn told(index: &Index<'_>, lease: &Lease<'_>) -> String {
     format!(
         "{} {:?}: {} was told it holds it at {}",
-        kind_word(lease.key.kind),
+        lease.key.kind.as_str(),
         lease.key.name,
         describe(lease),
         at(index, lease.told),

@@ -3,8 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::Slice;
-use crate::history::{Call, Entry, Kind, Mono, Op, Outcome, Write};
+use crate::history::{Call, Entry, Event, Kind, Mono, Op, Outcome, Watched, Write};
 
 /// An operation, by its place in [`Index::ops`].
 pub(crate) type OpId = usize;
@@ -129,6 +128,12 @@ pub(crate) struct Index<'h> {
     pub writes: Vec<(usize, &'h Write)>,
     /// The `Healed` entry: its time and place.
     pub healed: Option<(Mono, usize)>,
+    /// Every event a watcher received, with its place, in the history's order.
+    pub events: Vec<(usize, &'h Event)>,
+    /// Every watcher's window, with its place.
+    pub watched: Vec<(usize, &'h Watched)>,
+    /// Every kill of a server (`kill-server` begun): when, which server, its place.
+    pub kills: Vec<(Mono, u32, usize)>,
     pub leases: Vec<Lease<'h>>,
     by_key: HashMap<LeaseKey<'h>, LeaseId>,
     by_holder: HashMap<Holder<'h>, Vec<LeaseId>>,
@@ -143,12 +148,15 @@ impl<'h> Index<'h> {
             origin: entries
                 .iter()
                 .filter(|entry| !matches!(entry, Entry::Run(_)))
-                .map(Slice::time_of)
+                .map(Entry::time)
                 .min()
                 .unwrap_or(Mono(0)),
             ops: Vec::new(),
             writes: Vec::new(),
             healed: None,
+            events: Vec::new(),
+            watched: Vec::new(),
+            kills: Vec::new(),
             leases: Vec::new(),
             by_key: HashMap::new(),
             by_holder: HashMap::new(),
@@ -162,6 +170,13 @@ impl<'h> Index<'h> {
                 Entry::Healed { at: time } => {
                     if index.healed.is_none_or(|(t, _)| *time < t) {
                         index.healed = Some((*time, at));
+                    }
+                }
+                Entry::Event(event) => index.events.push((at, event)),
+                Entry::Watched(watched) => index.watched.push((at, watched)),
+                Entry::Fault(fault) if fault.kind == "kill-server" && fault.phase == "begin" => {
+                    if let Some(server) = fault.target.strip_prefix("server ").and_then(|n| n.parse().ok()) {
+                        index.kills.push((fault.at, server, at));
                     }
                 }
                 Entry::Run(_) | Entry::Fault(_) => {}

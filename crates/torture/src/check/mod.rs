@@ -1,5 +1,7 @@
-//! The checker: judges a history ([`crate::history`]) by what its clients were told, with no
-//! knowledge of the nemesis, and says per property whether it held ([`check`]).
+//! The checker: judges a history ([`crate::history`]) by what its clients were told and what
+//! the servers' event streams told, with no knowledge of the nemesis but the kills of
+//! servers (the one fault the guarantee table says loses events), and says per property
+//! whether it held ([`check`]).
 //!
 //! # Words
 //!
@@ -81,7 +83,37 @@
 //! 8. **Liveness**: after the `Healed` entry, every client that made any operation made an
 //!    acquire of the liveness phase, and its first one that worked completed within
 //!    [`Bounds::liveness`] of the `invoked` of its first one: several tries may share the
-//!    bound, a last try past it fails.
+//!    bound, a last try past it fails. The drain's markers (`phase: drain`) are the
+//!    runner's, not a client's.
+//! 9. **Event streams** (the guarantee table's *Events*), judged per watcher W of server
+//!    S_W, over W's window (`watched`: from its stream's first answer to its stop). An
+//!    **acknowledged change** is an operation answered ok, through a server it names: an
+//!    acquire makes a `grant` per lease it was answered with (`extend` when it extended), a
+//!    renewal a `renew` per lease it renewed, a release a `release` — each of a `(kind,
+//!    name, owner, token)`.
+//!    - (a) *Every acknowledged change is on the stream, or a reset says it may not be*:
+//!      for every acknowledged change invoked inside W's window, W received its event after
+//!      the change was invoked, or a `reset` after it was invoked. One exception, the
+//!      table's ("a bulletin lost (a crash…) costs the other servers' streams that event";
+//!      [`LockStore::publish`](fencelock_client::LockStore::publish) only queues): the
+//!      change went through a server S ≠ S_W that was killed (`kill-server` begun on it)
+//!      after the change completed, and W received no event of a change through S that
+//!      completed after this one and before that kill — per server, bulletins arrive in
+//!      order, so a later one without the earlier, and no reset, is a silent gap.
+//!    - (b) *No event of what did not happen*: a `grant`, `extend`, `renew`, `release` or
+//!      `expire` whose `(name, owner)` no acquire that was ok or unknown was made as (every
+//!      acquire has an owner of its own), or a `renew` or `release` whose every renewal or
+//!      release in the history was refused.
+//!    - (c) *None twice*: no id twice on one stream, and no `grant`, `release`, `expire` or
+//!      `force-release` of one lease twice without a `reset` between (a renewal and an
+//!      extension repeat legitimately).
+//!    - (d) *Order*: of two acknowledged changes through one server on one name, both on W,
+//!      the one completed before the other was invoked is told first. The later one is
+//!      judged only where its event is told once per lease (a grant, a release): an earlier
+//!      renewal's event could stand in for a later one that is missing.
+//!
+//!    No fault waives it: the table states no caveat of its own for a store's events.
+//!    Snapshots (after a reset) are not recorded, and judged by nothing here.
 //!
 //! A verdict that fails shows its earliest violation (by when it became certain) as a
 //! [`Slice`]: the operations and writes that prove it, the faults in progress meanwhile, in
@@ -93,10 +125,11 @@
 //! - `index`: the history indexed once: operations, writes, and every lease with the
 //!   moments above.
 //! - `writes`, `tokens`, `exclusion` (3, 4 and 5: one sweep, three timelines), `releases`,
-//!   `all_or_none`, `liveness`: one property each.
+//!   `all_or_none`, `liveness`, `events`: one property each.
 //! - [`report`](Report): the verdicts, slices, and how they print.
 
 mod all_or_none;
+mod events;
 mod exclusion;
 mod index;
 mod liveness;
@@ -155,6 +188,7 @@ pub fn check(entries: &[Entry], bounds: Bounds) -> Report {
         (Property::ReleasesStick, releases::check(&index)),
         (Property::AllOrNone, all_or_none::check(&index)),
         (Property::Liveness, liveness::check(&index, bounds)),
+        (Property::Events, events::check(&index)),
     ];
     let slicer = Slicer::new(entries, index.origin);
     Report {
@@ -262,20 +296,15 @@ impl<'h> Slicer<'h> {
             let what = (fault.kind.as_str(), fault.target.as_str());
             if fault.phase == "heal" {
                 let begin = open.remove(&what);
-                let from = begin.map_or(origin, |b| Slice::time_of(&entries[b]));
+                let from = begin.map_or(origin, |b| entries[b].time());
                 faults.push((from, time, begin, Some(at)));
             } else if let Some(earlier) = open.insert(what, at) {
                 // Begun twice without a heal between: the first is still going.
-                faults.push((
-                    Slice::time_of(&entries[earlier]),
-                    Mono(u64::MAX),
-                    Some(earlier),
-                    None,
-                ));
+                faults.push((entries[earlier].time(), Mono(u64::MAX), Some(earlier), None));
             }
         }
         for begin in open.into_values() {
-            faults.push((Slice::time_of(&entries[begin]), Mono(u64::MAX), Some(begin), None));
+            faults.push((entries[begin].time(), Mono(u64::MAX), Some(begin), None));
         }
         Slicer {
             entries,
@@ -290,9 +319,9 @@ impl<'h> Slicer<'h> {
             let entry = &self.entries[at];
             let end = match entry {
                 Entry::Op(op) => op.completed,
-                other => Slice::time_of(other),
+                other => other.time(),
             };
-            (Slice::time_of(entry), end)
+            (entry.time(), end)
         });
         let from = span.clone().map(|(from, _)| from).min();
         let to = span.map(|(_, to)| to).max();
@@ -305,7 +334,7 @@ impl<'h> Slicer<'h> {
             }
         }
         let mut entries: Vec<&Entry> = places.iter().map(|&at| &self.entries[at]).collect();
-        entries.sort_by_key(|entry| Slice::time_of(entry));
+        entries.sort_by_key(|entry| entry.time());
         Slice {
             origin: self.origin,
             entries: entries.into_iter().cloned().collect(),

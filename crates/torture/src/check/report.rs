@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::history::{Call, Entry, Fault, Kind, Mono, Op, Outcome, RunInfo, Write};
+use crate::history::{Call, Entry, Event, Fault, Mono, Op, Outcome, RunInfo, Watched, Write};
 
 /// A property the checker judges (the module docs of [`crate::check`] define each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,11 +24,14 @@ pub enum Property {
     AllOrNone,
     /// After the faults healed, every client acquired within the bound.
     Liveness,
+    /// Every server's event stream told every acknowledged change, or a reset; nothing
+    /// that did not happen, nothing twice, in order.
+    Events,
 }
 
 impl Property {
     /// Every property, in the order a report lists them.
-    pub const ALL: [Property; 8] = [
+    pub const ALL: [Property; 9] = [
         Property::FencedWrites,
         Property::TokenOrder,
         Property::Exclusion,
@@ -37,6 +40,7 @@ impl Property {
         Property::ReleasesStick,
         Property::AllOrNone,
         Property::Liveness,
+        Property::Events,
     ];
 
     /// Its name in a report.
@@ -50,6 +54,7 @@ impl Property {
             Property::ReleasesStick => "no release undone",
             Property::AllOrNone => "all or none",
             Property::Liveness => "liveness",
+            Property::Events => "event streams",
         }
     }
 
@@ -64,6 +69,7 @@ impl Property {
             Property::ReleasesStick => "releases",
             Property::AllOrNone => "acquires",
             Property::Liveness => "clients",
+            Property::Events => "events",
         }
     }
 }
@@ -203,19 +209,6 @@ pub struct Slice {
     pub entries: Vec<Entry>,
 }
 
-impl Slice {
-    /// When an entry began, on the host's monotonic clock.
-    pub(crate) fn time_of(entry: &Entry) -> Mono {
-        match entry {
-            Entry::Op(op) => op.invoked,
-            Entry::Write(write) => write.at,
-            Entry::Fault(fault) => fault.at,
-            Entry::Healed { at } => *at,
-            Entry::Run(_) => Mono(0),
-        }
-    }
-}
-
 impl fmt::Display for Slice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Wall times are the servers' and compare only with each other: printed relative to
@@ -234,6 +227,13 @@ impl fmt::Display for Slice {
                 Entry::Op(op) => write_op(f, rel, wall_origin, op)?,
                 Entry::Write(write) => write_write(f, rel, write)?,
                 Entry::Fault(fault) => write_fault(f, rel, fault)?,
+                Entry::Event(event) => write_event(f, rel, event)?,
+                Entry::Watched(Watched { server, from, to }) => writeln!(
+                    f,
+                    "  {}..{}  the watcher of server {server} followed its stream",
+                    rel.at(*from),
+                    rel.at(*to)
+                )?,
                 Entry::Healed { at } => {
                     writeln!(f, "  {}  every fault healed: the liveness phase", rel.at(*at))?
                 }
@@ -281,11 +281,7 @@ fn write_op(f: &mut fmt::Formatter<'_>, rel: Rel, wall_origin: Option<u64>, op: 
         Call::Get => "get",
         Call::Lost => "lost",
     };
-    let kind = match op.kind {
-        Kind::Lock => "lock",
-        Kind::Semaphore => "semaphore",
-        Kind::Rwlock => "rwlock",
-    };
+    let kind = op.kind.as_str();
     let outcome = match op.outcome {
         Outcome::Ok => "ok",
         Outcome::Refused => "refused",
@@ -347,6 +343,26 @@ fn write_write(f: &mut fmt::Formatter<'_>, rel: Rel, write: &Write) -> fmt::Resu
         write.token,
         if write.accepted { "accepted" } else { "refused" },
     )
+}
+
+fn write_event(f: &mut fmt::Formatter<'_>, rel: Rel, event: &Event) -> fmt::Result {
+    write!(
+        f,
+        "  {}  the stream of server {} told {}",
+        rel.at(event.received),
+        event.server,
+        event.event
+    )?;
+    if let (Some(kind), Some(name), Some(owner)) = (&event.kind, &event.name, &event.owner) {
+        write!(f, " {kind} {name:?} by {owner:?}")?;
+    }
+    if let Some(token) = event.token {
+        write!(f, " token {token}")?;
+    }
+    if let Some(id) = &event.id {
+        write!(f, " (id {id})")?;
+    }
+    writeln!(f)
 }
 
 fn write_fault(f: &mut fmt::Formatter<'_>, rel: Rel, fault: &Fault) -> fmt::Result {

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use fencelock_torture::check::{self, Bounds, Judgement, Property, Report, Slice};
-use fencelock_torture::history::{Call, Entry, Fault, Kind, Mono, Op, Outcome, Phase, RunInfo, Seen, Write};
+use fencelock_torture::history::{
+    Call, Entry, Event, Fault, Kind, Mono, Op, Outcome, Phase, RunInfo, Seen, Watched, Write,
+};
 
 /// The TTL every hand-made grant asks for.
 pub const TTL: u64 = 1000;
@@ -37,6 +39,7 @@ pub fn op(client: u32, call: Call, name: &str, owner: &str, from: u64, to: u64) 
         kind: Kind::Lock,
         names: vec![name.to_owned()],
         owner: owner.to_owned(),
+        server: None,
         limit: None,
         mode: None,
         ttl_ms: 0,
@@ -107,6 +110,7 @@ pub trait With {
     fn limit(self, limit: u32) -> Self;
     fn mode(self, mode: &str) -> Self;
     fn names(self, names: &[&str]) -> Self;
+    fn through(self, server: u32) -> Self;
 }
 
 impl With for Op {
@@ -162,12 +166,17 @@ impl With for Op {
         self.names = names.iter().map(|&n| n.to_owned()).collect();
         self
     }
+    fn through(mut self, server: u32) -> Self {
+        self.server = Some(server);
+        self
+    }
 }
 
 /// A history being written, as the runner would.
 pub struct History {
     pub entries: Vec<Entry>,
     next_op: HashMap<u32, u64>,
+    next_event: HashMap<u32, u64>,
 }
 
 impl History {
@@ -182,6 +191,7 @@ impl History {
                 faults: vec!["pause-server".to_owned()],
             })],
             next_op: HashMap::new(),
+            next_event: HashMap::new(),
         }
     }
 
@@ -224,6 +234,62 @@ impl History {
 
     pub fn healed(&mut self, at: u64) {
         self.entries.push(Entry::Healed { at: ms(at) });
+    }
+
+    /// A watcher of server `server`'s stream from `from` to `to`.
+    pub fn watched(&mut self, server: u32, from: u64, to: u64) {
+        self.entries.push(Entry::Watched(Watched {
+            server,
+            from: ms(from),
+            to: ms(to),
+        }));
+    }
+
+    /// An event of a lock's lease received at `at` on server `server`'s stream, with the
+    /// stream's next id.
+    pub fn event(&mut self, server: u32, at: u64, event: &str, name: &str, owner: &str, token: u64) {
+        self.event_of(Kind::Lock, server, at, event, name, owner, token);
+    }
+
+    /// The same, of a lease of `kind`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn event_of(
+        &mut self,
+        kind: Kind,
+        server: u32,
+        at: u64,
+        event: &str,
+        name: &str,
+        owner: &str,
+        token: u64,
+    ) {
+        let mut told = self.told(server, at, event);
+        told.kind = Some(kind.as_str().to_owned());
+        told.name = Some(name.to_owned());
+        told.owner = Some(owner.to_owned());
+        told.token = Some(token);
+        self.entries.push(Entry::Event(told));
+    }
+
+    /// A reset received at `at` on server `server`'s stream.
+    pub fn reset(&mut self, server: u32, at: u64) {
+        let told = self.told(server, at, "reset");
+        self.entries.push(Entry::Event(told));
+    }
+
+    fn told(&mut self, server: u32, at: u64, event: &str) -> Event {
+        let next = self.next_event.entry(server).or_default();
+        *next += 1;
+        Event {
+            server,
+            received: ms(at),
+            event: event.to_owned(),
+            id: Some(format!("{server}-{next}")),
+            kind: None,
+            name: None,
+            owner: None,
+            token: None,
+        }
     }
 
     pub fn check(&self) -> Report {
