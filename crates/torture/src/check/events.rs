@@ -143,6 +143,15 @@ impl<'h> Stream<'h> {
             .find(|&position| self.events[position].1.received > after)
     }
 
+    /// Where a change told once per lease (a grant, a release) made by `op` is on the
+    /// stream, if it is: the event found is certainly its own.
+    fn found_once(&self, op: &Op, keys: &[Key<'h>]) -> Option<usize> {
+        keys.iter()
+            .filter(|key| ONCE.contains(&key.0))
+            .filter_map(|key| self.find(key, op.invoked))
+            .min()
+    }
+
     /// The first reset received after `after`.
     fn reset_after(&self, after: Mono) -> Option<usize> {
         self.resets
@@ -173,19 +182,19 @@ fn key_of(event: &Event) -> Option<Key<'_>> {
 }
 
 /// (a) Every acknowledged change invoked inside the window is on the stream, or a reset
-/// received after it was sent says it may not be, or its server was killed before it told
-/// the change (and the stream heard nothing later of that server before the kill).
+/// received after it was sent, and before any later change of its server, says it may not
+/// be; or its server was killed before it told anything later. A server's changes reach the
+/// others in its order, and a server that hears one after a gap resets its streams before
+/// it appends it: a later change of the same server on the stream, with no reset between,
+/// shows the loss was silent. ("Later": invoked after this one completed, so certainly
+/// told after it; and told once per lease, a grant or a release, so that the event found
+/// is its own — a renewal's could be the next renewal's.)
 fn every_change_told(index: &Index<'_>, expected: &Expected<'_>, stream: &Stream<'_>, tally: &mut Tally) {
-    // Per server, the acknowledged changes by `completed`, and whether the stream has them.
-    let mut told: HashMap<u32, Vec<(Mono, Option<usize>)>> = HashMap::new();
-    for (id, server, keys) in &expected.changes {
-        let op = index.op(*id);
-        let found = keys.iter().filter_map(|key| stream.find(key, op.invoked)).min();
-        told.entry(*server).or_default().push((op.completed, found));
-    }
-    for changes in told.values_mut() {
-        changes.sort_by_key(|&(completed, _)| completed);
-    }
+    let found: Vec<Option<usize>> = expected
+        .changes
+        .iter()
+        .map(|(id, _, keys)| stream.found_once(index.op(*id), keys))
+        .collect();
     for (id, server, keys) in &expected.changes {
         let op = index.op(*id);
         if !stream.within(op.invoked) {
@@ -193,9 +202,23 @@ fn every_change_told(index: &Index<'_>, expected: &Expected<'_>, stream: &Stream
         }
         tally.checked += keys.len();
         for key in keys {
-            if stream.find(key, op.invoked).is_some() || stream.reset_after(op.invoked).is_some() {
+            if stream.find(key, op.invoked).is_some() {
                 continue;
             }
+            // The later changes of the same server on the stream: (completed, position).
+            let later: Vec<(Mono, usize)> = (expected.changes.iter().zip(&found))
+                .filter(|((other, by, _), _)| by == server && index.op(*other).invoked > op.completed)
+                .filter_map(|((other, _, _), position)| Some((index.op(*other).completed, (*position)?)))
+                .collect();
+            let first_later = later.iter().map(|&(_, position)| position).min();
+            let reset = stream
+                .reset_after(op.invoked)
+                .filter(|&reset| first_later.is_none_or(|later| reset < later));
+            if reset.is_some() {
+                continue;
+            }
+            // The one loss the table allows: a server killed before it told the others what
+            // it had queued. Not on its own stream, which told the change before answering.
             let kill = (*server != stream.server)
                 .then(|| {
                     index
@@ -205,15 +228,12 @@ fn every_change_told(index: &Index<'_>, expected: &Expected<'_>, stream: &Stream
                         .min_by_key(|&&(at, _, _)| at)
                 })
                 .flatten();
-            // Per server, bulletins arrive in order: a later change of the killed server on
-            // the stream, without this one and without a reset, is a silent gap.
-            let later = kill.and_then(|&(at, _, _)| {
-                told.get(server)?
-                    .iter()
-                    .filter(|&&(completed, _)| op.completed < completed && completed < at)
-                    .find_map(|&(_, found)| found)
-            });
-            if kill.is_some() && later.is_none() {
+            let told_later = later
+                .iter()
+                .filter(|&&(completed, _)| kill.is_none_or(|&(at, _, _)| completed < at))
+                .map(|&(_, position)| position)
+                .min();
+            if kill.is_some() && told_later.is_none() {
                 continue;
             }
             tally.violation(op.completed, || {
@@ -229,17 +249,21 @@ fn every_change_told(index: &Index<'_>, expected: &Expected<'_>, stream: &Stream
                     op.op,
                     relative(op.completed, index.origin)
                 );
-                if later.is_some() {
+                if let Some(later) = told_later {
+                    let (_, event) = stream.events[later];
                     explanation.push_str(&format!(
-                        "; server {server} was killed later, but a later change of it reached the stream \
-                         before the kill: a silent gap"
+                        " before a later change of server {server} reached the stream (its {} of {:?}, at {}): \
+                         a silent gap",
+                        event.event,
+                        event.name.as_deref().unwrap_or_default(),
+                        relative(event.received, index.origin)
                     ));
                 }
                 Finding {
                     explanation,
                     entries: [index.entry_of(*id), stream.place]
                         .into_iter()
-                        .chain(later.map(|position| stream.place_of(position)))
+                        .chain(told_later.map(|position| stream.place_of(position)))
                         .chain(kill.map(|&(_, _, place)| place))
                         .collect(),
                 }
@@ -338,32 +362,29 @@ struct Told {
     completed: Mono,
     /// Its position on the stream.
     position: usize,
-    /// Whether its event is told once per lease.
-    once: bool,
 }
 
 /// (d) Order: per server and name, of two acknowledged changes on the stream, the one that
-/// completed before the other was invoked is told first. The later one is judged only where
-/// its event is told once (a grant, a release): a renewal's event repeats, and an earlier
-/// renewal's could stand for a later one that is missing.
+/// completed before the other was invoked is told first. Judged of the changes told once
+/// per lease (grants, releases): a renewal's own event may be missing (after a reset) while
+/// the next renewal's, which looks the same, comes later.
 fn in_order(index: &Index<'_>, expected: &Expected<'_>, stream: &Stream<'_>, tally: &mut Tally) {
     let mut groups: HashMap<(u32, &str, &str), Vec<Told>> = HashMap::new();
     for (id, server, keys) in &expected.changes {
         let op = index.op(*id);
-        for key in keys {
+        for key in keys.iter().filter(|key| ONCE.contains(&key.0)) {
             if let Some(position) = stream.find(key, op.invoked) {
                 groups.entry((*server, key.1, key.2)).or_default().push(Told {
                     op: *id,
                     invoked: op.invoked,
                     completed: op.completed,
                     position,
-                    once: ONCE.contains(&key.0),
                 });
             }
         }
     }
     for group in groups.values_mut() {
-        let mut later: Vec<Told> = group.iter().copied().filter(|told| told.once).collect();
+        let mut later: Vec<Told> = group.clone();
         later.sort_by_key(|told| told.invoked);
         group.sort_by_key(|told| told.completed);
         // The change told last of those completed so far.

@@ -93,13 +93,16 @@
 //!    name, owner, token)`.
 //!    - (a) *Every acknowledged change is on the stream, or a reset says it may not be*:
 //!      for every acknowledged change invoked inside W's window, W received its event after
-//!      the change was invoked, or a `reset` after it was invoked. One exception, the
+//!      the change was invoked, or a `reset` after it was invoked and before the first
+//!      *later* change of the same server S that W received (a grant or release invoked
+//!      after this one completed, so told after it, and told once per lease, so that the
+//!      event is its own) — per server, bulletins arrive in order, and a server
+//!      that hears one after a gap resets its streams before it appends it, so a later one
+//!      without the earlier, and no reset before it, is a silent gap. One exception, the
 //!      table's ("a bulletin lost (a crash…) costs the other servers' streams that event";
-//!      [`LockStore::publish`](fencelock_client::LockStore::publish) only queues): the
-//!      change went through a server S ≠ S_W that was killed (`kill-server` begun on it)
-//!      after the change completed, and W received no event of a change through S that
-//!      completed after this one and before that kill — per server, bulletins arrive in
-//!      order, so a later one without the earlier, and no reset, is a silent gap.
+//!      [`LockStore::publish`](fencelock_client::LockStore::publish) only queues): S ≠ S_W
+//!      was killed (`kill-server` begun on it) after the change completed, and W received
+//!      no later change of S that completed before that kill.
 //!    - (b) *No event of what did not happen*: a `grant`, `extend`, `renew`, `release` or
 //!      `expire` whose `(name, owner)` no acquire that was ok or unknown was made as (every
 //!      acquire has an owner of its own), or a `renew` or `release` whose every renewal or
@@ -107,10 +110,10 @@
 //!    - (c) *None twice*: no id twice on one stream, and no `grant`, `release`, `expire` or
 //!      `force-release` of one lease twice without a `reset` between (a renewal and an
 //!      extension repeat legitimately).
-//!    - (d) *Order*: of two acknowledged changes through one server on one name, both on W,
-//!      the one completed before the other was invoked is told first. The later one is
-//!      judged only where its event is told once per lease (a grant, a release): an earlier
-//!      renewal's event could stand in for a later one that is missing.
+//!    - (d) *Order*: of two acknowledged grants or releases through one server on one name,
+//!      both on W, the one completed before the other was invoked is told first. Renewals
+//!      and extensions are not ordered: their events repeat, and a renewal whose own event
+//!      is missing (after a reset) looks told by the next one's.
 //!
 //!    No fault waives it: the table states no caveat of its own for a store's events.
 //!    Snapshots (after a reset) are not recorded, and judged by nothing here.
