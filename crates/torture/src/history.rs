@@ -18,6 +18,13 @@
 //!
 //! Every grant is made to an owner that no other grant uses (`client-op`), so that a lease
 //! seen anywhere names the one operation that took it.
+//!
+//! # Events
+//!
+//! Each operation names the server it went to. A watcher per server records every event
+//! its stream (`GET /events`) told, with when it arrived ([`Event`]), and its window
+//! ([`Watched`]); the drain's markers, after the clients finished, are operations of a
+//! client of their own ([`Phase::Drain`]).
 
 use serde::{Deserialize, Serialize};
 

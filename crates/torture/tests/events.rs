@@ -19,6 +19,13 @@ fn two_streams() -> History {
     h
 }
 
+/// The same, the grant told on server 1's stream too.
+fn told_on_both() -> History {
+    let mut h = two_streams();
+    h.event(1, 17, "grant", "x", "c0-0", 1);
+    h
+}
+
 /// A later grant through server 0, of "y" (300..310 ms), told on server 0's stream.
 fn later_grant(h: &mut History) {
     h.push(grant(1, "c1-0", "y", 1, 300, 310).through(0));
@@ -27,8 +34,7 @@ fn later_grant(h: &mut History) {
 
 #[test]
 fn every_change_on_every_stream_passes() {
-    let mut h = two_streams();
-    h.event(1, 17, "grant", "x", "c0-0", 1);
+    let mut h = told_on_both();
     later_grant(&mut h);
     h.event(1, 307, "grant", "y", "c1-0", 1);
     let report = h.check();
@@ -136,8 +142,7 @@ fn a_change_invoked_before_the_watcher_began_is_not_owed() {
 
 #[test]
 fn renewals_and_releases_are_owed_as_grants_are() {
-    let mut h = two_streams();
-    h.event(1, 17, "grant", "x", "c0-0", 1);
+    let mut h = told_on_both();
     h.push(renew(0, "c0-0", "x", 1, 300, 310).through(0));
     h.event(0, 305, "renew", "x", "c0-0", 1);
     h.event(1, 306, "renew", "x", "c0-0", 1);
@@ -153,8 +158,7 @@ fn renewals_and_releases_are_owed_as_grants_are() {
 
 #[test]
 fn an_event_of_an_owner_no_acquire_was_made_as_is_a_phantom() {
-    let mut h = two_streams();
-    h.event(1, 17, "grant", "x", "c0-0", 1);
+    let mut h = told_on_both();
     h.event(1, 40, "grant", "x", "c9-9", 2);
     let (explanation, _) = assert_fail(&h.check(), Property::Events);
     assert!(
@@ -165,8 +169,7 @@ fn an_event_of_an_owner_no_acquire_was_made_as_is_a_phantom() {
 
 #[test]
 fn an_event_of_a_refused_acquire_is_a_phantom_and_of_an_unknown_one_is_not() {
-    let mut h = two_streams();
-    h.event(1, 17, "grant", "x", "c0-0", 1);
+    let mut h = told_on_both();
     h.push(
         grant(1, "c1-0", "x", 2, 30, 40)
             .through(1)
@@ -185,8 +188,7 @@ fn an_event_of_a_refused_acquire_is_a_phantom_and_of_an_unknown_one_is_not() {
 
 #[test]
 fn a_release_told_of_a_release_that_was_refused_is_a_phantom() {
-    let mut h = two_streams();
-    h.event(1, 17, "grant", "x", "c0-0", 1);
+    let mut h = told_on_both();
     h.push(
         release(0, "c0-0", "x", 1, 400, 410)
             .through(0)
@@ -202,8 +204,7 @@ fn a_release_told_of_a_release_that_was_refused_is_a_phantom() {
 
 #[test]
 fn an_expiry_told_twice_fails_and_across_a_reset_passes() {
-    let mut h = two_streams();
-    h.event(1, 17, "grant", "x", "c0-0", 1);
+    let mut h = told_on_both();
     h.event(0, 1_100, "expire", "x", "c0-0", 1);
     h.event(1, 1_100, "expire", "x", "c0-0", 1);
     h.event(1, 1_200, "expire", "x", "c0-0", 1);
@@ -212,8 +213,7 @@ fn an_expiry_told_twice_fails_and_across_a_reset_passes() {
         explanation.contains("told the expire of \"x\" by \"c0-0\" (token 1) twice"),
         "{explanation}"
     );
-    let mut h = two_streams();
-    h.event(1, 17, "grant", "x", "c0-0", 1);
+    let mut h = told_on_both();
     h.event(1, 1_100, "expire", "x", "c0-0", 1);
     h.reset(1, 1_150);
     h.event(1, 1_200, "expire", "x", "c0-0", 1);
@@ -222,8 +222,7 @@ fn an_expiry_told_twice_fails_and_across_a_reset_passes() {
 
 #[test]
 fn an_id_told_twice_fails() {
-    let mut h = two_streams();
-    h.event(1, 17, "grant", "x", "c0-0", 1);
+    let mut h = told_on_both();
     let mut again = match h.entries.last() {
         Some(Entry::Event(event)) => event.clone(),
         other => panic!("{other:?}"),
@@ -286,8 +285,7 @@ fn a_renewal_missing_after_a_reset_is_not_told_late_by_the_next_renewal() {
 
 #[test]
 fn concurrent_changes_may_be_told_in_either_order() {
-    let mut h = two_streams();
-    h.event(1, 17, "grant", "x", "c0-0", 1);
+    let mut h = told_on_both();
     h.push(release(0, "c0-0", "x", 1, 100, 210).through(0));
     h.event(0, 205, "release", "x", "c0-0", 1);
     h.push(grant(1, "c1-0", "x", 2, 200, 260).through(0));
