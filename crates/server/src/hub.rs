@@ -646,19 +646,41 @@ impl Drop for Open {
     }
 }
 
+/// How much later than this server another must have started, by their wall clocks, for
+/// this one to expect to have heard all of its events: the clocks of two hosts may differ by
+/// this much, and the first events of a server that started as this one did may have gone
+/// out before this one listened.
+const NEWCOMER_MARGIN: Duration = Duration::from_secs(2);
+
+/// The first seq of `bulletin`'s server this one should have heard, hearing it first: 1 if
+/// that server started (its epoch, the wall clock's nanoseconds at its start) clearly after
+/// this one's `epoch` — this one listened from before its first bulletin, so hearing a later
+/// one first means the ones before were lost —, else the one heard (bulletins told before
+/// this server listened were never its to hear).
+fn first_expected(bulletin: &Bulletin, epoch: u64) -> u64 {
+    let margin = u64::try_from(NEWCOMER_MARGIN.as_nanos()).unwrap_or(u64::MAX);
+    if bulletin.origin > epoch.saturating_add(margin) {
+        1
+    } else {
+        bulletin.seq
+    }
+}
+
 /// Appends to `hub` every bulletin of another server that `heard` brings, until the store
 /// is gone; appends a reset ([`Hub::reset`]) wherever some may be missing: a bulletin after
-/// a gap in its server's numbers, bulletins the store says it missed, or lost because this
-/// server fell behind them.
+/// a gap in its server's numbers (from 1 for a server that started after this one:
+/// [`first_expected`]), bulletins the store says it missed, or lost because this server fell
+/// behind them.
 pub async fn relay(hub: Hub, mut heard: broadcast::Receiver<Heard>) {
-    // The seq expected next of each other server (origin) heard from: its first bulletin
-    // heard starts it.
+    // The seq expected next of each other server (origin) heard from: 1 for a server that
+    // started after this one, else its first bulletin heard starts it.
     let mut expected: HashMap<u64, u64> = HashMap::new();
     loop {
         let missed = match heard.recv().await {
             Ok(Heard::Told(bulletin)) if bulletin.origin == hub.epoch() => continue,
             Ok(Heard::Told(bulletin)) => {
-                let next = expected.entry(bulletin.origin).or_insert(bulletin.seq);
+                let next = (expected.entry(bulletin.origin))
+                    .or_insert_with(|| first_expected(&bulletin, hub.epoch()));
                 if bulletin.seq < *next {
                     // A copy of one appended already.
                     continue;
@@ -762,6 +784,39 @@ mod tests {
             "{:?}",
             after.start
         );
+        relay.abort();
+    }
+
+    #[tokio::test]
+    async fn the_first_bulletins_lost_of_a_server_started_later_reset_the_streams() {
+        let hub = hub();
+        let feed = BulletinFeed::new();
+        let relay = tokio::spawn(relay(hub.clone(), feed.subscribe()));
+        let mut stream = hub.subscribe(everything(), None).expect("a stream");
+        let later = |by: Duration| hub.epoch() + u64::try_from(by.as_nanos()).expect("nanoseconds");
+        // Started before this one (or within the margin): its count starts where it is
+        // heard. Clearly after: from 1, so its first two lost show.
+        let (before, within, after) = (
+            hub.epoch() - 1,
+            later(NEWCOMER_MARGIN),
+            later(NEWCOMER_MARGIN * 5),
+        );
+        for (origin, seq, name) in [
+            (before, 7, "a"),
+            (within, 4, "b"),
+            (after, 1, "c"),
+            (after, 2, "d"),
+        ] {
+            feed.hand(bulletin(origin, seq, name));
+        }
+        let (newcomer, its_first) = (later(NEWCOMER_MARGIN * 6), 3);
+        feed.hand(bulletin(newcomer, its_first, "e"));
+        let release = |name: &str| (EventName::Release, Some(name.to_owned()));
+        for name in ["a", "b", "c", "d"] {
+            assert_eq!(next(&mut stream).await, release(name));
+        }
+        assert_eq!(next(&mut stream).await, (EventName::Reset, None));
+        assert_eq!(next(&mut stream).await, release("e"));
         relay.abort();
     }
 

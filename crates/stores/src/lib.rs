@@ -39,10 +39,11 @@
 //!
 //! **Events** (`GET /events`). Every server's stream has the changes made through it, in
 //! order, and each expiry its purge removed. The server also publishes each event through
-//! the store ([`LockStore::publish`]), after the change committed and before it answers;
-//! each server appends the others' events to its own stream with its own ids:
+//! the store ([`LockStore::publish`]: queued after the change committed and before it
+//! answers, and sent on in order); each server appends the others' events to its own stream
+//! with its own ids:
 //!
-//! | store | how other servers' events arrive | delay seen (p50 / p99, answer on one server → event on another's stream, loopback) | a server that crashes between a commit and its publish |
+//! | store | how other servers' events arrive | delay seen (p50 / p99, answer on one server → event on another's stream, loopback) | a server killed before it sent an event it answered for |
 //! | --- | --- | --- | --- |
 //! | embedded, in-memory | no other server: one server owns the file, or the process | — | — |
 //! | [`postgres`] | `NOTIFY fencelock_events` by the store's notifying session, in its batches (one session per server, so in the server's order), `LISTEN` on the listening connection | 1.0 / 2.5–5.1 ms | that event is on no other server's stream (the change is in the store, and in a snapshot after a `reset`) |
@@ -68,10 +69,16 @@
 //! differ from the order of the changes by the delay above: order them by `fencing_token`
 //! and `at` where it matters.
 //!
-//! A store's channel is best effort, and a loss is never silent. Each server numbers the
-//! events it tells 1, 2, 3, …; a server that hears one after a gap in another's numbers (an
-//! event the other could not queue or send: the store down, its queue of 4,096 full, a crash),
-//! that lost its subscription to the others' events (PostgreSQL's `LISTEN`, one Redis node's
+//! A store's channel is best effort, and a loss is never silent but for a crash: a server
+//! killed loses the events still in its queue to the store (the last column above), and it
+//! starts again under a new epoch, so nobody sees a gap. Each server numbers the events it
+//! tells 1, 2, 3, … from each start; a server that hears one after a gap in another's numbers
+//! (an event the other could not queue or send: the store down, its queue of 4,096 full) —
+//! counted from 1 for a server that started more than 2 s after it by their wall clocks, and
+//! from the first it hears for one that started before (what that one told earlier was never
+//! this one's to hear; so the first events of a server started within those 2 s, lost before
+//! any of its events arrived, go unseen, and a clock stepped ahead may cost one needless
+//! reset) —, that lost its subscription to the others' events (PostgreSQL's `LISTEN`, one Redis node's
 //! `SUBSCRIBE`: renewed, with whatever was sent meanwhile lost; etcd's watch only when etcd
 //! compacted the history it resumes from), or that fell behind them, appends a `reset` to its
 //! own stream: every open stream then says `reset` and sends a snapshot of what is live, and
