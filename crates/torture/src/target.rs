@@ -205,7 +205,7 @@ impl Target {
         Ok(target)
     }
 
-    /// On the embedded store, grants [`FILLER_LEASES`] leases of an hour on names no client
+    /// On the embedded store, grants 100,000 leases (`FILLER_LEASES`) of an hour on names no client
     /// takes, through the first server, and returns how many; elsewhere nothing. Every start
     /// of that server after a kill then reads the first 1,024 at open and loads the rest
     /// while it serves, so that the clients' first calls meet a store still loading.
