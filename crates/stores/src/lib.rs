@@ -69,16 +69,16 @@
 //! differ from the order of the changes by the delay above: order them by `fencing_token`
 //! and `at` where it matters.
 //!
-//! A store's channel is best effort, and a loss is never silent but for a crash: a server
+//! A store's channel is best effort, and a loss is never silent but in two cases. A server
 //! killed loses the events still in its queue to the store (the last column above), and it
-//! starts again under a new epoch, so nobody sees a gap. Each server numbers the events it
-//! tells 1, 2, 3, … from each start; a server that hears one after a gap in another's numbers
-//! (an event the other could not queue or send: the store down, its queue of 4,096 full) —
-//! counted from 1 for a server that started more than 2 s after it by their wall clocks, and
-//! from the first it hears for one that started before (what that one told earlier was never
-//! this one's to hear; so the first events of a server started within those 2 s, lost before
-//! any of its events arrived, go unseen, and a clock stepped ahead may cost one needless
-//! reset) —, that lost its subscription to the others' events (PostgreSQL's `LISTEN`, one Redis node's
+//! starts again under a new epoch, so nobody sees a gap. And a server counts another's
+//! events from 1 only if that one started more than 2 s after it by their wall clocks;
+//! from the first it hears for one that started before (what that one told earlier was
+//! never this one's to hear), so the first events of a server started within those 2 s,
+//! lost before any of its events arrived, go unseen (and a clock stepped ahead may cost one
+//! needless reset). Each server numbers the events it tells 1, 2, 3, … from each start; a
+//! server that hears one after a gap in another's numbers (an event the other could not
+//! queue or send: the store down, its queue of 4,096 full), that lost its subscription to the others' events (PostgreSQL's `LISTEN`, one Redis node's
 //! `SUBSCRIBE`: renewed, with whatever was sent meanwhile lost; etcd's watch only when etcd
 //! compacted the history it resumes from), or that fell behind them, appends a `reset` to its
 //! own stream: every open stream then says `reset` and sends a snapshot of what is live, and
@@ -88,9 +88,9 @@
 //! The torture suite checks all of this on every store (`docs/TORTURE.md`, *event
 //! streams*): a watcher follows each server's stream through every fault, a marker through
 //! each server at the end makes any gap show, and every change a client was told of must be
-//! on every stream or come after a `reset` there — but for one through a server killed
-//! before it told anything later — and nothing may be told that did not happen, twice, or
-//! out of a server's order.
+//! on every stream, or be followed there by a `reset` before that server's next change —
+//! but for one through a server killed soon after, before it told anything later — and
+//! nothing may be told that did not happen, twice, or out of a server's order.
 //!
 //! **Elections** (`/elections/{name}`) are kept on every store as the lock `"\u{1}" + NAME`
 //! (a name no client can send), with the leader's value, TTL and `since` in the lease's

@@ -264,6 +264,10 @@ pub struct Event {
     pub owner: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<u64>,
+    /// When the lease it shows ends, in milliseconds since the epoch (as [`Seen`]): tells
+    /// one renewal's event from another's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
 }
 
 /// How long a watcher followed a server's stream: from the answer of its first connection

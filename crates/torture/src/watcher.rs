@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use fencelock_client::events::Events;
 use fencelock_client::{
-    AcquireOutcome, HttpOptions, HttpStore, LockStore, Owner, ReleaseOutcome, Resource, Ttl,
+    AcquireOutcome, Hold, HttpOptions, HttpStore, Lease, LockStore, Owner, ReleaseOutcome, Resource,
+    StoreError, Ttl,
 };
-use fencelock_wire::EventName;
+use fencelock_wire::{EventName, Subject};
 use tokio::sync::{oneshot, watch};
 
 use crate::client::{millis, seen};
@@ -85,7 +86,8 @@ impl Heard {
 struct Marker {
     name: String,
     owner: String,
-    /// When its acquire was sent: a reset received after this may stand for its release.
+    /// When its release was sent: a reset received after this may stand for it (the
+    /// checker's rule: a reset received before may not).
     invoked: Mono,
 }
 
@@ -217,7 +219,14 @@ async fn follow(
 ) {
     let deadline = Instant::now() + FIRST_CONNECTION;
     loop {
-        match events.connect().await {
+        match tokio::time::timeout(BACKOFF * 10, events.connect())
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::Unavailable {
+                    message: "no answer to the event stream's request".to_owned(),
+                    source: None,
+                })
+            }) {
             Ok(()) => break,
             Err(error) if Instant::now() >= deadline => {
                 let _ = began.send(Err(error.into()));
@@ -263,7 +272,19 @@ fn record(server: u32, event: &fencelock_client::events::Event) -> Option<Event>
         name: change.as_ref().map(|c| c.name.clone()),
         owner: change.as_ref().map(|c| c.owner.clone()),
         token: change.as_ref().and_then(|c| c.fencing_token),
+        expires_at: change.and_then(|c| c.subject).and_then(expiry),
     })
+}
+
+/// When the lease, permit or hold an event shows ends, in milliseconds since the epoch: as
+/// an answer's [`Seen`](crate::history::Seen) has it.
+fn expiry(subject: Subject) -> Option<u64> {
+    let lease = match subject {
+        Subject::Lease(body) => Lease::try_from(body).ok()?,
+        Subject::Hold(item) => Hold::try_from(item).ok()?.lease,
+        Subject::Leadership(_) => return None,
+    };
+    Some(lease.expires_at.as_millis())
 }
 
 /// The marker of `server`: acquired and released through it as client `client`'s
@@ -308,18 +329,24 @@ async fn mark(
     };
     let acquired = store.acquire(&resource, &owner_id, ttl).await;
     op.completed = Mono::now();
-    let lease = match acquired {
-        Ok(AcquireOutcome::Granted { lease, .. } | AcquireOutcome::Extended(lease)) => {
+    let granted = match acquired {
+        Ok(AcquireOutcome::Granted { lease, .. }) => Ok((lease, false)),
+        Ok(AcquireOutcome::Extended(lease)) => Ok((lease, true)),
+        other => Err(other),
+    };
+    let lease = match granted {
+        Ok((lease, extended)) => {
             op.outcome = Outcome::Ok;
+            op.extended = extended;
             op.held_until = Some(op.invoked.plus(MARKER_TTL));
             Some(lease)
         }
-        Ok(other) => {
+        Err(Ok(refused)) => {
             op.outcome = Outcome::Refused;
-            op.detail = format!("{other:?}");
+            op.detail = format!("{refused:?}");
             None
         }
-        Err(error) => {
+        Err(Err(error)) => {
             op.detail = error.to_string();
             None
         }
@@ -340,6 +367,7 @@ async fn mark(
         held_until: None,
         ..acquire.clone()
     };
+    let released_at = op.invoked;
     let released = store.release(&resource, &owner_id, Some(lease.token)).await;
     op.completed = Mono::now();
     (op.outcome, op.detail) = match released {
@@ -353,6 +381,6 @@ async fn mark(
     Ok(ok.then_some(Marker {
         name,
         owner,
-        invoked: acquire.invoked,
+        invoked: released_at,
     }))
 }

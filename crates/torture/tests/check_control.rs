@@ -166,7 +166,7 @@ impl Sim {
         }
         let kind = kind_of(name);
         self.history
-            .event_of(kind, 0, now, event, name, &lease.owner, lease.token);
+            .told_change(kind, 0, now, event, &show(name, kind, lease));
     }
 
     fn at(&mut self, time: u64, event: Event) {

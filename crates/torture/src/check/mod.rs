@@ -90,7 +90,8 @@
 //!    **acknowledged change** is an operation answered ok, through a server it names: an
 //!    acquire makes a `grant` per lease it was answered with (`extend` when it extended), a
 //!    renewal a `renew` per lease it renewed, a release a `release` — each of a `(kind,
-//!    name, owner, token)`.
+//!    name, owner, token)`, and a renewal's also of the lease's `expires_at` after it, so that
+//!    one renewal's event never stands for another's.
 //!    - (a) *Every acknowledged change is on the stream, or a reset says it may not be*:
 //!      for every acknowledged change invoked inside W's window, W received its event after
 //!      the change was invoked, or a `reset` after it was invoked and before the first
@@ -99,21 +100,26 @@
 //!      event is its own) — per server, bulletins arrive in order, and a server
 //!      that hears one after a gap resets its streams before it appends it, so a later one
 //!      without the earlier, and no reset before it, is a silent gap. One exception, the
-//!      table's ("a bulletin lost (a crash…) costs the other servers' streams that event";
+//!      table's (a server killed loses what is still in its queue to the store, and starts
+//!      again under a new epoch, so nobody sees a gap;
 //!      [`LockStore::publish`](fencelock_client::LockStore::publish) only queues): S ≠ S_W
-//!      was killed (`kill-server` begun on it) after the change completed, and W received
-//!      no later change of S that completed before that kill.
+//!      was killed (`kill-server` begun on it) at most 5 s after the change completed (a
+//!      queue sends within milliseconds while the store serves), and W received no later
+//!      change of S that completed before that kill. The table's other unseen loss — the
+//!      first events of a server started within 2 s of S_W — is not excused: it needs a
+//!      loss in those first moments, and a run starts its servers together, before any
+//!      fault.
 //!    - (b) *No event of what did not happen*: a `grant`, `extend`, `renew`, `release` or
 //!      `expire` whose `(name, owner)` no acquire that was ok or unknown was made as (every
-//!      acquire has an owner of its own), or a `renew` or `release` whose every renewal or
-//!      release in the history was refused.
+//!      acquire has an owner of its own), or a `release` whose every release in the history
+//!      was refused. (The guard's refused renewals are not in the history: it records the
+//!      renewals it was answered ok.)
 //!    - (c) *None twice*: no id twice on one stream, and no `grant`, `release`, `expire` or
 //!      `force-release` of one lease twice without a `reset` between (a renewal and an
 //!      extension repeat legitimately).
 //!    - (d) *Order*: of two acknowledged grants or releases through one server on one name,
 //!      both on W, the one completed before the other was invoked is told first. Renewals
-//!      and extensions are not ordered: their events repeat, and a renewal whose own event
-//!      is missing (after a reset) looks told by the next one's.
+//!      and extensions are not ordered: their events repeat.
 //!
 //!    No fault waives it: the table states no caveat of its own for a store's events.
 //!    Snapshots (after a reset) are not recorded, and judged by nothing here.

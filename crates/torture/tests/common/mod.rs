@@ -271,6 +271,23 @@ impl History {
         self.entries.push(Entry::Event(told));
     }
 
+    /// The change `event` of the lease `seen` (of `kind`) received at `at` on server
+    /// `server`'s stream; a `renew` also tells the end it renewed the lease to.
+    pub fn told_change(&mut self, kind: Kind, server: u32, at: u64, event: &str, seen: &Seen) {
+        let mut told = self.told(server, at, event);
+        told.kind = Some(kind.as_str().to_owned());
+        told.name = Some(seen.name.clone());
+        told.owner = Some(seen.owner.clone());
+        told.token = Some(seen.token);
+        told.expires_at = (event == "renew").then_some(seen.expires_at);
+        self.entries.push(Entry::Event(told));
+    }
+
+    /// The renewal `renewal` (made by [`renew`]) received at `at` on server `server`'s stream.
+    pub fn renewal_told(&mut self, server: u32, at: u64, renewal: &Op) {
+        self.told_change(renewal.kind, server, at, "renew", &renewal.leases[0]);
+    }
+
     /// A reset received at `at` on server `server`'s stream.
     pub fn reset(&mut self, server: u32, at: u64) {
         let told = self.told(server, at, "reset");
@@ -289,6 +306,7 @@ impl History {
             name: None,
             owner: None,
             token: None,
+            expires_at: None,
         }
     }
 
