@@ -15,7 +15,7 @@ use fencelock_core::{
 use fencelock_stores::Deadline;
 use fencelock_stores::etcd::{EtcdOptions, EtcdStore};
 use fencelock_testkit::fixtures::owner_of;
-use fencelock_testkit::{EtcdCluster, eventually, shared_etcd};
+use fencelock_testkit::{Etcd, EtcdCluster, Proxy, eventually, shared_etcd};
 use tokio_util::sync::CancellationToken;
 
 /// The shared server's address; starting it blocks, so not on the async worker.
@@ -79,6 +79,42 @@ async fn an_expiry_wakes_the_release_feed_and_the_next_token_is_greater() {
             .unwrap(),
     );
     assert!(second.token > first.token);
+}
+
+/// A server restarted on a cluster hears what the others tell from the moment its store is
+/// open, though its events watch is made later: nothing in between is skipped silently.
+#[tokio::test]
+async fn events_told_right_after_a_server_opened_its_store_reach_it() {
+    let url = shared_url().await;
+    shared::events_told_right_after_an_open_are_heard(async || store(&url).await as Arc<dyn LockStore>).await;
+}
+
+/// A server whose events watch is lost before it saw any event watches again from its
+/// store's open, not from then: what was told meanwhile reaches it, and no loss is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_told_while_a_new_servers_watch_was_lost_reach_it() {
+    // A server of its own: no other test's event reaches the listening store first.
+    let etcd = tokio::task::spawn_blocking(Etcd::start).await.unwrap();
+    let port = etcd.endpoint().rsplit_once(':').unwrap().1.parse().unwrap();
+    let proxy = Proxy::start(port);
+    let listening = store(&format!("etcd://127.0.0.1:{}", proxy.port())).await;
+    let (telling, witness) = (store(&etcd.url()).await, store(&etcd.url()).await);
+    let mut heard = listening.bulletins().unwrap();
+    let mut witnessed = witness.bulletins().unwrap();
+    // What etcd sends the listening store is thrown away, and its connection closed once
+    // restored: its watch is lost with no event seen.
+    proxy.blackhole();
+    let origin = shared::new_origin();
+    for seq in 1..=3 {
+        telling.publish(&shared::bulletin(origin, seq));
+    }
+    assert_eq!(shared::hear(&mut witnessed, origin, 3).await, [1, 2, 3]);
+    proxy.restore();
+    assert_eq!(
+        shared::hear(&mut heard, origin, 3).await,
+        [1, 2, 3],
+        "each once, in order"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

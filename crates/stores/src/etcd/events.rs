@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
 use fencelock_core::store::Result;
 use fencelock_core::{Bulletin, BulletinFeed, Expired};
 
@@ -34,14 +34,26 @@ const CLAIM_KEEP: Duration = Duration::from_secs(120);
 /// The pause before watching again after a watch is lost.
 const REWATCH: Duration = Duration::from_millis(200);
 
-/// Starts putting and watching events under `prefix`.
-pub(super) fn start(client: &Client, prefix: &str) -> EventChannel {
+/// Reads the cluster's revision, then starts putting events under `prefix` and watching
+/// those put after that revision.
+pub(super) async fn start(client: &Client, prefix: &str) -> Result<EventChannel> {
+    const DOING: &str = "read the revision to watch events from";
+    // A linearizable read: its revision is at least that of every put made before it.
+    let read = client
+        .kv_client()
+        .get(prefix, Some(GetOptions::new().with_count_only()))
+        .await
+        .map_err(EtcdError::request(DOING))?;
+    let revision = read
+        .header()
+        .map(|header| header.revision())
+        .ok_or_else(|| EtcdError::Corrupt("a read without a revision".into()))?;
     let (writer, reader) = (client.clone(), client.clone());
     let (put_under, watched) = (prefix.to_owned(), prefix.to_owned());
-    EventChannel::start(
+    Ok(EventChannel::start(
         move |outgoing| put(writer, put_under, outgoing),
-        move |feed| follow(reader, watched, feed),
-    )
+        move |feed| follow(reader, watched, revision + 1, feed),
+    ))
 }
 
 /// Puts the bulletins of `outgoing`, in order, a batch per transaction, under a lease
@@ -133,11 +145,12 @@ impl EtcdStore {
     }
 }
 
-/// Hands on every event put under `prefix`, watching again whenever the watch is lost.
-async fn follow(mut client: Client, prefix: String, feed: BulletinFeed) {
+/// Hands on every event put under `prefix` from the revision `from` on, watching again
+/// whenever the watch is lost.
+async fn follow(mut client: Client, prefix: String, mut from: i64, feed: BulletinFeed) {
     let claims = format!("{prefix}{CLAIMS}");
-    // The revision after the last put seen: where a new watch starts (0: from now).
-    let mut from = 0;
+    // Where a new watch starts: then the revision after the last put seen (0: from now,
+    // once etcd compacted the history to resume from).
     loop {
         let mut options = WatchOptions::new().with_prefix();
         if from > 0 {

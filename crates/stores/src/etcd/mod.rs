@@ -340,7 +340,15 @@ impl EtcdStore {
         .await?;
         let released = ReleaseFeed::new();
         let holds = HoldKeys::new(&options.holds_prefix);
-        let events = events::start(&client, &options.events_prefix);
+        // Other servers' events are heard from here on, however late the events watch is
+        // first made: none told once this answers is skipped.
+        let events = within(
+            deadline,
+            STORE,
+            "connect",
+            events::start(&client, &options.events_prefix),
+        )
+        .await?;
         let expiries = Expiries::new(events.feed().clone());
         let open = {
             let client = client.clone();
