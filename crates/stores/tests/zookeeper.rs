@@ -882,6 +882,14 @@ async fn only_a_server_that_watches_a_name_hears_its_changes() {
     assert_eq!(told, [], "a server with no waiter for the name was told of it");
 }
 
+/// A server restarted on a cluster hears what the others tell from the moment its store is
+/// open, though its events watch is made later: nothing in between is skipped silently.
+#[tokio::test]
+async fn events_told_right_after_a_server_opened_its_store_reach_it() {
+    let url = shared_url().await;
+    shared::events_told_right_after_an_open_are_heard(async || store(&url).await as Arc<dyn LockStore>).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_address_parser_opens_zookeeper() {
     let url = shared_url().await;

@@ -10,9 +10,10 @@
 //! each time its connection comes back — ZooKeeper does not replay to a persistent watch what
 //! was written while the connection was lost (ZOOKEEPER-4698), and zookeeper-client 0.11
 //! does not set a persistent watch again on the new connection — and the listing catches up
-//! from the last sequence read. A server's cost per event thus does not grow with how many
-//! events are kept; under sustained load a server writes at most one node per [`PACE`], so
-//! that the listing stays small.
+//! from the last sequence read: at first, the newest node listed as the store opened, so that
+//! every node made after the open is read, however late the watch is first set. A server's
+//! cost per event thus does not grow with how many events are kept; under sustained load a
+//! server writes at most one node per [`PACE`], so that the listing stays small.
 //!
 //! Never a silent gap: a node gone before it was read (its writer deleted it after
 //! [`KEEP`], or its writer's session ended), or that cannot be read, and a watch lost for so
@@ -89,14 +90,22 @@ impl Origins {
     }
 }
 
-/// Starts writing and reading events under `folder` (which exists).
-pub(super) fn start(session: Arc<Session>, folder: String) -> EventChannel {
+/// Lists `folder` (which exists), then starts writing events under it and reading those
+/// made after the newest listed.
+pub(super) async fn start(session: Arc<Session>, folder: String) -> Result<EventChannel, ZkError> {
+    let client = session.client().await?;
+    let children = client
+        .list_children(&folder)
+        .await
+        .map_err(ZkError::request("list the events"))?;
+    let nodes: Vec<Node> = children.iter().filter_map(|name| Node::parse(name)).collect();
+    let last = Node::newest(&nodes);
     let own = Origins::default();
     let (writer, written_under, written) = (session.clone(), folder.clone(), own.clone());
-    EventChannel::start(
+    Ok(EventChannel::start(
         move |outgoing| write(writer, written_under, written, outgoing),
-        move |feed| read(session, folder, own, feed),
-    )
+        move |feed| read(session, folder, last, own, feed),
+    ))
 }
 
 /// A node this server wrote, to delete after [`KEEP`].
@@ -279,16 +288,25 @@ impl Node {
     fn after(&self, last: i32) -> i32 {
         self.sequence.wrapping_sub(last)
     }
+
+    /// The sequence of the newest of `nodes`, all listed at once; -1 if there is none.
+    fn newest(nodes: &[Self]) -> i32 {
+        // Every node is within 2³¹ of any other.
+        nodes
+            .iter()
+            .max_by_key(|node| node.after(nodes[0].sequence))
+            .map_or(-1, |node| node.sequence)
+    }
 }
 
-/// Hands on every bulletin of another server written under `folder` after this server
-/// started, in sequence order: see the module docs.
-async fn read(session: Arc<Session>, folder: String, own: Origins, feed: BulletinFeed) {
+/// Hands on every bulletin of another server written under `folder` after the node of
+/// sequence `last`, in sequence order: see the module docs.
+async fn read(session: Arc<Session>, folder: String, last: i32, own: Origins, feed: BulletinFeed) {
     let mut reader = Reader {
         folder,
         own,
         feed,
-        last: None,
+        last,
         lost_at: None,
     };
     loop {
@@ -308,9 +326,9 @@ struct Reader {
     folder: String,
     own: Origins,
     feed: BulletinFeed,
-    /// The sequence of the last node read; `None` until the first listing, which passes over
-    /// what was there.
-    last: Option<i32>,
+    /// The sequence of the last node read; at first, of the newest listed as the store
+    /// opened.
+    last: i32,
     /// Since when nodes may have been made that the watch did not name: the connection was
     /// lost, or a read or the watch failed. Cleared by the listing that catches up.
     lost_at: Option<Instant>,
@@ -385,13 +403,7 @@ impl Reader {
             .await
             .map_err(ZkError::request("list the events"))?;
         let nodes: Vec<Node> = children.iter().filter_map(|name| Node::parse(name)).collect();
-        let last = *self.last.get_or_insert_with(|| {
-            // The newest: every node is within 2³¹ of any other.
-            nodes
-                .iter()
-                .max_by_key(|node| node.after(nodes[0].sequence))
-                .map_or(-1, |node| node.sequence)
-        });
+        let last = self.last;
         // A node made just after the connection was lost lives at least KEEP; the client
         // may take up to its session's timeout to notice the loss.
         if self
@@ -415,7 +427,7 @@ impl Reader {
     /// gone already, or that cannot be read, tells the feed that some were missed; any other
     /// failure leaves it to be read again.
     async fn hand(&mut self, client: &zk::Client, node: Node) -> Result<(), ZkError> {
-        if self.last.is_some_and(|last| node.after(last) <= 0) {
+        if node.after(self.last) <= 0 {
             return Ok(());
         }
         if !self.own.contains(node.origin) {
@@ -434,7 +446,7 @@ impl Reader {
                 Err(error) => return Err(ZkError::request("read events")(error)),
             }
         }
-        self.last = Some(node.sequence);
+        self.last = node.sequence;
         Ok(())
     }
 

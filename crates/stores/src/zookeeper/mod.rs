@@ -326,7 +326,7 @@ impl ZooKeeperStore {
         }
         let (limit, max_state_bytes) = (options.call_timeout, options.max_state_bytes);
         let paths = Paths::new(&options.root);
-        let session = within(limit, STORE, "connect", async {
+        let (session, events) = within(limit, STORE, "connect", async {
             let session = Session::connect(cluster, options).await?;
             let client = session.client().await?;
             for kind in Paths::KINDS {
@@ -339,10 +339,13 @@ impl ZooKeeperStore {
                 .mkdir(&paths.events(), &FOLDER)
                 .await
                 .map_err(ZkError::request("make the folders"))?;
-            Ok(Arc::new(session))
+            let session = Arc::new(session);
+            // Other servers' events are heard from here on, however late the events watch
+            // is first set: none told once this answers is skipped.
+            let events = events::start(session.clone(), paths.events()).await?;
+            Ok((session, events))
         })
         .await?;
-        let events = events::start(session.clone(), paths.events());
         let store = Self {
             events,
             session,
