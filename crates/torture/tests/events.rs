@@ -26,6 +26,12 @@ fn told_on_both() -> History {
     h
 }
 
+/// The property fails on `h`, and its explanation says `text`.
+fn fails_saying(h: &History, text: &str) {
+    let (explanation, _) = assert_fail(&h.check(), Property::Events);
+    assert!(explanation.contains(text), "{explanation}");
+}
+
 /// A later grant through server 0, of "y" (300..310 ms), told on server 0's stream.
 fn later_grant(h: &mut History) {
     h.push(grant(1, "c1-0", "y", 1, 300, 310).through(0));
@@ -78,8 +84,7 @@ fn a_reset_after_a_later_change_of_that_server_excuses_nothing() {
     later_grant(&mut h);
     h.event(1, 307, "grant", "y", "c1-0", 1);
     h.reset(1, 400);
-    let (explanation, _) = assert_fail(&h.check(), Property::Events);
-    assert!(explanation.contains("a silent gap"), "{explanation}");
+    fails_saying(&h, "a silent gap");
 }
 
 #[test]
@@ -89,29 +94,30 @@ fn a_reset_before_the_change_was_sent_excuses_nothing() {
     assert_fail(&h.check(), Property::Events);
 }
 
+/// [`two_streams`] with server 0 killed at `at` (ms) and started again 800 ms later, then
+/// a grant through it told on both streams.
+fn killed_at(at: u64) -> History {
+    let mut h = two_streams();
+    h.fault("kill-server", "server 0", "begin", at);
+    h.fault("kill-server", "server 0", "heal", at + 800);
+    // Through the restarted server: its bulletins are of a new epoch.
+    let after = at + 900;
+    h.push(grant(1, "c1-0", "y", 1, after, after + 10).through(0));
+    h.event(0, after + 5, "grant", "y", "c1-0", 1);
+    h.event(1, after + 7, "grant", "y", "c1-0", 1);
+    h
+}
+
 #[test]
 fn a_change_lost_with_its_server_killed_before_it_told_more_passes() {
-    let mut h = two_streams();
-    h.fault("kill-server", "server 0", "begin", 100);
-    h.fault("kill-server", "server 0", "heal", 900);
-    // Through the restarted server: its bulletins are of a new epoch.
-    h.push(grant(1, "c1-0", "y", 1, 1_000, 1_010).through(0));
-    h.event(0, 1_005, "grant", "y", "c1-0", 1);
-    h.event(1, 1_007, "grant", "y", "c1-0", 1);
-    assert_pass(&h.check(), Property::Events);
+    assert_pass(&killed_at(100).check(), Property::Events);
 }
 
 #[test]
 fn a_kill_long_after_the_change_excuses_nothing() {
     // Whatever the server had queued went out within milliseconds: a kill seconds later
     // cannot have taken this event with it.
-    let mut h = two_streams();
-    h.fault("kill-server", "server 0", "begin", 5_100);
-    h.fault("kill-server", "server 0", "heal", 5_900);
-    h.push(grant(1, "c1-0", "y", 1, 6_000, 6_010).through(0));
-    h.event(0, 6_005, "grant", "y", "c1-0", 1);
-    h.event(1, 6_007, "grant", "y", "c1-0", 1);
-    assert_fail(&h.check(), Property::Events);
+    assert_fail(&killed_at(5_100).check(), Property::Events);
 }
 
 #[test]
@@ -166,19 +172,14 @@ fn renewals_and_releases_are_owed_as_grants_are() {
     assert_pass(&h.check(), Property::Events);
     // A renewal told before this one was sent stands for nothing.
     h.push(renew(0, "c0-0", "x", 1, 320, 330).through(0));
-    let (explanation, _) = assert_fail(&h.check(), Property::Events);
-    assert!(explanation.contains("no renew of \"x\""), "{explanation}");
+    fails_saying(&h, "no renew of \"x\"");
 }
 
 #[test]
 fn an_event_of_an_owner_no_acquire_was_made_as_is_a_phantom() {
     let mut h = told_on_both();
     h.event(1, 40, "grant", "x", "c9-9", 2);
-    let (explanation, _) = assert_fail(&h.check(), Property::Events);
-    assert!(
-        explanation.contains("told a grant of \"x\" by \"c9-9\", whom no acquire"),
-        "{explanation}"
-    );
+    fails_saying(&h, "told a grant of \"x\" by \"c9-9\", whom no acquire");
 }
 
 #[test]
@@ -209,11 +210,7 @@ fn a_release_told_of_a_release_that_was_refused_is_a_phantom() {
             .outcome(Outcome::Refused),
     );
     h.event(0, 405, "release", "x", "c0-0", 1);
-    let (explanation, _) = assert_fail(&h.check(), Property::Events);
-    assert!(
-        explanation.contains("whose every call was refused"),
-        "{explanation}"
-    );
+    fails_saying(&h, "whose every call was refused");
 }
 
 #[test]
@@ -222,11 +219,7 @@ fn an_expiry_told_twice_fails_and_across_a_reset_passes() {
     h.event(0, 1_100, "expire", "x", "c0-0", 1);
     h.event(1, 1_100, "expire", "x", "c0-0", 1);
     h.event(1, 1_200, "expire", "x", "c0-0", 1);
-    let (explanation, _) = assert_fail(&h.check(), Property::Events);
-    assert!(
-        explanation.contains("told the expire of \"x\" by \"c0-0\" (token 1) twice"),
-        "{explanation}"
-    );
+    fails_saying(&h, "told the expire of \"x\" by \"c0-0\" (token 1) twice");
     let mut h = told_on_both();
     h.event(1, 1_100, "expire", "x", "c0-0", 1);
     h.reset(1, 1_150);
@@ -244,8 +237,7 @@ fn an_id_told_twice_fails() {
     again.event = "renew".to_owned();
     again.received = ms(18);
     h.entries.push(Entry::Event(again));
-    let (explanation, _) = assert_fail(&h.check(), Property::Events);
-    assert!(explanation.contains("the id \"1-1\""), "{explanation}");
+    fails_saying(&h, "the id \"1-1\"");
 }
 
 #[test]
@@ -309,11 +301,7 @@ fn a_renewal_lost_silently_is_not_told_by_the_next_renewal() {
     h.push(next.clone());
     h.renewal_told(0, 605, &next);
     h.renewal_told(1, 606, &next);
-    let (explanation, _) = assert_fail(&h.check(), Property::Events);
-    assert!(
-        explanation.contains("the stream of server 1 has no renew of \"x\""),
-        "{explanation}"
-    );
+    fails_saying(&h, "the stream of server 1 has no renew of \"x\"");
     // Told on both, it passes.
     h.renewal_told(1, 307, &lost);
     assert_pass(&h.check(), Property::Events);
